@@ -1,0 +1,98 @@
+"""Channels to the backend runtime (containerd) and tracking of its reachability."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+
+from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.methods import Method
+
+log = logging.getLogger(__name__)
+
+ReachabilityListener = Callable[["BackendChannel", bool], Awaitable[None]]
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        # Retry a vanished backend every <=1s (gRPC's default backoff grows to 120s),
+        # so a restarted containerd is picked up at once, without a proxy restart.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        # Never drop the connection for idleness: health must reflect the backend.
+        ("grpc.client_idle_timeout_ms", 2**31 - 1),
+        # Proxied calls are forwarded exactly once; the kubelet does its own retries.
+        ("grpc.enable_retries", 0),
+    ]
+
+
+class BackendChannel:
+    """One long-lived channel to one backend socket; gRPC reconnects it on its own."""
+
+    def __init__(self, role: str, path: Path, max_message_bytes: int) -> None:
+        self.role = role
+        self.path = path
+        self.target = grpc_target(path)
+        self.channel = grpc.aio.insecure_channel(self.target, options=channel_options(max_message_bytes))
+
+    def is_ready(self) -> bool:
+        return self.channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
+
+    def unreachable_message(self, details: str) -> str:
+        return f"{self.role} backend {self.target} is unreachable: {details}"
+
+    async def watch(self, on_change: ReachabilityListener) -> None:
+        """Call on_change(self, reachable) at start and on every settled change; runs until cancelled."""
+        reachable: bool | None = None
+        state = self.channel.get_state(try_to_connect=True)
+        while True:
+            settled = _settled_reachability(state)
+            if settled is not None and settled != reachable:
+                reachable = settled
+                if reachable:
+                    log.info("%s backend %s is reachable", self.role, self.target)
+                else:
+                    log.warning("%s backend %s is unreachable; retrying", self.role, self.target)
+                await on_change(self, reachable)
+            await self.channel.wait_for_state_change(state)
+            state = self.channel.get_state(try_to_connect=True)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+def _settled_reachability(state: grpc.ChannelConnectivity) -> bool | None:
+    """True/False once a connection attempt has ended; None while it is in progress."""
+    if state is grpc.ChannelConnectivity.READY:
+        return True
+    if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+        return False
+    return None
+
+
+class Backend:
+    """The runtime channel and the image channel (the same one unless configured apart)."""
+
+    def __init__(self, runtime_path: Path, image_path: Path, max_message_bytes: int) -> None:
+        self.runtime = BackendChannel("runtime", runtime_path, max_message_bytes)
+        if image_path == runtime_path:
+            self.image = self.runtime
+        else:
+            self.image = BackendChannel("image", image_path, max_message_bytes)
+
+    @property
+    def channels(self) -> list[BackendChannel]:
+        return [self.runtime] if self.image is self.runtime else [self.runtime, self.image]
+
+    def for_method(self, method: Method) -> BackendChannel:
+        return self.image if method.is_image_service else self.runtime
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()

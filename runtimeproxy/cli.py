@@ -1,0 +1,141 @@
+"""The `koord-runtime-proxy` command line (flag names match koordinator's Go binary)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from runtimeproxy import __version__
+from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
+from runtimeproxy.listener import SocketInUseError
+from runtimeproxy.options import (
+    DEFAULT_HOOK_CONFIG_DIR,
+    DEFAULT_PROXY_SOCKET,
+    DEFAULT_RUNTIME_SOCKET,
+    DEFAULT_SKIP_LABEL_KEY,
+    DEFAULT_SKIP_LABEL_VALUE,
+    ProxyOptions,
+)
+
+PROG = "koord-runtime-proxy"
+BACKEND_MODES = ("Containerd", "Docker")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+log = logging.getLogger("runtimeproxy")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage dump: operators read this in a unit's log.
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _endpoint(value: str) -> Path:
+    try:
+        return parse_unix_endpoint(value)
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str], str]:
+    by_lower = {choice.lower(): choice for choice in choices}
+
+    def parse(value: str) -> str:
+        try:
+            return by_lower[value.lower()]
+        except KeyError:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not one of {', '.join(choices)}"
+            ) from None
+
+    return parse
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a non-negative number")
+    return number
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
+    """Accept --name and Go's single-dash -name alike."""
+    parser.add_argument(f"--{name}", f"-{name}", **kwargs)  # type: ignore[arg-type]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        allow_abbrev=False,
+        description="Transparent CRI proxy between the kubelet and containerd that runs "
+        "resource-management hook plugins on pod and container lifecycle calls.",
+    )
+    _flag(parser, "koord-runtimeproxy-endpoint", type=_endpoint, default=DEFAULT_PROXY_SOCKET,
+          metavar="PATH", help="unix socket the proxy serves CRI on (default: %(default)s)")
+    _flag(parser, "remote-runtime-service-endpoint", type=_endpoint, default=DEFAULT_RUNTIME_SOCKET,
+          metavar="PATH", help="backend runtime socket, a path or unix:///path (default: %(default)s)")
+    _flag(parser, "remote-image-service-endpoint", type=_endpoint, default=None,
+          metavar="PATH", help="backend image service socket (default: the runtime endpoint)")
+    _flag(parser, "backend-runtime-mode", type=_choice(BACKEND_MODES), default="Containerd",
+          metavar="MODE", help="Containerd or Docker (default: %(default)s)")
+    _flag(parser, "runtime-hook-config-dir", type=Path, default=DEFAULT_HOOK_CONFIG_DIR,
+          metavar="DIR", help="directory of plugin registration *.json files (default: %(default)s)")
+    _flag(parser, "runtime-hook-server-key", default=DEFAULT_SKIP_LABEL_KEY, metavar="KEY",
+          help="pod label key that turns hooks off for a pod (default: %(default)s)")
+    _flag(parser, "runtime-hook-server-val", default=DEFAULT_SKIP_LABEL_VALUE, metavar="VALUE",
+          help="value of that label that turns hooks off (default: %(default)s)")
+    _flag(parser, "shutdown-grace-seconds", type=_positive_float, default=5.0, metavar="SECONDS",
+          help="on SIGTERM, how long in-flight calls may finish (default: %(default)s)")
+    _flag(parser, "log-level", type=_choice(LOG_LEVELS), default="info", metavar="LEVEL",
+          help=f"one of {', '.join(LOG_LEVELS)} (default: %(default)s)")
+    parser.add_argument("--version", "-version", action="version", version=f"{PROG} {__version__}")
+    return parser
+
+
+def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.backend_runtime_mode == "Docker":
+        parser.error("--backend-runtime-mode=Docker is not supported yet; use Containerd")
+    options = ProxyOptions(
+        listen_path=args.koord_runtimeproxy_endpoint,
+        runtime_path=args.remote_runtime_service_endpoint,
+        image_path=args.remote_image_service_endpoint,
+        backend_mode=args.backend_runtime_mode,
+        hook_config_dir=args.runtime_hook_config_dir,
+        skip_label_key=args.runtime_hook_server_key,
+        skip_label_value=args.runtime_hook_server_val,
+        shutdown_grace_seconds=args.shutdown_grace_seconds,
+    )
+    return options, args.log_level
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, level = parse_options(argv)
+    configure_logging(level)
+    from runtimeproxy.server import serve  # after logging: importing gRPC is slow
+
+    try:
+        asyncio.run(serve(options))
+    except SocketInUseError as error:
+        log.error("%s", error)
+        return 1
+    except (OSError, RuntimeError) as error:
+        log.error("cannot start: %s", error)
+        return 1
+    return 0

@@ -1,0 +1,127 @@
+"""A synthetic raw-bytes CRI backend: answers at once with whatever it is told to.
+
+It stands in for containerd where the real one cannot show something (server
+streaming, mid-stream errors, cancellation, huge messages, instant answers) and lets
+the tests and the benchmark see exactly what the proxy sent upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.methods import Kind, cri_method_table, unknown_method
+
+UnaryBehaviour = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
+StreamBehaviour = Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]
+
+MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass
+class RecordedCall:
+    path: str
+    request: bytes
+    metadata: dict[str, str | bytes]
+    time_remaining: float | None
+
+
+@dataclass
+class SyntheticBackend:
+    path: Path
+    # Per-method behaviours; a method without one echoes its request (streams echo once).
+    unary: dict[str, UnaryBehaviour] = field(default_factory=dict)
+    streams: dict[str, StreamBehaviour] = field(default_factory=dict)
+    record: bool = True
+    calls: list[RecordedCall] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    cancel_seen: threading.Event = field(default_factory=threading.Event)
+    _server: grpc.aio.Server | None = None
+
+    async def start(self) -> None:
+        server = grpc.aio.server(options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ])
+        server.add_generic_rpc_handlers((_Handler(self),))
+        server.add_insecure_port(grpc_target(self.path))
+        await server.start()
+        self._server = server
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    def _remember(self, path: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
+        if self.record:
+            metadata = dict(context.invocation_metadata() or ())
+            self.calls.append(RecordedCall(path, request, metadata, context.time_remaining()))
+
+    def _note_cancel(self, path: str) -> None:
+        self.cancelled.append(path)
+        self.cancel_seen.set()
+
+
+class _Handler(grpc.GenericRpcHandler):
+    def __init__(self, backend: SyntheticBackend) -> None:
+        self._backend = backend
+        self._table = cri_method_table()
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = self._table.get(details.method) or unknown_method(details.method)
+        if method is None:
+            return None
+        if method.kind is Kind.UNARY_UNARY:
+            return grpc.unary_unary_rpc_method_handler(self._unary(method.path))
+        if method.kind is Kind.UNARY_STREAM:
+            return grpc.unary_stream_rpc_method_handler(self._stream(method.path))
+        return grpc.stream_stream_rpc_method_handler(self._bidi(method.path))
+
+    def _unary(self, path: str) -> UnaryBehaviour:
+        backend = self._backend
+
+        async def answer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            backend._remember(path, request, context)
+            behaviour = backend.unary.get(path)
+            try:
+                return await behaviour(request, context) if behaviour else request
+            except asyncio.CancelledError:
+                backend._note_cancel(path)
+                raise
+
+        return answer
+
+    def _stream(self, path: str) -> StreamBehaviour:
+        backend = self._backend
+
+        async def answer(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            backend._remember(path, request, context)
+            behaviour = backend.streams.get(path)
+            try:
+                if behaviour is None:
+                    yield request
+                    return
+                async for message in behaviour(request, context):
+                    yield message
+            except asyncio.CancelledError:
+                backend._note_cancel(path)
+                raise
+
+        return answer
+
+    def _bidi(self, path: str) -> Callable[..., AsyncIterator[bytes]]:
+        backend = self._backend
+
+        async def answer(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            async for request in requests:
+                backend._remember(path, request, context)
+                yield request
+
+        return answer

@@ -1,0 +1,179 @@
+"""The CRI proxy server: one generic handler for every CRI method, plus health and reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Mapping
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from runtimeproxy.backend import Backend, BackendChannel
+from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.forwarding import UnaryHook, method_handler
+from runtimeproxy.listener import claim_socket_path, release_socket, restrict_socket
+from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
+from runtimeproxy.options import ProxyOptions
+
+log = logging.getLogger(__name__)
+
+# Served by the proxy itself, never forwarded.
+_OWN_SERVICE_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+# Handlers built for methods in no descriptor are cached up to this many paths.
+_MAX_CACHED_UNKNOWN = 256
+_OVERALL = ""  # the health service's name for the server as a whole
+
+
+class CriProxyHandler(grpc.GenericRpcHandler):
+    """Finds the prebuilt raw-bytes handler for a method path; unknown paths are forwarded too."""
+
+    def __init__(
+        self, backend: Backend, table: Mapping[str, Method], hooks: Mapping[str, UnaryHook]
+    ) -> None:
+        self._backend = backend
+        self._handlers = {
+            path: method_handler(method, backend.for_method(method), hooks.get(path))
+            for path, method in table.items()
+        }
+        self._unknown: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        path = handler_call_details.method
+        handler = self._handlers.get(path)
+        if handler is None:
+            handler = self._unknown.get(path) or self._handler_for_unknown(path)
+        return handler
+
+    def _handler_for_unknown(self, path: str) -> grpc.RpcMethodHandler | None:
+        if path.startswith(_OWN_SERVICE_PREFIXES):
+            return None
+        method = unknown_method(path)
+        if method is None:
+            return None  # gRPC answers UNIMPLEMENTED
+        handler = method_handler(method, self._backend.for_method(method))
+        if len(self._unknown) < _MAX_CACHED_UNKNOWN:
+            log.info("forwarding %s, which no known CRI version describes, as a stream", path)
+            self._unknown[path] = handler
+        return handler
+
+
+def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+class HealthReporter:
+    """Health per CRI service: SERVING while the backend channel behind it is connected."""
+
+    def __init__(self, servicer: health.aio.HealthServicer, backend: Backend) -> None:
+        self._servicer = servicer
+        self._backend = backend
+        self._reachable: dict[str, bool] = {}
+
+    def _services_behind(self, channel: BackendChannel) -> list[str]:
+        names = cri_service_names()
+        if self._backend.image is self._backend.runtime:
+            return names
+        is_image = channel is self._backend.image
+        return [name for name in names if name.endswith(".ImageService") == is_image]
+
+    async def set_all_not_serving(self) -> None:
+        for name in [_OVERALL, *cri_service_names()]:
+            await self._servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def on_reachability(self, channel: BackendChannel, reachable: bool) -> None:
+        self._reachable[channel.role] = reachable
+        status = _serving(reachable)
+        for name in self._services_behind(channel):
+            await self._servicer.set(name, status)
+        everything = len(self._reachable) == len(self._backend.channels) and all(self._reachable.values())
+        await self._servicer.set(_OVERALL, _serving(everything))
+
+
+def _serving(ok: bool) -> int:
+    return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class ProxyServer:
+    """Owns the listening socket, the backend channels and the gRPC server."""
+
+    def __init__(self, options: ProxyOptions, hooks: Mapping[str, UnaryHook] | None = None) -> None:
+        self.options = options
+        self._hooks = dict(hooks or {})
+        self.backend: Backend | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._socket_inode: int | None = None
+        self._watchers: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        options = self.options
+        claim_socket_path(options.listen_path)
+        self.backend = Backend(
+            options.runtime_path, options.effective_image_path, options.max_message_bytes
+        )
+        server = grpc.aio.server(options=server_options(options.max_message_bytes))
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            [*cri_service_names(), health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        # Registered last: the own services above are matched first.
+        server.add_generic_rpc_handlers(
+            (CriProxyHandler(self.backend, cri_method_table(), self._hooks),)
+        )
+        if not server.add_insecure_port(grpc_target(options.listen_path)):
+            raise RuntimeError(f"cannot listen on {options.listen_path}")
+        await server.start()
+        self._server = server
+        self._socket_inode = restrict_socket(options.listen_path)
+
+        reporter = HealthReporter(self._health, self.backend)
+        await reporter.set_all_not_serving()
+        self._watchers = [
+            asyncio.create_task(channel.watch(reporter.on_reachability), name=f"watch-{channel.role}")
+            for channel in self.backend.channels
+        ]
+        log.info(
+            "listening on %s; runtime backend %s; image backend %s; hooks on %d methods",
+            options.listen_path,
+            self.backend.runtime.target,
+            self.backend.image.target,
+            len(self._hooks),
+        )
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, give in-flight calls `grace` seconds, then release everything."""
+        grace = self.options.shutdown_grace_seconds if grace is None else grace
+        if self._server is not None:
+            await self._health.enter_graceful_shutdown()
+            await self._server.stop(grace)
+            self._server = None
+        for task in self._watchers:
+            task.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+        self._watchers = []
+        release_socket(self.options.listen_path, self._socket_inode)
+        if self.backend is not None:
+            await self.backend.close()
+            self.backend = None
+
+
+async def serve(options: ProxyOptions, hooks: Mapping[str, UnaryHook] | None = None) -> None:
+    """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
+    proxy = ProxyServer(options, hooks)
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    await proxy.start()
+    try:
+        await stop_requested.wait()
+        log.info("stopping: finishing in-flight calls for up to %.1fs", options.shutdown_grace_seconds)
+    finally:
+        await proxy.stop()
+    log.info("stopped")

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerates the Python protobuf/gRPC modules under runtimeproxy/pb from protos/.
+#
+#   scripts/gen_protos.sh            # rewrite runtimeproxy/pb in place
+#   scripts/gen_protos.sh OUT_DIR    # write elsewhere (the staleness test compares the two)
+#
+# Needs grpcio-tools at the version pinned in setup.cfg's "test" extra: the generated
+# code records the protoc/grpc versions, so another version produces a (harmless) diff.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$top/runtimeproxy/pb}
+cd "$top/protos"
+
+mapfile -t sources < <(find . -name '*.proto' | sed 's|^\./||' | LC_ALL=C sort)
+rm -rf "$out"
+mkdir -p "$out"
+python3 -m grpc_tools.protoc -I . \
+  --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" "${sources[@]}"
+
+# protoc writes imports relative to protos/; make them absolute inside our package.
+find "$out" -name '*_pb2_grpc.py' -print0 |
+  xargs -0 sed -i -E 's/^from (cri|hooks)\./from runtimeproxy.pb.\1./'
+find "$out" -type d -exec sh -c 'for d; do : > "$d/__init__.py"; done' _ {} +

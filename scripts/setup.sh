@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything the lab and the tests need on a fresh Debian machine (run as root):
+# containerd + runc + busybox (for the offline images) from Debian, the project from PyPI deps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev)
+missing=()
+for package in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+echo "setup: installing runtimeproxy and its test dependencies"
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[test]'

@@ -1,0 +1,71 @@
+"""Shared fixtures: an event-loop thread, a synthetic backend and in-process proxies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.lab.synthetic import SyntheticBackend
+from runtimeproxy.options import ProxyOptions
+from runtimeproxy.server import ProxyServer
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[LoopThread]:
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture
+def synthetic(loop_thread: LoopThread, tmp_path: Path) -> Iterator[SyntheticBackend]:
+    backend = SyntheticBackend(tmp_path / "backend.sock")
+    loop_thread.run(backend.start())
+    yield backend
+    loop_thread.run(backend.stop(0))
+
+
+ProxyFactory = Callable[..., ProxyServer]
+
+
+@pytest.fixture
+def start_proxy(loop_thread: LoopThread, tmp_path: Path) -> Iterator[ProxyFactory]:
+    """Start an in-process proxy: start_proxy(runtime_path=..., **other ProxyOptions)."""
+    started: list[ProxyServer] = []
+
+    def start(**overrides: object) -> ProxyServer:
+        settings: dict[str, object] = {"listen_path": tmp_path / f"proxy{len(started)}.sock"}
+        settings.update(overrides)
+        proxy = ProxyServer(ProxyOptions(**settings))  # type: ignore[arg-type]
+        loop_thread.run(proxy.start())
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        loop_thread.run(proxy.stop(0))
+
+
+@pytest.fixture
+def proxy(start_proxy: ProxyFactory, synthetic: SyntheticBackend) -> ProxyServer:
+    return start_proxy(runtime_path=synthetic.path)
+
+
+def open_channel(path: Path) -> grpc.Channel:
+    return grpc.insecure_channel(
+        f"unix://{path}",
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+    )
+
+
+@pytest.fixture
+def client(proxy: ProxyServer) -> Iterator[grpc.Channel]:
+    channel = open_channel(proxy.options.listen_path)
+    yield channel
+    channel.close()

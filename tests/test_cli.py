@@ -1,0 +1,66 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy import __version__
+from runtimeproxy.cli import parse_options
+from runtimeproxy.options import DEFAULT_PROXY_SOCKET, DEFAULT_RUNTIME_SOCKET
+
+
+def test_defaults_match_koord_runtime_proxy() -> None:
+    options, level = parse_options([])
+    assert options.listen_path == DEFAULT_PROXY_SOCKET
+    assert options.runtime_path == DEFAULT_RUNTIME_SOCKET
+    assert options.effective_image_path == DEFAULT_RUNTIME_SOCKET
+    assert options.backend_mode == "Containerd"
+    assert str(options.hook_config_dir) == "/etc/runtime/hookserver.d"
+    assert options.skip_label_key == "runtimeproxy.koordinator.sh/skip-hookserver"
+    assert options.skip_label_value == "true"
+    assert level == "info"
+
+
+def test_go_style_single_dash_flags_and_unix_uris() -> None:
+    options, level = parse_options([
+        "-koord-runtimeproxy-endpoint=/tmp/p.sock",
+        "--remote-runtime-service-endpoint", "unix:///tmp/c.sock",
+        "-remote-image-service-endpoint", "/tmp/i.sock",
+        "--log-level=DEBUG",
+    ])
+    assert options.listen_path == Path("/tmp/p.sock")
+    assert options.runtime_path == Path("/tmp/c.sock")
+    assert options.effective_image_path == Path("/tmp/i.sock")
+    assert level == "debug"
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtimeproxy", *args],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--log-level=loud"], "'loud' is not one of"),
+        (["--remote-runtime-service-endpoint=tcp://1.2.3.4:5"], "only unix sockets"),
+        (["--no-such-flag"], "unrecognized arguments"),
+        (["--backend-runtime-mode=Docker"], "Docker is not supported yet"),
+        (["--backend-runtime-mode=cri-o"], "not one of Containerd, Docker"),
+    ],
+)
+def test_bad_flag_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    result = _run_cli(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0]
+
+
+def test_version() -> None:
+    result = _run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"koord-runtime-proxy {__version__}"

@@ -1,0 +1,213 @@
+"""The raw-bytes relay, against a synthetic backend: what goes in comes out, errors included."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from conftest import MiB, open_channel
+from runtimeproxy.lab.synthetic import SyntheticBackend
+from runtimeproxy.server import ProxyServer
+
+VERSION = "/runtime.v1.RuntimeService/Version"
+LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"
+EVENTS = "/runtime.v1.RuntimeService/GetContainerEvents"
+V1ALPHA2_VERSION = "/runtime.v1alpha2.RuntimeService/Version"
+
+
+def unary(channel: grpc.Channel, path: str) -> grpc.UnaryUnaryMultiCallable:
+    return channel.unary_unary(path)
+
+
+def test_bytes_pass_untouched_even_when_not_valid_protobuf(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    garbage = os.urandom(4096)
+    assert unary(client, VERSION)(garbage, timeout=10) == garbage
+    assert synthetic.calls[-1].request == garbage
+    assert unary(client, V1ALPHA2_VERSION)(b"", timeout=10) == b""
+
+
+def _rich_status() -> status_pb2.Status:
+    detail = error_details_pb2.ErrorInfo(reason="SANDBOX_GONE", domain="containerd", metadata={"id": "abc"})
+    status = status_pb2.Status(code=code_pb2.NOT_FOUND, message="an error occurred when try to find sandbox \"abc\": not found")
+    status.details.add().Pack(detail)
+    return status
+
+
+def test_backend_status_details_and_trailers_reach_the_caller(
+    client: grpc.Channel, synthetic: SyntheticBackend
+) -> None:
+    status = _rich_status()
+
+    async def fail(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.abort(
+            grpc.StatusCode.NOT_FOUND,
+            status.message,
+            trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()), ("x-runtime", "c1")),
+        )
+
+    synthetic.unary[VERSION] = fail
+    with pytest.raises(grpc.RpcError) as raised:
+        unary(client, VERSION)(b"", timeout=10)
+    error = raised.value
+    assert error.code() is grpc.StatusCode.NOT_FOUND
+    assert error.details() == status.message
+    trailers = dict(error.trailing_metadata())
+    assert status_pb2.Status.FromString(trailers["grpc-status-details-bin"]) == status
+    assert trailers["x-runtime"] == "c1"
+
+
+def test_request_metadata_and_deadline_go_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    unary(client, VERSION)(b"x", timeout=7, metadata=(("x-trace-id", "t-1"), ("x-blob-bin", b"\x00\x01")))
+    call = synthetic.calls[-1]
+    assert call.metadata["x-trace-id"] == "t-1"
+    assert call.metadata["x-blob-bin"] == b"\x00\x01"
+    assert call.time_remaining is not None and 5 < call.time_remaining <= 7.1  # gRPC rounds timeouts up
+
+
+def test_no_deadline_means_none_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    unary(client, VERSION)(b"x")
+    remaining = synthetic.calls[-1].time_remaining
+    assert remaining is None or remaining > 3600
+
+
+def test_a_cancelled_unary_call_is_cancelled_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def hang(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await asyncio.sleep(60)
+        return b""
+
+    synthetic.unary[VERSION] = hang
+    future = unary(client, VERSION).future(b"", timeout=30)
+    _wait_for(lambda: synthetic.calls)
+    future.cancel()
+    assert synthetic.cancel_seen.wait(10), "the backend never saw the cancellation"
+    assert synthetic.cancelled == [VERSION]
+
+
+def test_64_mib_passes_both_ways(client: grpc.Channel) -> None:
+    payload = os.urandom(64 * MiB)
+    assert unary(client, LIST_CONTAINERS)(payload, timeout=60) == payload
+
+
+def test_stream_messages_arrive_in_order_one_by_one(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    # The backend only sends event n+1 after the caller has received event n: a proxy
+    # that buffered would deadlock here.
+    received = threading.Semaphore(0)
+
+    async def events(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        for n in range(20):
+            yield b"event-%d" % n
+            while not received.acquire(blocking=False):
+                await asyncio.sleep(0.001)
+
+    synthetic.streams[EVENTS] = events
+    seen = []
+    for message in client.unary_stream(EVENTS)(b"", timeout=30):
+        seen.append(message)
+        received.release()
+    assert seen == [b"event-%d" % n for n in range(20)]
+
+
+def test_stream_error_mid_way_keeps_code_and_message(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def events(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        yield b"one"
+        yield b"two"
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many watchers")
+
+    synthetic.streams[EVENTS] = events
+    seen = []
+    with pytest.raises(grpc.RpcError) as raised:
+        for message in client.unary_stream(EVENTS)(b"", timeout=30):
+            seen.append(message)
+    assert seen == [b"one", b"two"]
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert raised.value.details() == "too many watchers"
+
+
+def test_backend_unimplemented_passes_through(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def events(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method GetContainerEvents")
+        yield b""
+
+    synthetic.streams[EVENTS] = events
+    with pytest.raises(grpc.RpcError) as raised:
+        list(client.unary_stream(EVENTS)(b"", timeout=10))
+    assert raised.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    assert raised.value.details() == "unknown method GetContainerEvents"
+
+
+def test_caller_cancelling_a_stream_cancels_the_backend(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def endless(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        while True:
+            yield b"tick"
+            await asyncio.sleep(0.01)
+
+    synthetic.streams[EVENTS] = endless
+    stream = client.unary_stream(EVENTS)(b"")
+    assert next(stream) == b"tick"
+    stream.cancel()
+    assert synthetic.cancel_seen.wait(10), "the backend stream was not cancelled"
+
+
+def test_backend_ending_a_stream_ends_it_for_the_caller(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def three(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        for n in range(3):
+            yield bytes([n])
+
+    synthetic.streams[EVENTS] = three
+    stream = client.unary_stream(EVENTS)(b"", timeout=10)
+    assert list(stream) == [b"\x00", b"\x01", b"\x02"]
+    assert stream.code() is grpc.StatusCode.OK
+
+
+def test_long_lived_streams_do_not_starve_unary_calls(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def quiet(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        await asyncio.sleep(60)
+        yield b""
+
+    synthetic.streams[EVENTS] = quiet
+    streams = [client.unary_stream(EVENTS)(b"") for _ in range(64)]
+    try:
+        _wait_for(lambda: len(synthetic.calls) >= 64)
+        for _ in range(20):
+            assert unary(client, VERSION)(b"ping", timeout=5) == b"ping"
+    finally:
+        for stream in streams:
+            stream.cancel()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/runtime.v1.RuntimeService/SomeFutureCall", "/runtime.v2.RuntimeService/Version", "/vendor.Extra/Ping"],
+)
+def test_methods_in_no_descriptor_are_still_forwarded(client: grpc.Channel, synthetic: SyntheticBackend, path: str) -> None:
+    # The caller's unary call travels as a one-message stream: same bytes on the wire.
+    assert unary(client, path)(b"future", timeout=10) == b"future"
+    assert synthetic.calls[-1].path == path
+
+
+def test_direct_and_proxied_errors_are_identical(proxy: ProxyServer, synthetic: SyntheticBackend) -> None:
+    async def fail(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "container is not running")
+
+    synthetic.unary[VERSION] = fail
+    outcomes = []
+    for path in (synthetic.path, proxy.options.listen_path):
+        with open_channel(path) as channel, pytest.raises(grpc.RpcError) as raised:
+            unary(channel, VERSION)(b"", timeout=10)
+        outcomes.append((raised.value.code(), raised.value.details()))
+    assert outcomes[0] == outcomes[1]
+
+
+def _wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)

@@ -1,0 +1,148 @@
+"""The proxy as a server: routing, health, reflection, backend outages and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from conftest import ProxyFactory, open_channel
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.lab.synthetic import SyntheticBackend
+from runtimeproxy.server import ProxyServer
+
+VERSION = "/runtime.v1.RuntimeService/Version"
+LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def health_of(channel: grpc.Channel, service: str = "") -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+
+
+def wait_for_health(channel: grpc.Channel, expected: int, service: str = "", timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while health_of(channel, service) != expected:
+        assert time.monotonic() < deadline, f"health of {service!r} never became {expected}"
+        time.sleep(0.05)
+
+
+def test_reflection_lists_cri_and_health(client: grpc.Channel) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(client)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    (response,) = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
+    names = {service.name for service in response.list_services_response.service}
+    assert {
+        "runtime.v1.RuntimeService", "runtime.v1.ImageService",
+        "runtime.v1alpha2.RuntimeService", "runtime.v1alpha2.ImageService",
+        "grpc.health.v1.Health",
+    } <= names
+
+
+def test_reflection_serves_the_cri_file_descriptor(client: grpc.Channel) -> None:
+    stub = reflection_pb2_grpc.ServerReflectionStub(client)
+    request = reflection_pb2.ServerReflectionRequest(file_containing_symbol="runtime.v1.RuntimeService")
+    (response,) = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
+    assert response.file_descriptor_response.file_descriptor_proto
+
+
+def test_health_follows_the_backend(
+    loop_thread: LoopThread, start_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    backend = SyntheticBackend(tmp_path / "late.sock")
+    proxy = start_proxy(runtime_path=backend.path)
+    with open_channel(proxy.options.listen_path) as channel:
+        wait_for_health(channel, NOT_SERVING)
+        loop_thread.run(backend.start())
+        try:
+            wait_for_health(channel, SERVING)
+            wait_for_health(channel, SERVING, "runtime.v1.RuntimeService")
+        finally:
+            loop_thread.run(backend.stop(0))
+        wait_for_health(channel, NOT_SERVING)
+
+
+def test_backend_down_then_up_without_a_proxy_restart(
+    loop_thread: LoopThread, start_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    backend = SyntheticBackend(tmp_path / "late.sock")
+    proxy = start_proxy(runtime_path=backend.path)
+    with open_channel(proxy.options.listen_path) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.unary_unary(VERSION)(b"", timeout=5)
+        assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert str(backend.path) in raised.value.details()
+        loop_thread.run(backend.start())
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    assert channel.unary_unary(VERSION)(b"up", timeout=5) == b"up"
+                    break
+                except grpc.RpcError:
+                    assert time.monotonic() < deadline, "the proxy did not recover"
+                    time.sleep(0.1)
+        finally:
+            loop_thread.run(backend.stop(0))
+
+
+def test_image_calls_go_to_the_image_endpoint(
+    loop_thread: LoopThread, start_proxy: ProxyFactory, tmp_path: Path, synthetic: SyntheticBackend
+) -> None:
+    images = SyntheticBackend(tmp_path / "images.sock")
+    loop_thread.run(images.start())
+    try:
+        proxy = start_proxy(runtime_path=synthetic.path, image_path=images.path)
+        with open_channel(proxy.options.listen_path) as channel:
+            channel.unary_unary(LIST_IMAGES)(b"img", timeout=5)
+            channel.unary_unary(VERSION)(b"rt", timeout=5)
+        assert [call.path for call in images.calls] == [LIST_IMAGES]
+        assert [call.path for call in synthetic.calls] == [VERSION]
+    finally:
+        loop_thread.run(images.stop(0))
+
+
+def test_stop_lets_in_flight_calls_finish_and_removes_the_socket(
+    loop_thread: LoopThread, proxy: ProxyServer, synthetic: SyntheticBackend
+) -> None:
+    async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await asyncio.sleep(0.5)
+        return b"done"
+
+    synthetic.unary[VERSION] = slow
+    path = proxy.options.listen_path
+    with open_channel(path) as channel:
+        future = channel.unary_unary(VERSION).future(b"", timeout=10)
+        time.sleep(0.1)
+        stopper = threading.Thread(target=loop_thread.run, args=(proxy.stop(5),))
+        stopper.start()
+        assert future.result() == b"done"
+        stopper.join(10)
+    assert not path.exists()
+
+
+def test_stop_cancels_calls_that_outlive_the_grace_period(
+    loop_thread: LoopThread, proxy: ProxyServer, synthetic: SyntheticBackend
+) -> None:
+    async def hang(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await asyncio.sleep(60)
+        return b""
+
+    synthetic.unary[VERSION] = hang
+    with open_channel(proxy.options.listen_path) as channel:
+        future = channel.unary_unary(VERSION).future(b"", timeout=30)
+        time.sleep(0.1)
+        started = time.monotonic()
+        loop_thread.run(proxy.stop(0.3))
+        assert time.monotonic() - started < 5
+        with pytest.raises(grpc.RpcError):
+            future.result(timeout=5)
+    assert synthetic.cancel_seen.wait(5)
