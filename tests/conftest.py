@@ -8,13 +8,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.server import ProxyServer
-
-MiB = 1024 * 1024
-
 
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[LoopThread]:
@@ -55,13 +53,6 @@ def start_proxy(loop_thread: LoopThread, tmp_path: Path) -> Iterator[ProxyFactor
 @pytest.fixture
 def proxy(start_proxy: ProxyFactory, synthetic: SyntheticBackend) -> ProxyServer:
     return start_proxy(runtime_path=synthetic.path)
-
-
-def open_channel(path: Path) -> grpc.Channel:
-    return grpc.insecure_channel(
-        f"unix://{path}",
-        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
-    )
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from conftest import MiB, open_channel
+from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.server import ProxyServer
 
@@ -20,6 +20,7 @@ VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"
 EVENTS = "/runtime.v1.RuntimeService/GetContainerEvents"
 V1ALPHA2_VERSION = "/runtime.v1alpha2.RuntimeService/Version"
+MiB = 1024 * 1024
 
 
 def unary(channel: grpc.Channel, path: str) -> grpc.UnaryUnaryMultiCallable:

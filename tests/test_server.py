@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -12,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from conftest import ProxyFactory, open_channel
+from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.server import ProxyServer
@@ -55,7 +56,7 @@ def test_reflection_serves_the_cri_file_descriptor(client: grpc.Channel) -> None
 
 
 def test_health_follows_the_backend(
-    loop_thread: LoopThread, start_proxy: ProxyFactory, tmp_path: Path
+    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
 ) -> None:
     backend = SyntheticBackend(tmp_path / "late.sock")
     proxy = start_proxy(runtime_path=backend.path)
@@ -71,7 +72,7 @@ def test_health_follows_the_backend(
 
 
 def test_backend_down_then_up_without_a_proxy_restart(
-    loop_thread: LoopThread, start_proxy: ProxyFactory, tmp_path: Path
+    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
 ) -> None:
     backend = SyntheticBackend(tmp_path / "late.sock")
     proxy = start_proxy(runtime_path=backend.path)
@@ -95,7 +96,7 @@ def test_backend_down_then_up_without_a_proxy_restart(
 
 
 def test_image_calls_go_to_the_image_endpoint(
-    loop_thread: LoopThread, start_proxy: ProxyFactory, tmp_path: Path, synthetic: SyntheticBackend
+    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path, synthetic: SyntheticBackend
 ) -> None:
     images = SyntheticBackend(tmp_path / "images.sock")
     loop_thread.run(images.start())

@@ -1,0 +1,99 @@
+"""`python -m runtimeproxy.lab`: a local lab on this machine, end to end.
+
+Starts a private containerd (offline images, temporary root), starts the proxy in
+front of it, drives a pod lifecycle through the proxy and prints every step, then
+removes everything. `--keep` leaves it all running until Ctrl-C, for crictl & co.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
+from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.images import build_and_import
+from runtimeproxy.lab.process import ProxyProcess
+
+T = TypeVar("T")
+IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"
+
+
+def step(label: str, action: Callable[[], T]) -> T:
+    started = time.perf_counter()
+    result = action()
+    elapsed = (time.perf_counter() - started) * 1000
+    shown = f" -> {result}" if isinstance(result, str) and result else ""
+    print(f"  {label:<44} {elapsed:8.1f} ms{shown}", flush=True)
+    return result
+
+
+@contextmanager
+def lab_environment(base: Path) -> Iterator[tuple[ContainerdInstance, ProxyProcess]]:
+    with ExitStack() as stack:
+        containerd = ContainerdInstance(base / "containerd")
+        step("start containerd (private root)", containerd.start)
+        stack.callback(containerd.stop)
+        step("build + import offline OCI images", lambda: build_and_import(containerd.address, IMAGE_CACHE) and "")
+        proxy = ProxyProcess(base / "proxy" / "runtimeproxy.sock", containerd.address)
+        step("start koord-runtime-proxy", proxy.start)
+        stack.callback(proxy.stop)
+        yield containerd, proxy
+
+
+def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
+    pod_config = client.pod_config("lab-pod", log_dir, labels={"app": "lab"})
+    version = step("Version", lambda: client.runtime.Version(client.api.VersionRequest(), timeout=10))
+    print(f"    runtime: {version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})")
+    pod_id = step("RunPodSandbox", lambda: client.run_pod(pod_config))
+    config = client.container_config("app", envs={"LAB": "through-the-proxy"})
+    container_id = step("CreateContainer", lambda: client.create_container(pod_id, config, pod_config))
+    step("StartContainer", lambda: client.start_container(container_id))
+    result = step("ExecSync: sh -c 'echo $LAB'", lambda: client.exec_sync(container_id, ["sh", "-c", "echo $LAB"]))
+    print(f"    container says: {result.stdout.decode().strip()}")
+    status = step("ContainerStatus", lambda: client.container_status(container_id))
+    print(f"    state: {client.api.ContainerState.Name(status.status.state)}")
+    step("StopContainer", lambda: client.stop_container(container_id))
+    step("RemoveContainer", lambda: client.remove_container(container_id))
+    step("StopPodSandbox", lambda: client.stop_pod(pod_id))
+    step("RemovePodSandbox", lambda: client.remove_pod(pod_id))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab", description=__doc__)
+    parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
+    args = parser.parse_args(argv)
+    problem = check_prerequisites()
+    if problem:
+        print(f"lab: cannot run here: {problem}", file=sys.stderr)
+        return 1
+    base = Path(tempfile.mkdtemp(prefix="rp-lab-", dir="/tmp"))
+    try:
+        print(f"runtimeproxy lab in {base}")
+        with lab_environment(base) as (containerd, proxy):
+            print(f"  proxy socket: {proxy.listen_path}  ->  containerd: {containerd.address}")
+            print("pod lifecycle through the proxy:")
+            with open_channel(proxy.listen_path) as channel:
+                pod_lifecycle(CriClient(channel), base / "pod-logs")
+            if args.keep:
+                print(f"running; try: crictl --runtime-endpoint unix://{proxy.listen_path} ps -a  (Ctrl-C stops)")
+                try:
+                    while True:
+                        time.sleep(3600)
+                except KeyboardInterrupt:
+                    pass
+        print("lab finished: everything stopped and removed")
+        return 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

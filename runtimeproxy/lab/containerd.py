@@ -1,0 +1,397 @@
+"""Start and stop a real, private containerd (with its CRI plugin) for the lab and the e2e tests.
+
+Every path the daemon uses lives under one base directory: root, state, sockets, runc state, CNI config,
+temp dir, log. Two things cannot be private in containerd 1.6: shim sockets always go to
+``/run/containerd/s/``, and runc containers are real processes. So ``stop()`` first removes every pod
+sandbox through CRI, then sweeps any remaining containerd task/container with ``ctr``, and only then stops
+the daemon and unmounts whatever is left under the base directory.
+
+Host-network pods need no CNI; the private CNI conf dir is left empty (pod-network pods are not supported).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.images import CRI_NAMESPACE, PAUSE_IMAGE, find_busybox, shared_libraries
+
+DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
+SHIM_SOCKET_DIR = Path("/run/containerd/s")  # fixed in containerd 1.6, whatever the config says
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the NUL
+
+
+
+class ContainerdError(RuntimeError):
+    """The lab containerd failed to start, answer or stop."""
+
+
+def check_prerequisites() -> str | None:
+    """None when this machine can run the lab, else a human-readable reason (for skip/fail messages)."""
+    problems: list[str] = []
+    if os.geteuid() != 0:
+        problems.append("must run as root (containerd and runc need it)")
+    for binary, package in (("containerd", "containerd"), ("containerd-shim-runc-v2", "containerd"),
+                            ("ctr", "containerd"), ("runc", "runc"), ("gcc", "gcc"), ("ldd", "libc-bin")):
+        if shutil.which(binary) is None:
+            problems.append(f"{binary} not found (apt-get install -y {package})")
+    busybox = find_busybox()
+    if busybox is None:
+        problems.append("busybox not found (apt-get install -y busybox)")
+    elif shutil.which("ldd") and not shared_libraries(busybox):
+        problems.append(f"{busybox} is static; the lab needs Debian's dynamic busybox (apt-get install -y busybox)")
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        problems.append("python package grpcio is not installed")
+    return "; ".join(problems) or None
+
+
+
+
+def _toml_str(value: str | Path) -> str:
+    return json.dumps(str(value))  # JSON string escapes are valid TOML basic strings
+
+
+def _mount_points() -> list[str]:
+    """Mount points of this mount namespace, from /proc/self/mountinfo (octal escapes decoded)."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            raw = line.split()[4]
+            points.append(raw.encode("utf-8", "surrogateescape").decode("unicode_escape"))
+    return points
+
+
+def _unmount(path: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    mnt_detach = 2
+    if libc.umount2(path.encode(), mnt_detach) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+
+
+def _process_args(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+class ContainerdInstance:
+    """A private containerd daemon rooted at ``base_dir`` (created if needed).
+
+    Use as a context manager, or call ``start()`` and ``stop()``. ``address`` is the gRPC socket, for both
+    ``ctr -a`` and CRI clients (``unix://`` + address).
+    """
+
+    def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
+                 cni_bin_dir: str = DEFAULT_CNI_BIN_DIR) -> None:
+        self.base_dir = Path(base_dir).absolute()
+        self.sandbox_image = sandbox_image
+        self.log_level = log_level
+        self.cni_bin_dir = cni_bin_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.removed_containers: list[tuple[str, str]] = []
+        if len(str(self.address)) + len(".ttrpc") > UNIX_PATH_MAX:
+            raise ContainerdError(f"socket path too long for a unix socket: {self.address} (use a shorter base dir)")
+
+    # -- paths ---------------------------------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """Path of containerd's gRPC socket (serves containerd's API and CRI runtime.v1 / v1alpha2)."""
+        return str(self.base_dir / "containerd.sock")
+
+    @property
+    def endpoint(self) -> str:
+        """gRPC target for CRI clients."""
+        return "unix://" + self.address
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "containerd.log"
+
+    @property
+    def config_path(self) -> Path:
+        return self.base_dir / "config.toml"
+
+    @property
+    def root(self) -> Path:
+        return self.base_dir / "root"
+
+    @property
+    def state(self) -> Path:
+        return self.base_dir / "state"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.base_dir / "cni" / "net.d"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- config --------------------------------------------------------------------------------------------
+
+    def config_toml(self) -> str:
+        """containerd 1.6 config (version 2) with every path private to ``base_dir``."""
+        b = self.base_dir
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return f"""\
+version = 2
+root = {_toml_str(self.root)}
+state = {_toml_str(self.state)}
+temp = {_toml_str(b / "tmp")}
+disabled_plugins = []
+oom_score = 0
+
+[grpc]
+  address = {_toml_str(self.address)}
+
+[ttrpc]
+  address = {_toml_str(self.address + ".ttrpc")}
+
+[debug]
+  address = {_toml_str(b / "debug.sock")}
+  level = {_toml_str(self.log_level)}
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = {_toml_str(b / "opt")}
+
+  [{cri}]
+    sandbox_image = {_toml_str(self.sandbox_image)}
+    # Root here lacks CAP_SYS_RESOURCE: without this every RunPodSandbox fails in runc.
+    restrict_oom_score_adj = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_tls_streaming = false
+    disable_tcp_service = true
+    max_container_log_line_size = 16384
+    netns_mounts_under_state_dir = true
+
+    [{cri}.cni]
+      bin_dir = {_toml_str(self.cni_bin_dir)}
+      conf_dir = {_toml_str(self.cni_conf_dir)}
+
+    [{cri}.containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+
+      [{cri}.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [{cri}.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = {_toml_str(b / "runc")}
+"""
+
+    def write_config(self) -> Path:
+        for d in (self.base_dir, self.root, self.state, self.base_dir / "tmp", self.base_dir / "opt",
+                  self.base_dir / "runc", self.cni_conf_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self.config_toml())
+        return self.config_path
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start containerd and wait until its CRI service answers; raises ContainerdError otherwise."""
+        if self.running:
+            return
+        self.write_config()
+        for sock in (self.address, self.address + ".ttrpc", str(self.base_dir / "debug.sock")):
+            Path(sock).unlink(missing_ok=True)  # stale, from a killed run
+        binary = shutil.which("containerd")
+        if binary is None:
+            raise ContainerdError("containerd not found (apt-get install -y containerd)")
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen([binary, "--config", str(self.config_path)], stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=log, start_new_session=True)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self._terminate(5.0)
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last_error = "socket not created"
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                code = self._proc.returncode if self._proc else None
+                raise ContainerdError(f"containerd exited with status {code} while starting\n{self.log_tail()}")
+            if os.path.exists(self.address):
+                try:
+                    self.cri_version()
+                    return
+                except Exception as exc:  # grpc.RpcError or a connection error: not ready yet
+                    last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            time.sleep(0.1)
+        raise ContainerdError(f"containerd CRI not ready after {timeout:.0f}s ({last_error})\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Remove all pods and containers, stop containerd, kill stray shims and unmount leftovers.
+
+        Afterwards ``removed_containers`` lists the (namespace, id) of every container that was cleaned up.
+        """
+        errors: list[str] = []
+        if self.running:
+            try:
+                self.removed_containers = self.container_refs()
+            except Exception as exc:
+                errors.append(f"listing containers: {exc}")
+            try:
+                self.remove_all_pods()
+            except Exception as exc:
+                errors.append(f"CRI pod cleanup: {exc}")
+            try:
+                self.remove_all_containers()
+            except Exception as exc:
+                errors.append(f"ctr container cleanup: {exc}")
+        self._terminate(timeout)
+        for pid in self.shim_pids():
+            errors.append(f"killed stray shim {pid}")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for ns, cid in self.removed_containers:
+            self.shim_socket(ns, cid).unlink(missing_ok=True)  # only left behind by a killed shim
+        self.unmount_all()
+        if errors:
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                log.write("".join(f"lab stop: {e}\n" for e in errors))
+
+    def _terminate(self, timeout: float) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5.0)
+
+    def __enter__(self) -> ContainerdInstance:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- cleanup helpers -----------------------------------------------------------------------------------
+
+    def _cri(self) -> CriClient:
+        return CriClient(open_channel(self.address))
+
+    def cri_version(self) -> str:
+        """CRI runtime.v1 Version: "<runtime_name> <runtime_version> <runtime_api_version>"."""
+        client = self._cri()
+        with client.channel:
+            reply = client.runtime.Version(client.api.VersionRequest(), timeout=2.0)
+        return f"{reply.runtime_name} {reply.runtime_version} {reply.runtime_api_version}"
+
+    def pod_sandbox_ids(self) -> list[str]:
+        """IDs of all pod sandboxes CRI knows (ListPodSandbox without filter)."""
+        client = self._cri()
+        with client.channel:
+            return client.pod_ids()
+
+    def remove_all_pods(self) -> list[str]:
+        """StopPodSandbox + RemovePodSandbox for every pod (removes their containers too); returns the IDs."""
+        import grpc
+
+        client = self._cri()
+        failures = []
+        with client.channel:
+            ids = client.pod_ids()
+            for pod_id in ids:
+                for step in (client.stop_pod, client.remove_pod):
+                    try:
+                        step(pod_id)
+                    except grpc.RpcError as exc:
+                        if exc.code() != grpc.StatusCode.NOT_FOUND:  # 1.6 says NotFound for a gone pod
+                            failures.append(f"{step.__name__} {pod_id}: {exc.code().name} {exc.details()}")
+        if failures:
+            raise ContainerdError("; ".join(failures))
+        return ids
+
+    def cri_image_tags(self) -> list[str]:
+        """repo_tags of every image CRI lists (ImageService.ListImages), as kubelet would see them."""
+        client = self._cri()
+        with client.channel:
+            return client.image_tags()
+    def ctr(self, *args: str, namespace: str | None = CRI_NAMESPACE, check: bool = True,
+            timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``ctr -a <address> [-n namespace] args...`` and return the completed process."""
+        cmd = ["ctr", "-a", self.address, *(["-n", namespace] if namespace else []), *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise ContainerdError(f"{' '.join(cmd)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc
+
+    def container_refs(self) -> list[tuple[str, str]]:
+        """(namespace, container id) of every containerd container, CRI's (sandboxes included) or not."""
+        return [(ns, cid) for ns in self.ctr("namespaces", "ls", "-q", namespace=None).stdout.split()
+                for cid in self.ctr("containers", "ls", "-q", namespace=ns).stdout.split()]
+
+    def remove_all_containers(self) -> None:
+        """Kill and delete every task and container in every namespace (what CRI cleanup did not remove)."""
+        for ns in self.ctr("namespaces", "ls", "-q", namespace=None).stdout.split():
+            for task in self.ctr("tasks", "ls", "-q", namespace=ns).stdout.split():
+                self.ctr("tasks", "delete", "--force", task, namespace=ns, check=False)
+            containers = self.ctr("containers", "ls", "-q", namespace=ns).stdout.split()
+            if containers:
+                self.ctr("containers", "rm", *containers, namespace=ns, check=False)
+
+    def shim_socket(self, namespace: str, container_id: str) -> Path:
+        """Where containerd 1.6 puts the shim socket of a task: /run/containerd/s/sha256(address/ns/id)."""
+        key = os.path.join(self.address, namespace, container_id)
+        return SHIM_SOCKET_DIR / hashlib.sha256(key.encode()).hexdigest()
+
+    def shim_pids(self) -> list[int]:
+        """PIDs of containerd-shim processes that belong to this instance (started with its address)."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                args = _process_args(int(entry.name))
+                if args and "containerd-shim" in os.path.basename(args[0]) and self.address in args:
+                    pids.append(int(entry.name))
+        return pids
+
+    def mounts(self) -> list[str]:
+        """Mount points under ``base_dir`` (empty once the instance is cleanly stopped)."""
+        prefixes = {str(self.base_dir) + "/", str(self.base_dir.resolve()) + "/"}
+        return [m for m in _mount_points() if any(m.startswith(p) for p in prefixes)]
+
+    def unmount_all(self) -> None:
+        """Best effort: lazily unmount everything under ``base_dir``, deepest first."""
+        for point in sorted(set(self.mounts()), key=len, reverse=True):
+            try:
+                _unmount(point)
+            except OSError:
+                pass
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no containerd log)"
+        return "containerd log tail:\n" + "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,105 @@
+"""The proxy as a real process (`python -m runtimeproxy`), for the lab, e2e tests and benchmarks."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from runtimeproxy.lab.cri import open_channel
+
+
+class ProxyProcessError(RuntimeError):
+    pass
+
+
+class ProxyProcess:
+    def __init__(
+        self,
+        listen_path: Path,
+        runtime_path: Path | str,
+        *,
+        hook_config_dir: Path | None = None,
+        log_path: Path | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.listen_path = listen_path
+        self.runtime_path = str(runtime_path)
+        self.hook_config_dir = hook_config_dir or listen_path.parent / "hookserver.d"
+        self.log_path = log_path or listen_path.with_suffix(".log")
+        self.extra_args = extra_args or []
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return [
+            sys.executable, "-m", "runtimeproxy",
+            f"--koord-runtimeproxy-endpoint={self.listen_path}",
+            f"--remote-runtime-service-endpoint={self.runtime_path}",
+            f"--runtime-hook-config-dir={self.hook_config_dir}",
+            *self.extra_args,
+        ]
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout: float = 30.0, wait_serving: bool = True) -> None:
+        self.hook_config_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        self.wait_until_listening(timeout, wait_serving)
+
+    def wait_until_listening(self, timeout: float, wait_serving: bool = True) -> None:
+        """Until health answers (SERVING, if asked: the backend is connected too)."""
+        deadline = time.monotonic() + timeout
+        with open_channel(self.listen_path) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                if self._proc is not None and self._proc.poll() is not None:
+                    raise ProxyProcessError(f"proxy exited with {self._proc.returncode}:\n{self.log_tail()}")
+                try:
+                    status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    if not wait_serving or status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ProxyProcessError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code (kills it if it does not exit in time)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return 0
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+                raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
+        return proc.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> ProxyProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

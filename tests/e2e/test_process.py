@@ -1,0 +1,99 @@
+"""The koord-runtime-proxy process: signals, its socket, and a backend that comes and goes."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from runtimeproxy.lab.containerd import ContainerdInstance
+from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.process import ProxyProcess
+
+
+def test_socket_mode_and_clean_sigterm(containerd: ContainerdInstance, workdir: Path) -> None:
+    proxy = ProxyProcess(workdir / "sig" / "rp.sock", containerd.address)
+    proxy.start()
+    assert stat.S_IMODE(proxy.listen_path.stat().st_mode) == 0o660
+    assert proxy.stop() == 0
+    assert not proxy.listen_path.exists()
+    log = proxy.log_path.read_text()
+    assert "listening on" in log and "stopped" in log
+
+
+def test_a_second_proxy_refuses_a_live_socket(proxy_process: ProxyProcess, containerd: ContainerdInstance) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "runtimeproxy", f"--koord-runtimeproxy-endpoint={proxy_process.listen_path}",
+         f"--remote-runtime-service-endpoint={containerd.address}"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "served by another running process" in result.stderr
+    with open_channel(proxy_process.listen_path) as channel:  # the first one is unharmed
+        assert CriClient(channel).runtime.Version(CriClient(channel).api.VersionRequest(), timeout=10).runtime_name
+
+
+def _version(client: CriClient) -> str:
+    return client.runtime.Version(client.api.VersionRequest(), timeout=5).runtime_name
+
+
+def _eventually_version(client: CriClient, timeout: float = 15) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _version(client)
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_backend_down_at_start_then_up_then_restarted(workdir: Path, containerd: ContainerdInstance) -> None:
+    later = ContainerdInstance(workdir / "late")
+    proxy = ProxyProcess(workdir / "late-proxy" / "rp.sock", later.address)
+    proxy.start(wait_serving=False)
+    try:
+        with open_channel(proxy.listen_path) as channel:
+            client = CriClient(channel)
+            with pytest.raises(grpc.RpcError) as raised:
+                _version(client)
+            assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert later.address in raised.value.details()
+
+            later.start()
+            assert _eventually_version(client) == "containerd"
+            later.stop()
+            with pytest.raises(grpc.RpcError):
+                _version(client)
+            later.start()
+            assert _eventually_version(client) == "containerd"
+        assert "is unreachable" in proxy.log_tail(100) and "is reachable" in proxy.log_tail(100)
+    finally:
+        assert proxy.stop() == 0
+        later.stop()
+
+
+def test_default_log_level_has_no_per_call_lines(containerd: ContainerdInstance, workdir: Path) -> None:
+    proxy = ProxyProcess(workdir / "quiet" / "rp.sock", containerd.address)
+    proxy.start()
+    try:
+        with open_channel(proxy.listen_path) as channel:
+            client = CriClient(channel)
+            for _ in range(50):
+                _version(client)
+    finally:
+        proxy.stop()
+    lines = proxy.log_path.read_text().splitlines()
+    assert len(lines) <= 5, lines
+
+
+def test_socket_directory_is_created(containerd: ContainerdInstance, workdir: Path) -> None:
+    proxy = ProxyProcess(workdir / "deep" / "a" / "b" / "rp.sock", containerd.address,
+                         log_path=workdir / "deep.log", hook_config_dir=workdir / "deep-hooks")
+    with proxy:
+        assert proxy.listen_path.parent.is_dir()
