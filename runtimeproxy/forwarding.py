@@ -59,20 +59,27 @@ async def abort_internal(context: grpc.aio.ServicerContext, method: Method, erro
     await context.abort(grpc.StatusCode.INTERNAL, f"runtimeproxy: {method.path}: {error}")
 
 
-def unary_unary_handler(
-    method: Method, backend: BackendChannel, hook: UnaryHook | None = None
-) -> grpc.RpcMethodHandler:
-    call = backend.channel.unary_unary(method.path)
+def _single_response(
+    backend: BackendChannel, open_call: Callable[..., Awaitable[bytes]]
+) -> Callable[..., Awaitable[bytes]]:
+    """A behaviour with one response (unary or client-streaming request)."""
 
-    async def relay(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def relay(request: object, context: grpc.aio.ServicerContext) -> bytes:
         try:
-            return await call(
+            return await open_call(
                 request, timeout=context.time_remaining(), metadata=forwarded_metadata(context)
             )
         except grpc.aio.AioRpcError as error:
             await relay_failure(context, error, backend)
             raise  # unreachable: abort raises
 
+    return relay
+
+
+def unary_unary_handler(
+    method: Method, backend: BackendChannel, hook: UnaryHook | None = None
+) -> grpc.RpcMethodHandler:
+    relay = _single_response(backend, backend.channel.unary_unary(method.path))
     if hook is None:
         return grpc.unary_unary_rpc_method_handler(relay)
 
@@ -89,7 +96,7 @@ def unary_unary_handler(
 
 
 def _relay_responses(
-    method: Method, backend: BackendChannel, open_call: Callable[..., grpc.aio.Call]
+    backend: BackendChannel, open_call: Callable[..., grpc.aio.Call]
 ) -> Callable[..., AsyncIterator[bytes]]:
     """A streaming behaviour that passes each backend message on as soon as it arrives."""
 
@@ -108,21 +115,6 @@ def _relay_responses(
     return relay
 
 
-def _single_response(
-    method: Method, backend: BackendChannel, open_call: Callable[..., grpc.aio.Call]
-) -> Callable[..., Awaitable[bytes]]:
-    async def relay(request_iterator: object, context: grpc.aio.ServicerContext) -> bytes:
-        try:
-            return await open_call(
-                request_iterator, timeout=context.time_remaining(), metadata=forwarded_metadata(context)
-            )
-        except grpc.aio.AioRpcError as error:
-            await relay_failure(context, error, backend)
-            raise
-
-    return relay
-
-
 def method_handler(
     method: Method, backend: BackendChannel, hook: UnaryHook | None = None
 ) -> grpc.RpcMethodHandler:
@@ -133,10 +125,10 @@ def method_handler(
     if hook is not None:
         raise ValueError(f"{method.path}: only unary methods can be hooked")
     if method.kind is Kind.UNARY_STREAM:
-        relay = _relay_responses(method, backend, channel.unary_stream(method.path))
+        relay = _relay_responses(backend, channel.unary_stream(method.path))
         return grpc.unary_stream_rpc_method_handler(relay)
     if method.kind is Kind.STREAM_STREAM:
-        relay = _relay_responses(method, backend, channel.stream_stream(method.path))
+        relay = _relay_responses(backend, channel.stream_stream(method.path))
         return grpc.stream_stream_rpc_method_handler(relay)
-    single = _single_response(method, backend, channel.stream_unary(method.path))
+    single = _single_response(backend, channel.stream_unary(method.path))
     return grpc.stream_unary_rpc_method_handler(single)
