@@ -1,0 +1,562 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import orjson
+import pytest
+
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.plugins import (
+    HOOK_NAMES,
+    FailurePolicy,
+    Plugin,
+    PluginConfig,
+    PluginConfigError,
+    PluginRegistry,
+    _signature,
+    parse_plugin_config,
+)
+
+T = TypeVar("T")
+LOGGER = "runtimeproxy.plugins"
+KOORDLET = (
+    b'{"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Ignore", '
+    b'"runtime-hooks": ["PreRunPodSandbox"]}'
+)
+
+
+def config_bytes(**fields: Any) -> bytes:
+    """A config with a valid endpoint and hook; a field given as ... is left out."""
+    document: dict[str, Any] = {"remote-endpoint": "/run/plugin.sock", "runtime-hooks": ["PreRunPodSandbox"]}
+    document.update({key.replace("_", "-"): value for key, value in fields.items()})
+    return orjson.dumps({key: value for key, value in document.items() if value is not ...})
+
+
+def messages(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[str]:
+    return [
+        record.getMessage() for record in caplog.records
+        if record.name == LOGGER and (level is None or record.levelno == level)
+    ]
+
+
+# --- parsing ---------------------------------------------------------------------------
+
+
+def test_parses_the_koordinator_example() -> None:
+    config = parse_plugin_config("koordlet.json", KOORDLET)
+    assert config == PluginConfig(
+        name="koordlet.json",
+        endpoint=Path("/var/run/koordlet/koordlet.sock"),
+        failure_policy=FailurePolicy.IGNORE,
+        hooks=frozenset({"PreRunPodSandbox"}),
+        timeout_seconds=5.0,
+    )
+    assert config.describe() == (
+        "endpoint unix:///var/run/koordlet/koordlet.sock, policy Ignore, hooks PreRunPodSandbox, "
+        "timeout 5s"
+    )
+
+
+@pytest.mark.parametrize("policy", [..., None, ""])
+def test_failure_policy_defaults_to_ignore(policy: object) -> None:
+    config = parse_plugin_config("p.json", config_bytes(failure_policy=policy))
+    assert config.failure_policy is FailurePolicy.IGNORE
+
+
+@pytest.mark.parametrize(
+    ("text", "policy"),
+    [("Fail", FailurePolicy.FAIL), ("fail", FailurePolicy.FAIL), ("FAIL", FailurePolicy.FAIL),
+     ("Ignore", FailurePolicy.IGNORE), ("iGnOrE", FailurePolicy.IGNORE)],
+)
+def test_failure_policy_is_case_insensitive_and_normalized(text: str, policy: FailurePolicy) -> None:
+    config = parse_plugin_config("p.json", config_bytes(failure_policy=text))
+    assert config.failure_policy is policy
+    assert policy.value in config.describe()
+
+
+def test_hooks_are_normalized_deduplicated_and_described_in_lifecycle_order() -> None:
+    hooks = ["PostStopPodSandbox", "precreatecontainer", "PreRunPodSandbox", "PreCreateContainer"]
+    config = parse_plugin_config("p.json", config_bytes(runtime_hooks=hooks))
+    assert config.hooks == {"PostStopPodSandbox", "PreCreateContainer", "PreRunPodSandbox"}
+    assert config.ordered_hooks == ("PreRunPodSandbox", "PreCreateContainer", "PostStopPodSandbox")
+    assert "hooks PreRunPodSandbox,PreCreateContainer,PostStopPodSandbox," in config.describe()
+
+
+def test_all_seven_hooks_are_known() -> None:
+    config = parse_plugin_config("p.json", config_bytes(runtime_hooks=list(HOOK_NAMES)))
+    assert config.ordered_hooks == HOOK_NAMES and len(HOOK_NAMES) == 7
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [(..., 5.0), (None, 5.0), (1, 1.0), (0.25, 0.25), (30, 30.0)]
+)
+def test_timeout_defaults_to_five_seconds(value: object, seconds: float) -> None:
+    config = parse_plugin_config("p.json", config_bytes(timeout_seconds=value))
+    assert config.timeout_seconds == seconds
+    assert f"timeout {seconds:g}s" in config.describe()
+
+
+@pytest.mark.parametrize("endpoint", ["unix:///run/k.sock", "unix:/run/k.sock", "/run/k.sock"])
+def test_endpoint_accepts_a_path_or_unix_uri(endpoint: str) -> None:
+    config = parse_plugin_config("p.json", config_bytes(remote_endpoint=endpoint))
+    assert config.endpoint == Path("/run/k.sock")
+
+
+def test_a_utf8_bom_is_tolerated() -> None:
+    assert parse_plugin_config("koordlet.json", b"\xef\xbb\xbf" + KOORDLET).name == "koordlet.json"
+
+
+KNOWN_HOOKS = (
+    "PreRunPodSandbox, PreCreateContainer, PreStartContainer, PostStartContainer, "
+    "PreUpdateContainerResources, PostStopContainer, PostStopPodSandbox"
+)
+cfg = config_bytes
+POSITIVE = "must be a positive number of seconds"
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"", "empty file"),
+        (b" \n\t", "empty file"),
+        (KOORDLET[:40], "invalid JSON: unexpected end of data at line 1 column 41 (truncated?)"),
+        (b"{,}", "invalid JSON: "),
+        (b'{"remote-endpoint": "/run/\xff.sock"}', "not valid UTF-8 (byte 26)"),
+        (b"\xff\xfe{}", "not valid UTF-8 (byte 0)"),
+        (b"[]", "expected a JSON object, got an array"),
+        (b'"koordlet"', "expected a JSON object, got a string"),
+        (b"null", "expected a JSON object, got null"),
+        (cfg(remote_endpoint=...), "remote-endpoint: missing"),
+        (cfg(remote_endpoint=7), "remote-endpoint: expected a string, got a number"),
+        (cfg(remote_endpoint="tcp://1.2.3.4:5"), "remote-endpoint: 'tcp://1.2.3.4:5': only unix sockets"),
+        (cfg(remote_endpoint="run/k.sock"), "remote-endpoint: 'run/k.sock': the socket path must be"),
+        (cfg(remote_endpoint=""), "remote-endpoint: '': empty socket path"),
+        (cfg(failure_policy="Retry"), 'failure-policy: unknown policy "Retry" (known: Fail or Ignore)'),
+        (cfg(failure_policy=True), "failure-policy: expected a string, got a boolean"),
+        (cfg(runtime_hooks=...), f"runtime-hooks: missing (a list of: {KNOWN_HOOKS})"),
+        (cfg(runtime_hooks=None), "runtime-hooks: expected a list of hook names, got null"),
+        (cfg(runtime_hooks="PreRunPodSandbox"), "runtime-hooks: expected a list of hook names, got a string"),
+        (cfg(runtime_hooks=[]), f"runtime-hooks: empty list; name at least one of: {KNOWN_HOOKS}"),
+        (cfg(runtime_hooks=["PreRunPodSandbox", 3]), "runtime-hooks: expected hook names, got a number"),
+        (cfg(runtime_hooks=["PreRunPodSandbox", "PreFoo"]),
+         f'runtime-hooks: unknown hook "PreFoo" (known: {KNOWN_HOOKS})'),
+        (cfg(timeout_seconds=0), f"timeout-seconds: {POSITIVE}, got 0"),
+        (cfg(timeout_seconds=-1.5), f"timeout-seconds: {POSITIVE}, got -1.5"),
+        (cfg(timeout_seconds="5"), "timeout-seconds: expected a number, got a string"),
+        (cfg(timeout_seconds=True), "timeout-seconds: expected a number, got a boolean"),
+        # orjson refuses infinities itself.
+        (cfg(timeout_seconds=1).replace(b":1}", b":1e999}"), "invalid JSON: "),
+    ],
+)
+def test_malformed_configs_name_the_file_and_the_problem(data: bytes, problem: str) -> None:
+    with pytest.raises(PluginConfigError) as raised:
+        parse_plugin_config("koordlet.json", data)
+    assert raised.value.name == "koordlet.json"
+    assert str(raised.value).startswith(f"koordlet.json: {problem}"), str(raised.value)
+
+
+def test_unknown_keys_are_accepted_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    data = config_bytes(zeta=1, alpha={"x": 1})
+    assert parse_plugin_config("koordlet.json", data).endpoint == Path("/run/plugin.sock")
+    assert messages(caplog) == ["plugin config koordlet.json: ignoring unknown keys: alpha, zeta"]
+
+
+def test_a_broken_file_with_unknown_keys_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(PluginConfigError):
+        parse_plugin_config("koordlet.json", config_bytes(zeta=1, runtime_hooks=[]))
+    assert messages(caplog) == []
+
+
+# --- registry --------------------------------------------------------------------------
+
+
+async def _call(function: Callable[[], T]) -> T:
+    return function()
+
+
+async def _settled_state(channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:
+    await asyncio.sleep(0.02)
+    return channel.get_state()
+
+
+class Harness:
+    """A registry driven from the test thread; everything touching it runs on the loop thread."""
+
+    def __init__(self, loop_thread: LoopThread, config_dir: Path, poll_interval: float = 0.5) -> None:
+        self.loop = loop_thread
+        self.dir = config_dir
+        self.registry = PluginRegistry(config_dir, poll_interval=poll_interval)
+
+    def on_loop(self, function: Callable[[], T]) -> T:
+        return self.loop.run(_call(function))
+
+    def refresh(self) -> bool:
+        return self.on_loop(self.registry.refresh)
+
+    def write(self, name: str, data: bytes) -> None:
+        self.dir.mkdir(exist_ok=True)
+        (self.dir / name).write_bytes(data)
+
+    def names(self, hook: str | None = None) -> list[str]:
+        plugins = self.registry.plugins if hook is None else self.registry.plugins_for(hook)
+        return [plugin.name for plugin in plugins]
+
+    def plugin(self, name: str) -> Plugin:
+        return next(plugin for plugin in self.registry.plugins if plugin.name == name)
+
+    def state(self, channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:
+        """The channel's state, once pending channel closes had a moment to run."""
+        return self.loop.run(_settled_state(channel))
+
+    def is_shut_down(self, channel: grpc.aio.Channel) -> bool:
+        return self.state(channel) is grpc.ChannelConnectivity.SHUTDOWN
+
+
+@pytest.fixture
+def harness(
+    loop_thread: LoopThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> Iterator[Harness]:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    harness = Harness(loop_thread, tmp_path / "hookserver.d")
+    harness.dir.mkdir()
+    yield harness
+    loop_thread.run(harness.registry.close())
+
+
+def test_added_changed_and_deleted_files_are_picked_up(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert harness.refresh() is False
+    assert harness.registry.plugins == ()
+
+    harness.write("koordlet.json", KOORDLET)
+    assert harness.refresh() is True
+    assert harness.names("PreRunPodSandbox") == ["koordlet.json"]
+    assert harness.names("PreCreateContainer") == []
+    assert harness.refresh() is False
+
+    harness.write("koordlet.json", config_bytes(
+        remote_endpoint="unix:///var/run/koordlet/koordlet.sock", failure_policy="Fail",
+        runtime_hooks=["PreRunPodSandbox", "PreCreateContainer"], timeout_seconds=2.5))
+    assert harness.refresh() is True
+    plugin = harness.plugin("koordlet.json")
+    assert plugin.failure_policy is FailurePolicy.FAIL and plugin.timeout_seconds == 2.5
+    assert harness.names("PreCreateContainer") == ["koordlet.json"]
+
+    (harness.dir / "koordlet.json").unlink()
+    assert harness.refresh() is True
+    assert harness.registry.plugins == () and harness.names("PreRunPodSandbox") == []
+
+    assert messages(caplog) == [
+        "plugin koordlet.json registered: endpoint unix:///var/run/koordlet/koordlet.sock, "
+        "policy Ignore, hooks PreRunPodSandbox, timeout 5s",
+        "plugin koordlet.json changed: endpoint unix:///var/run/koordlet/koordlet.sock, policy Fail, "
+        "hooks PreRunPodSandbox,PreCreateContainer, timeout 2.5s",
+        "plugin koordlet.json removed",
+    ]
+
+
+def test_an_in_place_rewrite_of_the_same_size_is_picked_up(harness: Harness) -> None:
+    # Both writes land within one timestamp tick: (inode, size, mtime) need not change.
+    harness.write("p.json", config_bytes(timeout_seconds=1))
+    assert harness.refresh() is True
+    harness.write("p.json", config_bytes(timeout_seconds=2))
+    assert harness.refresh() is True
+    assert harness.plugin("p.json").timeout_seconds == 2
+
+
+def test_recently_modified_files_are_reread_until_they_settle(tmp_path: Path) -> None:
+    # Coarse timestamps let a rewrite keep (inode, size, mtime); such files are not trusted yet.
+    path = tmp_path / "p.json"
+    path.write_bytes(b"{}")
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))
+    assert _signature(os.stat(path)) is None
+    os.utime(path, ns=(now, now - 3 * 10**9))
+    assert _signature(os.stat(path)) is not None
+
+
+def test_touching_a_file_without_changing_it_logs_nothing(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness.write("p.json", config_bytes())
+    harness.refresh()
+    caplog.clear()
+    os.utime(harness.dir / "p.json", ns=(0, 10**18))
+    assert harness.refresh() is False
+    assert messages(caplog) == []
+
+
+def test_a_rename_moves_the_plugin_in_the_order(harness: Harness) -> None:
+    harness.write("b.json", config_bytes(remote_endpoint="/run/b.sock"))
+    harness.write("c.json", config_bytes(remote_endpoint="/run/c.sock"))
+    harness.refresh()
+    channel = harness.plugin("c.json").channel
+    os.rename(harness.dir / "c.json", harness.dir / "a.json")
+    assert harness.refresh() is True
+    assert harness.names() == ["a.json", "b.json"]
+    assert harness.plugin("a.json").channel is channel  # the endpoint did not change
+    assert harness.state(channel) is not grpc.ChannelConnectivity.SHUTDOWN
+
+
+def test_a_broken_edit_keeps_the_last_good_version_and_warns_once(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness.write("koordlet.json", KOORDLET)
+    harness.refresh()
+    good = harness.plugin("koordlet.json")
+    caplog.clear()
+
+    harness.write("koordlet.json", config_bytes(runtime_hooks=["PreFoo"]))
+    for _ in range(4):
+        assert harness.refresh() is False
+    os.utime(harness.dir / "koordlet.json", ns=(0, 10**18))  # touched, still broken
+    assert harness.refresh() is False
+    assert harness.registry.plugins == (good,)
+    assert messages(caplog) == [
+        f'invalid plugin config koordlet.json: runtime-hooks: unknown hook "PreFoo" (known: {KNOWN_HOOKS}); '
+        "its last good version stays in force"
+    ]
+
+    harness.write("koordlet.json", KOORDLET[:30])  # a different breakage: one more line
+    harness.refresh()
+    harness.refresh()
+    assert len(messages(caplog, logging.WARNING)) == 2
+    assert "koordlet.json: invalid JSON" in messages(caplog)[-1]
+
+    caplog.clear()
+    harness.write("koordlet.json", KOORDLET)  # fixed, back to the same content
+    assert harness.refresh() is False
+    assert harness.registry.plugins == (good,)
+    assert messages(caplog) == [
+        "plugin koordlet.json is valid again (unchanged): "
+        "endpoint unix:///var/run/koordlet/koordlet.sock, policy Ignore, hooks PreRunPodSandbox, timeout 5s"
+    ]
+
+    harness.write("koordlet.json", b"")
+    harness.refresh()
+    harness.write("koordlet.json", config_bytes(failure_policy="Fail"))  # fixed, a new version
+    assert harness.refresh() is True
+    assert harness.plugin("koordlet.json").failure_policy is FailurePolicy.FAIL
+
+
+def test_a_broken_new_file_is_not_registered(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    harness.write("new.json", b'{"remote-endpoint": "/run/k.sock", ')
+    assert harness.refresh() is False
+    assert harness.refresh() is False
+    assert harness.registry.plugins == ()
+    assert messages(caplog) == [
+        "invalid plugin config new.json: invalid JSON: unexpected end of data at line 1 column 36 "
+        "(truncated?); not registered"
+    ]
+    (harness.dir / "new.json").unlink()
+    assert harness.refresh() is False
+    assert len(messages(caplog)) == 1
+
+
+def test_plugins_for_a_hook_follow_bytewise_file_name_order(harness: Harness) -> None:
+    for name in ["b.json", "a.json", "B.json", "9.json", "10.json"]:
+        harness.write(name, config_bytes(remote_endpoint=f"/run/{name}.sock"))
+    harness.write("only-create.json", config_bytes(runtime_hooks=["PreCreateContainer"]))
+    harness.refresh()
+    assert harness.names("PreRunPodSandbox") == ["10.json", "9.json", "B.json", "a.json", "b.json"]
+    assert harness.names("PreCreateContainer") == ["only-create.json"]
+    assert harness.names() == ["10.json", "9.json", "B.json", "a.json", "b.json", "only-create.json"]
+    assert harness.registry.plugins_for("NoSuchHook") == ()
+
+
+def test_only_visible_json_files_count(harness: Harness) -> None:
+    harness.write(".hidden.json", config_bytes())
+    harness.write("koordlet.json.bak", config_bytes())
+    harness.write("koordlet.yaml", config_bytes())
+    (harness.dir / "subdir.json").mkdir()
+    (harness.dir / "dangling.json").symlink_to(harness.dir / "missing")
+    harness.write("real.json", config_bytes())
+    (harness.dir / "link.json").symlink_to(harness.dir / "real.json")
+    harness.refresh()
+    assert harness.names() == ["link.json", "real.json"]
+
+
+def test_channels_are_shared_per_endpoint_and_closed_when_unused(harness: Harness) -> None:
+    harness.write("a.json", config_bytes(remote_endpoint="/run/shared.sock"))
+    harness.write("b.json", config_bytes(remote_endpoint="unix:///run/shared.sock", timeout_seconds=9))
+    harness.write("c.json", config_bytes(remote_endpoint="/run/other.sock"))
+    harness.refresh()
+    shared = harness.plugin("a.json").channel
+    other = harness.plugin("c.json").channel
+    assert harness.plugin("b.json").channel is shared and other is not shared
+
+    harness.write("b.json", config_bytes(remote_endpoint="/run/shared.sock", timeout_seconds=1))
+    (harness.dir / "a.json").unlink()
+    assert harness.refresh() is True
+    assert harness.plugin("b.json").channel is shared  # kept across a change that keeps the endpoint
+
+    harness.write("c.json", config_bytes(remote_endpoint="/run/moved.sock"))
+    harness.refresh()
+    assert harness.plugin("c.json").channel is not other
+    assert harness.is_shut_down(other)
+
+    (harness.dir / "b.json").unlink()
+    harness.refresh()
+    assert harness.is_shut_down(shared)
+    assert not harness.is_shut_down(harness.plugin("c.json").channel)
+
+
+def test_a_failed_install_is_retried_on_the_next_scan(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_channel = grpc.aio.insecure_channel
+
+    def broken_channel(*args: Any, **kwargs: Any) -> grpc.aio.Channel:
+        raise RuntimeError("no channel today")
+
+    harness.write("a.json", config_bytes())
+    monkeypatch.setattr(grpc.aio, "insecure_channel", broken_channel)
+    with pytest.raises(RuntimeError):
+        harness.refresh()
+    monkeypatch.setattr(grpc.aio, "insecure_channel", real_channel)
+    assert harness.refresh() is True
+    assert harness.names() == ["a.json"]
+
+
+def test_close_unregisters_everything_and_closes_the_channels(harness: Harness) -> None:
+    harness.write("a.json", config_bytes())
+    harness.refresh()
+    channel = harness.plugin("a.json").channel
+    harness.loop.run(harness.registry.close())
+    assert harness.registry.plugins == () and harness.names("PreRunPodSandbox") == []
+    assert harness.on_loop(lambda: channel.get_state()) is grpc.ChannelConnectivity.SHUTDOWN
+    assert harness.refresh() is False
+
+
+def test_a_missing_directory_means_no_plugins_until_it_appears(
+    loop_thread: LoopThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    harness = Harness(loop_thread, tmp_path / "hookserver.d")
+    try:
+        for _ in range(3):
+            assert harness.refresh() is False
+        assert messages(caplog) == [
+            f"plugin config directory {harness.dir} does not exist; no plugins until it does"
+        ]
+        harness.write("koordlet.json", KOORDLET)
+        assert harness.refresh() is True
+        assert harness.names() == ["koordlet.json"]
+        assert messages(caplog)[1:] == [
+            f"plugin config directory {harness.dir} exists now",
+            "plugin koordlet.json registered: endpoint unix:///var/run/koordlet/koordlet.sock, "
+            "policy Ignore, hooks PreRunPodSandbox, timeout 5s",
+        ]
+        channel = harness.plugin("koordlet.json").channel
+
+        shutil.rmtree(harness.dir)
+        assert harness.refresh() is True
+        assert harness.registry.plugins == ()
+        assert harness.is_shut_down(channel)
+        harness.refresh()
+        assert messages(caplog, logging.WARNING) == [
+            f"plugin config directory {harness.dir} does not exist; no plugins until it does"
+        ] * 2
+    finally:
+        loop_thread.run(harness.registry.close())
+
+
+def test_a_path_that_is_not_a_directory_means_no_plugins(harness: Harness) -> None:
+    harness.write("a.json", config_bytes())
+    harness.refresh()
+    harness.registry.config_dir = harness.dir / "a.json"
+    assert harness.refresh() is True
+    assert harness.registry.plugins == ()
+
+
+def test_an_unreadable_directory_keeps_the_plugins(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.write("a.json", config_bytes())
+    harness.refresh()
+    real_scandir = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == harness.dir:
+            raise PermissionError(13, "Permission denied")  # cannot be provoked by chmod as root
+        return real_scandir(path)
+
+    caplog.clear()
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert harness.refresh() is False
+    assert harness.refresh() is False
+    assert harness.names() == ["a.json"]
+    monkeypatch.undo()
+    (harness.dir / "a.json").unlink()
+    assert harness.refresh() is True
+    assert messages(caplog) == [
+        f"plugin config directory {harness.dir} is unreadable (Permission denied); "
+        "keeping the registered plugins",
+        f"plugin config directory {harness.dir} is readable again",
+        "plugin a.json removed",
+    ]
+
+
+def _start(registry: PluginRegistry) -> Callable[[], asyncio.Task[None]]:
+    return lambda: asyncio.get_running_loop().create_task(registry.run())
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float) -> float:
+    """Seconds until predicate() held; fails after timeout."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, "timed out"
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+def test_run_picks_up_changes_within_a_second(harness: Harness) -> None:
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        time.sleep(0.05)  # let the first scan happen
+        harness.write("koordlet.json", KOORDLET)
+        assert _wait_for(lambda: harness.names() == ["koordlet.json"], timeout=1.5) < 1.0
+        (harness.dir / "koordlet.json").unlink()
+        assert _wait_for(lambda: harness.names() == [], timeout=1.5) < 1.0
+    finally:
+        harness.on_loop(task.cancel)
+
+
+def test_run_survives_unexpected_errors_and_logs_them_once(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.registry.poll_interval = 0.01
+    calls = 0
+    real_refresh = harness.registry.refresh
+
+    def flaky_refresh() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls <= 5:
+            raise RuntimeError("disk on fire")
+        return real_refresh()
+
+    monkeypatch.setattr(harness.registry, "refresh", flaky_refresh)
+    harness.write("a.json", config_bytes())
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        _wait_for(lambda: harness.names() == ["a.json"], timeout=2)
+    finally:
+        harness.on_loop(task.cancel)
+    errors = [record for record in caplog.records if record.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+    assert "scanning plugin configs in" in errors[0].getMessage()
+
+
+def test_poll_interval_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="poll_interval"):
+        PluginRegistry(tmp_path, poll_interval=0)
