@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, method_handler
+from runtimeproxy.hooks.service import HookService
 from runtimeproxy.listener import claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
@@ -102,10 +103,10 @@ def _serving(ok: bool) -> int:
 class ProxyServer:
     """Owns the listening socket, the backend channels and the gRPC server."""
 
-    def __init__(self, options: ProxyOptions, hooks: Mapping[str, UnaryHook] | None = None) -> None:
+    def __init__(self, options: ProxyOptions) -> None:
         self.options = options
-        self._hooks = dict(hooks or {})
         self.backend: Backend | None = None
+        self.hook_service: HookService | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._socket_inode: int | None = None
@@ -117,6 +118,8 @@ class ProxyServer:
         self.backend = Backend(
             options.runtime_path, options.effective_image_path, options.max_message_bytes
         )
+        self.hook_service = HookService(options, self.backend)
+        await self.hook_service.start()
         server = grpc.aio.server(options=server_options(options.max_message_bytes))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -124,7 +127,7 @@ class ProxyServer:
         )
         # Registered last: the own services above are matched first.
         server.add_generic_rpc_handlers(
-            (CriProxyHandler(self.backend, cri_method_table(), self._hooks),)
+            (CriProxyHandler(self.backend, cri_method_table(), self.hook_service.interceptors()),)
         )
         if not server.add_insecure_port(grpc_target(options.listen_path)):
             raise RuntimeError(f"cannot listen on {options.listen_path}")
@@ -139,11 +142,12 @@ class ProxyServer:
             for channel in self.backend.channels
         ]
         log.info(
-            "listening on %s; runtime backend %s; image backend %s; hooks on %d methods",
+            "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)",
             options.listen_path,
             self.backend.runtime.target,
             self.backend.image.target,
-            len(self._hooks),
+            options.hook_config_dir,
+            len(self.hook_service.registry.plugins),
         )
 
     async def stop(self, grace: float | None = None) -> None:
@@ -158,14 +162,17 @@ class ProxyServer:
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
         release_socket(self.options.listen_path, self._socket_inode)
+        if self.hook_service is not None:
+            await self.hook_service.stop()
+            self.hook_service = None
         if self.backend is not None:
             await self.backend.close()
             self.backend = None
 
 
-async def serve(options: ProxyOptions, hooks: Mapping[str, UnaryHook] | None = None) -> None:
+async def serve(options: ProxyOptions) -> None:
     """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
-    proxy = ProxyServer(options, hooks)
+    proxy = ProxyServer(options)
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

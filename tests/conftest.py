@@ -38,7 +38,10 @@ def start_proxy(loop_thread: LoopThread, tmp_path: Path) -> Iterator[ProxyFactor
     started: list[ProxyServer] = []
 
     def start(**overrides: object) -> ProxyServer:
-        settings: dict[str, object] = {"listen_path": tmp_path / f"proxy{len(started)}.sock"}
+        settings: dict[str, object] = {
+            "listen_path": tmp_path / f"proxy{len(started)}.sock",
+            "hook_config_dir": tmp_path / "hookserver.d",
+        }
         settings.update(overrides)
         proxy = ProxyServer(ProxyOptions(**settings))  # type: ignore[arg-type]
         loop_thread.run(proxy.start())

@@ -30,7 +30,7 @@ def unary(channel: grpc.Channel, path: str) -> grpc.UnaryUnaryMultiCallable:
 def test_bytes_pass_untouched_even_when_not_valid_protobuf(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     garbage = os.urandom(4096)
     assert unary(client, VERSION)(garbage, timeout=10) == garbage
-    assert synthetic.calls[-1].request == garbage
+    assert synthetic.calls_to(VERSION)[-1].request == garbage
     assert unary(client, V1ALPHA2_VERSION)(b"", timeout=10) == b""
 
 
@@ -66,7 +66,7 @@ def test_backend_status_details_and_trailers_reach_the_caller(
 
 def test_request_metadata_and_deadline_go_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     unary(client, VERSION)(b"x", timeout=7, metadata=(("x-trace-id", "t-1"), ("x-blob-bin", b"\x00\x01")))
-    call = synthetic.calls[-1]
+    call = synthetic.calls_to(VERSION)[-1]
     assert call.metadata["x-trace-id"] == "t-1"
     assert call.metadata["x-blob-bin"] == b"\x00\x01"
     assert call.time_remaining is not None and 5 < call.time_remaining <= 7.1  # gRPC rounds timeouts up
@@ -74,7 +74,7 @@ def test_request_metadata_and_deadline_go_upstream(client: grpc.Channel, synthet
 
 def test_no_deadline_means_none_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     unary(client, VERSION)(b"x")
-    remaining = synthetic.calls[-1].time_remaining
+    remaining = synthetic.calls_to(VERSION)[-1].time_remaining
     assert remaining is None or remaining > 3600
 
 
@@ -85,7 +85,7 @@ def test_a_cancelled_unary_call_is_cancelled_upstream(client: grpc.Channel, synt
 
     synthetic.unary[VERSION] = hang
     future = unary(client, VERSION).future(b"", timeout=30)
-    _wait_for(lambda: synthetic.calls)
+    _wait_for(lambda: synthetic.calls_to(VERSION))
     future.cancel()
     assert synthetic.cancel_seen.wait(10), "the backend never saw the cancellation"
     assert synthetic.cancelled == [VERSION]
@@ -175,7 +175,7 @@ def test_long_lived_streams_do_not_starve_unary_calls(client: grpc.Channel, synt
     synthetic.streams[EVENTS] = quiet
     streams = [client.unary_stream(EVENTS)(b"") for _ in range(64)]
     try:
-        _wait_for(lambda: len(synthetic.calls) >= 64)
+        _wait_for(lambda: len(synthetic.calls_to(EVENTS)) >= 64)
         for _ in range(20):
             assert unary(client, VERSION)(b"ping", timeout=5) == b"ping"
     finally:
@@ -190,7 +190,7 @@ def test_long_lived_streams_do_not_starve_unary_calls(client: grpc.Channel, synt
 def test_methods_in_no_descriptor_are_still_forwarded(client: grpc.Channel, synthetic: SyntheticBackend, path: str) -> None:
     # The caller's unary call travels as a one-message stream: same bytes on the wire.
     assert unary(client, path)(b"future", timeout=10) == b"future"
-    assert synthetic.calls[-1].path == path
+    assert synthetic.calls_to(path)
 
 
 def test_direct_and_proxied_errors_are_identical(proxy: ProxyServer, synthetic: SyntheticBackend) -> None:

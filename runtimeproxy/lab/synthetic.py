@@ -59,6 +59,9 @@ class SyntheticBackend:
             await self._server.stop(grace)
             self._server = None
 
+    def calls_to(self, path: str) -> list[RecordedCall]:
+        return [call for call in self.calls if call.path == path]
+
     def _remember(self, path: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
         if self.record:
             metadata = dict(context.invocation_metadata() or ())

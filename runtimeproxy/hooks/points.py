@@ -1,0 +1,241 @@
+"""The hooked CRI calls: decode, run the plugins, re-encode, keep the store current.
+
+Each function here wraps the raw relay of one CRI method (see forwarding.UnaryHook).
+Request bytes are only re-encoded when a plugin changed something; responses are
+never changed. The same functions serve runtime.v1 and runtime.v1alpha2.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+
+from runtimeproxy.forwarding import UnaryHook, UnaryRelay
+from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
+from runtimeproxy.hooks.messages import (
+    apply_to_container_config,
+    apply_to_pod_config,
+    apply_to_update_request,
+    container_hook_request,
+    convert,
+    pod_hook_request,
+    with_pod,
+)
+from runtimeproxy.hooks.recovery import BackendRecords, SkipRule
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+log = logging.getLogger(__name__)
+Context = grpc.aio.ServicerContext
+CRI_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
+
+
+async def decode(message_type: type[Message], data: bytes, context: Context) -> Message:
+    try:
+        return message_type.FromString(data)
+    except DecodeError as error:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"runtimeproxy: cannot decode {message_type.DESCRIPTOR.name}: {error}",
+        )
+        raise  # unreachable: abort raises
+
+
+def response_field(message_type: type[Message], data: bytes, field: str) -> str:
+    """An ID from the backend's response; "" if it cannot be read (the call itself succeeded)."""
+    try:
+        return getattr(message_type.FromString(data), field)
+    except DecodeError as error:
+        log.warning("cannot read %s from the backend: %s", message_type.DESCRIPTOR.name, error)
+        return ""
+
+
+async def run_pre_hook(
+    dispatcher: Dispatcher, point: HookPoint, request: Message, context: Context
+) -> Message:
+    """The request as changed by the plugins; a Fail-policy failure aborts the call."""
+    try:
+        return await dispatcher.run(point, request, context.time_remaining())
+    except HookFailed as failure:
+        log.warning("%s", failure)
+        await context.abort(failure.code, str(failure), failure.trailing_metadata())
+        raise  # unreachable: abort raises
+
+
+class RuntimeHooks:
+    def __init__(self, dispatcher: Dispatcher, store: Store, records: BackendRecords, skip: SkipRule) -> None:
+        self.dispatcher = dispatcher
+        self.store = store
+        self.records = records
+        self.skip = skip
+
+    def interceptors(self) -> dict[str, UnaryHook]:
+        by_method: dict[str, UnaryHook] = {
+            "RunPodSandbox": self.run_pod_sandbox,
+            "StopPodSandbox": self.stop_pod_sandbox,
+            "RemovePodSandbox": self.remove_pod_sandbox,
+            "CreateContainer": self.create_container,
+            "StartContainer": self.start_container,
+            "UpdateContainerResources": self.update_container_resources,
+            "StopContainer": self.stop_container,
+            "RemoveContainer": self.remove_container,
+        }
+        return {
+            f"/{version}.RuntimeService/{method}": hook
+            for version in CRI_VERSIONS
+            for method, hook in by_method.items()
+        }
+
+    # -- store lookups, filled from the backend on a miss ---------------------------------
+
+    async def pod(self, pod_id: str) -> PodRecord | None:
+        record = self.store.pod(pod_id)
+        if record is None and pod_id:
+            record = await self.records.load_pod(pod_id)
+            if record is not None:
+                self.store.put_pod(pod_id, record)
+        return record
+
+    async def container(self, container_id: str) -> tuple[ContainerRecord, PodRecord | None] | None:
+        record = self.store.container(container_id)
+        if record is None and container_id:
+            record = await self.records.load_container(container_id)
+            if record is None:
+                return None
+            self.store.put_container(container_id, record)
+        if record is None:
+            return None
+        return record, await self.pod(record.pod_id)
+
+    async def _post_hook(self, point: HookPoint, request_factory: Callable[[], Awaitable[Message | None]], context: Context) -> None:
+        """Post-hooks never change the outcome of the CRI call, whatever the policy."""
+        if not self.dispatcher.has_plugins(point):
+            return
+        request = await request_factory()
+        if request is None:
+            return
+        try:
+            await self.dispatcher.run(point, request, context.time_remaining())
+        except HookFailed as failure:  # only pre-hooks raise; kept for safety
+            log.warning("%s", failure)
+
+    # -- pod calls -------------------------------------------------------------------------
+
+    async def run_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        request = await decode(cri.RunPodSandboxRequest, data, context)
+        info = pod_hook_request(request.config, request.runtime_handler)
+        skip = self.skip.applies(info.labels)
+        if not skip and self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
+            changed = await run_pre_hook(self.dispatcher, points.PRE_RUN_POD_SANDBOX, info, context)
+            if changed != info:
+                apply_to_pod_config(request.config, changed)
+                data = request.SerializeToString()
+                info = changed
+        response = await relay(data, context)
+        pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
+        if pod_id:
+            self.store.put_pod(pod_id, PodRecord(info, skip))
+        return response
+
+    async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        pod_id = (await decode(cri.StopPodSandboxRequest, data, context)).pod_sandbox_id
+        response = await relay(data, context)
+
+        async def hook_request() -> Message | None:
+            record = await self.pod(pod_id)
+            return None if record is None or record.skip_hooks else record.info
+
+        await self._post_hook(points.POST_STOP_POD_SANDBOX, hook_request, context)
+        return response
+
+    async def remove_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        pod_id = (await decode(cri.RemovePodSandboxRequest, data, context)).pod_sandbox_id
+        try:
+            return await relay(data, context)
+        finally:  # also on errors (NotFound: already gone); a wrong guess is refilled on a miss
+            self.store.remove_pod(pod_id)
+
+    # -- container calls -------------------------------------------------------------------
+
+    async def create_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        request = await decode(cri.CreateContainerRequest, data, context)
+        pod = await self.pod(request.pod_sandbox_id)
+        if pod is None:  # the kubelet sends the pod's config along: use it
+            sandbox = pod_hook_request(request.sandbox_config, "")
+            pod = PodRecord(sandbox, self.skip.applies(sandbox.labels))
+        info = container_hook_request(pod.info, request.config)
+        if not pod.skip_hooks and self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
+            changed = await run_pre_hook(self.dispatcher, points.PRE_CREATE_CONTAINER, info, context)
+            if changed != info:
+                env_order = [kv.key for kv in request.config.envs]
+                apply_to_container_config(request, changed, env_order)
+                data = request.SerializeToString()
+                info = changed
+        response = await relay(data, context)
+        container_id = response_field(cri.CreateContainerResponse, response, "container_id")
+        if container_id:
+            info.container_meta.id = container_id
+            self.store.put_container(container_id, ContainerRecord(request.pod_sandbox_id, info))
+        return response
+
+    async def _container_request(self, container_id: str) -> hooks.ContainerResourceHookRequest | None:
+        """The hook request for a known container of a pod with hooks; None otherwise."""
+        found = await self.container(container_id)
+        if found is None:
+            return None
+        record, pod = found
+        if pod is not None and pod.skip_hooks:
+            return None
+        return with_pod(record.info, pod.info if pod else None)
+
+    async def start_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        container_id = (await decode(cri.StartContainerRequest, data, context)).container_id
+        if self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
+            request = await self._container_request(container_id)
+            if request is not None:
+                # StartContainer has nothing to carry changes: plugins act on the cgroups themselves.
+                await run_pre_hook(self.dispatcher, points.PRE_START_CONTAINER, request, context)
+        response = await relay(data, context)
+        await self._post_hook(
+            points.POST_START_CONTAINER, lambda: self._container_request(container_id), context
+        )
+        return response
+
+    async def update_container_resources(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        request = await decode(cri.UpdateContainerResourcesRequest, data, context)
+        container_id = request.container_id
+        info = None
+        if self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES):
+            info = await self._container_request(container_id)
+        if info is not None:
+            if request.HasField("linux"):
+                info.container_resources.CopyFrom(convert(request.linux, hooks.LinuxContainerResources))
+            info.container_annotations.update(request.annotations)
+            changed = await run_pre_hook(self.dispatcher, points.PRE_UPDATE_CONTAINER_RESOURCES, info, context)
+            if changed != info:
+                apply_to_update_request(request, changed)
+                data = request.SerializeToString()
+        response = await relay(data, context)
+        resources = convert(request.linux, hooks.LinuxContainerResources) if request.HasField("linux") else None
+        self.store.update_container(container_id, resources, dict(request.annotations))
+        return response
+
+    async def stop_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        container_id = (await decode(cri.StopContainerRequest, data, context)).container_id
+        response = await relay(data, context)
+        await self._post_hook(
+            points.POST_STOP_CONTAINER, lambda: self._container_request(container_id), context
+        )
+        return response
+
+    async def remove_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        container_id = (await decode(cri.RemoveContainerRequest, data, context)).container_id
+        try:
+            return await relay(data, context)
+        finally:  # as for pods
+            self.store.remove_container(container_id)

@@ -1,0 +1,163 @@
+"""Filling the store from the backend: at start-up (proxy restart) and lazily on a miss.
+
+containerd's verbose PodSandboxStatus/ContainerStatus carry, in info["info"], the CRI
+config it was created with (as JSON with proto field names) — after our hooks changed
+it, since that is what we sent. So cgroup parent, resources and envs survive a proxy
+restart (the Go reference loses them). Current container resources come from
+ContainerStatus.resources, which follows UpdateContainerResources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from runtimeproxy.backend import BackendChannel
+from runtimeproxy.hooks.messages import container_hook_request, convert, pod_hook_request
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+log = logging.getLogger(__name__)
+
+# v1 first; containerd 1.6 also serves v1alpha2 (only) for very old setups.
+_API_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
+_STATUS_TIMEOUT = 10.0
+_PARALLEL_LOADS = 8
+
+
+@dataclass
+class SkipRule:
+    """Pods labelled key=value get no hooks."""
+
+    key: str
+    value: str
+
+    def applies(self, labels: Any) -> bool:
+        return labels.get(self.key) == self.value
+
+
+class BackendRecords:
+    """Reads pods and containers back from the runtime with verbose status calls."""
+
+    def __init__(self, backend: BackendChannel, skip: SkipRule) -> None:
+        self._channel = backend.channel
+        self._skip = skip
+
+    async def _call(self, method: str, request: Message, response_type: type[Message]) -> Message:
+        last_error: grpc.aio.AioRpcError | None = None
+        for version in _API_VERSIONS:
+            call = self._channel.unary_unary(
+                f"/{version}.RuntimeService/{method}",
+                request_serializer=type(request).SerializeToString,
+                response_deserializer=response_type.FromString,
+            )
+            try:
+                return await call(request, timeout=_STATUS_TIMEOUT)
+            except grpc.aio.AioRpcError as error:
+                if error.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                last_error = error
+        assert last_error is not None
+        raise last_error
+
+    async def load_pod(self, pod_id: str) -> PodRecord | None:
+        try:
+            status = await self._call(
+                "PodSandboxStatus",
+                cri.PodSandboxStatusRequest(pod_sandbox_id=pod_id, verbose=True),
+                cri.PodSandboxStatusResponse,
+            )
+        except grpc.aio.AioRpcError as error:
+            _log_miss("pod", pod_id, error)
+            return None
+        info = _verbose_info(status)
+        config = _parse_config(info.get("config"), cri.PodSandboxConfig)
+        if config is None:  # a runtime without the verbose config: rebuild what the status has
+            config = cri.PodSandboxConfig(
+                metadata=status.status.metadata,
+                labels=status.status.labels,
+                annotations=status.status.annotations,
+            )
+        handler = info.get("runtimeHandler") or status.status.runtime_handler
+        record = pod_hook_request(config, handler)
+        return PodRecord(record, self._skip.applies(record.labels))
+
+    async def load_container(self, container_id: str) -> ContainerRecord | None:
+        try:
+            status = await self._call(
+                "ContainerStatus",
+                cri.ContainerStatusRequest(container_id=container_id, verbose=True),
+                cri.ContainerStatusResponse,
+            )
+        except grpc.aio.AioRpcError as error:
+            _log_miss("container", container_id, error)
+            return None
+        info = _verbose_info(status)
+        config = _parse_config(info.get("config"), cri.ContainerConfig)
+        if config is None:
+            config = cri.ContainerConfig(
+                metadata=status.status.metadata, annotations=status.status.annotations
+            )
+        pod_id = info.get("sandboxID", "")
+        request = container_hook_request(hooks.PodSandboxHookRequest(), config, container_id)
+        if status.status.resources.HasField("linux"):  # current values, after any update
+            request.container_resources.CopyFrom(
+                convert(status.status.resources.linux, hooks.LinuxContainerResources)
+            )
+        return ContainerRecord(pod_id, request)
+
+    async def rebuild(self, store: Store) -> None:
+        """Record every pod and container the backend has (after a proxy restart)."""
+        pods = await self._call("ListPodSandbox", cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse)
+        containers = await self._call("ListContainers", cri.ListContainersRequest(), cri.ListContainersResponse)
+        limit = asyncio.Semaphore(_PARALLEL_LOADS)
+
+        async def load_pod(pod_id: str) -> None:
+            async with limit:
+                record = await self.load_pod(pod_id)
+            if record is not None and store.pod(pod_id) is None:
+                store.put_pod(pod_id, record)
+
+        async def load_container(container_id: str) -> None:
+            async with limit:
+                record = await self.load_container(container_id)
+            if record is not None and store.container(container_id) is None:
+                store.put_container(container_id, record)
+
+        await asyncio.gather(*(load_pod(pod.id) for pod in pods.items))
+        await asyncio.gather(*(load_container(c.id) for c in containers.containers))
+        log.info("store rebuilt from the backend: %d pods, %d containers", store.pod_count, store.container_count)
+
+
+def _verbose_info(status: Message) -> dict[str, Any]:
+    raw = status.info.get("info")  # type: ignore[attr-defined]
+    if not raw:
+        return {}
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _parse_config(data: Any, message_type: type[Message]) -> Any:
+    if not isinstance(data, dict):
+        return None
+    try:
+        return json_format.ParseDict(data, message_type(), ignore_unknown_fields=True)
+    except json_format.ParseError as error:
+        log.warning("cannot read the backend's %s: %s", message_type.DESCRIPTOR.name, error)
+        return None
+
+
+def _log_miss(kind: str, object_id: str, error: grpc.aio.AioRpcError) -> None:
+    level = logging.DEBUG if error.code() is grpc.StatusCode.NOT_FOUND else logging.WARNING
+    log.log(level, "cannot load %s %s from the backend: %s %s", kind, object_id, error.code().name, error.details())

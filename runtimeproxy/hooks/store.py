@@ -1,0 +1,110 @@
+"""In-memory record of pods and containers, so that hooks of ID-only calls get full context.
+
+StartContainer, StopContainer, UpdateContainerResources and StopPodSandbox carry only
+an ID; plugins need the pod's metadata, labels, cgroup parent and the container's
+resources and environment. What RunPodSandbox and CreateContainer sent (after the
+hooks changed it) is kept here until the pod or container is removed. No disk IO:
+after a restart the store is rebuilt from the backend (see hooks.recovery).
+
+All access happens on the event loop; the lock makes it safe from other threads too.
+Both maps are bounded: past the bound the least recently used entry is dropped, and a
+later miss is filled from the backend again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+DEFAULT_MAX_PODS = 16_384
+DEFAULT_MAX_CONTAINERS = 65_536
+
+
+@dataclass
+class PodRecord:
+    info: hooks.PodSandboxHookRequest
+    skip_hooks: bool = False
+
+
+@dataclass
+class ContainerRecord:
+    pod_id: str
+    # A ContainerResourceHookRequest whose container_* fields are what we know of the
+    # container; its pod_* fields are filled from the pod's record when a hook runs.
+    info: hooks.ContainerResourceHookRequest = field(default_factory=hooks.ContainerResourceHookRequest)
+
+
+class Store:
+    def __init__(self, max_pods: int = DEFAULT_MAX_PODS, max_containers: int = DEFAULT_MAX_CONTAINERS) -> None:
+        self._pods: OrderedDict[str, PodRecord] = OrderedDict()
+        self._containers: OrderedDict[str, ContainerRecord] = OrderedDict()
+        self._max_pods = max_pods
+        self._max_containers = max_containers
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._pods) + len(self._containers)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    @property
+    def container_count(self) -> int:
+        return len(self._containers)
+
+    def put_pod(self, pod_id: str, record: PodRecord) -> None:
+        with self._lock:
+            _put_bounded(self._pods, pod_id, record, self._max_pods)
+
+    def pod(self, pod_id: str) -> PodRecord | None:
+        with self._lock:
+            return _touch(self._pods, pod_id)
+
+    def remove_pod(self, pod_id: str) -> None:
+        """Forget the pod and every container recorded in it."""
+        with self._lock:
+            self._pods.pop(pod_id, None)
+            for container_id in [cid for cid, c in self._containers.items() if c.pod_id == pod_id]:
+                del self._containers[container_id]
+
+    def put_container(self, container_id: str, record: ContainerRecord) -> None:
+        with self._lock:
+            _put_bounded(self._containers, container_id, record, self._max_containers)
+
+    def container(self, container_id: str) -> ContainerRecord | None:
+        with self._lock:
+            return _touch(self._containers, container_id)
+
+    def remove_container(self, container_id: str) -> None:
+        with self._lock:
+            self._containers.pop(container_id, None)
+
+    def update_container(
+        self, container_id: str, resources: hooks.LinuxContainerResources | None, annotations: dict[str, str]
+    ) -> None:
+        """After UpdateContainerResources: the container now has these resources."""
+        with self._lock:
+            record = self._containers.get(container_id)
+            if record is None:
+                return
+            if resources is not None:
+                record.info.container_resources.CopyFrom(resources)
+            record.info.container_annotations.update(annotations)
+
+
+def _put_bounded(table: OrderedDict[str, object], key: str, value: object, limit: int) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > limit:
+        table.popitem(last=False)
+
+
+def _touch(table: OrderedDict[str, object], key: str):  # type: ignore[no-untyped-def]
+    value = table.get(key)
+    if value is not None:
+        table.move_to_end(key)
+    return value
