@@ -1,0 +1,241 @@
+"""Hook plugins through the proxy, against real containerd: what plugins change really lands."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from runtimeproxy.lab.containerd import ContainerdInstance
+from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.plugins import HOOK_NAMES
+
+_serial = itertools.count()
+MiB = 1024 * 1024
+
+
+def wait_for_log(proxy: ProxyProcess, text: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in proxy.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"{text!r} not in the proxy log:\n{proxy.log_tail()}"
+        time.sleep(0.05)
+
+
+class Lab:
+    """A proxy with its own plugin config dir, plus helpers to register in-process plugins."""
+
+    def __init__(self, proxy: ProxyProcess, loop: LoopThread, base: Path) -> None:
+        self.proxy = proxy
+        self.loop = loop
+        self.base = base
+        self.plugins: list[ExamplePlugin] = []
+        self.client = CriClient(open_channel(proxy.listen_path))
+
+    def plugin(self, settings: ExampleSettings | None = None) -> tuple[ExamplePlugin, Path]:
+        plugin = ExamplePlugin(settings)
+        socket = self.base / f"plugin{next(_serial)}.sock"
+        self.loop.run(plugin.start(socket))
+        self.plugins.append(plugin)
+        return plugin, socket
+
+    def register(self, name: str, socket: Path, hooks: list[str] | tuple[str, ...] = HOOK_NAMES,
+                 policy: str = "Ignore", timeout: float | None = None) -> None:
+        (self.proxy.hook_config_dir / name).write_bytes(registration(socket, list(hooks), policy, timeout))
+        wait_for_log(self.proxy, f"plugin {name} ")
+
+    def close(self) -> None:
+        self.client.channel.close()
+        for plugin in self.plugins:
+            self.loop.run(plugin.stop())
+
+
+@pytest.fixture
+def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[Lab]:
+    base = workdir / f"hooks{next(_serial)}"
+    proxy = ProxyProcess(base / "rp.sock", containerd.address, extra_args=["--log-level=debug"])
+    proxy.start()
+    lab = Lab(proxy, loop_thread, base)
+    try:
+        yield lab
+    finally:
+        lab.close()
+        assert proxy.stop() == 0, proxy.log_tail()
+
+
+def run_pod_with_container(
+    client: CriClient, log_dir: Path, cleanup: list[str], labels: dict[str, str] | None = None,
+    envs: dict[str, str] | None = None,
+) -> tuple[str, str]:
+    pod_config = client.pod_config(f"hooked{next(_serial)}", log_dir, labels=labels,
+                                   cgroup_parent="/runtimeproxy-e2e")
+    pod_id = client.run_pod(pod_config)
+    cleanup.append(pod_id)
+    container_id = client.create_container(pod_id, client.container_config("app", envs=envs), pod_config)
+    client.start_container(container_id)
+    return pod_id, container_id
+
+
+def spec_of(client: CriClient, container_id: str) -> dict:
+    status = client.container_status(container_id, verbose=True)
+    return json.loads(status.info["info"])["runtimeSpec"]
+
+
+def cgroup_value(spec: dict, controller: str, name: str) -> str:
+    return (Path("/sys/fs/cgroup") / controller / spec["linux"]["cgroupsPath"].lstrip("/") / name).read_text().strip()
+
+
+def test_plugin_changes_reach_the_container(lab: Lab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    plugin, socket = lab.plugin(ExampleSettings(pod_cgroup_parent="/runtimeproxy-e2e/hooked"))
+    lab.register("10-example.json", socket)
+    client = lab.client
+    pod_id, container_id = run_pod_with_container(client, log_dir, cleanup_pods, envs={"KEEP": "me"})
+
+    env = client.exec_sync(container_id, ["env"]).stdout.decode().split()
+    assert "EXAMPLE_PLUGIN=hello" in env and "KEEP=me" in env
+    spec = spec_of(client, container_id)
+    assert spec["linux"]["resources"]["cpu"]["shares"] == 512
+    assert spec["linux"]["resources"]["memory"]["limit"] == 128 * MiB
+    assert spec["linux"]["cgroupsPath"].startswith("/runtimeproxy-e2e/hooked/")
+    if Path("/sys/fs/cgroup/cpu").is_dir():  # cgroup v1, as on these machines
+        assert cgroup_value(spec, "cpu", "cpu.shares") == "512"
+        assert cgroup_value(spec, "memory", "memory.limit_in_bytes") == str(128 * MiB)
+    assert client.container_status(container_id).status.annotations[ANNOTATION] == "PreCreateContainer"
+    assert client.pod_status(pod_id).status.annotations[ANNOTATION] == "PreRunPodSandbox"
+
+    client.stop_container(container_id)
+    client.stop_pod(pod_id)
+    hooks_seen = [entry.hook for entry in plugin.seen]
+    assert hooks_seen == ["PreRunPodSandbox", "PreCreateContainer", "PreStartContainer",
+                          "PostStartContainer", "PostStopContainer", "PostStopPodSandbox"]
+    post_stop = plugin.seen_by("PostStopContainer")[0]
+    assert post_stop.container_meta.id == container_id
+    assert post_stop.pod_cgroup_parent == "/runtimeproxy-e2e/hooked"
+    assert post_stop.container_envs["EXAMPLE_PLUGIN"] == "hello"
+    assert post_stop.container_resources.memory_limit_in_bytes == 128 * MiB
+
+
+@pytest.mark.parametrize("fault", ["dead", "error", "hang"])
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_failure_policies(lab: Lab, log_dir: Path, cleanup_pods: list[str], fault: str, policy: str) -> None:
+    if fault == "dead":
+        socket = lab.base / "nobody-listens.sock"
+    else:
+        settings = ExampleSettings(fail_with=grpc.StatusCode.INTERNAL if fault == "error" else None,
+                                   hang=fault == "hang")
+        _, socket = lab.plugin(settings)
+    lab.register("10-faulty.json", socket, ["PreRunPodSandbox"], policy, timeout=0.5)
+    client = lab.client
+    pods_before = set(client.pod_ids())
+    pod_config = client.pod_config(f"faulty{next(_serial)}", log_dir)
+    started = time.monotonic()
+    if policy == "Ignore":
+        cleanup_pods.append(client.run_pod(pod_config))
+        assert time.monotonic() - started < 10
+        return
+    with pytest.raises(grpc.RpcError) as raised:
+        client.run_pod(pod_config)
+    error = raised.value
+    assert "PreRunPodSandbox hook of plugin 10-faulty.json" in error.details()
+    expected = {"dead": grpc.StatusCode.UNAVAILABLE, "error": grpc.StatusCode.INTERNAL,
+                "hang": grpc.StatusCode.DEADLINE_EXCEEDED}[fault]
+    assert error.code() is expected
+    status = status_pb2.Status.FromString(dict(error.trailing_metadata())["grpc-status-details-bin"])
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    assert info.metadata["plugin"] == "10-faulty.json" and info.metadata["hook"] == "PreRunPodSandbox"
+    assert set(client.pod_ids()) == pods_before, "nothing may be created when a Fail plugin fails"
+
+
+def test_two_plugins_chain_in_file_name_order(lab: Lab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    first, first_socket = lab.plugin(ExampleSettings(cpu_shares=300, envs={"FIRST": "1"}))
+    second, second_socket = lab.plugin(ExampleSettings(cpu_shares=700, envs={"SECOND": "2"}))
+    lab.register("20-second.json", second_socket, ["PreCreateContainer"])
+    lab.register("10-first.json", first_socket, ["PreCreateContainer"])
+    _, container_id = run_pod_with_container(lab.client, log_dir, cleanup_pods)
+    seen_by_second = second.seen_by("PreCreateContainer")[0]
+    assert seen_by_second.container_envs["FIRST"] == "1"  # the first plugin's change
+    assert seen_by_second.container_resources.cpu_shares == 300
+    env = lab.client.exec_sync(container_id, ["env"]).stdout.decode().split()
+    assert "FIRST=1" in env and "SECOND=2" in env
+    assert spec_of(lab.client, container_id)["linux"]["resources"]["cpu"]["shares"] == 700
+    assert len(first.seen) == 1
+
+
+def test_skip_label_means_no_hooks(lab: Lab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    plugin, socket = lab.plugin()
+    lab.register("10-example.json", socket)
+    labels = {"runtimeproxy.koordinator.sh/skip-hookserver": "true"}
+    pod_id, container_id = run_pod_with_container(lab.client, log_dir, cleanup_pods, labels=labels)
+    lab.client.stop_container(container_id)
+    lab.client.stop_pod(pod_id)
+    assert plugin.seen == []
+    assert not any(var.startswith("EXAMPLE_PLUGIN=") for var in spec_of(lab.client, container_id)["process"]["env"])
+
+
+def test_config_added_changed_broken_and_deleted_live(lab: Lab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    plugin, socket = lab.plugin()
+    client = lab.client
+
+    def new_pod() -> None:
+        cleanup_pods.append(client.run_pod(client.pod_config(f"live{next(_serial)}", log_dir)))
+
+    config = lab.proxy.hook_config_dir / "10-live.json"
+    lab.register("10-live.json", socket, ["PreCreateContainer"])
+    new_pod()
+    assert plugin.seen_by("PreRunPodSandbox") == []
+
+    config.write_bytes(registration(socket, ["PreRunPodSandbox"]))
+    wait_for_log(lab.proxy, "plugin 10-live.json changed")
+    new_pod()
+    assert len(plugin.seen_by("PreRunPodSandbox")) == 1
+
+    config.write_text('{"remote-endpoint": "/x.sock", "runtime-hooks": ["PreRunPodSand')  # half-written
+    wait_for_log(lab.proxy, "invalid plugin config 10-live.json")
+    new_pod()
+    assert len(plugin.seen_by("PreRunPodSandbox")) == 2  # the last good version stays
+
+    config.unlink()
+    wait_for_log(lab.proxy, "plugin 10-live.json removed")
+    new_pod()
+    assert len(plugin.seen_by("PreRunPodSandbox")) == 2
+
+
+def test_proxy_restart_keeps_full_context(
+    lab: Lab, log_dir: Path, cleanup_pods: list[str]
+) -> None:
+    plugin, socket = lab.plugin(ExampleSettings(pod_cgroup_parent="/runtimeproxy-e2e/restart"))
+    lab.register("10-example.json", socket)
+    pod_id, container_id = run_pod_with_container(lab.client, log_dir, cleanup_pods, labels={"team": "a"},
+                                                  envs={"APP": "1"})
+    # A new proxy process on the same socket: its store starts empty.
+    assert lab.proxy.stop() == 0
+    lab.proxy.start()
+    client = CriClient(open_channel(lab.proxy.listen_path))
+    api = client.api
+    client.runtime.UpdateContainerResources(api.UpdateContainerResourcesRequest(
+        container_id=container_id, linux=api.LinuxContainerResources(cpu_shares=256, memory_limit_in_bytes=96 * MiB),
+    ), timeout=30)
+    client.stop_container(container_id)
+    client.channel.close()
+
+    update = plugin.seen_by("PreUpdateContainerResources")[0]
+    stop = plugin.seen_by("PostStopContainer")[0]
+    for request in (update, stop):
+        assert request.container_meta.id == container_id and request.container_meta.name == "app"
+        assert request.pod_cgroup_parent == "/runtimeproxy-e2e/restart"
+        assert request.pod_labels["team"] == "a"
+        assert request.pod_meta.uid
+        assert request.container_envs["APP"] == "1" and request.container_envs["EXAMPLE_PLUGIN"] == "hello"
+    assert update.container_resources.memory_limit_in_bytes == 96 * MiB
+    assert stop.container_resources.memory_limit_in_bytes == 96 * MiB  # what the update set
+    assert stop.container_resources.cpu_shares == 256
+    assert spec_of(lab.client, container_id)["linux"]["resources"]["memory"]["limit"] == 96 * MiB
