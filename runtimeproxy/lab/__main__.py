@@ -1,14 +1,18 @@
 """`python -m runtimeproxy.lab`: a local lab on this machine, end to end.
 
-Starts a private containerd (offline images, temporary root), starts the proxy in
-front of it, drives a pod lifecycle through the proxy and prints every step, then
-removes everything. `--keep` leaves it all running until Ctrl-C, for crictl & co.
+Starts a private containerd (offline images, temporary root), the example hook
+plugin (its own process, registered for all seven hooks) and the proxy in front of
+containerd; drives a pod lifecycle through the proxy, printing every step and what
+the plugin changed; then removes everything. `--keep` leaves it all running until
+Ctrl-C, for crictl & co.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,7 +24,9 @@ from typing import TypeVar
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
+from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.plugins import HOOK_NAMES
 
 T = TypeVar("T")
 IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"
@@ -42,10 +48,37 @@ def lab_environment(base: Path) -> Iterator[tuple[ContainerdInstance, ProxyProce
         step("start containerd (private root)", containerd.start)
         stack.callback(containerd.stop)
         step("build + import offline OCI images", lambda: build_and_import(containerd.address, IMAGE_CACHE) and "")
+        plugin_socket = base / "plugin" / "example.sock"
+        step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
         proxy = ProxyProcess(base / "proxy" / "runtimeproxy.sock", containerd.address)
+        proxy.hook_config_dir.mkdir(parents=True)
+        (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
         step("start koord-runtime-proxy", proxy.start)
         stack.callback(proxy.stop)
         yield containerd, proxy
+
+
+def start_plugin(stack: ExitStack, socket: Path, record: Path) -> str:
+    command = [sys.executable, "-m", "runtimeproxy.lab.example_plugin", "--socket", str(socket),
+               "--record", str(record), "--pod-cgroup-parent", "/runtimeproxy-lab"]
+    plugin = subprocess.Popen(command)
+    stack.callback(lambda: (plugin.terminate(), plugin.wait(10)))
+    deadline = time.monotonic() + 30
+    while not socket.exists():
+        if plugin.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the example plugin did not start")
+        time.sleep(0.05)
+    return f"pid {plugin.pid}"
+
+
+def show_plugin_effects(client: CriClient, container_id: str, pod_id: str) -> None:
+    spec = json.loads(client.container_status(container_id, verbose=True).info["info"])["runtimeSpec"]
+    cpu = spec["linux"]["resources"].get("cpu", {})
+    memory = spec["linux"]["resources"].get("memory", {})
+    print(f"    OCI spec: cpu.shares={cpu.get('shares')} memory.limit={memory.get('limit')} "
+          f"cgroupsPath={spec['linux']['cgroupsPath']}")
+    annotations = client.pod_status(pod_id).status.annotations
+    print(f"    pod annotations: {dict(annotations)}")
 
 
 def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
@@ -56,8 +89,10 @@ def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
     config = client.container_config("app", envs={"LAB": "through-the-proxy"})
     container_id = step("CreateContainer", lambda: client.create_container(pod_id, config, pod_config))
     step("StartContainer", lambda: client.start_container(container_id))
-    result = step("ExecSync: sh -c 'echo $LAB'", lambda: client.exec_sync(container_id, ["sh", "-c", "echo $LAB"]))
+    command = ["sh", "-c", "echo LAB=$LAB EXAMPLE_PLUGIN=$EXAMPLE_PLUGIN"]
+    result = step("ExecSync: echo $LAB $EXAMPLE_PLUGIN", lambda: client.exec_sync(container_id, command))
     print(f"    container says: {result.stdout.decode().strip()}")
+    show_plugin_effects(client, container_id, pod_id)
     status = step("ContainerStatus", lambda: client.container_status(container_id))
     print(f"    state: {client.api.ContainerState.Name(status.status.state)}")
     step("StopContainer", lambda: client.stop_container(container_id))
@@ -82,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             print("pod lifecycle through the proxy:")
             with open_channel(proxy.listen_path) as channel:
                 pod_lifecycle(CriClient(channel), base / "pod-logs")
+            print("hooks the example plugin received, in order:")
+            for line in (base / "plugin-requests.jsonl").read_text().splitlines():
+                print(f"  {json.loads(line)['hook']}")
             if args.keep:
                 print(f"running; try: crictl --runtime-endpoint unix://{proxy.listen_path} ps -a  (Ctrl-C stops)")
                 try:
