@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
           help="on SIGTERM, how long in-flight calls may finish (default: %(default)s)")
     _flag(parser, "log-level", type=_choice(LOG_LEVELS), default="info", metavar="LEVEL",
           help=f"one of {', '.join(LOG_LEVELS)} (default: %(default)s)")
+    # Benchmark only (bench/): compare the raw-bytes path with decoding every message.
+    parser.add_argument("--benchmark-decode-all", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--version", "-version", action="version", version=f"{PROG} {__version__}")
     return parser
 
@@ -113,6 +115,7 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
         skip_label_key=args.runtime_hook_server_key,
         skip_label_value=args.runtime_hook_server_val,
         shutdown_grace_seconds=args.shutdown_grace_seconds,
+        decode_all=args.benchmark_decode_all,
     )
     return options, args.log_level
 

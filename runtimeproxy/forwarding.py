@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
+from google.protobuf import message_factory
 
 from runtimeproxy.backend import BackendChannel
 from runtimeproxy.methods import Kind, Method
@@ -113,6 +114,26 @@ def _relay_responses(
             call.cancel()  # no-op when finished; stops the upstream when the caller went away
 
     return relay
+
+
+def decoding_handler(method: Method, backend: BackendChannel) -> grpc.RpcMethodHandler:
+    """The rejected design, kept only to measure what raw relaying saves (--benchmark-decode-all):
+    every message is parsed into its protobuf class and serialized again, on both hops."""
+    if method.input_type is None or method.output_type is None:
+        return method_handler(method, backend)
+    request_class = message_factory.GetMessageClass(method.input_type)
+    response_class = message_factory.GetMessageClass(method.output_type)
+    codec = {"request_serializer": request_class.SerializeToString,
+             "response_deserializer": response_class.FromString}
+    server_codec = {"request_deserializer": request_class.FromString,
+                    "response_serializer": response_class.SerializeToString}
+    if method.kind is Kind.UNARY_UNARY:
+        relay = _single_response(backend, backend.channel.unary_unary(method.path, **codec))
+        return grpc.unary_unary_rpc_method_handler(relay, **server_codec)
+    if method.kind is Kind.UNARY_STREAM:
+        stream = _relay_responses(backend, backend.channel.unary_stream(method.path, **codec))
+        return grpc.unary_stream_rpc_method_handler(stream, **server_codec)
+    return method_handler(method, backend)
 
 
 def method_handler(

@@ -26,6 +26,8 @@ class ProxyOptions:
     skip_label_value: str = DEFAULT_SKIP_LABEL_VALUE
     shutdown_grace_seconds: float = 5.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # Benchmark only: decode and re-encode every message (the design the fast path replaces).
+    decode_all: bool = False
 
     @property
     def effective_image_path(self) -> Path:

@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.forwarding import UnaryHook, method_handler
+from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.listener import claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
@@ -32,11 +32,15 @@ class CriProxyHandler(grpc.GenericRpcHandler):
     """Finds the prebuilt raw-bytes handler for a method path; unknown paths are forwarded too."""
 
     def __init__(
-        self, backend: Backend, table: Mapping[str, Method], hooks: Mapping[str, UnaryHook]
+        self,
+        backend: Backend,
+        table: Mapping[str, Method],
+        hooks: Mapping[str, UnaryHook],
+        decode_all: bool = False,
     ) -> None:
         self._backend = backend
         self._handlers = {
-            path: method_handler(method, backend.for_method(method), hooks.get(path))
+            path: _build_handler(method, backend.for_method(method), hooks.get(path), decode_all)
             for path, method in table.items()
         }
         self._unknown: dict[str, grpc.RpcMethodHandler] = {}
@@ -59,6 +63,14 @@ class CriProxyHandler(grpc.GenericRpcHandler):
             log.info("forwarding %s, which no known CRI version describes, as a stream", path)
             self._unknown[path] = handler
         return handler
+
+
+def _build_handler(
+    method: Method, backend: BackendChannel, hook: UnaryHook | None, decode_all: bool
+) -> grpc.RpcMethodHandler:
+    if decode_all and hook is None:
+        return decoding_handler(method, backend)
+    return method_handler(method, backend, hook)
 
 
 def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -127,7 +139,9 @@ class ProxyServer:
         )
         # Registered last: the own services above are matched first.
         server.add_generic_rpc_handlers(
-            (CriProxyHandler(self.backend, cri_method_table(), self.hook_service.interceptors()),)
+            (CriProxyHandler(
+                self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
+            ),)
         )
         if not server.add_insecure_port(grpc_target(options.listen_path)):
             raise RuntimeError(f"cannot listen on {options.listen_path}")

@@ -128,3 +128,95 @@ class _Handler(grpc.GenericRpcHandler):
                 yield request
 
         return answer
+
+
+# --- canned CRI answers, for the benchmark -------------------------------------------------
+
+RESPONSE_BYTES_KEY = "x-response-bytes"  # ListContainers: about this many bytes back
+EVENT_COUNT_KEY = "x-events"  # GetContainerEvents: this many events, then the end
+
+
+def list_containers_response(size: int) -> bytes:
+    """A valid runtime.v1 ListContainersResponse of about `size` bytes."""
+    from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+
+    container = cri.Container(
+        id="c" * 64, pod_sandbox_id="p" * 64, metadata=cri.ContainerMetadata(name="app"),
+        image=cri.ImageSpec(image="localhost/runtimeproxy/busybox:1.0"), state=cri.CONTAINER_RUNNING,
+        labels={f"label-{n}": "x" * 40 for n in range(8)}, annotations={"note": "y" * 200},
+    )
+    one = len(container.SerializeToString()) + 4
+    response = cri.ListContainersResponse(containers=[container] * max(1, -(-size // one)))
+    return response.SerializeToString()
+
+
+def _metadata_int(context: grpc.aio.ServicerContext, key: str, default: int) -> int:
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return int(value)
+    return default
+
+
+def install_benchmark_answers(backend: SyntheticBackend) -> None:
+    from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+
+    version = cri.VersionResponse(
+        version="0.1.0", runtime_name="synthetic", runtime_version="1.0", runtime_api_version="v1"
+    ).SerializeToString()
+    status = cri.StatusResponse(status=cri.RuntimeStatus(conditions=[
+        cri.RuntimeCondition(type="RuntimeReady", status=True),
+        cri.RuntimeCondition(type="NetworkReady", status=True),
+    ])).SerializeToString()
+    event = cri.ContainerEventResponse(
+        container_id="c" * 64, container_event_type=cri.CONTAINER_STARTED_EVENT, created_at=1
+    ).SerializeToString()
+    lists: dict[int, bytes] = {}
+
+    async def answer_version(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return version
+
+    async def answer_status(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return status
+
+    async def answer_list(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        size = _metadata_int(context, RESPONSE_BYTES_KEY, 1024)
+        if size not in lists:
+            lists[size] = list_containers_response(size)
+        return lists[size]
+
+    async def answer_events(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        for _ in range(_metadata_int(context, EVENT_COUNT_KEY, 1000)):
+            yield event
+
+    for version_name in ("runtime.v1", "runtime.v1alpha2"):
+        backend.unary[f"/{version_name}.RuntimeService/Version"] = answer_version
+        backend.unary[f"/{version_name}.RuntimeService/Status"] = answer_status
+        backend.unary[f"/{version_name}.RuntimeService/ListContainers"] = answer_list
+    backend.streams["/runtime.v1.RuntimeService/GetContainerEvents"] = answer_events
+
+
+async def _serve(path: Path) -> None:
+    import signal
+
+    backend = SyntheticBackend(path, record=False)
+    install_benchmark_answers(backend)
+    await backend.start()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await backend.stop(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m runtimeproxy.lab.synthetic --socket PATH`: the benchmark's instant backend."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab.synthetic")
+    parser.add_argument("--socket", type=Path, required=True)
+    asyncio.run(_serve(parser.parse_args(argv).socket))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
