@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import orjson
 from google.protobuf import json_format
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.backend import BackendChannel
 from runtimeproxy.hooks.messages import container_hook_request, convert, pod_hook_request
@@ -26,11 +26,18 @@ from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=Message)
 
 # v1 first; containerd 1.6 also serves v1alpha2 (only) for very old setups.
 _API_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
 _STATUS_TIMEOUT = 10.0
 _PARALLEL_LOADS = 8
+
+
+class BackendReadError(Exception):
+    def __init__(self, message: str, code: grpc.StatusCode | None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -51,31 +58,46 @@ class BackendRecords:
         self._channel = backend.channel
         self._skip = skip
 
-    async def _call(self, method: str, request: Message, response_type: type[Message]) -> Message:
-        last_error: grpc.aio.AioRpcError | None = None
+    async def _call(self, method: str, request: Message, response_type: type[M]) -> M:
+        """A raw call (v1, else v1alpha2) decoded here, so a bad answer is our error, not gRPC's."""
+        data = request.SerializeToString()
         for version in _API_VERSIONS:
-            call = self._channel.unary_unary(
-                f"/{version}.RuntimeService/{method}",
-                request_serializer=type(request).SerializeToString,
-                response_deserializer=response_type.FromString,
-            )
+            call = self._channel.unary_unary(f"/{version}.RuntimeService/{method}")
             try:
-                return await call(request, timeout=_STATUS_TIMEOUT)
+                answer = await call(data, timeout=_STATUS_TIMEOUT)
             except grpc.aio.AioRpcError as error:
-                if error.code() is not grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-                last_error = error
-        assert last_error is not None
-        raise last_error
+                if error.code() is grpc.StatusCode.UNIMPLEMENTED and version != _API_VERSIONS[-1]:
+                    continue
+                raise BackendReadError(f"{method}: {error.code().name}: {error.details()}", error.code()) from None
+            try:
+                return response_type.FromString(answer)
+            except DecodeError as error:
+                raise BackendReadError(f"{method}: undecodable answer: {error}", None) from None
+        raise AssertionError("unreachable")
 
     async def load_pod(self, pod_id: str) -> PodRecord | None:
+        """The pod as the backend has it; None (logged) when it cannot be had."""
+        try:
+            return await self._load_pod(pod_id)
+        except Exception:  # a store fill must never fail the CRI call that needed it
+            log.exception("cannot load pod %s from the backend", pod_id)
+            return None
+
+    async def load_container(self, container_id: str) -> ContainerRecord | None:
+        try:
+            return await self._load_container(container_id)
+        except Exception:
+            log.exception("cannot load container %s from the backend", container_id)
+            return None
+
+    async def _load_pod(self, pod_id: str) -> PodRecord | None:
         try:
             status = await self._call(
                 "PodSandboxStatus",
                 cri.PodSandboxStatusRequest(pod_sandbox_id=pod_id, verbose=True),
                 cri.PodSandboxStatusResponse,
             )
-        except grpc.aio.AioRpcError as error:
+        except BackendReadError as error:
             _log_miss("pod", pod_id, error)
             return None
         info = _verbose_info(status)
@@ -90,14 +112,14 @@ class BackendRecords:
         record = pod_hook_request(config, handler)
         return PodRecord(record, self._skip.applies(record.labels))
 
-    async def load_container(self, container_id: str) -> ContainerRecord | None:
+    async def _load_container(self, container_id: str) -> ContainerRecord | None:
         try:
             status = await self._call(
                 "ContainerStatus",
                 cri.ContainerStatusRequest(container_id=container_id, verbose=True),
                 cri.ContainerStatusResponse,
             )
-        except grpc.aio.AioRpcError as error:
+        except BackendReadError as error:
             _log_miss("container", container_id, error)
             return None
         info = _verbose_info(status)
@@ -133,7 +155,7 @@ class BackendRecords:
                 store.put_container(container_id, record)
 
         await asyncio.gather(*(load_pod(pod.id) for pod in pods.items))
-        await asyncio.gather(*(load_container(c.id) for c in containers.containers))
+        await asyncio.gather(*(load_container(c.id) for c in {c.id: c for c in containers.containers}.values()))
         log.info("store rebuilt from the backend: %d pods, %d containers", store.pod_count, store.container_count)
 
 
@@ -158,6 +180,6 @@ def _parse_config(data: Any, message_type: type[Message]) -> Any:
         return None
 
 
-def _log_miss(kind: str, object_id: str, error: grpc.aio.AioRpcError) -> None:
-    level = logging.DEBUG if error.code() is grpc.StatusCode.NOT_FOUND else logging.WARNING
-    log.log(level, "cannot load %s %s from the backend: %s %s", kind, object_id, error.code().name, error.details())
+def _log_miss(kind: str, object_id: str, error: BackendReadError) -> None:
+    level = logging.DEBUG if error.code is grpc.StatusCode.NOT_FOUND else logging.WARNING
+    log.log(level, "cannot load %s %s from the backend: %s", kind, object_id, error)
