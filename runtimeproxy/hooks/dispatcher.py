@@ -131,12 +131,16 @@ class Dispatcher:
         self.outcomes[(plugin.name, point.name, "ok")] += 1
         return response
 
+    def failures(self, plugin: str) -> int:
+        return sum(n for (name, _, outcome), n in self.outcomes.items() if name == plugin and outcome != "ok")
+
     def _failed(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str) -> None:
         self.outcomes[(plugin.name, point.name, code.name)] += 1
         if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL:
             raise HookFailed(point, plugin, code, details)
         consequence = "the call goes on without it" if point.is_pre else "the response is unaffected"
         log.warning(
-            "plugin %s failed %s (policy %s; %s): %s: %s",
-            plugin.name, point.name, plugin.failure_policy.value, consequence, code.name, details,
+            "plugin %s failed %s (policy %s; %s; %d failures so far): %s: %s",
+            plugin.name, point.name, plugin.failure_policy.value, consequence,
+            self.failures(plugin.name), code.name, details,
         )
