@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
@@ -115,18 +115,21 @@ class Dispatcher:
         timeout = plugin.timeout_seconds
         if time_remaining is not None:
             timeout = min(timeout, time_remaining)
-        call = plugin.channel.unary_unary(
-            point.path,
-            request_serializer=point.request_type.SerializeToString,
-            response_deserializer=point.response_type.FromString,
-        )
+        # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
+        call = plugin.channel.unary_unary(point.path)
         try:
-            response = await call(request, timeout=timeout)
+            answer = await call(request.SerializeToString(), timeout=timeout)
         except grpc.aio.AioRpcError as error:
             self._failed(point, plugin, error.code(), error.details() or "")
             return None
-        except Exception as error:  # e.g. an undecodable response
-            self._failed(point, plugin, grpc.StatusCode.INTERNAL, repr(error))
+        except Exception as error:  # e.g. its channel closed by a config change mid-call
+            self._failed(point, plugin, grpc.StatusCode.UNAVAILABLE, repr(error))
+            return None
+        try:
+            response = point.response_type.FromString(answer)
+        except DecodeError as error:
+            self._failed(point, plugin, grpc.StatusCode.INTERNAL,
+                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}")
             return None
         self.outcomes[(plugin.name, point.name, "ok")] += 1
         return response

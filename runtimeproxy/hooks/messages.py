@@ -173,7 +173,8 @@ def apply_to_container_config(
             convert(container.container_resources, cri.LinuxContainerResources)
         )
     envs = container.container_envs
-    ordered = [name for name in env_order if name in envs]
+    # A name the kubelet listed twice appears once, with the last value (what runtimes use).
+    ordered = [name for name in dict.fromkeys(env_order) if name in envs]
     ordered += sorted(name for name in envs if name not in set(env_order))
     del config.envs[:]
     config.envs.extend(cri.KeyValue(key=name, value=envs[name]) for name in ordered)

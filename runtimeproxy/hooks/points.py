@@ -176,6 +176,13 @@ class RuntimeHooks:
                 apply_to_container_config(request, changed, env_order)
                 data = request.SerializeToString()
                 info = changed
+        sandbox_linux = request.sandbox_config.linux
+        if (not pod.skip_hooks and info.pod_cgroup_parent and request.HasField("sandbox_config")
+                and sandbox_linux.cgroup_parent != info.pod_cgroup_parent):
+            # containerd puts the container under sandbox_config's cgroup parent: when PreRunPodSandbox
+            # moved the pod and no PreCreateContainer change re-encoded the request, move it along.
+            sandbox_linux.cgroup_parent = info.pod_cgroup_parent
+            data = request.SerializeToString()
         response = await relay(data, context)
         container_id = response_field(cri.CreateContainerResponse, response, "container_id")
         if container_id:

@@ -1,0 +1,18 @@
+"""Fixtures for the hook unit tests (helpers live in hookkit.py next to this file)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hookkit import PluginBench
+from runtimeproxy.lab.loop import LoopThread
+
+
+@pytest.fixture
+def bench(loop_thread: LoopThread, tmp_path: Path) -> Iterator[PluginBench]:
+    bench = PluginBench(loop_thread, tmp_path)
+    yield bench
+    bench.close()

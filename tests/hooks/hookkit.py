@@ -1,0 +1,228 @@
+"""Helpers shared by the hook unit tests (imported as a plain module: tests/hooks is on sys.path).
+
+- fill(): every field of a protobuf message set to a distinct non-default value, recursively,
+  so that a round trip that loses or corrupts any field shows up as an inequality.
+- ScriptedPlugin: an in-process RuntimeHookService whose answers the test chooses per hook.
+- PluginBench: a real PluginRegistry over a config dir plus a Dispatcher, driven from sync tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
+from runtimeproxy.lab.example_plugin import registration
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
+from runtimeproxy.plugins import HOOK_NAMES, PluginRegistry
+
+# --- filling messages -------------------------------------------------------------------
+
+_MAX_DEPTH = 8
+
+
+class Filler:
+    """Distinct values from one counter: no two scalar fields of a filled message are equal."""
+
+    def __init__(self, start: int = 1) -> None:
+        self._next = itertools.count(start)
+
+    def scalar(self, field: FieldDescriptor) -> Any:
+        n = next(self._next)
+        kind = field.cpp_type
+        if kind == FieldDescriptor.CPPTYPE_STRING:
+            return f"b{n}".encode() if field.type == FieldDescriptor.TYPE_BYTES else f"s{n}"
+        if kind == FieldDescriptor.CPPTYPE_BOOL:
+            return True
+        if kind == FieldDescriptor.CPPTYPE_ENUM:
+            values = [value.number for value in field.enum_type.values if value.number != 0]
+            return values[n % len(values)] if values else 0
+        if kind in (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT):
+            return float(n) + 0.5
+        if kind in (FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64):
+            return -n if n % 3 == 0 else n  # some negative values: 10-byte varints on the wire
+        return n  # unsigned
+
+    def fill(self, message: Message, depth: int = 0) -> Message:
+        message.SetInParent()
+        for field in message.DESCRIPTOR.fields:
+            oneof = field.containing_oneof
+            if oneof is not None and oneof.fields[0] is not field:
+                continue  # one member per oneof
+            self._fill_field(message, field, depth)
+        return message
+
+    def _fill_field(self, message: Message, field: FieldDescriptor, depth: int) -> None:
+        value_type = field.message_type
+        if value_type is not None and value_type.GetOptions().map_entry:
+            entries = getattr(message, field.name)
+            key_field = value_type.fields_by_name["key"]
+            value_field = value_type.fields_by_name["value"]
+            for _ in range(2):
+                key = self.scalar(key_field)
+                if value_field.message_type is not None:
+                    if depth < _MAX_DEPTH:
+                        self.fill(entries[key], depth + 1)
+                else:
+                    entries[key] = self.scalar(value_field)
+        elif field.is_repeated:
+            values = getattr(message, field.name)
+            for _ in range(2):
+                if value_type is not None:
+                    if depth < _MAX_DEPTH:
+                        self.fill(values.add(), depth + 1)
+                else:
+                    values.append(self.scalar(field))
+        elif value_type is not None:
+            if depth < _MAX_DEPTH:
+                self.fill(getattr(message, field.name), depth + 1)
+        else:
+            setattr(message, field.name, self.scalar(field))
+
+
+def fill(message: Message, start: int = 1) -> Message:
+    return Filler(start).fill(message)
+
+
+def unset_fields(message: Message, prefix: str = "") -> list[str]:
+    """Paths of singular fields left at their default (for checking that fill() reached everything)."""
+    missing: list[str] = []
+    for field in message.DESCRIPTOR.fields:
+        path = f"{prefix}{field.name}"
+        oneof = field.containing_oneof
+        if oneof is not None and message.WhichOneof(oneof.name) != field.name:
+            continue
+        if field.is_repeated:
+            if not len(getattr(message, field.name)):
+                missing.append(path)
+        elif field.message_type is not None:
+            if not message.HasField(field.name):
+                missing.append(path)
+            else:
+                missing += unset_fields(getattr(message, field.name), path + ".")
+        elif getattr(message, field.name) == field.default_value:
+            missing.append(path)
+    return missing
+
+
+# --- plugins --------------------------------------------------------------------------
+
+Answer = Callable[[Message, grpc.aio.ServicerContext], Any]
+
+
+class ScriptedPlugin(hooks_grpc.RuntimeHookServiceServicer):
+    """Answers each hook with answers[hook](request, context) (sync or async); records requests.
+
+    A hook without an answer gets an empty response of its type.
+    """
+
+    def __init__(self, answers: dict[str, Answer] | None = None) -> None:
+        self.answers = answers or {}
+        self.seen: list[tuple[str, Message]] = []
+        self._server: grpc.aio.Server | None = None
+
+    def seen_by(self, hook: str) -> list[Message]:
+        return [request for name, request in self.seen if name == hook]
+
+    async def start(self, socket_path: Path) -> None:
+        server = grpc.aio.server()
+        hooks_grpc.add_RuntimeHookServiceServicer_to_server(self, server)
+        server.add_insecure_port(f"unix://{socket_path}")
+        await server.start()
+        self._server = server
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(0)
+            self._server = None
+
+    async def _answer(self, hook: str, request: Message, context: grpc.aio.ServicerContext, empty: type[Message]) -> Message:
+        copy = type(request)()
+        copy.CopyFrom(request)
+        self.seen.append((hook, copy))
+        answer = self.answers.get(hook)
+        if answer is None:
+            return empty()
+        result = answer(request, context)
+        if asyncio.iscoroutine(result):
+            result = await result
+        return result
+
+
+def _hook_method(hook: str) -> Callable[..., Any]:
+    from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+    empty = hooks.PodSandboxHookResponse if "PodSandbox" in hook else hooks.ContainerResourceHookResponse
+
+    async def method(self: ScriptedPlugin, request: Message, context: grpc.aio.ServicerContext) -> Message:
+        return await self._answer(hook, request, context, empty)
+
+    method.__name__ = f"{hook}Hook"
+    return method
+
+
+for _hook in HOOK_NAMES:
+    setattr(ScriptedPlugin, f"{_hook}Hook", _hook_method(_hook))
+
+
+def register(
+    config_dir: Path, name: str, socket: Path, hooks: Iterable[str] = HOOK_NAMES,
+    policy: str = "Ignore", timeout: float | None = None,
+) -> None:
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / name).write_bytes(registration(socket, list(hooks), policy, timeout))
+
+
+def refresh_on_loop(loop: LoopThread, registry: PluginRegistry) -> None:
+    """PluginRegistry.refresh() opens aio channels, so it must run on the loop thread."""
+
+    async def refresh() -> None:
+        registry.refresh()
+
+    loop.run(refresh())
+
+
+class PluginBench:
+    """A Dispatcher over a real PluginRegistry in a temp dir, plus in-process plugins."""
+
+    def __init__(self, loop: LoopThread, base: Path) -> None:
+        self.loop = loop
+        self.base = base
+        self.config_dir = base / "hookserver.d"
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        self.registry = PluginRegistry(self.config_dir)
+        self.dispatcher = Dispatcher(self.registry)
+        self._servers: list[Any] = []
+        self._serial = itertools.count()
+
+    def socket(self, stem: str = "plugin") -> Path:
+        return self.base / f"{stem}{next(self._serial)}.sock"
+
+    def serve(self, plugin: Any) -> Path:
+        """Start an in-process plugin (ExamplePlugin or ScriptedPlugin) on a new socket."""
+        socket = self.socket()
+        self.loop.run(plugin.start(socket))
+        self._servers.append(plugin)
+        return socket
+
+    def register(self, name: str, socket: Path, hooks: Iterable[str] = HOOK_NAMES,
+                 policy: str = "Ignore", timeout: float | None = None) -> None:
+        register(self.config_dir, name, socket, hooks, policy, timeout)
+        refresh_on_loop(self.loop, self.registry)
+        assert name in [plugin.name for plugin in self.registry.plugins], f"{name} not registered"
+
+    def run(self, point: HookPoint, request: Message, time_remaining: float | None = None) -> Message:
+        return self.loop.run(self.dispatcher.run(point, request, time_remaining))
+
+    def close(self) -> None:
+        self.loop.run(self.registry.close())
+        for plugin in self._servers:
+            self.loop.run(plugin.stop())

@@ -1,0 +1,425 @@
+"""The hooked CRI calls through a real in-process proxy in front of the synthetic backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from hookkit import ScriptedPlugin, fill, refresh_on_loop, register
+from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.lab.synthetic import SyntheticBackend
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
+from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.server import ProxyServer
+
+VERSIONS = ["runtime.v1", "runtime.v1alpha2"]
+API = {"runtime.v1": v1, "runtime.v1alpha2": v1alpha2}
+
+
+def path(version: str, method: str) -> str:
+    return f"/{version}.RuntimeService/{method}"
+
+
+class Plugins:
+    """In-process plugins registered in the proxy's config dir (refreshed on the loop)."""
+
+    def __init__(self, loop: LoopThread, proxy: ProxyServer, base: Path) -> None:
+        self.loop = loop
+        self.proxy = proxy
+        self.base = base
+        self.config_dir = proxy.options.hook_config_dir
+        self._started: list[Any] = []
+
+    @property
+    def registry(self):  # type: ignore[no-untyped-def]
+        assert self.proxy.hook_service is not None
+        return self.proxy.hook_service.registry
+
+    @property
+    def outcomes(self):  # type: ignore[no-untyped-def]
+        assert self.proxy.hook_service is not None
+        return self.proxy.hook_service.dispatcher.outcomes
+
+    def serve(self, plugin: Any) -> Path:
+        socket = self.base / f"plugin{len(self._started)}.sock"
+        self.loop.run(plugin.start(socket))
+        self._started.append(plugin)
+        return socket
+
+    def register(self, name: str, socket: Path, hooks_: list[str], policy: str = "Ignore",
+                 timeout: float | None = None) -> None:
+        register(self.config_dir, name, socket, hooks_, policy, timeout)
+        refresh_on_loop(self.loop, self.registry)
+        assert name in [plugin.name for plugin in self.registry.plugins]
+
+    def close(self) -> None:
+        for plugin in self._started:
+            self.loop.run(plugin.stop())
+
+
+@pytest.fixture
+def plugins(loop_thread: LoopThread, proxy: ProxyServer, tmp_path: Path) -> Iterator[Plugins]:
+    plugins = Plugins(loop_thread, proxy, tmp_path)
+    yield plugins
+    plugins.close()
+
+
+def answer_with(message: Any):  # type: ignore[no-untyped-def]
+    data = message.SerializeToString()
+
+    async def answer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return data
+
+    return answer
+
+
+async def not_found(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    await context.abort(grpc.StatusCode.NOT_FOUND, "not found")
+    return b""
+
+
+@pytest.fixture
+def backend(synthetic: SyntheticBackend) -> SyntheticBackend:
+    """The synthetic backend answering the hooked calls like a runtime (same bytes for both versions).
+
+    It knows no pods or containers when asked for their status: the store is filled only by the calls
+    the tests make through the proxy (the default echo would decode as some nonsense status).
+    """
+    for version in VERSIONS:
+        synthetic.unary[path(version, "PodSandboxStatus")] = not_found
+        synthetic.unary[path(version, "ContainerStatus")] = not_found
+        synthetic.unary[path(version, "RunPodSandbox")] = answer_with(v1.RunPodSandboxResponse(pod_sandbox_id="p1"))
+        synthetic.unary[path(version, "CreateContainer")] = answer_with(v1.CreateContainerResponse(container_id="c1"))
+        for method in ("StopPodSandbox", "RemovePodSandbox", "StartContainer", "StopContainer", "RemoveContainer",
+                       "UpdateContainerResources"):
+            response = getattr(v1, f"{method}Response")()
+            synthetic.unary[path(version, method)] = answer_with(response)
+    return synthetic
+
+
+def call(client: grpc.Channel, method_path: str, data: bytes) -> bytes:
+    return client.unary_unary(method_path)(data, timeout=10)
+
+
+def received(backend: SyntheticBackend, method_path: str) -> bytes:
+    (only,) = backend.calls_to(method_path)
+    return only.request
+
+
+def pod_config(api: Any, **linux: Any) -> Any:
+    return api.PodSandboxConfig(
+        metadata=api.PodSandboxMetadata(name="web", uid="u-1", namespace="ns"),
+        labels={"app": "web"}, annotations={"a": "1"},
+        linux=api.LinuxPodSandboxConfig(cgroup_parent="/kubepods/pod-u-1", **linux),
+    )
+
+
+def create_request(api: Any, envs: dict[str, str] | None = None) -> Any:
+    return api.CreateContainerRequest(
+        pod_sandbox_id="p1",
+        config=api.ContainerConfig(
+            metadata=api.ContainerMetadata(name="app"),
+            image=api.ImageSpec(image="busybox"),
+            envs=[api.KeyValue(key=k, value=v) for k, v in (envs or {"KEEP": "me"}).items()],
+            linux=api.LinuxContainerConfig(resources=api.LinuxContainerResources(cpu_shares=2)),
+        ),
+        sandbox_config=pod_config(api),
+    )
+
+
+# --- requests that cannot be decoded ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("method", ["RunPodSandbox", "CreateContainer", "StopContainer", "UpdateContainerResources"])
+def test_a_garbled_hooked_request_is_invalid_argument(client: grpc.Channel, backend: SyntheticBackend,
+                                                      version: str, method: str) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        call(client, path(version, method), b"\xff\xff\xff")
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert f"{method}Request" in raised.value.details()
+    assert backend.calls_to(path(version, method)) == []
+
+
+def test_a_garbled_request_is_refused_with_plugins_too(client: grpc.Channel, backend: SyntheticBackend,
+                                                       plugins: Plugins) -> None:
+    plugin = ExamplePlugin()
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
+    with pytest.raises(grpc.RpcError) as raised:
+        call(client, path("runtime.v1", "CreateContainer"), b"\xff\xff\xff")
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "CreateContainerRequest" in raised.value.details()
+    assert plugin.seen == [] and backend.calls_to(path("runtime.v1", "CreateContainer")) == []
+
+
+# --- the kubelet's bytes go upstream untouched unless a plugin changed something ----------------------
+
+
+def non_canonical_run_pod_sandbox(api: Any) -> bytes:
+    """runtime_handler before config, plus an unknown field: re-encoding would reorder or could drop it."""
+    handler = api.RunPodSandboxRequest(runtime_handler="runc").SerializeToString()
+    config = api.RunPodSandboxRequest(config=pod_config(api)).SerializeToString()
+    unknown = b"\xf8\x06\x2a"  # field 111, varint 42
+    data = handler + config + unknown
+    assert data != api.RunPodSandboxRequest.FromString(data).SerializeToString()
+    return data
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_without_plugins_the_backend_gets_the_exact_bytes(client: grpc.Channel, backend: SyntheticBackend,
+                                                           version: str) -> None:
+    data = non_canonical_run_pod_sandbox(API[version])
+    response = call(client, path(version, "RunPodSandbox"), data)
+    assert v1.RunPodSandboxResponse.FromString(response).pod_sandbox_id == "p1"
+    assert received(backend, path(version, "RunPodSandbox")) == data
+
+
+def test_a_plugin_that_changes_nothing_leaves_the_bytes_alone(client: grpc.Channel, backend: SyntheticBackend,
+                                                               plugins: Plugins) -> None:
+    def echo(request: hooks.PodSandboxHookRequest, _: Any) -> hooks.PodSandboxHookResponse:
+        return hooks.PodSandboxHookResponse(labels=request.labels, annotations=request.annotations,
+                                            cgroup_parent=request.cgroup_parent)
+
+    plugin = ScriptedPlugin({"PreRunPodSandbox": echo})
+    plugins.register("10-echo.json", plugins.serve(plugin), ["PreRunPodSandbox"])
+    data = non_canonical_run_pod_sandbox(v1)
+    call(client, path("runtime.v1", "RunPodSandbox"), data)
+    assert len(plugin.seen) == 1
+    assert received(backend, path("runtime.v1", "RunPodSandbox")) == data
+
+
+def test_an_ignored_failing_plugin_leaves_the_bytes_alone(client: grpc.Channel, backend: SyntheticBackend,
+                                                           plugins: Plugins) -> None:
+    plugins.register("10-dead.json", plugins.base / "nobody.sock", ["PreRunPodSandbox"], "Ignore")
+    data = non_canonical_run_pod_sandbox(v1alpha2)
+    call(client, path("runtime.v1alpha2", "RunPodSandbox"), data)
+    assert received(backend, path("runtime.v1alpha2", "RunPodSandbox")) == data
+    assert plugins.outcomes[("10-dead.json", "PreRunPodSandbox", "UNAVAILABLE")] == 1
+
+
+# --- plugin changes reach the backend, for both CRI versions ------------------------------------------
+
+
+def test_v1alpha2_run_pod_sandbox_gets_the_annotation_and_nothing_else(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugin = ExamplePlugin()
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox"])
+    original = fill(v1alpha2.RunPodSandboxRequest())
+    call(client, path("runtime.v1alpha2", "RunPodSandbox"), original.SerializeToString())
+
+    upstream = v1alpha2.RunPodSandboxRequest.FromString(received(backend, path("runtime.v1alpha2", "RunPodSandbox")))
+    expected = v1alpha2.RunPodSandboxRequest()
+    expected.CopyFrom(original)
+    expected.config.annotations[ANNOTATION] = "PreRunPodSandbox"
+    assert upstream == expected
+    # What the plugin saw is the v1alpha2 request, field for field.
+    (seen,) = plugin.seen_by("PreRunPodSandbox")
+    assert seen.pod_meta.uid == original.config.metadata.uid
+    assert seen.runtime_handler == original.runtime_handler
+    assert dict(seen.labels) == dict(original.config.labels)
+    assert seen.cgroup_parent == original.config.linux.cgroup_parent
+    assert seen.resources.SerializeToString(deterministic=True) == \
+        original.config.linux.resources.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend: SyntheticBackend,
+                                                   plugins: Plugins, version: str) -> None:
+    plugin = ExamplePlugin(ExampleSettings(cpu_shares=700, memory_limit_in_bytes=64 << 20, envs={"ADDED": "1"}))
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreCreateContainer"])
+    api = API[version]
+    original = create_request(api, {"Z": "1", "A": "2"})
+    response = call(client, path(version, "CreateContainer"), original.SerializeToString())
+    assert v1.CreateContainerResponse.FromString(response).container_id == "c1"
+
+    upstream = api.CreateContainerRequest.FromString(received(backend, path(version, "CreateContainer")))
+    expected = api.CreateContainerRequest()
+    expected.CopyFrom(original)
+    expected.config.annotations[ANNOTATION] = "PreCreateContainer"
+    expected.config.linux.resources.cpu_shares = 700
+    expected.config.linux.resources.memory_limit_in_bytes = 64 << 20
+    expected.config.envs.add(key="ADDED", value="1")
+    assert upstream == expected
+    # The pod was unknown to the store: the plugin got its context from sandbox_config.
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert seen.pod_meta.uid == "u-1" and seen.pod_cgroup_parent == "/kubepods/pod-u-1"
+    assert dict(seen.pod_labels) == {"app": "web"}
+
+
+def test_the_pod_recorded_at_run_pod_sandbox_is_the_context_of_its_containers(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/be"))
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer",
+                                                                 "PostStopContainer", "PostStopPodSandbox"])
+    call(client, path("runtime.v1", "RunPodSandbox"), v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
+    upstream_pod = v1.RunPodSandboxRequest.FromString(received(backend, path("runtime.v1", "RunPodSandbox")))
+    assert upstream_pod.config.linux.cgroup_parent == "/koord/be"
+
+    call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert seen.pod_cgroup_parent == "/koord/be"  # the hooked pod, not the kubelet's sandbox_config
+    assert seen.pod_annotations[ANNOTATION] == "PreRunPodSandbox"
+    upstream = v1.CreateContainerRequest.FromString(received(backend, path("runtime.v1", "CreateContainer")))
+    assert upstream.sandbox_config.linux.cgroup_parent == "/koord/be"
+
+    call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
+    call(client, path("runtime.v1", "StopPodSandbox"), v1.StopPodSandboxRequest(pod_sandbox_id="p1").SerializeToString())
+    (stopped,) = plugin.seen_by("PostStopContainer")
+    assert stopped.container_meta.id == "c1" and stopped.container_meta.name == "app"
+    assert stopped.container_envs["EXAMPLE_PLUGIN"] == "hello" and stopped.container_envs["KEEP"] == "me"
+    assert stopped.pod_cgroup_parent == "/koord/be"
+    (pod_stopped,) = plugin.seen_by("PostStopPodSandbox")
+    assert pod_stopped.cgroup_parent == "/koord/be" and pod_stopped.pod_meta.uid == "u-1"
+
+
+# --- failure policies through the proxy ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_dead_fail_plugin_stops_run_pod_sandbox_before_the_backend(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins, version: str
+) -> None:
+    socket = plugins.base / "nobody.sock"
+    plugins.register("10-dead.json", socket, ["PreRunPodSandbox"], "Fail")
+    api = API[version]
+    with pytest.raises(grpc.RpcError) as raised:
+        call(client, path(version, "RunPodSandbox"), api.RunPodSandboxRequest(config=pod_config(api)).SerializeToString())
+    error = raised.value
+    assert error.code() is grpc.StatusCode.UNAVAILABLE
+    assert "PreRunPodSandbox hook of plugin 10-dead.json" in error.details()
+    status = status_pb2.Status.FromString(dict(error.trailing_metadata())["grpc-status-details-bin"])
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    assert info.reason == "RUNTIME_HOOK_FAILED"
+    assert info.metadata["plugin"] == "10-dead.json" and info.metadata["hook"] == "PreRunPodSandbox"
+    assert backend.calls_to(path(version, "RunPodSandbox")) == []
+
+
+def test_a_failing_fail_plugin_stops_create_container_before_the_backend(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugin = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.FAILED_PRECONDITION))
+    plugins.register("10-strict.json", plugins.serve(plugin), ["PreCreateContainer"], "Fail")
+    with pytest.raises(grpc.RpcError) as raised:
+        call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+    assert raised.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert backend.calls_to(path("runtime.v1", "CreateContainer")) == []
+
+
+def test_a_post_hook_failure_under_fail_does_not_fail_stop_container(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugin = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.INTERNAL))
+    plugins.register("10-strict.json", plugins.serve(plugin), ["PostStopContainer", "PostStopPodSandbox"], "Fail")
+    call(client, path("runtime.v1", "RunPodSandbox"), v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
+    call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+
+    stop = v1.StopContainerRequest(container_id="c1", timeout=3).SerializeToString()
+    assert call(client, path("runtime.v1", "StopContainer"), stop) == b""
+    assert received(backend, path("runtime.v1", "StopContainer")) == stop
+    (seen,) = plugin.seen_by("PostStopContainer")
+    assert seen.container_meta.id == "c1"
+    assert plugins.outcomes[("10-strict.json", "PostStopContainer", "INTERNAL")] == 1
+
+    stop_pod = v1.StopPodSandboxRequest(pod_sandbox_id="p1").SerializeToString()
+    assert call(client, path("runtime.v1", "StopPodSandbox"), stop_pod) == b""
+    assert plugin.seen_by("PostStopPodSandbox")[0].pod_meta.uid == "u-1"
+    assert plugins.outcomes[("10-strict.json", "PostStopPodSandbox", "INTERNAL")] == 1
+
+
+def test_a_backend_failure_is_relayed_and_skips_the_post_hook(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.abort(grpc.StatusCode.NOT_FOUND, "no such container")
+        return b""
+
+    backend.unary[path("runtime.v1", "StopContainer")] = refuse
+    plugin = ExamplePlugin()
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreCreateContainer", "PostStopContainer"])
+    call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+    with pytest.raises(grpc.RpcError) as raised:
+        call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
+    assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    assert raised.value.details() == "no such container"
+    assert plugin.seen_by("PostStopContainer") == []
+
+
+def test_update_container_resources_hook_sees_the_requested_resources(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugin = ExamplePlugin()
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreCreateContainer", "PreUpdateContainerResources",
+                                                                 "PostStopContainer"])
+    call(client, path("runtime.v1alpha2", "CreateContainer"), create_request(v1alpha2).SerializeToString())
+    update = v1alpha2.UpdateContainerResourcesRequest(
+        container_id="c1", linux=v1alpha2.LinuxContainerResources(cpu_shares=256, memory_limit_in_bytes=96 << 20))
+    call(client, path("runtime.v1alpha2", "UpdateContainerResources"), update.SerializeToString())
+
+    (seen,) = plugin.seen_by("PreUpdateContainerResources")
+    assert seen.container_meta.id == "c1"
+    assert seen.container_resources.cpu_shares == 256 and seen.container_resources.memory_limit_in_bytes == 96 << 20
+    upstream = v1alpha2.UpdateContainerResourcesRequest.FromString(
+        received(backend, path("runtime.v1alpha2", "UpdateContainerResources")))
+    assert upstream.linux == update.linux
+    assert upstream.annotations[ANNOTATION] == "PreUpdateContainerResources"
+
+    call(client, path("runtime.v1alpha2", "StopContainer"), v1alpha2.StopContainerRequest(container_id="c1").SerializeToString())
+    (stopped,) = plugin.seen_by("PostStopContainer")
+    assert stopped.container_resources.cpu_shares == 256  # the store follows the update
+
+
+# --- the pod's hooked cgroup parent follows it into CreateContainer --------------------------------------
+
+
+def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    """containerd puts a container under CreateContainer's sandbox_config cgroup parent, not the sandbox's."""
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/be"))
+    plugins.register("10-pod-only.json", plugins.serve(plugin), ["PreRunPodSandbox"])
+    call(client, path("runtime.v1", "RunPodSandbox"), v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
+    original = create_request(v1)
+    call(client, path("runtime.v1", "CreateContainer"), original.SerializeToString())
+
+    upstream = v1.CreateContainerRequest.FromString(received(backend, path("runtime.v1", "CreateContainer")))
+    expected = v1.CreateContainerRequest()
+    expected.CopyFrom(original)
+    expected.sandbox_config.linux.cgroup_parent = "/koord/be"
+    assert upstream == expected
+
+
+def test_create_container_bytes_untouched_when_the_pod_was_not_moved(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugin = ScriptedPlugin()  # answers PreRunPodSandbox with an empty response: no change
+    plugins.register("10-noop.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
+    call(client, path("runtime.v1", "RunPodSandbox"), v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
+    data = create_request(v1).SerializeToString() + b"\xf8\x06\x2a"  # an unknown field, kept as sent
+    call(client, path("runtime.v1", "CreateContainer"), data)
+    assert len(plugin.seen) == 2
+    assert received(backend, path("runtime.v1", "CreateContainer")) == data
+
+
+def test_a_skipped_pod_is_not_moved(client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins) -> None:
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/be"))
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
+    config = pod_config(v1)
+    config.labels["runtimeproxy.koordinator.sh/skip-hookserver"] = "true"
+    run = v1.RunPodSandboxRequest(config=config).SerializeToString()
+    call(client, path("runtime.v1", "RunPodSandbox"), run)
+    create = create_request(v1)
+    create.sandbox_config.CopyFrom(config)
+    call(client, path("runtime.v1", "CreateContainer"), create.SerializeToString())
+    assert plugin.seen == []
+    assert received(backend, path("runtime.v1", "RunPodSandbox")) == run
+    assert received(backend, path("runtime.v1", "CreateContainer")) == create.SerializeToString()
