@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from runtimeproxy import __version__
+from runtimeproxy.allocator import tune_for_large_messages
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.listener import SocketInUseError
 from runtimeproxy.options import (
@@ -131,6 +132,7 @@ def configure_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     options, level = parse_options(argv)
     configure_logging(level)
+    tune_for_large_messages()  # before gRPC allocates anything
     from runtimeproxy.server import serve  # after logging: importing gRPC is slow
 
     try:
