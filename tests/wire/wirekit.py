@@ -16,9 +16,11 @@ from typing import Any
 import grpc
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # also when loaded by file path from tests/e2e
+    sys.path.insert(0, str(HERE))
+from independent_plugin import ANNOTATION, numbered as _plugin_numbered  # noqa: E402  (stdlib only)
 PROTO = HERE / "independent_hooks.proto"
 SCRIPT = HERE / "independent_plugin.py"
-ANNOTATION = "wire.independent.example/hooked"  # as in independent_plugin.py
 
 
 def compile_proto(out: Path, descriptor_set: Path | None = None) -> Path:
@@ -35,24 +37,8 @@ def compile_proto(out: Path, descriptor_set: Path | None = None) -> Path:
 
 
 def numbered(message: Any) -> dict[str, Any]:
-    """Same as independent_plugin.numbered, for our own messages (compared after a JSON round trip)."""
-    result: dict[str, Any] = {}
-    for field, value in message.ListFields():
-        entry = field.message_type
-        if entry is not None and entry.GetOptions().map_entry:
-            value_is_message = entry.fields_by_name["value"].message_type is not None
-            result[str(field.number)] = {
-                str(key): numbered(item) if value_is_message else item for key, item in value.items()
-            }
-        elif field.is_repeated:
-            result[str(field.number)] = [numbered(item) if entry is not None else item for item in value]
-        elif entry is not None:
-            result[str(field.number)] = numbered(value)
-        elif isinstance(value, bytes):
-            result[str(field.number)] = value.hex()
-        else:
-            result[str(field.number)] = value
-    return json.loads(json.dumps(result))
+    """independent_plugin.numbered for our own messages, compared after the same JSON round trip."""
+    return json.loads(json.dumps(_plugin_numbered(message)))
 
 
 class PluginProcess:
