@@ -178,8 +178,19 @@ def apply_to_container_config(
     ordered += sorted(name for name in envs if name not in set(env_order))
     del config.envs[:]
     config.envs.extend(cri.KeyValue(key=name, value=envs[name]) for name in ordered)
-    if container.pod_cgroup_parent and request.HasField("sandbox_config"):
-        request.sandbox_config.linux.cgroup_parent = container.pod_cgroup_parent
+    align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
+
+
+def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_parent: str) -> bool:
+    """containerd places the container under sandbox_config's cgroup parent: make it the pod's
+    (as hooks left it). True if the request changed; a missing sandbox_config is not invented."""
+    if not cgroup_parent or not request.HasField("sandbox_config"):
+        return False
+    linux = request.sandbox_config.linux
+    if linux.cgroup_parent == cgroup_parent:
+        return False
+    linux.cgroup_parent = cgroup_parent
+    return True
 
 
 def apply_to_update_request(

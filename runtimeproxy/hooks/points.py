@@ -17,6 +17,7 @@ from runtimeproxy.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks.messages import (
+    align_sandbox_cgroup_parent,
     apply_to_container_config,
     apply_to_pod_config,
     apply_to_update_request,
@@ -169,19 +170,19 @@ class RuntimeHooks:
             sandbox = pod_hook_request(request.sandbox_config, "")
             pod = PodRecord(sandbox, self.skip.applies(sandbox.labels))
         info = container_hook_request(pod.info, request.config)
+        rewritten = False
         if not pod.skip_hooks and self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
             changed = await run_pre_hook(self.dispatcher, points.PRE_CREATE_CONTAINER, info, context)
             if changed != info:
                 env_order = [kv.key for kv in request.config.envs]
                 apply_to_container_config(request, changed, env_order)
-                data = request.SerializeToString()
                 info = changed
-        sandbox_linux = request.sandbox_config.linux
-        if (not pod.skip_hooks and info.pod_cgroup_parent and request.HasField("sandbox_config")
-                and sandbox_linux.cgroup_parent != info.pod_cgroup_parent):
-            # containerd puts the container under sandbox_config's cgroup parent: when PreRunPodSandbox
-            # moved the pod and no PreCreateContainer change re-encoded the request, move it along.
-            sandbox_linux.cgroup_parent = info.pod_cgroup_parent
+                rewritten = True
+        # A pod moved by PreRunPodSandbox takes its containers along, even when no
+        # PreCreateContainer plugin changed anything.
+        if not pod.skip_hooks and align_sandbox_cgroup_parent(request, info.pod_cgroup_parent):
+            rewritten = True
+        if rewritten:
             data = request.SerializeToString()
         response = await relay(data, context)
         container_id = response_field(cri.CreateContainerResponse, response, "container_id")
