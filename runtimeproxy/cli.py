@@ -66,6 +66,13 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _uid_list(value: str) -> frozenset[int]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not all(item.isdigit() for item in items):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of uids")
+    return frozenset(int(item) for item in items)
+
+
 def _flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
     """Accept --name and Go's single-dash -name alike."""
     parser.add_argument(f"--{name}", f"-{name}", **kwargs)  # type: ignore[arg-type]
@@ -88,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
           metavar="MODE", help="Containerd or Docker (default: %(default)s)")
     _flag(parser, "runtime-hook-config-dir", type=Path, default=DEFAULT_HOOK_CONFIG_DIR,
           metavar="DIR", help="directory of plugin registration *.json files (default: %(default)s)")
+    _flag(parser, "runtime-hook-config-trusted-uids", type=_uid_list, default=frozenset(),
+          metavar="UIDS", help="comma-separated uids trusted, besides root and the proxy's user, to own "
+          "plugin config files, their directory and plugin sockets (default: none)")
     _flag(parser, "runtime-hook-server-key", default=DEFAULT_SKIP_LABEL_KEY, metavar="KEY",
           help="pod label key that turns hooks off for a pod (default: %(default)s)")
     _flag(parser, "runtime-hook-server-val", default=DEFAULT_SKIP_LABEL_VALUE, metavar="VALUE",
@@ -113,6 +123,7 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
         image_path=args.remote_image_service_endpoint,
         backend_mode=args.backend_runtime_mode,
         hook_config_dir=args.runtime_hook_config_dir,
+        hook_config_trusted_uids=args.runtime_hook_config_trusted_uids,
         skip_label_key=args.runtime_hook_server_key,
         skip_label_value=args.runtime_hook_server_val,
         shutdown_grace_seconds=args.shutdown_grace_seconds,

@@ -22,6 +22,8 @@ class ProxyOptions:
     image_path: Path | None = None
     backend_mode: str = "Containerd"
     hook_config_dir: Path = DEFAULT_HOOK_CONFIG_DIR
+    # Owners trusted for plugin configs and sockets besides root and the proxy's own user.
+    hook_config_trusted_uids: frozenset[int] = frozenset()
     skip_label_key: str = DEFAULT_SKIP_LABEL_KEY
     skip_label_value: str = DEFAULT_SKIP_LABEL_VALUE
     shutdown_grace_seconds: float = 5.0

@@ -1,18 +1,25 @@
 """Hook plugin registration: one `*.json` file per plugin in a watched config directory.
 
 The directory is polled (no inotify dependency) so that adding, changing, renaming or
-deleting a file takes effect within a poll interval. A broken file never takes a plugin
-down: the last good version of that file stays in force until it is fixed or deleted.
+deleting a file takes effect within a poll interval. Scanning and reading run in a worker
+thread, never on the event loop. Each entry is judged on its own: a broken, unreadable,
+untrusted (see `trust`), oversized or non-regular entry costs one log line when its state
+changes and nothing else. Such an entry never takes a plugin down: the last good version of
+that file stays in force until it is fixed or deleted (a dangling link counts as deleted).
+Channels to plugin endpoints are opened on demand (see PluginChannel).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import errno
 import logging
 import math
 import os
+import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,8 +27,8 @@ from typing import Any
 import grpc
 import orjson
 
-from runtimeproxy.backend import channel_options
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
+from runtimeproxy.trust import TrustedOwners
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,13 @@ DEFAULT_POLL_INTERVAL = 0.5
 DEFAULT_PLUGIN_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 CONFIG_SUFFIX = ".json"
+# A registration is a few hundred bytes; anything bigger than this is not one.
+MAX_CONFIG_BYTES = 1024 * 1024
+_READ_CHUNK_BYTES = 64 * 1024
+# Calls still running on a channel dropped as unreachable may finish within this.
+_DROP_GRACE_SECONDS = 30.0
+# An unused plugin connection is released after this; the next call reconnects.
+_IDLE_TIMEOUT_MS = 60_000
 _ENDPOINT_KEY = "remote-endpoint"
 _POLICY_KEY = "failure-policy"
 _HOOKS_KEY = "runtime-hooks"
@@ -212,12 +226,90 @@ def _quote(text: str) -> str:
     return orjson.dumps(text).decode()
 
 
+class SocketNotTrusted(Exception):
+    """The plugin's socket belongs to an untrusted user: the call is refused, as a failed call."""
+
+
+class PluginChannel:
+    """The gRPC channel to one plugin endpoint, opened only when a call needs it.
+
+    An idle registry costs nothing: a channel exists only once a call has used it, and a
+    call that finds the plugin unreachable drops it, so a dead plugin is not reconnected in
+    the background and a plugin that starts late is connected afresh by the next call.
+    Must be used on the event loop thread (aio channels).
+    """
+
+    def __init__(self, endpoint: Path, max_message_bytes: int, owners: TrustedOwners) -> None:
+        self.endpoint = endpoint
+        self._max_message_bytes = max_message_bytes
+        self._owners = owners
+        self._channel: grpc.aio.Channel | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a gRPC channel exists right now (for tests and debugging)."""
+        return self._channel is not None
+
+    def open(self) -> grpc.aio.Channel:
+        """The channel for one call, after checking who owns the socket; raises SocketNotTrusted."""
+        if self.closed:
+            raise RuntimeError(f"the channel to {grpc_target(self.endpoint)} is closed: plugin unregistered")
+        self._check_socket_owner()
+        if self._channel is None:
+            log.debug("connecting to plugin endpoint %s", grpc_target(self.endpoint))
+            self._channel = grpc.aio.insecure_channel(
+                grpc_target(self.endpoint), options=plugin_channel_options(self._max_message_bytes)
+            )
+        return self._channel
+
+    def drop(self, channel: grpc.aio.Channel) -> None:
+        """Forget a channel whose plugin was unreachable; calls still on it get a grace period."""
+        if channel is not self._channel:
+            return  # already dropped by a concurrent call
+        self._channel = None
+        task = asyncio.get_running_loop().create_task(channel.close(_DROP_GRACE_SECONDS))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def close(self) -> None:
+        self.closed = True
+        channel, self._channel = self._channel, None
+        try:
+            if channel is not None:
+                await channel.close()
+            if self._closing:
+                await asyncio.gather(*self._closing, return_exceptions=True)
+        except Exception:  # noqa: BLE001
+            log.exception("closing the channel to plugin endpoint %s failed", grpc_target(self.endpoint))
+
+    def _check_socket_owner(self) -> None:
+        try:
+            status = os.stat(self.endpoint)  # follows links: the socket connect() would reach
+        except OSError:
+            return  # missing or unreachable: the call itself reports it (UNAVAILABLE)
+        problem = self._owners.owner_problem(f"socket {self.endpoint}", status)
+        if problem is not None:
+            raise SocketNotTrusted(problem)
+
+
+def plugin_channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        # A connection nobody uses is released; the next call reconnects.
+        ("grpc.client_idle_timeout_ms", _IDLE_TIMEOUT_MS),
+        ("grpc.enable_retries", 0),
+    ]
+
+
 @dataclass(frozen=True)
 class Plugin:
     """A registered plugin: its config and the channel to its endpoint (shared per endpoint)."""
 
     config: PluginConfig
-    channel: grpc.aio.Channel
+    channel: PluginChannel
 
     @property
     def name(self) -> str:
@@ -248,10 +340,29 @@ class _ConfigFile:
     problem: str | None  # why the content last read is not in force
 
 
+class _Unusable(Exception):
+    """A directory entry that cannot be used as a config file (the entry, not its content)."""
+
+    def __init__(self, problem: str, signature: _Signature = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.signature = signature
+
+
+class _Gone(Exception):
+    """The entry vanished since it was listed, or is a symbolic link whose target is gone."""
+
+    def __init__(self, dangling: bool) -> None:
+        super().__init__("dangling" if dangling else "deleted")
+        self.dangling = dangling
+
+
 class PluginRegistry:
     """The plugins configured in a directory, kept current by polling it.
 
-    refresh() creates and closes aio channels, so it must run on the event loop thread.
+    reload() scans and reads the directory in a worker thread, so file IO never stalls the
+    event loop, then installs the result on the loop. refresh() does both in the calling
+    thread (tests, tools); it must run on the event loop thread.
     """
 
     def __init__(
@@ -259,18 +370,21 @@ class PluginRegistry:
         config_dir: Path,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         max_message_bytes: int = DEFAULT_PLUGIN_MAX_MESSAGE_BYTES,
+        trusted_uids: Iterable[int] = (),
     ) -> None:
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
         self.config_dir = config_dir
         self.poll_interval = poll_interval
         self.max_message_bytes = max_message_bytes
+        self.owners = TrustedOwners.with_extra(trusted_uids)
         self._files: dict[str, _ConfigFile] = {}
-        self._channels: dict[Path, grpc.aio.Channel] = {}
+        self._channels: dict[Path, PluginChannel] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._plugins: tuple[Plugin, ...] = ()
         self._by_hook: dict[str, tuple[Plugin, ...]] = {}
         self._dir_state: str | None = None
+        self._dir_problem: str | None = None
         self._closed = False
 
     @property
@@ -282,39 +396,25 @@ class PluginRegistry:
         """The plugins registered for a hook, in the order to call them (precomputed)."""
         return self._by_hook.get(hook, ())
 
-    def refresh(self) -> bool:
-        """Scan the directory once, re-reading changed files; True if the plugins changed."""
+    async def reload(self) -> bool:
+        """Scan the directory once off the event loop; True if the plugins changed."""
         if self._closed:
             return False
-        entries = self._list_config_files()
-        if entries is None:
+        files = await asyncio.to_thread(self._scan)
+        return self._install(files)
+
+    def refresh(self) -> bool:
+        """reload() in the calling thread: blocks on file IO."""
+        if self._closed:
             return False
-        files: dict[str, _ConfigFile] = {}
-        for name, path, signature in entries:
-            previous = self._files.get(name)
-            if previous is not None and signature is not None and previous.signature == signature:
-                files[name] = previous
-                continue
-            loaded = self._load(name, path, signature, previous)
-            if loaded is not None:
-                files[name] = loaded
-        for name in self._files.keys() - files.keys():
-            if self._files[name].config is not None:
-                log.info("plugin %s removed", name)
-        self._files = files
-        configs = [state.config for state in files.values() if state.config is not None]
-        # Compared with what is installed, so that a failed _apply is retried on the next poll.
-        if configs == [plugin.config for plugin in self._plugins]:
-            return False
-        self._apply(configs)
-        return True
+        return self._install(self._scan())
 
     async def run(self) -> None:
-        """refresh() every poll_interval until cancelled; no error ends the loop."""
+        """reload() every poll_interval until cancelled; no error ends the loop."""
         failure: str | None = None
         while True:
             try:
-                self.refresh()
+                await self.reload()
                 failure = None
             except Exception as error:  # noqa: BLE001 - config must never crash the proxy
                 # One line per distinct failure, not one per poll.
@@ -331,19 +431,41 @@ class PluginRegistry:
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
-    def _list_config_files(self) -> list[tuple[str, Path, _Signature]] | None:
-        """The config files in file-name (bytewise) order; None if the directory is unreadable."""
-        found: list[tuple[str, Path, _Signature]] = []
+    def _scan(self) -> dict[str, _ConfigFile] | None:
+        """Judge every entry on its own (blocking file IO); None if the directory is unreadable."""
+        names = self._list_config_names()
+        if names is None:
+            return None
+        dir_problem = self._directory_problem()
+        # A change of the directory's trust re-judges every file, unchanged or not.
+        trust_changed, self._dir_problem = dir_problem != self._dir_problem, dir_problem
+        files: dict[str, _ConfigFile] = {}
+        for name in names:
+            previous = self._files.get(name)
+            loaded = self._load(name, previous, dir_problem, trust_changed)
+            if loaded is not None:
+                files[name] = loaded
+        for name in self._files.keys() - files.keys():
+            if self._files[name].config is not None:
+                log.info("plugin %s removed", name)
+        return files
+
+    def _install(self, files: dict[str, _ConfigFile] | None) -> bool:
+        if files is None or self._closed:
+            return False
+        self._files = files
+        configs = [state.config for state in files.values() if state.config is not None]
+        # Compared with what is installed, so that a failed _apply is retried on the next poll.
+        if configs == [plugin.config for plugin in self._plugins]:
+            return False
+        self._apply(configs)
+        return True
+
+    def _list_config_names(self) -> list[str] | None:
+        """The config file names in file-name (bytewise) order; None if the directory is unreadable."""
         try:
             with os.scandir(self.config_dir) as entries:
-                for entry in entries:
-                    if not _is_config_name(entry.name) or not entry.is_file():
-                        continue
-                    try:
-                        signature = _signature(entry.stat())
-                    except FileNotFoundError:
-                        continue  # deleted since listed
-                    found.append((entry.name, Path(entry.path), signature))
+                names = [entry.name for entry in entries if _is_config_name(entry.name)]
         except (FileNotFoundError, NotADirectoryError):
             self._set_dir_state("missing")
             return []
@@ -353,8 +475,16 @@ class PluginRegistry:
             self._set_dir_state(f"unreadable ({reason}); keeping the registered plugins")
             return None
         self._set_dir_state("present")
-        found.sort(key=lambda item: os.fsencode(item[0]))
-        return found
+        names.sort(key=os.fsencode)
+        return names
+
+    def _directory_problem(self) -> str | None:
+        try:
+            status = os.stat(self.config_dir)
+        except OSError as error:
+            return f"its directory cannot be checked: {error.strerror or error}"
+        problem = self.owners.file_problem(f"directory {self.config_dir}", status)
+        return None if problem is None else f"not trusted: {problem}"
 
     def _set_dir_state(self, state: str) -> None:
         previous, self._dir_state = self._dir_state, state
@@ -372,65 +502,81 @@ class PluginRegistry:
             log.info("plugin config directory %s is readable again", self.config_dir)
 
     def _load(
-        self, name: str, path: Path, signature: _Signature, previous: _ConfigFile | None
+        self, name: str, previous: _ConfigFile | None, dir_problem: str | None, trust_changed: bool
     ) -> _ConfigFile | None:
-        """Read a new or changed file; None if it vanished meanwhile."""
+        """Read a new or changed entry; None if it is gone (deleted, or a dangling link)."""
+        path = self.config_dir / name
         last_good = previous.config if previous is not None else None
         try:
-            signature, data = _read(path)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            problem = str(PluginConfigError(name, f"cannot read the file: {error.strerror or error}"))
+            status = _stat_entry(path)
+            signature = _signature(status)
+            if (previous is not None and signature is not None and previous.signature == signature
+                    and not trust_changed):
+                return previous
+            if not stat.S_ISREG(status.st_mode):  # before open(): a socket cannot even be opened
+                raise _Unusable(_not_regular(status.st_mode), signature)
+            signature, data = _read_trusted(path, self.owners, dir_problem)
+        except _Gone as gone:
+            return _gone(name, previous) if gone.dangling else None
+        except _Unusable as unusable:
+            # The entry is still there under its name: like a broken edit, the last good version
+            # stays (only deleting the file unregisters it), and it is reported once per problem.
+            problem = str(PluginConfigError(name, unusable.problem))
             if previous is None or previous.problem != problem:
                 _warn_unusable(problem, last_good)
-            return _ConfigFile(signature, None, last_good, problem)
+            return _ConfigFile(unusable.signature, None, last_good, problem)
         if previous is not None and previous.data == data:
             return replace(previous, signature=signature)  # touched, or racy: same content
-        try:
-            config = parse_plugin_config(name, data)
-        except PluginConfigError as error:
-            _warn_unusable(str(error), last_good)
-            return _ConfigFile(signature, data, last_good, str(error))
-        except Exception as error:  # noqa: BLE001 - a parser bug must not stop the other files
-            problem = str(PluginConfigError(name, f"unexpected error: {error!r}"))
-            log.exception("invalid plugin config %s", problem)
-            return _ConfigFile(signature, data, last_good, problem)
-        if last_good is None:
-            log.info("plugin %s registered: %s", name, config.describe())
-        elif config != last_good:
-            log.info("plugin %s changed: %s", name, config.describe())
-        elif previous is not None and previous.problem is not None:
-            log.info("plugin %s is valid again (unchanged): %s", name, config.describe())
-        return _ConfigFile(signature, data, config, None)
+        return _parse(name, signature, data, previous)
 
     def _apply(self, configs: list[PluginConfig]) -> None:
-        """Install configs (in file-name order): open, reuse or close channels, rebuild indexes."""
+        """Install configs (in file-name order): share, keep or close endpoint channels, rebuild indexes."""
         wanted = {config.endpoint for config in configs}
         for endpoint in self._channels.keys() - wanted:
-            self._schedule_close(endpoint, self._channels.pop(endpoint))
+            self._schedule_close(self._channels.pop(endpoint))
         for endpoint in wanted - self._channels.keys():
-            log.debug("opening a channel to plugin endpoint %s", grpc_target(endpoint))
-            self._channels[endpoint] = grpc.aio.insecure_channel(
-                grpc_target(endpoint), options=channel_options(self.max_message_bytes)
-            )
+            self._channels[endpoint] = PluginChannel(endpoint, self.max_message_bytes, self.owners)
         plugins = tuple(Plugin(config, self._channels[config.endpoint]) for config in configs)
         self._plugins = plugins
         self._by_hook = {hook: tuple(p for p in plugins if hook in p.config.hooks) for hook in HOOK_NAMES}
 
-    def _schedule_close(self, endpoint: Path, channel: grpc.aio.Channel) -> None:
+    def _schedule_close(self, channel: PluginChannel) -> None:
         # Not awaited here: refresh() stays synchronous; close() awaits what is left.
-        task = asyncio.get_running_loop().create_task(_close_channel(endpoint, channel))
+        log.debug("closing the channel to plugin endpoint %s: no longer used", grpc_target(channel.endpoint))
+        task = asyncio.get_running_loop().create_task(channel.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
 
-async def _close_channel(endpoint: Path, channel: grpc.aio.Channel) -> None:
-    log.debug("closing the channel to plugin endpoint %s: no longer used", grpc_target(endpoint))
+def _parse(name: str, signature: _Signature, data: bytes, previous: _ConfigFile | None) -> _ConfigFile:
+    last_good = previous.config if previous is not None else None
     try:
-        await channel.close()
-    except Exception:  # noqa: BLE001
-        log.exception("closing the channel to plugin endpoint %s failed", grpc_target(endpoint))
+        config = parse_plugin_config(name, data)
+    except PluginConfigError as error:
+        _warn_unusable(str(error), last_good)
+        return _ConfigFile(signature, data, last_good, str(error))
+    except Exception as error:  # noqa: BLE001 - a parser bug must not stop the other files
+        problem = str(PluginConfigError(name, f"unexpected error: {error!r}"))
+        log.exception("invalid plugin config %s", problem)
+        return _ConfigFile(signature, data, last_good, problem)
+    if last_good is None:
+        log.info("plugin %s registered: %s", name, config.describe())
+    elif config != last_good:
+        log.info("plugin %s changed: %s", name, config.describe())
+    elif previous is not None and previous.problem is not None:
+        log.info("plugin %s is valid again (unchanged): %s", name, config.describe())
+    return _ConfigFile(signature, data, config, None)
+
+
+def _gone(name: str, previous: _ConfigFile | None) -> _ConfigFile:
+    """A dangling symbolic link: its file was deleted, and a deleted file unregisters."""
+    problem = str(PluginConfigError(name, "a dangling symbolic link (its target does not exist)"))
+    if previous is None or previous.problem != problem:
+        if previous is not None and previous.config is not None:
+            log.warning("plugin %s removed: %s", name, problem)
+        else:
+            _warn_unusable(problem, None)
+    return _ConfigFile(None, None, None, problem)
 
 
 def _warn_unusable(problem: str, last_good: PluginConfig | None) -> None:
@@ -442,15 +588,88 @@ def _is_config_name(name: str) -> bool:
     return name.endswith(CONFIG_SUFFIX) and not name.startswith(".")
 
 
-def _signature(stat: os.stat_result) -> _Signature:
-    if abs(time.time_ns() - stat.st_mtime_ns) < _RACY_WINDOW_NS:
+def _signature(status: os.stat_result) -> _Signature:
+    if abs(time.time_ns() - status.st_mtime_ns) < _RACY_WINDOW_NS:
         return None
-    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def _read(path: Path) -> tuple[_Signature, bytes]:
-    # The signature comes from the opened file, taken before reading: a write racing the
-    # read then shows up as a changed signature on the next poll, never as a missed change.
-    with open(path, "rb") as file:
-        signature = _signature(os.fstat(file.fileno()))
-        return signature, file.read()
+def _stat_entry(path: Path) -> os.stat_result:
+    """stat() following links, with every failure turned into _Gone or _Unusable."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise _Gone(dangling=os.path.islink(path)) from None
+    except OSError as error:
+        raise _Unusable(_os_problem(error)) from None
+
+
+def _read_trusted(path: Path, owners: TrustedOwners, dir_problem: str | None) -> tuple[_Signature, bytes]:
+    """The file's bytes, if it is a trusted regular file of at most MAX_CONFIG_BYTES."""
+    try:
+        # O_NONBLOCK: a FIFO put here (or swapped in since the stat) must never block the reader.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise _Gone(dangling=os.path.islink(path)) from None
+    except OSError as error:
+        raise _Unusable(_os_problem(error)) from None
+    try:
+        # The signature comes from the opened file, taken before reading: a write racing the
+        # read then shows up as a changed signature on the next poll, never as a missed change.
+        status = os.fstat(fd)
+        signature = _signature(status)
+        problem = _entry_problem(status, owners, dir_problem)
+        if problem is not None:
+            raise _Unusable(problem, signature)
+        data = _read_at_most(fd, MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise _Unusable(_os_problem(error)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _Unusable(_too_large(None), signature)
+    return signature, data
+
+
+def _entry_problem(status: os.stat_result, owners: TrustedOwners, dir_problem: str | None) -> str | None:
+    if not stat.S_ISREG(status.st_mode):
+        return _not_regular(status.st_mode)
+    if dir_problem is not None:
+        return dir_problem
+    problem = owners.file_problem("the file", status)
+    if problem is not None:
+        return f"not trusted: {problem}"
+    if status.st_size > MAX_CONFIG_BYTES:
+        return _too_large(status.st_size)
+    return None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, _READ_CHUNK_BYTES))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int | None) -> str:
+    """size None: known only to exceed the limit (it grew, or stat() did not tell)."""
+    shown = f"more than {MAX_CONFIG_BYTES}" if size is None else str(size)
+    return f"too large: {shown} bytes (a config file may have at most {MAX_CONFIG_BYTES})"
+
+
+def _not_regular(mode: int) -> str:
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket",
+             stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}
+    kind = next((kind for test, kind in kinds.items() if test(mode)), f"file type {stat.S_IFMT(mode):o}")
+    return f"not a regular file ({kind})"
+
+
+def _os_problem(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "cannot read the file: a symbolic link loop"
+    return f"cannot read the file: {error.strerror or error}"

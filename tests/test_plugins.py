@@ -3,7 +3,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import shutil
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,12 +16,15 @@ import grpc
 import orjson
 import pytest
 
+from runtimeproxy import plugins
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.plugins import (
     HOOK_NAMES,
+    MAX_CONFIG_BYTES,
     FailurePolicy,
     Plugin,
     PluginConfig,
+    PluginChannel,
     PluginConfigError,
     PluginRegistry,
     _signature,
@@ -182,9 +188,9 @@ async def _call(function: Callable[[], T]) -> T:
     return function()
 
 
-async def _settled_state(channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:
+async def _settled_closed(channel: PluginChannel) -> bool:
     await asyncio.sleep(0.02)
-    return channel.get_state()
+    return channel.closed
 
 
 class Harness:
@@ -212,12 +218,9 @@ class Harness:
     def plugin(self, name: str) -> Plugin:
         return next(plugin for plugin in self.registry.plugins if plugin.name == name)
 
-    def state(self, channel: grpc.aio.Channel) -> grpc.ChannelConnectivity:
-        """The channel's state, once pending channel closes had a moment to run."""
-        return self.loop.run(_settled_state(channel))
-
-    def is_shut_down(self, channel: grpc.aio.Channel) -> bool:
-        return self.state(channel) is grpc.ChannelConnectivity.SHUTDOWN
+    def is_shut_down(self, channel: PluginChannel) -> bool:
+        """Whether the channel is closed, once pending channel closes had a moment to run."""
+        return self.loop.run(_settled_closed(channel))
 
 
 @pytest.fixture
@@ -304,7 +307,7 @@ def test_a_rename_moves_the_plugin_in_the_order(harness: Harness) -> None:
     assert harness.refresh() is True
     assert harness.names() == ["a.json", "b.json"]
     assert harness.plugin("a.json").channel is channel  # the endpoint did not change
-    assert harness.state(channel) is not grpc.ChannelConnectivity.SHUTDOWN
+    assert not harness.is_shut_down(channel)
 
 
 def test_a_broken_edit_keeps_the_last_good_version_and_warns_once(
@@ -410,21 +413,10 @@ def test_channels_are_shared_per_endpoint_and_closed_when_unused(harness: Harnes
     assert not harness.is_shut_down(harness.plugin("c.json").channel)
 
 
-def test_a_failed_install_is_retried_on_the_next_scan(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    real_channel = grpc.aio.insecure_channel
-
-    def broken_channel(*args: Any, **kwargs: Any) -> grpc.aio.Channel:
-        raise RuntimeError("no channel today")
-
+def test_registering_opens_no_connection(harness: Harness) -> None:
     harness.write("a.json", config_bytes())
-    monkeypatch.setattr(grpc.aio, "insecure_channel", broken_channel)
-    with pytest.raises(RuntimeError):
-        harness.refresh()
-    monkeypatch.setattr(grpc.aio, "insecure_channel", real_channel)
-    assert harness.refresh() is True
-    assert harness.names() == ["a.json"]
+    harness.refresh()
+    assert not harness.plugin("a.json").channel.is_open  # connected by the first call only
 
 
 def test_close_unregisters_everything_and_closes_the_channels(harness: Harness) -> None:
@@ -433,7 +425,7 @@ def test_close_unregisters_everything_and_closes_the_channels(harness: Harness) 
     channel = harness.plugin("a.json").channel
     harness.loop.run(harness.registry.close())
     assert harness.registry.plugins == () and harness.names("PreRunPodSandbox") == []
-    assert harness.on_loop(lambda: channel.get_state()) is grpc.ChannelConnectivity.SHUTDOWN
+    assert channel.closed
     assert harness.refresh() is False
 
 
@@ -536,16 +528,16 @@ def test_run_survives_unexpected_errors_and_logs_them_once(
 ) -> None:
     harness.registry.poll_interval = 0.01
     calls = 0
-    real_refresh = harness.registry.refresh
+    real_reload = harness.registry.reload
 
-    def flaky_refresh() -> bool:
+    async def flaky_reload() -> bool:
         nonlocal calls
         calls += 1
         if calls <= 5:
             raise RuntimeError("disk on fire")
-        return real_refresh()
+        return await real_reload()
 
-    monkeypatch.setattr(harness.registry, "refresh", flaky_refresh)
+    monkeypatch.setattr(harness.registry, "reload", flaky_reload)
     harness.write("a.json", config_bytes())
     task = harness.on_loop(_start(harness.registry))
     try:
@@ -560,3 +552,153 @@ def test_run_survives_unexpected_errors_and_logs_them_once(
 def test_poll_interval_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="poll_interval"):
         PluginRegistry(tmp_path, poll_interval=0)
+
+
+# --- one bad entry costs one line (issue 7.1) -------------------------------------------
+
+
+def warnings_about(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
+    return [line for line in messages(caplog, logging.WARNING) if line.startswith(f"invalid plugin config {name}:")]
+
+
+def test_each_bad_entry_costs_one_line_and_the_rest_reloads(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.write("strict.json", config_bytes(failure_policy="Fail", remote_endpoint="/run/strict.sock"))
+    harness.write("good.json", config_bytes())
+    (harness.dir / "loop-a.json").symlink_to("loop-b.json")
+    (harness.dir / "loop-b.json").symlink_to("loop-a.json")
+    (harness.dir / "dangling.json").symlink_to("missing")
+    (harness.dir / "dir.json").mkdir()
+    os.mkfifo(harness.dir / "fifo.json")  # opened without O_NONBLOCK, this would block the scan
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(harness.dir / "socket.json"))
+    harness.write("unreadable.json", config_bytes())
+    real_open = os.open
+
+    def open_denied(path: Any, flags: int, *args: Any) -> int:
+        if Path(path).name == "unreadable.json":  # EACCES cannot be provoked by chmod as root
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", open_denied)
+    try:
+        for _ in range(3):
+            harness.refresh()
+        assert harness.names() == ["good.json", "strict.json"]
+        expected = {
+            "loop-a.json": "cannot read the file: a symbolic link loop; not registered",
+            "loop-b.json": "cannot read the file: a symbolic link loop; not registered",
+            "dangling.json": "a dangling symbolic link (its target does not exist); not registered",
+            "dir.json": "not a regular file (a directory); not registered",
+            "fifo.json": "not a regular file (a FIFO); not registered",
+            "socket.json": "not a regular file (a socket); not registered",
+            "unreadable.json": "cannot read the file: Permission denied; not registered",
+        }
+        for name, problem in expected.items():
+            assert warnings_about(caplog, name) == [f"invalid plugin config {name}: {problem}"]
+        assert len(messages(caplog, logging.WARNING)) == len(expected)
+
+        (harness.dir / "strict.json").unlink()  # deleting a Fail plugin still takes effect
+        assert harness.refresh() is True
+        assert harness.names() == ["good.json"]
+    finally:
+        listener.close()
+
+
+def test_an_entry_that_breaks_keeps_its_last_good_version_unless_its_target_is_gone(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = harness.dir / "target"
+    target.write_bytes(config_bytes(failure_policy="Fail"))
+    (harness.dir / "strict.json").symlink_to(target)
+    harness.refresh()
+    good = harness.plugin("strict.json")
+    caplog.clear()
+
+    (harness.dir / "loop.json").symlink_to("strict.json")
+    os.replace(harness.dir / "loop.json", harness.dir / "strict.json")  # now a link to itself
+    for _ in range(3):
+        assert harness.refresh() is False
+    assert harness.registry.plugins == (good,)
+    assert messages(caplog) == [
+        "invalid plugin config strict.json: cannot read the file: a symbolic link loop; "
+        "its last good version stays in force"
+    ]
+
+    caplog.clear()
+    (harness.dir / "strict.json").unlink()
+    (harness.dir / "strict.json").symlink_to(target)
+    assert harness.refresh() is False
+    assert messages(caplog)[0].startswith("plugin strict.json is valid again (unchanged)")
+
+    caplog.clear()
+    target.unlink()  # the file is deleted, only its link is left: that unregisters
+    assert harness.refresh() is True
+    harness.refresh()
+    assert harness.registry.plugins == ()
+    assert messages(caplog) == [
+        "plugin strict.json removed: strict.json: a dangling symbolic link (its target does not exist)"
+    ]
+
+
+# --- size cap, reading off the event loop (issue 7.2) -----------------------------------
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def test_a_huge_file_is_rejected_without_being_read(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    with open(harness.dir / "big.json", "wb") as big:
+        big.truncate(1 << 30)  # sparse: 1 GiB that costs no disk
+    harness.write("good.json", config_bytes())
+    peak_before = peak_rss_bytes()
+    harness.refresh()
+    harness.refresh()
+    assert harness.names() == ["good.json"]
+    assert peak_rss_bytes() - peak_before < 64 * 1024 * 1024
+    assert warnings_about(caplog, "big.json") == [
+        "invalid plugin config big.json: too large: 1073741824 bytes "
+        f"(a config file may have at most {MAX_CONFIG_BYTES}); not registered"
+    ]
+
+
+def test_the_size_limit_is_inclusive(harness: Harness) -> None:
+    document = config_bytes()
+    harness.write("max.json", document + b" " * (MAX_CONFIG_BYTES - len(document)))
+    harness.write("over.json", document + b" " * (MAX_CONFIG_BYTES + 1 - len(document)))
+    harness.refresh()
+    assert harness.names() == ["max.json"]
+
+
+def test_a_file_that_grows_past_the_limit_while_read_is_rejected(harness: Harness) -> None:
+    harness.write("growing.json", b" ")
+    with open(harness.dir / "growing.json", "rb") as growing:
+        assert len(plugins._read_at_most(growing.fileno(), 10)) == 1
+    assert plugins._too_large(None) == (
+        f"too large: more than {MAX_CONFIG_BYTES} bytes (a config file may have at most {MAX_CONFIG_BYTES})"
+    )
+
+
+def test_reload_reads_files_off_the_event_loop(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    harness.write("slow.json", config_bytes())
+    reading, release = threading.Event(), threading.Event()
+    real_read = plugins._read_at_most
+
+    def slow_read(fd: int, limit: int) -> bytes:
+        reading.set()
+        assert release.wait(30)
+        return real_read(fd, limit)
+
+    monkeypatch.setattr(plugins, "_read_at_most", slow_read)
+    reload = harness.on_loop(lambda: asyncio.ensure_future(harness.registry.reload()))
+    try:
+        assert reading.wait(10)
+        # The read is stuck; the loop still serves other work (a CRI call would run here).
+        assert harness.loop.run(asyncio.sleep(0, result="served"), timeout=10) == "served"
+        assert harness.names() == []
+    finally:
+        release.set()
+    assert harness.loop.run(asyncio.wait_for(reload, 10)) is True
+    assert harness.names() == ["slow.json"]

@@ -20,7 +20,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.plugins import FailurePolicy, Plugin, PluginRegistry
+from runtimeproxy.plugins import FailurePolicy, Plugin, PluginRegistry, SocketNotTrusted
 
 log = logging.getLogger(__name__)
 
@@ -115,11 +115,18 @@ class Dispatcher:
         timeout = plugin.timeout_seconds
         if time_remaining is not None:
             timeout = min(timeout, time_remaining)
+        try:
+            channel = plugin.channel.open()  # connects on demand, after checking the socket's owner
+        except SocketNotTrusted as error:
+            self._failed(point, plugin, grpc.StatusCode.PERMISSION_DENIED, str(error))
+            return None
         # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
-        call = plugin.channel.unary_unary(point.path)
+        call = channel.unary_unary(point.path)
         try:
             answer = await call(request.SerializeToString(), timeout=timeout)
         except grpc.aio.AioRpcError as error:
+            if error.code() is grpc.StatusCode.UNAVAILABLE:
+                plugin.channel.drop(channel)  # no background reconnects; the next call connects afresh
             self._failed(point, plugin, error.code(), error.details() or "")
             return None
         except Exception as error:  # e.g. its channel closed by a config change mid-call

@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 class HookService:
     def __init__(self, options: ProxyOptions, backend: Backend) -> None:
         skip = SkipRule(options.skip_label_key, options.skip_label_value)
-        self.registry = PluginRegistry(options.hook_config_dir)
+        self.registry = PluginRegistry(
+            options.hook_config_dir, trusted_uids=options.hook_config_trusted_uids
+        )
         self.store = Store()
         self.dispatcher = Dispatcher(self.registry)
         self.records = BackendRecords(backend.runtime, skip)
@@ -33,7 +35,7 @@ class HookService:
         return self.hooks.interceptors()
 
     async def start(self) -> None:
-        self.registry.refresh()  # plugins present at start are in force for the first call
+        await self.registry.reload()  # plugins present at start are in force for the first call
         self._tasks = [
             asyncio.create_task(self.registry.run(), name="plugin-configs"),
             asyncio.create_task(self._rebuild_store(), name="store-rebuild"),
