@@ -18,7 +18,13 @@ def test_defaults_match_koord_runtime_proxy() -> None:
     assert str(options.hook_config_dir) == "/etc/runtime/hookserver.d"
     assert options.skip_label_key == "runtimeproxy.koordinator.sh/skip-hookserver"
     assert options.skip_label_value == "true"
+    assert options.hook_config_trusted_uids == frozenset()
     assert level == "info"
+
+
+def test_trusted_uids_are_a_comma_separated_list() -> None:
+    options, _ = parse_options(["-runtime-hook-config-trusted-uids=1000, 1001,"])
+    assert options.hook_config_trusted_uids == {1000, 1001}
 
 
 def test_go_style_single_dash_flags_and_unix_uris() -> None:
@@ -49,6 +55,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["--no-such-flag"], "unrecognized arguments"),
         (["--backend-runtime-mode=Docker"], "Docker is not supported yet"),
         (["--backend-runtime-mode=cri-o"], "not one of Containerd, Docker"),
+        (["--runtime-hook-config-trusted-uids=root"], "not a comma-separated list of uids"),
     ],
 )
 def test_bad_flag_is_one_line_and_exit_2(args: list[str], needle: str) -> None:

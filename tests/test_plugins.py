@@ -702,3 +702,81 @@ def test_reload_reads_files_off_the_event_loop(harness: Harness, monkeypatch: py
         release.set()
     assert harness.loop.run(asyncio.wait_for(reload, 10)) is True
     assert harness.names() == ["slow.json"]
+
+
+# --- who may register a plugin (issue 7.3) ----------------------------------------------
+
+NOBODY = 65534
+
+
+def test_files_of_untrusted_owners_or_writable_by_others_are_not_registered(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness.write("nobody.json", config_bytes())
+    os.chown(harness.dir / "nobody.json", NOBODY, NOBODY)
+    harness.write("shared.json", config_bytes())
+    os.chmod(harness.dir / "shared.json", 0o666)
+    target = harness.dir.parent / "nobody-target"
+    target.write_bytes(config_bytes())
+    os.chown(target, NOBODY, NOBODY)
+    (harness.dir / "link.json").symlink_to(target)  # the link is root's; its target is not
+    harness.write("good.json", config_bytes())
+    harness.refresh()
+    harness.refresh()
+    assert harness.names() == ["good.json"]
+    trusted = ",".join(str(uid) for uid in sorted({0, os.geteuid()}))
+    assert warnings_about(caplog, "nobody.json") == [
+        f"invalid plugin config nobody.json: not trusted: the file is owned by uid {NOBODY}, "
+        f"not a trusted owner (trusted uids: {trusted}); not registered"
+    ]
+    assert warnings_about(caplog, "shared.json") == [
+        "invalid plugin config shared.json: not trusted: the file is writable by group or others (mode 0666); "
+        "not registered"
+    ]
+    assert "owned by uid 65534" in warnings_about(caplog, "link.json")[0]
+
+
+def test_an_explicitly_trusted_uid_may_own_config_files(loop_thread: LoopThread, tmp_path: Path) -> None:
+    harness = Harness(loop_thread, tmp_path / "hookserver.d")
+    harness.registry = PluginRegistry(harness.dir, trusted_uids=[1000, NOBODY])
+    try:
+        harness.write("nobody.json", config_bytes())
+        os.chown(harness.dir / "nobody.json", NOBODY, NOBODY)
+        harness.refresh()
+        assert harness.names() == ["nobody.json"]
+    finally:
+        loop_thread.run(harness.registry.close())
+
+
+def test_a_writable_directory_registers_nothing_new(harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    harness.write("old.json", config_bytes())
+    harness.refresh()
+    caplog.clear()
+    os.chmod(harness.dir, 0o777)
+    harness.write("new.json", config_bytes(remote_endpoint="/run/new.sock"))
+    harness.refresh()
+    harness.refresh()
+    # Files are judged again when the directory's trust changes: old.json keeps the version
+    # read while the directory was trusted, new.json is not registered.
+    assert harness.names() == ["old.json"]
+    problem = f"not trusted: directory {harness.dir} is writable by group or others (mode 0777)"
+    assert messages(caplog, logging.WARNING) == [
+        f"invalid plugin config new.json: {problem}; not registered",
+        f"invalid plugin config old.json: {problem}; its last good version stays in force",
+    ]
+    os.chmod(harness.dir, 0o755)
+    assert harness.refresh() is True
+    assert harness.names() == ["new.json", "old.json"]
+
+
+def test_a_file_that_becomes_untrusted_keeps_the_version_read_while_trusted(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    harness.write("koordlet.json", KOORDLET)
+    harness.refresh()
+    good = harness.plugin("koordlet.json")
+    harness.write("koordlet.json", config_bytes(remote_endpoint="/tmp/evil.sock"))
+    os.chown(harness.dir / "koordlet.json", NOBODY, NOBODY)
+    harness.refresh()
+    assert harness.registry.plugins == (good,)
+    assert "its last good version stays in force" in warnings_about(caplog, "koordlet.json")[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -239,3 +240,18 @@ def test_proxy_restart_keeps_full_context(
     assert stop.container_resources.memory_limit_in_bytes == 96 * MiB  # what the update set
     assert stop.container_resources.cpu_shares == 256
     assert spec_of(lab.client, container_id)["linux"]["resources"]["memory"]["limit"] == 96 * MiB
+
+
+def test_a_config_file_of_an_untrusted_owner_registers_nothing(
+    lab: Lab, log_dir: Path, cleanup_pods: list[str]
+) -> None:
+    plugin, socket = lab.plugin()
+    staged = lab.base / "untrusted.json"
+    staged.write_bytes(registration(socket, list(HOOK_NAMES), "Fail"))
+    os.chown(staged, 65534, 65534)  # written by nobody: it would see every container's env
+    os.rename(staged, lab.proxy.hook_config_dir / "10-untrusted.json")  # appears already untrusted
+    wait_for_log(lab.proxy, "invalid plugin config 10-untrusted.json: not trusted: the file is owned by uid 65534")
+    pod_id, container_id = run_pod_with_container(lab.client, log_dir, cleanup_pods)
+    assert lab.client.container_status(container_id).status.state == lab.client.api.CONTAINER_RUNNING
+    assert plugin.seen == []
+    assert "plugin 10-untrusted.json registered" not in lab.proxy.log_path.read_text()

@@ -206,9 +206,9 @@ class PluginBench:
     def socket(self, stem: str = "plugin") -> Path:
         return self.base / f"{stem}{next(self._serial)}.sock"
 
-    def serve(self, plugin: Any) -> Path:
-        """Start an in-process plugin (ExamplePlugin or ScriptedPlugin) on a new socket."""
-        socket = self.socket()
+    def serve(self, plugin: Any, socket: Path | None = None) -> Path:
+        """Start an in-process plugin (ExamplePlugin or ScriptedPlugin) on a socket (default: a new one)."""
+        socket = socket or self.socket()
         self.loop.run(plugin.start(socket))
         self._servers.append(plugin)
         return socket

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import grpc
@@ -301,3 +302,37 @@ def test_every_hook_point_reaches_its_rpc(bench: PluginBench) -> None:
     assert [hook for hook, _ in plugin.seen] == [point.name for point in ALL_POINTS]
     for (hook, seen), point in zip(plugin.seen, ALL_POINTS):
         assert seen == request_for(point), hook
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_a_socket_of_an_untrusted_owner_is_not_called(bench: PluginBench, policy: str) -> None:
+    plugin = ScriptedPlugin()
+    socket = bench.serve(plugin)
+    os.chown(socket, 65534, 65534)  # someone else's socket: it would see every container's env
+    bench.register("10-foreign.json", socket, ["PreCreateContainer"], policy)
+
+    if policy == "Fail":
+        with pytest.raises(HookFailed) as raised:
+            bench.run(points.PRE_CREATE_CONTAINER, container_request())
+        assert raised.value.code is grpc.StatusCode.PERMISSION_DENIED
+        assert f"socket {socket} is owned by uid 65534, not a trusted owner" in raised.value.details
+    else:
+        assert bench.run(points.PRE_CREATE_CONTAINER, container_request()) == container_request()
+    assert plugin.seen == []
+    assert bench.dispatcher.outcomes[("10-foreign.json", "PreCreateContainer", "PERMISSION_DENIED")] == 1
+
+
+def test_a_plugin_that_starts_late_is_called_by_the_next_hook(bench: PluginBench) -> None:
+    socket = bench.socket("late")
+    bench.register("10-late.json", socket, ["PreCreateContainer"])
+    (registered,) = bench.registry.plugins
+    assert not registered.channel.is_open  # nothing connects before a call needs it
+    bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "UNAVAILABLE")] == 1
+    assert not registered.channel.is_open  # dropped: a dead plugin is not retried in the background
+
+    plugin = ScriptedPlugin()
+    bench.serve(plugin, socket)
+    bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "ok")] == 1
+    assert len(plugin.seen) == 1
