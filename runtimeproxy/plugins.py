@@ -226,8 +226,20 @@ def _quote(text: str) -> str:
     return orjson.dumps(text).decode()
 
 
-class SocketNotTrusted(Exception):
-    """The plugin's socket belongs to an untrusted user: the call is refused, as a failed call."""
+class CallRefused(Exception):
+    """A plugin call refused before it is made; it counts as a failed call with this code."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class SocketNotTrusted(CallRefused):
+    """The plugin's socket belongs to an untrusted user."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ChannelClosed(CallRefused):
+    """The plugin was unregistered (its channel closed) after the call picked it."""
 
 
 class PluginChannel:
@@ -253,9 +265,9 @@ class PluginChannel:
         return self._channel is not None
 
     def open(self) -> grpc.aio.Channel:
-        """The channel for one call, after checking who owns the socket; raises SocketNotTrusted."""
+        """The channel for one call, after checking who owns the socket; raises CallRefused."""
         if self.closed:
-            raise RuntimeError(f"the channel to {grpc_target(self.endpoint)} is closed: plugin unregistered")
+            raise ChannelClosed(f"the channel to {grpc_target(self.endpoint)} is closed: plugin unregistered")
         self._check_socket_owner()
         if self._channel is None:
             log.debug("connecting to plugin endpoint %s", grpc_target(self.endpoint))
@@ -375,6 +387,7 @@ class PluginRegistry:
         if not poll_interval > 0:
             raise ValueError(f"poll_interval must be positive, got {poll_interval}")
         self.config_dir = config_dir
+        self._dir_name = os.fspath(config_dir)
         self.poll_interval = poll_interval
         self.max_message_bytes = max_message_bytes
         self.owners = TrustedOwners.with_extra(trusted_uids)
@@ -505,7 +518,7 @@ class PluginRegistry:
         self, name: str, previous: _ConfigFile | None, dir_problem: str | None, trust_changed: bool
     ) -> _ConfigFile | None:
         """Read a new or changed entry; None if it is gone (deleted, or a dangling link)."""
-        path = self.config_dir / name
+        path = os.path.join(self._dir_name, name)  # str, not Path: this runs for every file every poll
         last_good = previous.config if previous is not None else None
         try:
             status = _stat_entry(path)
@@ -594,7 +607,7 @@ def _signature(status: os.stat_result) -> _Signature:
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
-def _stat_entry(path: Path) -> os.stat_result:
+def _stat_entry(path: str) -> os.stat_result:
     """stat() following links, with every failure turned into _Gone or _Unusable."""
     try:
         return os.stat(path)
@@ -604,7 +617,7 @@ def _stat_entry(path: Path) -> os.stat_result:
         raise _Unusable(_os_problem(error)) from None
 
 
-def _read_trusted(path: Path, owners: TrustedOwners, dir_problem: str | None) -> tuple[_Signature, bytes]:
+def _read_trusted(path: str, owners: TrustedOwners, dir_problem: str | None) -> tuple[_Signature, bytes]:
     """The file's bytes, if it is a trusted regular file of at most MAX_CONFIG_BYTES."""
     try:
         # O_NONBLOCK: a FIFO put here (or swapped in since the stat) must never block the reader.

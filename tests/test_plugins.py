@@ -211,6 +211,12 @@ class Harness:
         self.dir.mkdir(exist_ok=True)
         (self.dir / name).write_bytes(data)
 
+    def registered(self, name: str, data: bytes) -> Plugin:
+        """Write a good config, scan, and return the plugin it registered."""
+        self.write(name, data)
+        self.refresh()
+        return self.plugin(name)
+
     def names(self, hook: str | None = None) -> list[str]:
         plugins = self.registry.plugins if hook is None else self.registry.plugins_for(hook)
         return [plugin.name for plugin in plugins]
@@ -313,9 +319,7 @@ def test_a_rename_moves_the_plugin_in_the_order(harness: Harness) -> None:
 def test_a_broken_edit_keeps_the_last_good_version_and_warns_once(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    harness.write("koordlet.json", KOORDLET)
-    harness.refresh()
-    good = harness.plugin("koordlet.json")
+    good = harness.registered("koordlet.json", KOORDLET)
     caplog.clear()
 
     harness.write("koordlet.json", config_bytes(runtime_hooks=["PreFoo"]))
@@ -598,6 +602,9 @@ def test_each_bad_entry_costs_one_line_and_the_rest_reloads(
         for name, problem in expected.items():
             assert warnings_about(caplog, name) == [f"invalid plugin config {name}: {problem}"]
         assert len(messages(caplog, logging.WARNING)) == len(expected)
+        # A FIFO swapped in after the type check: the open does not wait for a writer either.
+        with pytest.raises(plugins._Unusable, match="a FIFO"):
+            plugins._read_trusted(str(harness.dir / "fifo.json"), harness.registry.owners, None)
 
         (harness.dir / "strict.json").unlink()  # deleting a Fail plugin still takes effect
         assert harness.refresh() is True
@@ -772,9 +779,7 @@ def test_a_writable_directory_registers_nothing_new(harness: Harness, caplog: py
 def test_a_file_that_becomes_untrusted_keeps_the_version_read_while_trusted(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    harness.write("koordlet.json", KOORDLET)
-    harness.refresh()
-    good = harness.plugin("koordlet.json")
+    good = harness.registered("koordlet.json", KOORDLET)
     harness.write("koordlet.json", config_bytes(remote_endpoint="/tmp/evil.sock"))
     os.chown(harness.dir / "koordlet.json", NOBODY, NOBODY)
     harness.refresh()

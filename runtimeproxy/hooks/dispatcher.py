@@ -20,7 +20,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.plugins import FailurePolicy, Plugin, PluginRegistry, SocketNotTrusted
+from runtimeproxy.plugins import CallRefused, FailurePolicy, Plugin, PluginRegistry
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +117,8 @@ class Dispatcher:
             timeout = min(timeout, time_remaining)
         try:
             channel = plugin.channel.open()  # connects on demand, after checking the socket's owner
-        except SocketNotTrusted as error:
-            self._failed(point, plugin, grpc.StatusCode.PERMISSION_DENIED, str(error))
+        except CallRefused as error:
+            self._failed(point, plugin, error.code, str(error))
             return None
         # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
         call = channel.unary_unary(point.path)

@@ -336,3 +336,11 @@ def test_a_plugin_that_starts_late_is_called_by_the_next_hook(bench: PluginBench
     bench.run(points.PRE_CREATE_CONTAINER, container_request())
     assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "ok")] == 1
     assert len(plugin.seen) == 1
+
+
+def test_a_plugin_unregistered_while_picked_is_a_failed_call(bench: PluginBench) -> None:
+    bench.register("10-leaving.json", bench.serve(ScriptedPlugin()), ["PreCreateContainer"])
+    (leaving,) = bench.registry.plugins
+    bench.loop.run(leaving.channel.close())  # what a config removal does while a call is starting
+    assert bench.run(points.PRE_CREATE_CONTAINER, container_request()) == container_request()
+    assert bench.dispatcher.outcomes[("10-leaving.json", "PreCreateContainer", "UNAVAILABLE")] == 1
