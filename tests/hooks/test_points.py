@@ -425,6 +425,58 @@ def test_a_skipped_pod_is_not_moved(client: grpc.Channel, backend: SyntheticBack
     assert received(backend, path("runtime.v1", "CreateContainer")) == create.SerializeToString()
 
 
+# --- UpdateContainerResources: plugins see, and the store keeps, the effective resources ----------------
+
+
+def test_update_hook_sees_the_effective_resources_and_the_backend_only_the_changes(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    def add_period(request: hooks.ContainerResourceHookRequest, _: Any) -> hooks.ContainerResourceHookResponse:
+        resources = hooks.LinuxContainerResources()
+        resources.CopyFrom(request.container_resources)
+        resources.cpu_period = 50_000
+        return hooks.ContainerResourceHookResponse(container_resources=resources)
+
+    plugin = ScriptedPlugin({"PreUpdateContainerResources": add_period})
+    plugins.register("10-period.json", plugins.serve(plugin), ["PreUpdateContainerResources", "PostStopContainer"])
+    create = create_request(v1)
+    create.config.linux.resources.memory_limit_in_bytes = 96 << 20
+    call(client, path("runtime.v1", "CreateContainer"), create.SerializeToString())
+
+    update_path = path("runtime.v1", "UpdateContainerResources")
+    shares_only = v1.UpdateContainerResourcesRequest(container_id="c1", linux=v1.LinuxContainerResources(cpu_shares=300))
+    call(client, update_path, shares_only.SerializeToString())
+    (seen,) = plugin.seen_by("PreUpdateContainerResources")
+    assert seen.container_resources == hooks.LinuxContainerResources(cpu_shares=300, memory_limit_in_bytes=96 << 20)
+    # The kubelet's sparse update plus the plugin's change; the echoed memory limit is not sent.
+    (sent,) = backend.calls_to(update_path)
+    assert v1.UpdateContainerResourcesRequest.FromString(sent.request).linux == \
+        v1.LinuxContainerResources(cpu_shares=300, cpu_period=50_000)
+
+    quota_only = v1.UpdateContainerResourcesRequest(container_id="c1", linux=v1.LinuxContainerResources(cpu_quota=20_000))
+    call(client, update_path, quota_only.SerializeToString())
+    assert plugin.seen_by("PreUpdateContainerResources")[1].container_resources == hooks.LinuxContainerResources(
+        cpu_shares=300, memory_limit_in_bytes=96 << 20, cpu_period=50_000, cpu_quota=20_000)
+
+    call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
+    (stopped,) = plugin.seen_by("PostStopContainer")
+    assert stopped.container_resources == plugin.seen_by("PreUpdateContainerResources")[1].container_resources
+
+
+def test_the_store_follows_updates_without_plugins_too(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+    plugin = ScriptedPlugin()
+    plugins.register("10-stop.json", plugins.serve(plugin), ["PostStopContainer"])
+    update = v1.UpdateContainerResourcesRequest(container_id="c1", linux=v1.LinuxContainerResources(cpuset_cpus="1"))
+    call(client, path("runtime.v1", "UpdateContainerResources"), update.SerializeToString())
+    assert received(backend, path("runtime.v1", "UpdateContainerResources")) == update.SerializeToString()
+    call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
+    assert plugin.seen_by("PostStopContainer")[0].container_resources == \
+        hooks.LinuxContainerResources(cpu_shares=2, cpuset_cpus="1")
+
+
 # --- an answer that is unsafe to apply ----------------------------------------------------------------
 
 
