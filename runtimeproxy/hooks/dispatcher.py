@@ -4,6 +4,7 @@ Plugins registered for the same hook are called one after another in file-name o
 each sees the request as changed by the ones before (the Go reference calls one random
 plugin). A failing plugin is skipped under `Ignore`; under `Fail` a pre-hook stops the
 CRI call with a status naming the plugin and hook (google.rpc.ErrorInfo in the details).
+An answer that decodes but would apply something unsafe (hooks.validate) is such a failure too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
+from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugins import CallRefused, FailurePolicy, Plugin, PluginRegistry
 
@@ -27,6 +29,9 @@ log = logging.getLogger(__name__)
 HOOK_SERVICE = "runtime.v1alpha1.RuntimeHookService"
 ERROR_DOMAIN = "runtimeproxy.koordinator.sh"
 ERROR_REASON = "RUNTIME_HOOK_FAILED"
+# An answer that decodes but is unsafe to apply fails like an undecodable one: the plugin broke
+# the protocol's contract. Not INVALID_ARGUMENT: that would blame the kubelet's request.
+INVALID_ANSWER_CODE = grpc.StatusCode.INTERNAL
 
 Req = TypeVar("Req", bound=Message)
 Resp = TypeVar("Resp", bound=Message)
@@ -65,11 +70,13 @@ POST_STOP_CONTAINER = HookPoint("PostStopContainer", *_CONTAINER, None)
 class HookFailed(Exception):
     """A plugin with failure policy Fail could not do a pre-hook: the CRI call must fail."""
 
-    def __init__(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str,
+                 field: str = "") -> None:
         self.point = point
         self.plugin = plugin
         self.code = code
         self.details = details
+        self.field = field  # the answer's offending field, when the answer was invalid
         super().__init__(
             f"runtimeproxy: {point.name} hook of plugin {plugin.name} "
             f"(unix://{plugin.endpoint}) failed with failure-policy Fail: {code.name}: {details}"
@@ -87,6 +94,8 @@ class HookFailed(Exception):
                 "plugin-code": self.code.name,
             },
         )
+        if self.field:
+            info.metadata["field"] = self.field
         status = status_pb2.Status(code=self.code.value[0], message=str(self))
         status.details.add().Pack(info)
         return (("grpc-status-details-bin", status.SerializeToString()),)
@@ -138,16 +147,21 @@ class Dispatcher:
             self._failed(point, plugin, grpc.StatusCode.INTERNAL,
                          f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}")
             return None
+        problem = answer_problem(request, response) if point.is_pre else None
+        if problem is not None:
+            self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", problem.field)
+            return None
         self.outcomes[(plugin.name, point.name, "ok")] += 1
         return response
 
     def failures(self, plugin: str) -> int:
         return sum(n for (name, _, outcome), n in self.outcomes.items() if name == plugin and outcome != "ok")
 
-    def _failed(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str) -> None:
+    def _failed(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str,
+                field: str = "") -> None:
         self.outcomes[(plugin.name, point.name, code.name)] += 1
         if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL:
-            raise HookFailed(point, plugin, code, details)
+            raise HookFailed(point, plugin, code, details, field)
         consequence = "the call goes on without it" if point.is_pre else "the response is unaffected"
         log.warning(
             "plugin %s failed %s (policy %s; %s; %d failures so far): %s: %s",

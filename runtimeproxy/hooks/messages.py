@@ -194,8 +194,65 @@ def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_pare
 
 
 def apply_to_update_request(
-    request: cri.UpdateContainerResourcesRequest, container: hooks.ContainerResourceHookRequest
+    request: cri.UpdateContainerResourcesRequest,
+    seen: hooks.ContainerResourceHookRequest,
+    changed: hooks.ContainerResourceHookRequest,
 ) -> None:
-    if container.HasField("container_resources"):
-        request.linux.CopyFrom(convert(container.container_resources, cri.LinuxContainerResources))
-    _replace_map(request.annotations, container.container_annotations)
+    """The kubelet's update with only what the plugins changed (`changed` against what they saw).
+
+    The plugins saw the container's effective resources, not the kubelet's sparse update, so
+    what they echoed must not be sent as if the kubelet had asked for it. A plugin's zero or
+    empty value is not sent: to containerd it means "unchanged", it cannot clear a field, and it
+    must not cancel what the kubelet asked for.
+    """
+    before, after = seen.container_resources, changed.container_resources
+    for field in after.DESCRIPTOR.fields:
+        name = field.name
+        if field.message_type is None and not field.is_repeated:
+            value = getattr(after, name)
+            if value and value != getattr(before, name):
+                setattr(request.linux, name, value)
+    for key, value in after.unified.items():
+        if before.unified.get(key) != value:
+            request.linux.unified[key] = value
+    # hugepage_limits: the merge rules keep the request's, so plugins never change them.
+    for key, value in changed.container_annotations.items():
+        if seen.container_annotations.get(key) != value:
+            request.annotations[key] = value
+
+
+# --- what an UpdateContainerResources leaves -------------------------------------------------
+
+_UPDATED_WHEN_NONZERO = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes",
+                         "cpuset_cpus", "cpuset_mems")
+
+
+def apply_resource_update(
+    current: hooks.LinuxContainerResources, update: hooks.LinuxContainerResources
+) -> hooks.LinuxContainerResources:
+    """The container's resources after containerd applied `update` to `current`.
+
+    containerd 1.6 (CRI UpdateContainerResources -> opts.WithResources on the container's spec)
+    applies field by field, zero or empty meaning "unchanged": CPU period, quota and shares,
+    memory limit and cpusets when non-zero; swap when non-zero, and a new memory limit without
+    swap moves a swap limit that followed the memory limit (containerd sets swap = limit when
+    the swap controller exists); unified keys merged; hugepage limits added per page size.
+    oom_score_adj is never updated (it belongs to the process, set at creation).
+    """
+    result = hooks.LinuxContainerResources()
+    result.CopyFrom(current)
+    for name in _UPDATED_WHEN_NONZERO:
+        value = getattr(update, name)
+        if value:
+            setattr(result, name, value)
+    if update.memory_swap_limit_in_bytes:
+        result.memory_swap_limit_in_bytes = update.memory_swap_limit_in_bytes
+    elif update.memory_limit_in_bytes and current.memory_swap_limit_in_bytes and \
+            current.memory_swap_limit_in_bytes == current.memory_limit_in_bytes:
+        result.memory_swap_limit_in_bytes = update.memory_limit_in_bytes
+    result.unified.update(update.unified)
+    pages = {limit.page_size: limit.limit for limit in current.hugepage_limits}
+    pages.update((limit.page_size, limit.limit) for limit in update.hugepage_limits)
+    del result.hugepage_limits[:]
+    result.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit) for size, limit in pages.items())
+    return result

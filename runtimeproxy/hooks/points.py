@@ -19,6 +19,7 @@ from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks.messages import (
     align_sandbox_cgroup_parent,
     apply_to_container_config,
+    apply_resource_update,
     apply_to_pod_config,
     apply_to_update_request,
     container_hook_request,
@@ -221,12 +222,15 @@ class RuntimeHooks:
         if self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES):
             info = await self._container_request(container_id)
         if info is not None:
+            # Plugins see the resources the container will have: the recorded ones with the
+            # kubelet's sparse update applied, not the update alone.
             if request.HasField("linux"):
-                info.container_resources.CopyFrom(convert(request.linux, hooks.LinuxContainerResources))
+                update = convert(request.linux, hooks.LinuxContainerResources)
+                info.container_resources.CopyFrom(apply_resource_update(info.container_resources, update))
             info.container_annotations.update(request.annotations)
             changed = await run_pre_hook(self.dispatcher, points.PRE_UPDATE_CONTAINER_RESOURCES, info, context)
             if changed != info:
-                apply_to_update_request(request, changed)
+                apply_to_update_request(request, info, changed)
                 data = request.SerializeToString()
         response = await relay(data, context)
         resources = convert(request.linux, hooks.LinuxContainerResources) if request.HasField("linux") else None

@@ -3,7 +3,8 @@
 StartContainer, StopContainer, UpdateContainerResources and StopPodSandbox carry only
 an ID; plugins need the pod's metadata, labels, cgroup parent and the container's
 resources and environment. What RunPodSandbox and CreateContainer sent (after the
-hooks changed it) is kept here until the pod or container is removed. No disk IO:
+hooks changed it) is kept here until the pod or container is removed; container resources
+follow UpdateContainerResources as the runtime applies it (hooks.messages.apply_resource_update). No disk IO:
 after a restart the store is rebuilt from the backend (see hooks.recovery).
 
 All access happens on the event loop; the lock makes it safe from other threads too.
@@ -17,6 +18,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from runtimeproxy.hooks.messages import apply_resource_update
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 DEFAULT_MAX_PODS = 16_384
@@ -84,15 +86,18 @@ class Store:
             self._containers.pop(container_id, None)
 
     def update_container(
-        self, container_id: str, resources: hooks.LinuxContainerResources | None, annotations: dict[str, str]
+        self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: dict[str, str]
     ) -> None:
-        """After UpdateContainerResources: the container now has these resources."""
+        """After a successful UpdateContainerResources that sent `update`: the container's resources
+        are the recorded ones with the update applied the way the runtime applies it (field by
+        field, zero meaning unchanged), not the update alone."""
         with self._lock:
             record = self._containers.get(container_id)
             if record is None:
                 return
-            if resources is not None:
-                record.info.container_resources.CopyFrom(resources)
+            if update is not None:
+                resources = record.info.container_resources
+                resources.CopyFrom(apply_resource_update(resources, update))
             record.info.container_annotations.update(annotations)
 
 

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -18,6 +19,7 @@ from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugins import HOOK_NAMES
 
 _serial = itertools.count()
@@ -41,8 +43,9 @@ class Lab:
         self.plugins: list[ExamplePlugin] = []
         self.client = CriClient(open_channel(proxy.listen_path))
 
-    def plugin(self, settings: ExampleSettings | None = None) -> tuple[ExamplePlugin, Path]:
-        plugin = ExamplePlugin(settings)
+    def plugin(self, settings: ExampleSettings | None = None,
+               kind: type[ExamplePlugin] = ExamplePlugin) -> tuple[ExamplePlugin, Path]:
+        plugin = kind(settings)
         socket = self.base / f"plugin{next(_serial)}.sock"
         self.loop.run(plugin.start(socket))
         self.plugins.append(plugin)
@@ -74,13 +77,14 @@ def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) 
 
 def run_pod_with_container(
     client: CriClient, log_dir: Path, cleanup: list[str], labels: dict[str, str] | None = None,
-    envs: dict[str, str] | None = None,
+    envs: dict[str, str] | None = None, resources: Any | None = None,
 ) -> tuple[str, str]:
     pod_config = client.pod_config(f"hooked{next(_serial)}", log_dir, labels=labels,
                                    cgroup_parent="/runtimeproxy-e2e")
     pod_id = client.run_pod(pod_config)
     cleanup.append(pod_id)
-    container_id = client.create_container(pod_id, client.container_config("app", envs=envs), pod_config)
+    config = client.container_config("app", envs=envs, resources=resources)
+    container_id = client.create_container(pod_id, config, pod_config)
     client.start_container(container_id)
     return pod_id, container_id
 
@@ -255,3 +259,112 @@ def test_a_config_file_of_an_untrusted_owner_registers_nothing(
     assert lab.client.container_status(container_id).status.state == lab.client.api.CONTAINER_RUNNING
     assert plugin.seen == []
     assert "plugin 10-untrusted.json registered" not in lab.proxy.log_path.read_text()
+
+
+# --- a plugin whose answer is unsafe to apply ------------------------------------------------------------
+
+
+class CpusetLiar(ExamplePlugin):
+    """The example plugin, with a cpuset the kernel cannot parse in its PreCreateContainer answer."""
+
+    async def PreCreateContainerHook(self, request: hooks.ContainerResourceHookRequest,
+                                     context: grpc.aio.ServicerContext) -> hooks.ContainerResourceHookResponse:
+        response = await super().PreCreateContainerHook(request, context)
+        response.container_resources.cpuset_cpus = "abc"
+        return response
+
+
+def containers_of(client: CriClient, pod_id: str) -> list[str]:
+    request = client.api.ListContainersRequest(filter=client.api.ContainerFilter(pod_sandbox_id=pod_id))
+    return [container.id for container in client.runtime.ListContainers(request, timeout=30).containers]
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_an_escaping_pod_cgroup_parent_is_refused(
+    lab: Lab, log_dir: Path, cleanup_pods: list[str], policy: str
+) -> None:
+    _, socket = lab.plugin(ExampleSettings(pod_cgroup_parent="../../../../escape"))
+    lab.register("10-liar.json", socket, ["PreRunPodSandbox"], policy)
+    client = lab.client
+    pods_before = set(client.pod_ids())
+    pod_config = client.pod_config(f"liar{next(_serial)}", log_dir, cgroup_parent="/runtimeproxy-e2e")
+    if policy == "Fail":
+        with pytest.raises(grpc.RpcError) as raised:
+            client.run_pod(pod_config)
+        assert raised.value.code() is grpc.StatusCode.INTERNAL
+        details = raised.value.details()
+        assert "PreRunPodSandbox hook of plugin 10-liar.json" in details
+        assert 'cgroup_parent: "../../../../escape" is neither an absolute path nor a systemd slice name' in details
+        assert set(client.pod_ids()) == pods_before, "nothing may be created when a Fail plugin lies"
+        return
+    pod_id = client.run_pod(pod_config)
+    cleanup_pods.append(pod_id)
+    info = json.loads(client.pod_status(pod_id, verbose=True).info["info"])
+    assert info["config"]["linux"]["cgroup_parent"] == "/runtimeproxy-e2e"  # as the kubelet sent it
+    assert ANNOTATION not in client.pod_status(pod_id).status.annotations  # the whole answer is skipped
+    wait_for_log(lab.proxy, "invalid answer: cgroup_parent")
+
+
+@pytest.mark.parametrize("policy", ["Ignore", "Fail"])
+def test_an_unparseable_cpuset_is_refused(lab: Lab, log_dir: Path, cleanup_pods: list[str], policy: str) -> None:
+    _, socket = lab.plugin(kind=CpusetLiar)
+    lab.register("10-liar.json", socket, ["PreCreateContainer"], policy)
+    client = lab.client
+    pod_config = client.pod_config(f"liar{next(_serial)}", log_dir, cgroup_parent="/runtimeproxy-e2e")
+    pod_id = client.run_pod(pod_config)
+    cleanup_pods.append(pod_id)
+    if policy == "Fail":
+        with pytest.raises(grpc.RpcError) as raised:
+            client.create_container(pod_id, client.container_config("app"), pod_config)
+        assert raised.value.code() is grpc.StatusCode.INTERNAL
+        assert "PreCreateContainer hook of plugin 10-liar.json" in raised.value.details()
+        assert 'container_resources.cpuset_cpus: "abc" is not a cpu list' in raised.value.details()
+        status = status_pb2.Status.FromString(dict(raised.value.trailing_metadata())["grpc-status-details-bin"])
+        info = error_details_pb2.ErrorInfo()
+        assert status.details[0].Unpack(info) and info.metadata["field"] == "container_resources.cpuset_cpus"
+        assert containers_of(client, pod_id) == []
+        return
+    container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
+    client.start_container(container_id)
+    spec = spec_of(client, container_id)
+    assert "cpus" not in spec["linux"]["resources"].get("cpu", {})
+    assert not any(var.startswith("EXAMPLE_PLUGIN=") for var in spec["process"]["env"])
+
+
+# --- UpdateContainerResources: effective resources, also after a restart ----------------------------------
+
+
+def update_resources(client: CriClient, container_id: str, **fields: int) -> None:
+    api = client.api
+    client.runtime.UpdateContainerResources(api.UpdateContainerResourcesRequest(
+        container_id=container_id, linux=api.LinuxContainerResources(**fields)), timeout=30)
+
+
+def test_a_partial_update_keeps_the_rest_through_a_restart(
+    lab: Lab, log_dir: Path, cleanup_pods: list[str]
+) -> None:
+    plugin, socket = lab.plugin()  # echoes the resources it sees in PreUpdateContainerResources
+    lab.register("10-example.json", socket, ["PreUpdateContainerResources", "PostStopContainer"])
+    api = lab.client.api
+    _, container_id = run_pod_with_container(
+        lab.client, log_dir, cleanup_pods,
+        resources=api.LinuxContainerResources(cpu_shares=200, memory_limit_in_bytes=96 * MiB))
+
+    update_resources(lab.client, container_id, cpu_shares=300)
+    seen = plugin.seen_by("PreUpdateContainerResources")[0].container_resources
+    assert (seen.cpu_shares, seen.memory_limit_in_bytes) == (300, 96 * MiB)
+    spec = spec_of(lab.client, container_id)["linux"]["resources"]
+    assert (spec["cpu"]["shares"], spec["memory"]["limit"]) == (300, 96 * MiB)
+
+    assert lab.proxy.stop() == 0  # a new proxy process: its store is refilled from containerd
+    lab.proxy.start()
+    client = CriClient(open_channel(lab.proxy.listen_path))
+    try:
+        update_resources(client, container_id, cpu_quota=20_000)
+        seen = plugin.seen_by("PreUpdateContainerResources")[1].container_resources
+        assert (seen.cpu_shares, seen.memory_limit_in_bytes, seen.cpu_quota) == (300, 96 * MiB, 20_000)
+        client.stop_container(container_id)
+    finally:
+        client.channel.close()
+    stopped = plugin.seen_by("PostStopContainer")[0].container_resources
+    assert (stopped.cpu_shares, stopped.memory_limit_in_bytes, stopped.cpu_quota) == (300, 96 * MiB, 20_000)

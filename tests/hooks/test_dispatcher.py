@@ -91,15 +91,15 @@ def test_plugins_chain_in_file_name_order_each_seeing_previous_changes(bench: Pl
 
 
 def test_pod_hooks_chain_too(bench: PluginBench) -> None:
-    first = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/first"))
+    first = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-first"))
     second = ScriptedPlugin({"PreRunPodSandbox": lambda request, _: hooks.PodSandboxHookResponse(
         labels={"second": request.cgroup_parent})})
     bench.register("a.json", bench.serve(first), ["PreRunPodSandbox"])
     bench.register("b.json", bench.serve(second), ["PreRunPodSandbox"])
     result = bench.run(points.PRE_RUN_POD_SANDBOX, pod_request())
-    assert second.seen_by("PreRunPodSandbox")[0].cgroup_parent == "/koord/first"
-    assert dict(result.labels) == {"app": "web", "second": "/koord/first"}
-    assert result.cgroup_parent == "/koord/first"
+    assert second.seen_by("PreRunPodSandbox")[0].cgroup_parent == "/kubepods/koord-first"
+    assert dict(result.labels) == {"app": "web", "second": "/kubepods/koord-first"}
+    assert result.cgroup_parent == "/kubepods/koord-first"
     assert result.annotations[ANNOTATION] == "PreRunPodSandbox"
 
 
@@ -183,6 +183,53 @@ def test_fail_on_a_pre_hook_raises_with_plugin_hook_and_code(bench: PluginBench,
         "endpoint": f"unix://{socket}", "plugin-code": code.name,
     }
     assert bench.dispatcher.outcomes[("10-strict.json", "PreCreateContainer", code.name)] == 1
+
+
+# --- answers that decode but are unsafe to apply (hooks.validate) ------------------------------------
+
+
+def lying_answer(request: hooks.ContainerResourceHookRequest, _: object) -> hooks.ContainerResourceHookResponse:
+    """Echoes the request with a good annotation and a cpuset the kernel cannot parse."""
+    resources = hooks.LinuxContainerResources()
+    resources.CopyFrom(request.container_resources)
+    resources.cpuset_cpus = "abc"
+    return hooks.ContainerResourceHookResponse(container_annotations={"liar": "1"}, container_resources=resources)
+
+
+def test_an_invalid_answer_under_ignore_is_skipped_whole(bench: PluginBench) -> None:
+    after = ScriptedPlugin()
+    bench.register("10-liar.json", bench.serve(ScriptedPlugin({"PreCreateContainer": lying_answer})),
+                   ["PreCreateContainer"], "Ignore")
+    bench.register("20-after.json", bench.serve(after), ["PreCreateContainer"])
+    result = bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    assert after.seen_by("PreCreateContainer") == [container_request()]  # not even the good annotation
+    assert "liar" not in result.container_annotations
+    assert bench.dispatcher.outcomes[("10-liar.json", "PreCreateContainer", "INTERNAL")] == 1
+
+
+def test_an_invalid_answer_under_fail_names_plugin_hook_and_field(bench: PluginBench) -> None:
+    socket = bench.serve(ScriptedPlugin({"PreCreateContainer": lying_answer}))
+    bench.register("10-liar.json", socket, ["PreCreateContainer"], "Fail")
+    with pytest.raises(HookFailed) as raised:
+        bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    failure = raised.value
+    assert failure.code is grpc.StatusCode.INTERNAL
+    assert "PreCreateContainer hook of plugin 10-liar.json" in str(failure)
+    assert 'invalid answer: container_resources.cpuset_cpus: "abc" is not a cpu list' in str(failure)
+    ((_, value),) = failure.trailing_metadata()
+    info = error_details_pb2.ErrorInfo()
+    assert status_pb2.Status.FromString(value).details[0].Unpack(info)
+    assert dict(info.metadata) == {
+        "plugin": "10-liar.json", "hook": "PreCreateContainer", "endpoint": f"unix://{socket}",
+        "plugin-code": "INTERNAL", "field": "container_resources.cpuset_cpus",
+    }
+
+
+def test_post_hook_answers_are_not_validated(bench: PluginBench) -> None:
+    bench.register("10-liar.json", bench.serve(ScriptedPlugin({"PostStartContainer": lying_answer})),
+                   ["PostStartContainer"], "Fail")
+    assert bench.run(points.POST_START_CONTAINER, container_request()) == container_request()
+    assert bench.dispatcher.outcomes == {("10-liar.json", "PostStartContainer", "ok"): 1}
 
 
 @pytest.mark.parametrize("point", [points.POST_STOP_POD_SANDBOX, points.POST_START_CONTAINER,

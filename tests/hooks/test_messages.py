@@ -6,6 +6,7 @@ import pytest
 
 from hookkit import fill, unset_fields
 from runtimeproxy.hooks.messages import (
+    apply_resource_update,
     apply_to_container_config,
     apply_to_pod_config,
     apply_to_update_request,
@@ -303,17 +304,121 @@ def test_apply_to_pod_config() -> None:
     assert dict(config.linux.sysctls) == {"k": "v"}
 
 
-def test_apply_to_update_request() -> None:
+def update_hook_request(request: cri.UpdateContainerResourcesRequest,
+                        recorded: hooks.LinuxContainerResources) -> hooks.ContainerResourceHookRequest:
+    """What PreUpdateContainerResources plugins see: the recorded resources with the update applied."""
+    info = container_request()
+    info.container_resources.CopyFrom(
+        apply_resource_update(recorded, convert(request.linux, hooks.LinuxContainerResources)))
+    info.container_annotations.update(request.annotations)
+    return info
+
+
+def test_apply_to_update_request_sends_only_the_plugins_changes() -> None:
     request = cri.UpdateContainerResourcesRequest(container_id="c-1", linux=cri.LinuxContainerResources(cpu_shares=2),
                                                   annotations={"u": "1"})
-    info = container_request()
-    info.container_resources.CopyFrom(convert(request.linux, hooks.LinuxContainerResources))
-    info.container_annotations.update(request.annotations)
+    info = update_hook_request(request, full_resources())
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(
-        container_resources=resources(cpu_shares=4, memory_limit_in_bytes=64 << 20), container_annotations={"v": "2"}))
-    apply_to_update_request(request, changed)
-    assert request.linux.cpu_shares == 4 and request.linux.memory_limit_in_bytes == 64 << 20
-    assert dict(request.annotations) == {"c": "1", "d": "2", "u": "1", "v": "2"}
+        container_resources=resources(cpu_shares=4, memory_limit_in_bytes=64 << 20, cpuset_cpus="0-3",
+                                      oom_score_adj=500, unified={"memory.high": "300M"}),
+        container_annotations={"v": "2"}))
+    apply_to_update_request(request, info, changed)
+    # cpuset and oom_score_adj were echoed, cpu.weight not answered: none of them is sent.
+    assert request.linux == cri.LinuxContainerResources(
+        cpu_shares=4, memory_limit_in_bytes=64 << 20, unified={"memory.high": "300M"})
+    assert dict(request.annotations) == {"u": "1", "v": "2"}
+
+
+def test_apply_to_update_request_echo_changes_nothing() -> None:
+    request = cri.UpdateContainerResourcesRequest(container_id="c-1", linux=cri.LinuxContainerResources(cpu_shares=2))
+    info = update_hook_request(request, full_resources())
+    echo = hooks.ContainerResourceHookResponse(container_resources=info.container_resources,
+                                               container_annotations=info.container_annotations)
+    apply_to_update_request(request, info, merge_container_response(info, echo))
+    assert request == cri.UpdateContainerResourcesRequest(container_id="c-1",
+                                                          linux=cri.LinuxContainerResources(cpu_shares=2))
+
+
+def test_a_plugins_zero_does_not_cancel_the_kubelets_value() -> None:
+    """cpusets are always taken from an answer; an empty one cannot clear anything in an update."""
+    request = cri.UpdateContainerResourcesRequest(container_id="c-1",
+                                                  linux=cri.LinuxContainerResources(cpuset_cpus="4-7"))
+    info = update_hook_request(request, full_resources())
+    changed = merge_container_response(info, hooks.ContainerResourceHookResponse(
+        container_resources=resources(cpu_shares=8)))
+    assert changed.container_resources.cpuset_cpus == ""
+    apply_to_update_request(request, info, changed)
+    assert request.linux == cri.LinuxContainerResources(cpuset_cpus="4-7", cpu_shares=8)
+
+
+def test_apply_to_update_request_adds_linux_only_when_a_plugin_changed_resources() -> None:
+    request = cri.UpdateContainerResourcesRequest(container_id="c-1", annotations={"u": "1"})
+    info = update_hook_request(request, full_resources())
+    apply_to_update_request(request, info, merge_container_response(
+        info, hooks.ContainerResourceHookResponse(container_annotations={"v": "2"})))
+    assert not request.HasField("linux")
+    apply_to_update_request(request, info, merge_container_response(
+        info, hooks.ContainerResourceHookResponse(container_resources=resources(cpu_quota=-1, cpuset_cpus="0-3"))))
+    assert request.linux == cri.LinuxContainerResources(cpu_quota=-1)
+
+
+# --- apply_resource_update: containerd's field-by-field update --------------------------------
+
+
+def _with(base: hooks.LinuxContainerResources, **fields: object) -> hooks.LinuxContainerResources:
+    result = Resources()
+    result.CopyFrom(base)
+    for name, value in fields.items():
+        setattr(result, name, value)
+    return result
+
+
+def test_a_shares_only_update_keeps_everything_else() -> None:
+    assert apply_resource_update(full_resources(), resources(cpu_shares=300)) == _with(full_resources(), cpu_shares=300)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("cpu_period", 50_000), ("cpu_quota", -1), ("cpu_shares", 2), ("memory_limit_in_bytes", 96 << 20),
+    ("cpuset_cpus", "7"), ("cpuset_mems", "1"), ("memory_swap_limit_in_bytes", 1 << 30),
+])
+def test_each_non_zero_field_is_applied_alone(name: str, value: object) -> None:
+    assert apply_resource_update(full_resources(), resources(**{name: value})) == _with(full_resources(), **{name: value})
+
+
+def test_an_all_zero_update_changes_nothing() -> None:
+    assert apply_resource_update(full_resources(), Resources()) == full_resources()
+
+
+def test_oom_score_adj_is_never_updated() -> None:
+    assert apply_resource_update(full_resources(), resources(oom_score_adj=-5)) == full_resources()
+
+
+def test_unified_keys_merge_and_hugepages_replace_per_page_size() -> None:
+    update = resources(unified={"memory.high": "1G", "pids.max": "10"},
+                       hugepage_limits=[hooks.HugepageLimit(page_size="2MB", limit=8 << 20),
+                                        hooks.HugepageLimit(page_size="1GB", limit=1 << 30)])
+    result = apply_resource_update(full_resources(), update)
+    assert dict(result.unified) == {"memory.high": "1G", "cpu.weight": "100", "pids.max": "10"}
+    assert list(result.hugepage_limits) == [hooks.HugepageLimit(page_size="2MB", limit=8 << 20),
+                                            hooks.HugepageLimit(page_size="1GB", limit=1 << 30)]
+
+
+def test_swap_that_followed_the_memory_limit_keeps_following_it() -> None:
+    following = resources(memory_limit_in_bytes=96 << 20, memory_swap_limit_in_bytes=96 << 20)
+    assert apply_resource_update(following, resources(memory_limit_in_bytes=128 << 20)) == \
+        resources(memory_limit_in_bytes=128 << 20, memory_swap_limit_in_bytes=128 << 20)
+    own = resources(memory_limit_in_bytes=96 << 20, memory_swap_limit_in_bytes=200 << 20)
+    assert apply_resource_update(own, resources(memory_limit_in_bytes=128 << 20)) == \
+        resources(memory_limit_in_bytes=128 << 20, memory_swap_limit_in_bytes=200 << 20)
+    unset = resources(memory_limit_in_bytes=96 << 20)
+    assert apply_resource_update(unset, resources(memory_limit_in_bytes=128 << 20)) == \
+        resources(memory_limit_in_bytes=128 << 20)
+
+
+def test_apply_resource_update_leaves_its_inputs_alone() -> None:
+    current, update = full_resources(), resources(cpu_shares=3, unified={"x": "1"})
+    apply_resource_update(current, update)
+    assert current == full_resources() and update == resources(cpu_shares=3, unified={"x": "1"})
 
 
 # --- CRI -> hook requests, field-exact --------------------------------------------------------
@@ -486,7 +591,7 @@ def test_v1alpha2_update_container_resources_survives_v1_decode_change_encode() 
                                               container_annotations=request.annotations)
     echo = hooks.ContainerResourceHookResponse(container_resources=info.container_resources,
                                                container_annotations={**info.container_annotations, "added": "yes"})
-    apply_to_update_request(request, merge_container_response(info, echo))
+    apply_to_update_request(request, info, merge_container_response(info, echo))
     again = v1alpha2.UpdateContainerResourcesRequest.FromString(request.SerializeToString())
     expected = v1alpha2.UpdateContainerResourcesRequest()
     expected.CopyFrom(original)

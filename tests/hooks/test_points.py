@@ -257,28 +257,28 @@ def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend
 def test_the_pod_recorded_at_run_pod_sandbox_is_the_context_of_its_containers(
     client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
 ) -> None:
-    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/be"))
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be"))
     plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer",
                                                                  "PostStopContainer", "PostStopPodSandbox"])
     call(client, path("runtime.v1", "RunPodSandbox"), v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
     upstream_pod = v1.RunPodSandboxRequest.FromString(received(backend, path("runtime.v1", "RunPodSandbox")))
-    assert upstream_pod.config.linux.cgroup_parent == "/koord/be"
+    assert upstream_pod.config.linux.cgroup_parent == "/kubepods/koord-be"
 
     call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
     (seen,) = plugin.seen_by("PreCreateContainer")
-    assert seen.pod_cgroup_parent == "/koord/be"  # the hooked pod, not the kubelet's sandbox_config
+    assert seen.pod_cgroup_parent == "/kubepods/koord-be"  # the hooked pod, not the kubelet's sandbox_config
     assert seen.pod_annotations[ANNOTATION] == "PreRunPodSandbox"
     upstream = v1.CreateContainerRequest.FromString(received(backend, path("runtime.v1", "CreateContainer")))
-    assert upstream.sandbox_config.linux.cgroup_parent == "/koord/be"
+    assert upstream.sandbox_config.linux.cgroup_parent == "/kubepods/koord-be"
 
     call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
     call(client, path("runtime.v1", "StopPodSandbox"), v1.StopPodSandboxRequest(pod_sandbox_id="p1").SerializeToString())
     (stopped,) = plugin.seen_by("PostStopContainer")
     assert stopped.container_meta.id == "c1" and stopped.container_meta.name == "app"
     assert stopped.container_envs["EXAMPLE_PLUGIN"] == "hello" and stopped.container_envs["KEEP"] == "me"
-    assert stopped.pod_cgroup_parent == "/koord/be"
+    assert stopped.pod_cgroup_parent == "/kubepods/koord-be"
     (pod_stopped,) = plugin.seen_by("PostStopPodSandbox")
-    assert pod_stopped.cgroup_parent == "/koord/be" and pod_stopped.pod_meta.uid == "u-1"
+    assert pod_stopped.cgroup_parent == "/kubepods/koord-be" and pod_stopped.pod_meta.uid == "u-1"
 
 
 # --- failure policies through the proxy ---------------------------------------------------------------
@@ -385,7 +385,7 @@ def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along(
     client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
 ) -> None:
     """containerd puts a container under CreateContainer's sandbox_config cgroup parent, not the sandbox's."""
-    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/be"))
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be"))
     plugins.register("10-pod-only.json", plugins.serve(plugin), ["PreRunPodSandbox"])
     call(client, path("runtime.v1", "RunPodSandbox"), v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
     original = create_request(v1)
@@ -394,7 +394,7 @@ def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along(
     upstream = v1.CreateContainerRequest.FromString(received(backend, path("runtime.v1", "CreateContainer")))
     expected = v1.CreateContainerRequest()
     expected.CopyFrom(original)
-    expected.sandbox_config.linux.cgroup_parent = "/koord/be"
+    expected.sandbox_config.linux.cgroup_parent = "/kubepods/koord-be"
     assert upstream == expected
 
 
@@ -411,7 +411,7 @@ def test_create_container_bytes_untouched_when_the_pod_was_not_moved(
 
 
 def test_a_skipped_pod_is_not_moved(client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins) -> None:
-    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/koord/be"))
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be"))
     plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
     config = pod_config(v1)
     config.labels["runtimeproxy.koordinator.sh/skip-hookserver"] = "true"
@@ -423,3 +423,92 @@ def test_a_skipped_pod_is_not_moved(client: grpc.Channel, backend: SyntheticBack
     assert plugin.seen == []
     assert received(backend, path("runtime.v1", "RunPodSandbox")) == run
     assert received(backend, path("runtime.v1", "CreateContainer")) == create.SerializeToString()
+
+
+# --- UpdateContainerResources: plugins see, and the store keeps, the effective resources ----------------
+
+
+def test_update_hook_sees_the_effective_resources_and_the_backend_only_the_changes(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    def add_period(request: hooks.ContainerResourceHookRequest, _: Any) -> hooks.ContainerResourceHookResponse:
+        resources = hooks.LinuxContainerResources()
+        resources.CopyFrom(request.container_resources)
+        resources.cpu_period = 50_000
+        return hooks.ContainerResourceHookResponse(container_resources=resources)
+
+    plugin = ScriptedPlugin({"PreUpdateContainerResources": add_period})
+    plugins.register("10-period.json", plugins.serve(plugin), ["PreUpdateContainerResources", "PostStopContainer"])
+    create = create_request(v1)
+    create.config.linux.resources.memory_limit_in_bytes = 96 << 20
+    call(client, path("runtime.v1", "CreateContainer"), create.SerializeToString())
+
+    update_path = path("runtime.v1", "UpdateContainerResources")
+    shares_only = v1.UpdateContainerResourcesRequest(container_id="c1", linux=v1.LinuxContainerResources(cpu_shares=300))
+    call(client, update_path, shares_only.SerializeToString())
+    (seen,) = plugin.seen_by("PreUpdateContainerResources")
+    assert seen.container_resources == hooks.LinuxContainerResources(cpu_shares=300, memory_limit_in_bytes=96 << 20)
+    # The kubelet's sparse update plus the plugin's change; the echoed memory limit is not sent.
+    (sent,) = backend.calls_to(update_path)
+    assert v1.UpdateContainerResourcesRequest.FromString(sent.request).linux == \
+        v1.LinuxContainerResources(cpu_shares=300, cpu_period=50_000)
+
+    quota_only = v1.UpdateContainerResourcesRequest(container_id="c1", linux=v1.LinuxContainerResources(cpu_quota=20_000))
+    call(client, update_path, quota_only.SerializeToString())
+    assert plugin.seen_by("PreUpdateContainerResources")[1].container_resources == hooks.LinuxContainerResources(
+        cpu_shares=300, memory_limit_in_bytes=96 << 20, cpu_period=50_000, cpu_quota=20_000)
+
+    call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
+    (stopped,) = plugin.seen_by("PostStopContainer")
+    assert stopped.container_resources == plugin.seen_by("PreUpdateContainerResources")[1].container_resources
+
+
+def test_the_store_follows_updates_without_plugins_too(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+    plugin = ScriptedPlugin()
+    plugins.register("10-stop.json", plugins.serve(plugin), ["PostStopContainer"])
+    update = v1.UpdateContainerResourcesRequest(container_id="c1", linux=v1.LinuxContainerResources(cpuset_cpus="1"))
+    call(client, path("runtime.v1", "UpdateContainerResources"), update.SerializeToString())
+    assert received(backend, path("runtime.v1", "UpdateContainerResources")) == update.SerializeToString()
+    call(client, path("runtime.v1", "StopContainer"), v1.StopContainerRequest(container_id="c1").SerializeToString())
+    assert plugin.seen_by("PostStopContainer")[0].container_resources == \
+        hooks.LinuxContainerResources(cpu_shares=2, cpuset_cpus="1")
+
+
+# --- an answer that is unsafe to apply ----------------------------------------------------------------
+
+
+def escape(request: hooks.PodSandboxHookRequest, _: Any) -> hooks.PodSandboxHookResponse:
+    return hooks.PodSandboxHookResponse(labels=request.labels, annotations={"hooked": "1"},
+                                        cgroup_parent="../../../../escape")
+
+
+def test_an_invalid_answer_under_fail_stops_the_call_before_the_backend(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugins.register("10-liar.json", plugins.serve(ScriptedPlugin({"PreRunPodSandbox": escape})),
+                     ["PreRunPodSandbox"], "Fail")
+    with pytest.raises(grpc.RpcError) as raised:
+        call(client, path("runtime.v1", "RunPodSandbox"),
+             v1.RunPodSandboxRequest(config=pod_config(v1)).SerializeToString())
+    error = raised.value
+    assert error.code() is grpc.StatusCode.INTERNAL
+    assert "PreRunPodSandbox hook of plugin 10-liar.json" in error.details()
+    assert 'cgroup_parent: "../../../../escape" is neither an absolute path' in error.details()
+    status = status_pb2.Status.FromString(dict(error.trailing_metadata())["grpc-status-details-bin"])
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info) and info.metadata["field"] == "cgroup_parent"
+    assert backend.calls_to(path("runtime.v1", "RunPodSandbox")) == []
+
+
+def test_an_invalid_answer_under_ignore_leaves_the_bytes_alone(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    plugins.register("10-liar.json", plugins.serve(ScriptedPlugin({"PreRunPodSandbox": escape})),
+                     ["PreRunPodSandbox"], "Ignore")
+    data = non_canonical_run_pod_sandbox(v1)
+    call(client, path("runtime.v1", "RunPodSandbox"), data)
+    assert received(backend, path("runtime.v1", "RunPodSandbox")) == data
+    assert plugins.outcomes[("10-liar.json", "PreRunPodSandbox", "INTERNAL")] == 1

@@ -67,10 +67,12 @@ def test_remove_pod_also_drops_containers_of_a_pod_it_never_recorded() -> None:
 def test_update_container_resources_and_annotations() -> None:
     store = Store()
     store.put_container("c1", container("p1"))
-    new = hooks.LinuxContainerResources(cpu_shares=512, cpuset_cpus="1")
-    store.update_container("c1", new, {"b": "2", "a": "10"})
+    update = hooks.LinuxContainerResources(cpu_shares=512, cpuset_cpus="1")
+    store.update_container("c1", update, {"b": "2", "a": "10"})
     info = store.container("c1").info
-    assert info.container_resources == new  # replaced as a whole, not merged
+    # Applied as the runtime applies it: the memory limit the update did not name stays.
+    assert info.container_resources == hooks.LinuxContainerResources(
+        cpu_shares=512, cpuset_cpus="1", memory_limit_in_bytes=100)
     assert dict(info.container_annotations) == {"a": "10", "b": "2"}  # merged
     assert info.container_meta.name == "app"
 

@@ -29,7 +29,7 @@ from runtimeproxy.plugins import HOOK_NAMES, PluginRegistry
 from runtimeproxy.server import ProxyServer
 from wirekit import ANNOTATION, PluginProcess, compile_proto, numbered
 
-POD_CGROUP_PARENT = "/wire/pod-parent"
+POD_CGROUP_PARENT = "/kubepods/wire-pod-parent"
 CPU_SHARES = 640
 MEMORY_LIMIT = 100 * 1024 * 1024
 

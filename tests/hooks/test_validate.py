@@ -1,0 +1,227 @@
+"""hooks.validate: each rule on its own, then whole answers (only what they would change is checked)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtimeproxy.hooks import validate
+from runtimeproxy.hooks.validate import Problem, answer_problem
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+KUBEPODS = "/kubepods/burstable/pod-u-1"
+KUBEPODS_SYSTEMD = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu1.slice"
+
+
+# --- cgroup parents ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, current", [
+    ("/kubepods/besteffort/pod-u-1", KUBEPODS),  # another QoS tier
+    ("/kubepods/burstable/pod-u-1/koord", KUBEPODS),
+    ("/kubepods", KUBEPODS),
+    ("kubepods-besteffort-podu1.slice", KUBEPODS_SYSTEMD),
+    ("/kubepods.slice/kubepods-besteffort.slice", KUBEPODS_SYSTEMD),
+    ("kubepods.slice", "kubepods-burstable.slice"),
+    ("/anywhere/at/all", ""),  # the pod had no parent: nothing to stay within
+    ("my-own.slice", ""),
+])
+def test_good_cgroup_parents(value: str, current: str) -> None:
+    assert validate.cgroup_parent_problem(value, current) is None
+
+
+@pytest.mark.parametrize("value, current, why", [
+    ("../../../../escape", KUBEPODS, "neither an absolute path nor a systemd slice name"),
+    ("escape", KUBEPODS, "neither an absolute path nor a systemd slice name"),
+    ("/kubepods/../escape", KUBEPODS, "not a clean path"),
+    ("/kubepods//pod", KUBEPODS, "not a clean path"),
+    ("/kubepods/./pod", KUBEPODS, "not a clean path"),
+    ("/kubepods/pod/", KUBEPODS, "not a clean path"),
+    ("/", "", "root cgroup"),
+    ("/kube\0pods", KUBEPODS, "NUL"),
+    ("/kubepods/" + "x" * 256, KUBEPODS, "longer than 255 bytes"),
+    ("/escape", KUBEPODS, 'outside "kubepods"'),
+    ("/kubepods-x/pod", KUBEPODS, 'outside "kubepods"'),
+    ("system-escape.slice", KUBEPODS_SYSTEMD, 'outside "kubepods"'),
+    ("-.slice", KUBEPODS_SYSTEMD, "not a systemd slice name"),
+    ("kubepods--x.slice", KUBEPODS_SYSTEMD, "not a systemd slice name"),
+    ("kubepods-.slice", KUBEPODS_SYSTEMD, "not a systemd slice name"),
+    ("kubepods-burstable.slice:cri-containerd:abc", KUBEPODS_SYSTEMD, "slice:prefix:name"),
+    ("/kubepods/burstable", KUBEPODS_SYSTEMD, "different cgroup drivers"),
+    ("kubepods-besteffort.slice", KUBEPODS, "different cgroup drivers"),
+])
+def test_bad_cgroup_parents(value: str, current: str, why: str) -> None:
+    problem = validate.cgroup_parent_problem(value, current)
+    assert problem is not None and why in problem
+
+
+def test_cgroup_hierarchy_of_both_drivers() -> None:
+    assert validate.cgroup_hierarchy(KUBEPODS) == "kubepods"
+    assert validate.cgroup_hierarchy(KUBEPODS_SYSTEMD) == "kubepods"
+    assert validate.cgroup_hierarchy("kubepods-besteffort-pod1.slice") == "kubepods"
+    assert validate.cgroup_hierarchy("/runtimeproxy-e2e") == "runtimeproxy-e2e"
+
+
+# --- cpusets, numbers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", "0", "0-3", "0-3,8,10-11", "7,2", "5-5"])
+def test_good_cpu_lists(value: str) -> None:
+    assert validate.cpu_list_problem(value) is None
+
+
+@pytest.mark.parametrize("value, why", [
+    ("abc", "not a cpu list"), ("0-", "not a cpu list"), ("0,,1", "not a cpu list"), (" 0", "not a cpu list"),
+    ("0-3,", "not a cpu list"), ("-1", "not a cpu list"), ("3-1", "descending range 3-1"),
+    ("0-3,9-8", "descending range 9-8"),
+])
+def test_bad_cpu_lists(value: str, why: str) -> None:
+    problem = validate.cpu_list_problem(value)
+    assert problem is not None and why in problem
+
+
+@pytest.mark.parametrize("rule, good, bad", [
+    (validate.oom_score_adj_problem, [-1000, 0, 1000], [-1001, 1001, 99999]),
+    (validate.cpu_period_problem, [1000, 100_000, 1_000_000], [999, 1_000_001]),
+    (validate.cpu_quota_problem, [-1, 1000, 10**9], [-2, 1, 999]),
+    (validate.cpu_shares_problem, [2, 1024, 262_144], [1, 262_145]),
+])
+def test_numeric_ranges(rule, good: list[int], bad: list[int]) -> None:  # type: ignore[no-untyped-def]
+    assert [rule(value) for value in good] == [None] * len(good)
+    assert all(rule(value) for value in bad)
+
+
+# --- names and keys -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("PATH", None), ("lower_and.dots-1", None), ("", "empty"), ("A=B", "'='"), ("A\0B", "NUL"),
+])
+def test_env_names(name: str, problem: str | None) -> None:
+    found = validate.env_name_problem(name)
+    assert found is None if problem is None else problem in found
+
+
+@pytest.mark.parametrize("key", ["app", "app.kubernetes.io/name", "a", "A_b-c.d", "x" * 63,
+                                 "example.runtimeproxy.koordinator.sh/hooked"])
+def test_good_label_keys(key: str) -> None:
+    assert validate.label_key_problem(key) is None
+    assert validate.annotation_key_problem(key) is None
+
+
+@pytest.mark.parametrize("key", ["", "/name", "-name", "name-", "x" * 64, "a/b/c", "bad_prefix!/name",
+                                 "prefix/", "sp ace", "nul\0"])
+def test_bad_label_and_annotation_keys(key: str) -> None:
+    assert validate.label_key_problem(key)
+    assert validate.annotation_key_problem(key)
+
+
+def test_annotation_key_prefixes_are_case_insensitive_label_ones_not() -> None:
+    assert validate.annotation_key_problem("Example.COM/Name") is None
+    assert validate.label_key_problem("Example.COM/Name")
+
+
+@pytest.mark.parametrize("key, good", [("memory.high", True), ("cpu.weight", True), ("", False), ("..", False),
+                                       ("../memory.high", False), ("a\0", False)])
+def test_unified_keys(key: str, good: bool) -> None:
+    assert (validate.unified_key_problem(key) is None) is good
+
+
+def test_long_values_are_cut_in_messages() -> None:
+    assert len(validate.quoted("x" * 1000)) == 80 and validate.quoted("a\0") == '"a\\u0000"'
+
+
+# --- whole answers: only what they would change -------------------------------------------------
+
+
+def container_request() -> hooks.ContainerResourceHookRequest:
+    return hooks.ContainerResourceHookRequest(
+        container_resources=hooks.LinuxContainerResources(cpu_shares=2, cpuset_cpus="0-1", oom_score_adj=1000),
+        container_annotations={"a": "1"}, container_envs={"KEEP": "1"}, pod_cgroup_parent=KUBEPODS,
+    )
+
+
+def echo(request: hooks.ContainerResourceHookRequest) -> hooks.ContainerResourceHookResponse:
+    return hooks.ContainerResourceHookResponse(
+        container_annotations=request.container_annotations, container_resources=request.container_resources,
+        pod_cgroup_parent=request.pod_cgroup_parent, container_envs=request.container_envs)
+
+
+def container_problem(**changes: object) -> Problem | None:
+    request = container_request()
+    response = echo(request)
+    for name, value in changes.items():
+        target = response
+        if name.startswith("resources_"):
+            target, name = response.container_resources, name.removeprefix("resources_")
+        if isinstance(value, dict):
+            getattr(target, name).update(value)
+        else:
+            setattr(target, name, value)
+    return answer_problem(request, response)
+
+
+def test_an_echo_is_valid_even_with_odd_kubelet_values() -> None:
+    request = container_request()
+    request.container_resources.cpuset_cpus = "kubelet-said-so"
+    request.container_envs["=odd"] = "1"
+    request.pod_cgroup_parent = "relative"
+    assert answer_problem(request, echo(request)) is None
+
+
+@pytest.mark.parametrize("changes, field, why", [
+    ({"resources_cpuset_cpus": "abc"}, "container_resources.cpuset_cpus", '"abc" is not a cpu list'),
+    ({"resources_cpuset_mems": "1-0"}, "container_resources.cpuset_mems", "descending"),
+    ({"resources_oom_score_adj": 99999}, "container_resources.oom_score_adj", "99999 is outside"),
+    ({"resources_cpu_shares": 300_000}, "container_resources.cpu_shares", "outside"),
+    ({"resources_cpu_period": 10}, "container_resources.cpu_period", "outside"),
+    ({"resources_cpu_quota": -5}, "container_resources.cpu_quota", "neither -1"),
+    ({"resources_unified": {"../x": "1"}}, 'container_resources.unified["../x"]', "not a cgroup file name"),
+    ({"pod_cgroup_parent": "../../../../escape"}, "pod_cgroup_parent", "neither an absolute path"),
+    ({"container_envs": {"": "x"}}, 'container_envs[""]', "empty variable name"),
+    ({"container_envs": {"A=B": "x"}}, 'container_envs["A=B"]', "contains '='"),
+    ({"container_envs": {"OK": "a\0b"}}, 'container_envs["OK"]', "NUL"),
+    ({"container_annotations": {"": "x"}}, 'container_annotations[""]', "empty key"),
+    ({"container_annotations": {"a": "\0"}}, 'container_annotations["a"]', "NUL"),
+])
+def test_bad_container_answers_name_the_field(changes: dict, field: str, why: str) -> None:
+    problem = container_problem(**changes)
+    assert problem is not None and problem.field == field and why in problem.reason
+    assert str(problem) == f"{field}: {problem.reason}"
+
+
+@pytest.mark.parametrize("changes", [
+    {"resources_memory_limit_in_bytes": -1},  # sizes <= 0 are never taken by the merge
+    {"resources_memory_swap_limit_in_bytes": -5},
+    {"resources_cpu_shares": -3},
+    {"resources_cpu_period": 0},
+    {"resources_cpuset_cpus": ""},  # empty means "keep" to the runtime
+    {"resources_oom_score_adj": -1000},
+    {"pod_cgroup_parent": ""},  # not taken
+    {"container_envs": {"NEW": "1"}},
+    {"container_annotations": {"koordinator.sh/qos": "BE"}},
+])
+def test_values_the_merge_ignores_or_that_are_fine_pass(changes: dict) -> None:
+    assert container_problem(**changes) is None
+
+
+def test_pod_answers() -> None:
+    request = hooks.PodSandboxHookRequest(labels={"app": "web"}, annotations={"a": "1"}, cgroup_parent=KUBEPODS,
+                                          resources=hooks.LinuxContainerResources(cpu_shares=2))
+    good = hooks.PodSandboxHookResponse(labels={"app": "web", "tier": "be"}, annotations={"x.io/y": "z"},
+                                        cgroup_parent="/kubepods/besteffort/pod-u-1")
+    assert answer_problem(request, good) is None
+    cases = [
+        (hooks.PodSandboxHookResponse(cgroup_parent="../../../../escape"), "cgroup_parent"),
+        (hooks.PodSandboxHookResponse(labels={"": "x"}), 'labels[""]'),
+        (hooks.PodSandboxHookResponse(labels={"app": "a\0"}), 'labels["app"]'),
+        (hooks.PodSandboxHookResponse(annotations={"=": "x"}), 'annotations["="]'),
+        (hooks.PodSandboxHookResponse(resources=hooks.LinuxContainerResources(cpuset_cpus="x")),
+         "resources.cpuset_cpus"),
+    ]
+    for response, field in cases:
+        problem = answer_problem(request, response)
+        assert problem is not None and problem.field == field, (field, problem)
+
+
+def test_other_messages_are_not_checked() -> None:
+    assert answer_problem(hooks.PodSandboxHookRequest(), hooks.ContainerMetadata()) is None
