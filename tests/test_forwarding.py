@@ -6,13 +6,17 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.lab.cri import open_channel
+from runtimeproxy.lab.kinds import tally_every_kind
+from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.server import ProxyServer
 
@@ -212,3 +216,25 @@ def _wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-unty
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.01)
+
+
+def test_every_kind_of_call_to_a_method_the_backend_lacks_is_unimplemented(
+    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+) -> None:
+    # A backend that serves nothing answers UNIMPLEMENTED at once, often while the proxy
+    # is still writing the request upstream: that race must never turn into INTERNAL.
+    async def serve_nothing() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_insecure_port(grpc_target(tmp_path / "bare.sock"))
+        await server.start()
+        return server
+
+    bare = loop_thread.run(serve_nothing())
+    try:
+        proxy = start_proxy(runtime_path=tmp_path / "bare.sock")
+        with open_channel(proxy.options.listen_path) as channel:
+            tallies = tally_every_kind(channel, "/runtime.v2.RuntimeService/Version", times=100)
+    finally:
+        loop_thread.run(bare.stop(0))
+    for kind, tally in tallies.items():
+        assert tally == {("UNIMPLEMENTED", "Method not found!"): 100}, kind

@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.lab.cri import CriClient
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, LAB_IMAGES
+from runtimeproxy.lab.kinds import tally_every_kind
 
 UNKNOWN_ID = "0" * 64
 
@@ -168,3 +169,15 @@ def test_differential_direct_vs_proxy(
             assert answers[0].url.rsplit("/", 1)[0] == answers[1].url.rsplit("/", 1)[0]
             continue
         assert _canonical(answers[0]) == _canonical(answers[1]), method
+
+
+@pytest.mark.parametrize("path", ["/runtime.v2.RuntimeService/Version", "/runtime.v1.RuntimeService/NoSuchCall"])
+def test_every_kind_of_call_to_an_unknown_method_is_unimplemented_as_direct(
+    proxied_channel: grpc.Channel, direct_channel: grpc.Channel, path: str
+) -> None:
+    # The kubelet learns which features exist from UNIMPLEMENTED: it must be exact, every time.
+    direct = tally_every_kind(direct_channel, path, times=1)
+    for kind, tally in tally_every_kind(proxied_channel, path, times=100).items():
+        (expected,) = direct[kind]
+        assert expected[0] == "UNIMPLEMENTED", (kind, expected)
+        assert tally == {expected: 100}, kind
