@@ -15,7 +15,7 @@ from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.listener import claim_socket_path, release_socket, restrict_socket
+from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
 
@@ -122,11 +122,12 @@ class ProxyServer:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._socket_inode: int | None = None
+        self._socket_lock: SocketLock | None = None
         self._watchers: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         options = self.options
-        claim_socket_path(options.listen_path)
+        self._socket_lock = claim_socket_path(options.listen_path)
         self.backend = Backend(
             options.runtime_path, options.effective_image_path, options.max_message_bytes
         )
@@ -176,6 +177,9 @@ class ProxyServer:
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
         release_socket(self.options.listen_path, self._socket_inode)
+        if self._socket_lock is not None:
+            self._socket_lock.release()
+            self._socket_lock = None
         if self.hook_service is not None:
             await self.hook_service.stop()
             self.hook_service = None

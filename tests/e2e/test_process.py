@@ -38,6 +38,36 @@ def test_a_second_proxy_refuses_a_live_socket(proxy_process: ProxyProcess, conta
         assert CriClient(channel).runtime.Version(CriClient(channel).api.VersionRequest(), timeout=10).runtime_name
 
 
+def _first_to_exit(proxies: list[ProxyProcess], timeout: float = 30) -> ProxyProcess | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proxy in proxies:
+            if proxy.returncode() is not None:
+                return proxy
+        time.sleep(0.05)
+    return None
+
+
+def test_two_proxies_started_at_once_on_one_path_leave_exactly_one(
+    containerd: ContainerdInstance, workdir: Path
+) -> None:
+    for attempt in range(5):
+        path = workdir / f"race{attempt}" / "rp.sock"
+        proxies = [ProxyProcess(path, containerd.address, log_path=path.parent / f"proxy{n}.log") for n in (0, 1)]
+        for proxy in proxies:
+            proxy.spawn()
+        try:
+            loser = _first_to_exit(proxies)
+            assert loser is not None, "both proxies kept running on one socket"
+            (winner,) = [proxy for proxy in proxies if proxy is not loser]
+            assert loser.returncode() == 1, loser.log_tail()
+            assert f"pid {winner.pid} holds" in loser.log_tail(), loser.log_tail()
+            winner.wait_until_listening(30)
+            assert winner.returncode() is None
+        finally:
+            assert [proxy.stop() for proxy in proxies].count(0) == 1
+
+
 def _version(client: CriClient) -> str:
     return client.runtime.Version(client.api.VersionRequest(), timeout=5).runtime_name
 
