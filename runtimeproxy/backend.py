@@ -10,6 +10,7 @@ import grpc
 
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.methods import Method
+from runtimeproxy.options import metadata_limit_options
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +21,7 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        *metadata_limit_options(),
         # Retry a vanished backend every <=1s (gRPC's default backoff grows to 120s),
         # so a restarted containerd is picked up at once, without a proxy restart.
         ("grpc.initial_reconnect_backoff_ms", 100),

@@ -12,6 +12,17 @@ DEFAULT_SKIP_LABEL_KEY = "runtimeproxy.koordinator.sh/skip-hookserver"
 DEFAULT_SKIP_LABEL_VALUE = "true"
 # kubelet caps CRI messages at 16 MiB; big nodes exceed that, so allow far more.
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# Request and response metadata (headers + trailers) up to what containerd accepts (Go
+# gRPC's default header list limit); gRPC's own default refuses anything over 8 KiB.
+MAX_METADATA_BYTES = 16 * 1024 * 1024
+
+
+def metadata_limit_options() -> list[tuple[str, int]]:
+    """gRPC channel/server arguments that lift the metadata limits (soft and hard) to MAX_METADATA_BYTES."""
+    return [
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+        ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
+    ]
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
-from runtimeproxy.options import ProxyOptions
+from runtimeproxy.options import ProxyOptions, metadata_limit_options
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        *metadata_limit_options(),
     ]
 
 

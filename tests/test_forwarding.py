@@ -76,6 +76,18 @@ def test_request_metadata_and_deadline_go_upstream(client: grpc.Channel, synthet
     assert call.time_remaining is not None and 5 < call.time_remaining <= 7.1  # gRPC rounds timeouts up
 
 
+def test_metadata_far_over_8_kib_passes_both_ways(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def fail_with_big_trailer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.abort(grpc.StatusCode.NOT_FOUND, "gone", (("x-answer", "b" * 200 * 1024),))
+
+    synthetic.unary[VERSION] = fail_with_big_trailer
+    with pytest.raises(grpc.RpcError) as raised:
+        unary(client, VERSION)(b"x", timeout=10, metadata=(("x-big", "a" * MiB),))
+    assert synthetic.calls_to(VERSION)[-1].metadata["x-big"] == "a" * MiB
+    assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    assert dict(raised.value.trailing_metadata())["x-answer"] == "b" * 200 * 1024
+
+
 def test_no_deadline_means_none_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     unary(client, VERSION)(b"x")
     remaining = synthetic.calls_to(VERSION)[-1].time_remaining

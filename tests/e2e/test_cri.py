@@ -181,3 +181,10 @@ def test_every_kind_of_call_to_an_unknown_method_is_unimplemented_as_direct(
         (expected,) = direct[kind]
         assert expected[0] == "UNIMPLEMENTED", (kind, expected)
         assert tally == {expected: 100}, kind
+
+
+def test_metadata_over_8_kib_is_accepted_as_directly(proxied: CriClient, direct: CriClient) -> None:
+    request = proxied.api.VersionRequest()
+    metadata = (("x-big", "a" * 1024 * 1024), ("x-big-bin", bytes(100 * 1024)))
+    assert proxied.runtime.Version(request, timeout=10, metadata=metadata) == \
+        direct.runtime.Version(request, timeout=10, metadata=metadata)
