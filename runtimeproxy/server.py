@@ -82,12 +82,13 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 class HealthReporter:
-    """Health per CRI service: SERVING while the backend channel behind it is connected."""
+    """Health per CRI service: SERVING while the backend channel behind it is connected and answers probes."""
 
     def __init__(self, servicer: health.aio.HealthServicer, backend: Backend) -> None:
         self._servicer = servicer
         self._backend = backend
         self._reachable: dict[str, bool] = {}
+        self._responsive: dict[str, bool] = {}
 
     def _services_behind(self, channel: BackendChannel) -> list[str]:
         names = cri_service_names()
@@ -96,17 +97,26 @@ class HealthReporter:
         is_image = channel is self._backend.image
         return [name for name in names if name.endswith(".ImageService") == is_image]
 
+    def _healthy(self, channel: BackendChannel) -> bool:
+        return self._reachable.get(channel.role, False) and self._responsive.get(channel.role, True)
+
     async def set_all_not_serving(self) -> None:
         for name in [_OVERALL, *cri_service_names()]:
             await self._servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def on_reachability(self, channel: BackendChannel, reachable: bool) -> None:
         self._reachable[channel.role] = reachable
-        status = _serving(reachable)
+        await self._publish(channel)
+
+    async def on_responsiveness(self, channel: BackendChannel, responsive: bool) -> None:
+        self._responsive[channel.role] = responsive
+        await self._publish(channel)
+
+    async def _publish(self, channel: BackendChannel) -> None:
+        status = _serving(self._healthy(channel))
         for name in self._services_behind(channel):
             await self._servicer.set(name, status)
-        everything = len(self._reachable) == len(self._backend.channels) and all(self._reachable.values())
-        await self._servicer.set(_OVERALL, _serving(everything))
+        await self._servicer.set(_OVERALL, _serving(all(self._healthy(each) for each in self._backend.channels)))
 
 
 def _serving(ok: bool) -> int:
@@ -154,8 +164,12 @@ class ProxyServer:
         reporter = HealthReporter(self._health, self.backend)
         await reporter.set_all_not_serving()
         self._watchers = [
-            asyncio.create_task(channel.watch(reporter.on_reachability), name=f"watch-{channel.role}")
+            task
             for channel in self.backend.channels
+            for task in (
+                asyncio.create_task(channel.watch(reporter.on_reachability), name=f"watch-{channel.role}"),
+                asyncio.create_task(channel.probe(reporter.on_responsiveness), name=f"probe-{channel.role}"),
+            )
         ]
         log.info(
             "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)",

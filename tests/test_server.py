@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -93,6 +96,28 @@ def test_backend_down_then_up_without_a_proxy_restart(
                     time.sleep(0.1)
         finally:
             loop_thread.run(backend.stop(0))
+
+
+def test_health_turns_not_serving_while_a_connected_backend_is_frozen(
+    start_proxy: Callable[..., ProxyServer], tmp_path: Path
+) -> None:
+    path = tmp_path / "frozen.sock"
+    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(path)])
+    try:
+        proxy = start_proxy(runtime_path=path)
+        with open_channel(proxy.options.listen_path) as channel:
+            wait_for_health(channel, SERVING, timeout=30)
+            backend.send_signal(signal.SIGSTOP)  # the connection stays up; nothing answers
+            try:
+                wait_for_health(channel, NOT_SERVING, timeout=30)
+                wait_for_health(channel, NOT_SERVING, "runtime.v1.RuntimeService")
+            finally:
+                backend.send_signal(signal.SIGCONT)
+            wait_for_health(channel, SERVING, timeout=30)
+            wait_for_health(channel, SERVING, "runtime.v1.ImageService")
+    finally:
+        backend.terminate()
+        backend.wait(10)
 
 
 def test_image_calls_go_to_the_image_endpoint(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 
+from runtimeproxy.backend import PROBE_METADATA_KEY
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.methods import Kind, cri_method_table, unknown_method
 from runtimeproxy.options import metadata_limit_options
@@ -65,13 +66,19 @@ class SyntheticBackend:
         return [call for call in self.calls if call.path == path]
 
     def _remember(self, path: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
-        if self.record:
+        if self.record and not _is_probe(context):
             metadata = dict(context.invocation_metadata() or ())
             self.calls.append(RecordedCall(path, request, metadata, context.time_remaining()))
 
-    def _note_cancel(self, path: str) -> None:
-        self.cancelled.append(path)
-        self.cancel_seen.set()
+    def _note_cancel(self, path: str, context: grpc.aio.ServicerContext) -> None:
+        if not _is_probe(context):
+            self.cancelled.append(path)
+            self.cancel_seen.set()
+
+
+def _is_probe(context: grpc.aio.ServicerContext) -> bool:
+    """The proxy's liveness probes are not calls a test made."""
+    return any(key == PROBE_METADATA_KEY for key, _ in context.invocation_metadata() or ())
 
 
 class _Handler(grpc.GenericRpcHandler):
@@ -98,7 +105,7 @@ class _Handler(grpc.GenericRpcHandler):
             try:
                 return await behaviour(request, context) if behaviour else request
             except asyncio.CancelledError:
-                backend._note_cancel(path)
+                backend._note_cancel(path, context)
                 raise
 
         return answer
@@ -116,7 +123,7 @@ class _Handler(grpc.GenericRpcHandler):
                 async for message in behaviour(request, context):
                     yield message
             except asyncio.CancelledError:
-                backend._note_cancel(path)
+                backend._note_cancel(path, context)
                 raise
 
         return answer
