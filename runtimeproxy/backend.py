@@ -11,7 +11,7 @@ import grpc
 
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.methods import Method
-from runtimeproxy.options import metadata_limit_options
+from runtimeproxy.limits import metadata_limit_options
 
 log = logging.getLogger(__name__)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtimeproxy.limits import MAX_CONCURRENT_CALLS
+
 DEFAULT_PROXY_SOCKET = Path("/var/run/koord-runtimeproxy/runtimeproxy.sock")
 DEFAULT_RUNTIME_SOCKET = Path("/var/run/containerd/containerd.sock")
 DEFAULT_HOOK_CONFIG_DIR = Path("/etc/runtime/hookserver.d")
@@ -12,17 +14,6 @@ DEFAULT_SKIP_LABEL_KEY = "runtimeproxy.koordinator.sh/skip-hookserver"
 DEFAULT_SKIP_LABEL_VALUE = "true"
 # kubelet caps CRI messages at 16 MiB; big nodes exceed that, so allow far more.
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-# Request and response metadata (headers + trailers) up to what containerd accepts (Go
-# gRPC's default header list limit); gRPC's own default refuses anything over 8 KiB.
-MAX_METADATA_BYTES = 16 * 1024 * 1024
-
-
-def metadata_limit_options() -> list[tuple[str, int]]:
-    """gRPC channel/server arguments that lift the metadata limits (soft and hard) to MAX_METADATA_BYTES."""
-    return [
-        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
-        ("grpc.absolute_max_metadata_size", MAX_METADATA_BYTES),
-    ]
 
 
 @dataclass(frozen=True)
@@ -37,6 +28,8 @@ class ProxyOptions:
     skip_label_value: str = DEFAULT_SKIP_LABEL_VALUE
     shutdown_grace_seconds: float = 5.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    # Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
+    max_concurrent_calls: int = MAX_CONCURRENT_CALLS
     # Benchmark only: decode and re-encode every message (the design the fast path replaces).
     decode_all: bool = False
 

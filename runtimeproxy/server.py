@@ -17,7 +17,8 @@ from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
-from runtimeproxy.options import ProxyOptions, metadata_limit_options
+from runtimeproxy.limits import burst_options, metadata_limit_options
+from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
         *metadata_limit_options(),
+        *burst_options(),
     ]
 
 
@@ -144,7 +146,9 @@ class ProxyServer:
         )
         self.hook_service = HookService(options, self.backend)
         await self.hook_service.start()
-        server = grpc.aio.server(options=server_options(options.max_message_bytes))
+        server = grpc.aio.server(
+            options=server_options(options.max_message_bytes), maximum_concurrent_rpcs=options.max_concurrent_calls
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             [*cri_service_names(), health.SERVICE_NAME, reflection.SERVICE_NAME], server

@@ -16,6 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from runtimeproxy.lab.burst import burst
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
@@ -172,3 +173,21 @@ def test_stop_cancels_calls_that_outlive_the_grace_period(
         with pytest.raises(grpc.RpcError):
             future.result(timeout=5)
     assert synthetic.cancel_seen.wait(5)
+
+
+def test_a_burst_of_2000_concurrent_calls_is_served_without_a_cancel(proxy: ProxyServer) -> None:
+    assert burst(proxy.options.listen_path, calls=2000) == {("OK", ""): 2000}
+
+
+def test_calls_beyond_the_concurrency_bound_get_resource_exhausted_not_cancelled(
+    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend
+) -> None:
+    async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await asyncio.sleep(1)
+        return b""
+
+    synthetic.unary[VERSION] = slow
+    proxy = start_proxy(runtime_path=synthetic.path, max_concurrent_calls=4)
+    tally = burst(proxy.options.listen_path, calls=12)
+    assert tally[("OK", "")] >= 4
+    assert set(tally) == {("OK", ""), ("RESOURCE_EXHAUSTED", "Concurrent RPC limit exceeded!")}, tally

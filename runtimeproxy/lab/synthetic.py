@@ -18,7 +18,7 @@ import grpc
 from runtimeproxy.backend import PROBE_METADATA_KEY
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.methods import Kind, cri_method_table, unknown_method
-from runtimeproxy.options import metadata_limit_options
+from runtimeproxy.limits import burst_options, metadata_limit_options
 
 UnaryBehaviour = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 StreamBehaviour = Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]
@@ -51,6 +51,7 @@ class SyntheticBackend:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             *metadata_limit_options(),
+            *burst_options(),
         ])
         server.add_generic_rpc_handlers((_Handler(self),))
         server.add_insecure_port(grpc_target(self.path))

@@ -9,9 +9,12 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from runtimeproxy.lab.burst import burst
+from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import CriClient
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, LAB_IMAGES
 from runtimeproxy.lab.kinds import tally_every_kind
+from runtimeproxy.lab.process import ProxyProcess
 
 UNKNOWN_ID = "0" * 64
 
@@ -188,3 +191,11 @@ def test_metadata_over_8_kib_is_accepted_as_directly(proxied: CriClient, direct:
     metadata = (("x-big", "a" * 1024 * 1024), ("x-big-bin", bytes(100 * 1024)))
     assert proxied.runtime.Version(request, timeout=10, metadata=metadata) == \
         direct.runtime.Version(request, timeout=10, metadata=metadata)
+
+
+@pytest.mark.parametrize("channels", [1, 2000])
+def test_a_burst_of_concurrent_calls_is_served_as_directly(
+    proxy_process: ProxyProcess, containerd: ContainerdInstance, channels: int
+) -> None:
+    assert burst(Path(containerd.address), calls=2000, channels=channels) == {("OK", ""): 2000}
+    assert burst(proxy_process.listen_path, calls=2000, channels=channels) == {("OK", ""): 2000}
