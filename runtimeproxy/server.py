@@ -11,6 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from runtimeproxy.allocator import IdleTrimmer
 from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
@@ -45,8 +46,10 @@ class CriProxyHandler(grpc.GenericRpcHandler):
             for path, method in table.items()
         }
         self._unknown: dict[str, grpc.RpcMethodHandler] = {}
+        self.calls_started = 0  # read by the idle trimmer
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        self.calls_started += 1
         path = handler_call_details.method
         handler = self._handlers.get(path)
         if handler is None:
@@ -74,10 +77,10 @@ def _build_handler(
     return method_handler(method, backend, hook)
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+def server_options(max_request_bytes: int, max_response_bytes: int) -> list[tuple[str, int]]:
     return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_response_bytes),
+        ("grpc.max_receive_message_length", max_request_bytes),
         *metadata_limit_options(),
         *burst_options(),
     ]
@@ -147,18 +150,18 @@ class ProxyServer:
         self.hook_service = HookService(options, self.backend)
         await self.hook_service.start()
         server = grpc.aio.server(
-            options=server_options(options.max_message_bytes), maximum_concurrent_rpcs=options.max_concurrent_calls
+            options=server_options(options.max_request_bytes, options.max_message_bytes),
+            maximum_concurrent_rpcs=options.max_concurrent_calls,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             [*cri_service_names(), health.SERVICE_NAME, reflection.SERVICE_NAME], server
         )
         # Registered last: the own services above are matched first.
-        server.add_generic_rpc_handlers(
-            (CriProxyHandler(
-                self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
-            ),)
+        handler = CriProxyHandler(
+            self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
         )
+        server.add_generic_rpc_handlers((handler,))
         if not server.add_insecure_port(grpc_target(options.listen_path)):
             raise RuntimeError(f"cannot listen on {options.listen_path}")
         await server.start()
@@ -175,6 +178,8 @@ class ProxyServer:
                 asyncio.create_task(channel.probe(reporter.on_responsiveness), name=f"probe-{channel.role}"),
             )
         ]
+        trimmer = IdleTrimmer(lambda: handler.calls_started)
+        self._watchers.append(asyncio.create_task(trimmer.run(), name="idle-trimmer"))
         log.info(
             "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)",
             options.listen_path,

@@ -18,7 +18,13 @@ def test_defaults_match_koord_runtime_proxy() -> None:
     assert str(options.hook_config_dir) == "/etc/runtime/hookserver.d"
     assert options.skip_label_key == "runtimeproxy.koordinator.sh/skip-hookserver"
     assert options.skip_label_value == "true"
+    assert options.max_request_bytes == 16 * 1024 * 1024
     assert level == "info"
+
+
+def test_the_request_limit_can_be_raised() -> None:
+    options, _ = parse_options(["--max-request-bytes=67108864"])
+    assert options.max_request_bytes == 64 * 1024 * 1024
 
 
 def test_go_style_single_dash_flags_and_unix_uris() -> None:
@@ -49,6 +55,8 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["--no-such-flag"], "unrecognized arguments"),
         (["--backend-runtime-mode=Docker"], "Docker is not supported yet"),
         (["--backend-runtime-mode=cri-o"], "not one of Containerd, Docker"),
+        (["--max-request-bytes=16MiB"], "'16MiB' is not a positive whole number"),
+        (["--max-request-bytes=0"], "'0' is not a positive whole number"),
     ],
 )
 def test_bad_flag_is_one_line_and_exit_2(args: list[str], needle: str) -> None:

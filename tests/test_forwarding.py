@@ -107,9 +107,32 @@ def test_a_cancelled_unary_call_is_cancelled_upstream(client: grpc.Channel, synt
     assert synthetic.cancelled == [VERSION]
 
 
-def test_64_mib_passes_both_ways(client: grpc.Channel) -> None:
+def test_a_64_mib_response_passes(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     payload = os.urandom(64 * MiB)
-    assert unary(client, LIST_CONTAINERS)(payload, timeout=60) == payload
+
+    async def large(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return payload
+
+    synthetic.unary[LIST_CONTAINERS] = large
+    assert unary(client, LIST_CONTAINERS)(b"", timeout=60) == payload
+
+
+def test_a_request_over_16_mib_is_refused_before_the_backend(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    assert unary(client, LIST_CONTAINERS)(bytes(16 * MiB - 64), timeout=60)  # the kubelet's limit, framing aside
+    with pytest.raises(grpc.RpcError) as raised:
+        unary(client, LIST_CONTAINERS)(bytes(16 * MiB + 1), timeout=60)
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max" in raised.value.details()
+    assert [len(call.request) for call in synthetic.calls_to(LIST_CONTAINERS) if call.request] == [16 * MiB - 64]
+
+
+def test_a_raised_request_limit_lets_64_mib_through(
+    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend
+) -> None:
+    proxy = start_proxy(runtime_path=synthetic.path, max_request_bytes=64 * MiB + 64)
+    payload = os.urandom(64 * MiB)
+    with open_channel(proxy.options.listen_path) as channel:
+        assert unary(channel, LIST_CONTAINERS)(payload, timeout=60) == payload
 
 
 def test_stream_messages_arrive_in_order_one_by_one(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
