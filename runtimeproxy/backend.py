@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.methods import Method
 from runtimeproxy.limits import metadata_limit_options
+from runtimeproxy.methods import Method
 
 log = logging.getLogger(__name__)
 

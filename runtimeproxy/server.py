@@ -16,9 +16,9 @@ from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
+from runtimeproxy.limits import burst_options, metadata_limit_options
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
-from runtimeproxy.limits import burst_options, metadata_limit_options
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
