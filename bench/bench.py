@@ -27,6 +27,8 @@ Cases (--cases picks some; all by default):
   lifecycle  real containerd pod lifecycle (7 calls): direct, proxy, proxy + no-op plugin
   list       ListContainers on real containerd holding a few hundred containers
   resources  proxy CPU time per forwarded call, RSS idle and after 2 x 10,000 calls
+  memory     proxy RSS idle, right after a burst of large messages, a few seconds after
+             going idle; and after requests over the default 16 MiB request limit
 
 Each figure is the median over the rounds; MB means 2**20 bytes; ratio is proxy/direct
 (so < 1 for a throughput means the proxy is slower). Targets are printed as met or
@@ -774,6 +776,78 @@ async def _resources(proxy: ProxyProcess, backend_pid: int, scale: Scale) -> lis
     return batches
 
 
+MEMORY_BURST_RESPONSES = 6  # concurrent ListContainers of 48 MB ...
+MEMORY_BURST_REQUESTS = 6  # ... and concurrent 15 MB requests, in one burst
+MEMORY_REJECTED_REQUESTS = 3  # 250 MB requests, over the default request limit
+MEMORY_WATCH_SECONDS = 8.0  # how long RSS is watched after the burst
+
+
+def case_memory(lab: Lab, scale: Scale, report: CaseReport) -> None:
+    proxy = lab.proxy("memory-proxy", lab.synthetic)  # a fresh proxy, default limits
+    time.sleep(1.0)  # settle after start
+    idle = proc_memory_mb(proxy.pid)
+    run_async(_memory_burst(proxy.listen_path))
+    after_burst = proc_memory_mb(proxy.pid)
+    peak = proc_memory_mb(proxy.pid, "VmHWM")
+    back_after, watched = _seconds_until_rss_below(proxy.pid, 2 * idle, MEMORY_WATCH_SECONDS)
+    settled = proc_memory_mb(proxy.pid)
+    rejected = run_async(_rejected_requests(proxy.listen_path))
+    after_rejected = proc_memory_mb(proxy.pid)
+    report.raw.update(rss_idle_mb=idle, rss_after_burst_mb=after_burst, rss_peak_mb=peak, rss_settled_mb=settled,
+                      seconds_to_2x_idle=back_after, rss_watch=watched, rejected=rejected,
+                      rss_after_rejected_mb=after_rejected)
+    report.row("proxy RSS idle after start", "MB", None, idle)
+    report.row("proxy RSS right after a burst of large messages", "MB", None, after_burst)
+    report.notes.append(f"the burst: {MEMORY_BURST_RESPONSES} ListContainers answers of 48 MB and "
+                        f"{MEMORY_BURST_REQUESTS} requests of 15 MB, all at once; RSS every 0.5 s after it: "
+                        + " ".join(f"{mb:.0f}" for mb in watched) + " MB")
+    report.row("proxy RSS peak (VmHWM)", "MB", None, peak)
+    row = report.row(f"proxy RSS {MEMORY_WATCH_SECONDS:g} s after going idle", "MB", None, settled)
+    met = back_after is not None
+    report.target(row, f"<= 2x idle within {MEMORY_WATCH_SECONDS:g} s", met,
+                  f"after {back_after:.1f} s" if met else "not back")
+    row = report.row(f"proxy RSS after {MEMORY_REJECTED_REQUESTS} rejected 250 MB requests", "MB", None,
+                     after_rejected)
+    report.target(row, "<= 2x idle", after_rejected <= 2 * idle, f"{after_rejected:.0f} MB; {rejected}")
+
+
+async def _memory_burst(socket: Path) -> None:
+    async with aio_channels({"proxy": socket}) as channels:
+        call = channels["proxy"].unary_unary(LIST_CONTAINERS)
+        answers = [call(LIST_REQUEST, metadata=((RESPONSE_BYTES_KEY, str(48 * MB)),))
+                   for _ in range(MEMORY_BURST_RESPONSES)]
+        requests = [call(bytes(15 * MB)) for _ in range(MEMORY_BURST_REQUESTS)]
+        await asyncio.gather(*answers, *requests)
+
+
+async def _rejected_requests(socket: Path) -> str:
+    """Send requests over the default limit; the codes they got, tallied."""
+    codes: dict[str, int] = {}
+    async with aio_channels({"proxy": socket}) as channels:
+        call = channels["proxy"].unary_unary(LIST_CONTAINERS)
+        for _ in range(MEMORY_REJECTED_REQUESTS):
+            try:
+                await call(bytes(250 * 1000 * 1000), timeout=60)
+                code = "OK"
+            except grpc.aio.AioRpcError as error:
+                code = error.code().name
+            codes[code] = codes.get(code, 0) + 1
+    return ", ".join(f"{count} {code}" for code, count in codes.items())
+
+
+def _seconds_until_rss_below(pid: int, limit_mb: float, seconds: float) -> tuple[float | None, list[float]]:
+    """Polls RSS for `seconds`; when it first fell below `limit_mb` (None: never) and what it read each 0.5 s."""
+    started = time.perf_counter()
+    readings: list[float] = []
+    below_at: float | None = None
+    while (elapsed := time.perf_counter() - started) < seconds:
+        readings.append(proc_memory_mb(pid))
+        if below_at is None and readings[-1] <= limit_mb:
+            below_at = elapsed
+        time.sleep(0.5)
+    return below_at, readings
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -788,6 +862,7 @@ CASES = {case.name: case for case in (
     Case("lifecycle", "4. pod lifecycle, real containerd", case_lifecycle),
     Case("list", "5. ListContainers, real containerd with many containers", case_list),
     Case("resources", "6. proxy resource use (synthetic backend, 16-way Version calls)", case_resources),
+    Case("memory", "7. proxy memory after large messages (synthetic backend)", case_memory),
 )}
 
 

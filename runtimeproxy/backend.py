@@ -1,7 +1,8 @@
-"""Channels to the backend runtime (containerd) and tracking of its reachability."""
+"""Channels to the backend runtime (containerd), tracking of its reachability and a liveness probe."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -9,17 +10,31 @@ from pathlib import Path
 import grpc
 
 from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.limits import metadata_limit_options
 from runtimeproxy.methods import Method
 
 log = logging.getLogger(__name__)
 
 ReachabilityListener = Callable[["BackendChannel", bool], Awaitable[None]]
+ResponsivenessListener = ReachabilityListener
+
+# The liveness probe. A backend that stops answering (containerd frozen by SIGSTOP, or
+# wedged) keeps its connection READY, so connectivity alone cannot tell: while
+# connected, a cheap call is made every interval with a short deadline.
+PROBE_PATH = "/runtime.v1.RuntimeService/Version"
+PROBE_METADATA_KEY = "x-runtimeproxy-probe"  # marks probes, for backends (and tests) that care
+PROBE_INTERVAL_SECONDS = 1.0
+PROBE_TIMEOUT_SECONDS = 2.0
+PROBE_FAILURES_FOR_UNRESPONSIVE = 2  # in a row: one slow answer under load is not an outage
+# Outcomes that mean no answer; any status the backend chose itself (even UNIMPLEMENTED) is one.
+_NO_ANSWER = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE})
 
 
 def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        *metadata_limit_options(),
         # Retry a vanished backend every <=1s (gRPC's default backoff grows to 120s),
         # so a restarted containerd is picked up at once, without a proxy restart.
         ("grpc.initial_reconnect_backoff_ms", 100),
@@ -62,6 +77,38 @@ class BackendChannel:
                 await on_change(self, reachable)
             await self.channel.wait_for_state_change(state)
             state = self.channel.get_state(try_to_connect=True)
+
+    async def _probe_fails(self) -> grpc.StatusCode | None:
+        """The code of a probe the backend did not answer; None when it answered."""
+        try:
+            await self.channel.unary_unary(PROBE_PATH)(
+                b"", timeout=PROBE_TIMEOUT_SECONDS, metadata=((PROBE_METADATA_KEY, "1"),)
+            )
+        except grpc.aio.AioRpcError as error:
+            return error.code() if error.code() in _NO_ANSWER else None
+        return None
+
+    async def probe(self, on_change: ResponsivenessListener) -> None:
+        """While connected, probe every interval; on_change(self, responsive) on each change. Runs until cancelled."""
+        responsive = True
+        failures = 0
+        while True:
+            await asyncio.sleep(PROBE_INTERVAL_SECONDS)
+            if not self.is_ready():
+                failures = 0  # not connected: the reachability watch reports that
+                continue
+            code = await self._probe_fails()
+            failures = failures + 1 if code is not None else 0
+            now_responsive = failures < PROBE_FAILURES_FOR_UNRESPONSIVE
+            if now_responsive == responsive:
+                continue
+            responsive = now_responsive
+            if responsive:
+                log.info("%s backend %s answers again", self.role, self.target)
+            else:
+                log.warning("%s backend %s is connected but does not answer (%s on %d probes of %.0fs in a row)",
+                            self.role, self.target, code.name if code else "?", failures, PROBE_TIMEOUT_SECONDS)
+            await on_change(self, responsive)
 
     async def close(self) -> None:
         await self.channel.close()

@@ -16,6 +16,7 @@ from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.listener import SocketInUseError
 from runtimeproxy.options import (
     DEFAULT_HOOK_CONFIG_DIR,
+    DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_PROXY_SOCKET,
     DEFAULT_RUNTIME_SOCKET,
     DEFAULT_SKIP_LABEL_KEY,
@@ -73,6 +74,16 @@ def _uid_list(value: str) -> frozenset[int]:
     return frozenset(int(item) for item in items)
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
+    return number
+
+
 def _flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
     """Accept --name and Go's single-dash -name alike."""
     parser.add_argument(f"--{name}", f"-{name}", **kwargs)  # type: ignore[arg-type]
@@ -104,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
           help="value of that label that turns hooks off (default: %(default)s)")
     _flag(parser, "shutdown-grace-seconds", type=_positive_float, default=5.0, metavar="SECONDS",
           help="on SIGTERM, how long in-flight calls may finish (default: %(default)s)")
+    _flag(parser, "max-request-bytes", type=_positive_int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
+          help="largest request message accepted from a client; larger ones get RESOURCE_EXHAUSTED "
+          "(default: %(default)s, the kubelet's own limit)")
     _flag(parser, "log-level", type=_choice(LOG_LEVELS), default="info", metavar="LEVEL",
           help=f"one of {', '.join(LOG_LEVELS)} (default: %(default)s)")
     # Benchmark only (bench/): compare the raw-bytes path with decoding every message.
@@ -127,6 +141,7 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
         skip_label_key=args.runtime_hook_server_key,
         skip_label_value=args.runtime_hook_server_val,
         shutdown_grace_seconds=args.shutdown_grace_seconds,
+        max_request_bytes=args.max_request_bytes,
         decode_all=args.benchmark_decode_all,
     )
     return options, args.log_level

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import message_factory
@@ -21,6 +23,7 @@ from runtimeproxy.methods import Kind, Method
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Metadata = tuple[tuple[str, str | bytes], ...]
 UnaryRelay = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 # A hook wraps the relay of one unary method: it may rewrite the request, call the
@@ -60,10 +63,72 @@ async def abort_internal(context: grpc.aio.ServicerContext, method: Method, erro
     await context.abort(grpc.StatusCode.INTERNAL, f"runtimeproxy: {method.path}: {error}")
 
 
+# What grpc aio reports when a write fails because the peer has already ended the call.
+# The peer's real status arrives a moment later and replaces it on the call object.
+_LOCAL_WRITE_FAILURE = (grpc.StatusCode.INTERNAL, "Internal error from Core")
+# How long to wait for the backend's real status after such a write failure.
+PEER_STATUS_WAIT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class _Status:
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: Metadata
+
+
+def _settled_value(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that finishes without suspending (a settled call's status)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("the call's status is not settled")
+
+
+class PeerStatus:
+    """Every status an upstream client-streaming call settles on, to find the backend's own.
+
+    When the backend answers (e.g. UNIMPLEMENTED for a method it does not know) while a
+    request is still being written, grpc aio first ends the call with INTERNAL "Internal
+    error from Core" and then, when the backend's status arrives, replaces it. Done
+    callbacks run at each of the two, so the real one can be picked out.
+    """
+
+    def __init__(self, call: grpc.aio.Call) -> None:
+        self._seen: list[_Status] = []
+        self._peer_known = asyncio.Event()
+        call.add_done_callback(self._on_settled)
+
+    def _on_settled(self, call: grpc.aio.Call) -> None:
+        status = _Status(
+            _settled_value(call.code()), _settled_value(call.details()) or "",
+            tuple(_settled_value(call.trailing_metadata())),
+        )
+        self._seen.append(status)
+        if (status.code, status.details) != _LOCAL_WRITE_FAILURE:
+            self._peer_known.set()
+
+    async def resolve(self, error: grpc.aio.AioRpcError, time_remaining: float | None) -> grpc.aio.AioRpcError:
+        """`error`, or the backend's own status if `error` is grpc's local write failure."""
+        if (error.code(), error.details()) != _LOCAL_WRITE_FAILURE:
+            return error
+        wait = PEER_STATUS_WAIT_SECONDS if time_remaining is None else min(time_remaining, PEER_STATUS_WAIT_SECONDS)
+        try:
+            await asyncio.wait_for(self._peer_known.wait(), wait)
+        except asyncio.TimeoutError:
+            return error
+        peer = next(status for status in self._seen if (status.code, status.details) != _LOCAL_WRITE_FAILURE)
+        return grpc.aio.AioRpcError(
+            peer.code, error.initial_metadata(), grpc.aio.Metadata(*peer.trailing_metadata), peer.details
+        )
+
+
 def _single_response(
     backend: BackendChannel, open_call: Callable[..., Awaitable[bytes]]
 ) -> Callable[..., Awaitable[bytes]]:
-    """A behaviour with one response (unary or client-streaming request)."""
+    """A unary behaviour: one request, one response."""
 
     async def relay(request: object, context: grpc.aio.ServicerContext) -> bytes:
         try:
@@ -116,6 +181,45 @@ def _relay_responses(
     return relay
 
 
+def _relay_request_stream(
+    backend: BackendChannel, open_call: Callable[..., grpc.aio.StreamStreamCall]
+) -> Callable[..., AsyncIterator[bytes]]:
+    """A client-streaming behaviour (either response kind: the framing is the same).
+
+    The caller's messages are written upstream by a task of ours, and a failure of the
+    upstream call is reported with the backend's own status, never grpc's stand-in for
+    a write that lost the race against the backend's answer (see PeerStatus).
+    """
+
+    async def relay(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        call = open_call(timeout=context.time_remaining(), metadata=forwarded_metadata(context))
+        peer = PeerStatus(call)
+        writer = asyncio.create_task(_write_requests(call, requests))
+        try:
+            async for message in call:
+                yield message
+        except grpc.aio.AioRpcError as error:
+            await relay_failure(context, await peer.resolve(error, context.time_remaining()), backend)
+        finally:
+            writer.cancel()
+            call.cancel()  # no-op when finished; stops the upstream when the caller went away
+
+    return relay
+
+
+async def _write_requests(call: grpc.aio.StreamStreamCall, requests: AsyncIterator[bytes]) -> None:
+    try:
+        async for request in requests:
+            await call.write(request)
+        await call.done_writing()
+    except (grpc.aio.AioRpcError, grpc.aio.UsageError, grpc.aio.InternalError, asyncio.InvalidStateError):
+        pass  # the upstream call has ended: its status reaches the caller through the reader
+    except Exception:  # reading the caller's stream failed: the caller is gone
+        call.cancel()
+
+
 def decoding_handler(method: Method, backend: BackendChannel) -> grpc.RpcMethodHandler:
     """The rejected design, kept only to measure what raw relaying saves (--benchmark-decode-all):
     every message is parsed into its protobuf class and serialized again, on both hops."""
@@ -148,8 +252,5 @@ def method_handler(
     if method.kind is Kind.UNARY_STREAM:
         relay = _relay_responses(backend, channel.unary_stream(method.path))
         return grpc.unary_stream_rpc_method_handler(relay)
-    if method.kind is Kind.STREAM_STREAM:
-        relay = _relay_responses(backend, channel.stream_stream(method.path))
-        return grpc.stream_stream_rpc_method_handler(relay)
-    single = _single_response(backend, channel.stream_unary(method.path))
-    return grpc.stream_unary_rpc_method_handler(single)
+    # Client-streaming, with one response or many: the same frames on the wire.
+    return grpc.stream_stream_rpc_method_handler(_relay_request_stream(backend, channel.stream_stream(method.path)))

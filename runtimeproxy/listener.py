@@ -1,19 +1,25 @@
 """The proxy's own unix socket: claiming it safely, restricting it, giving it back.
 
 gRPC unlinks whatever file sits at a unix socket path before binding, which would
-silently steal the socket of a proxy that is still running. So before binding we
-look: a socket that accepts a connection belongs to a live server and we refuse.
+silently steal the socket of a proxy that is still running. Claiming is therefore
+atomic: an exclusive flock on a lock file beside the socket (`<socket>.lock`), held for
+the process's life, is taken before the socket is looked at. Two proxies started at
+the same instant cannot both pass; the loser learns the holder's pid from the file.
+A socket that accepts connections is refused too (a server that takes no lock).
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket
 import stat
 from pathlib import Path
 
 SOCKET_MODE = 0o660
+LOCK_FILE_MODE = 0o600
+LOCK_SUFFIX = ".lock"
 
 
 class SocketInUseError(RuntimeError):
@@ -35,9 +41,80 @@ def _accepts_connections(path: Path) -> bool:
     return True
 
 
-def claim_socket_path(path: Path) -> None:
-    """Make the directory and remove a stale socket file; refuse if the socket is live."""
+def lock_path_for(socket_path: Path) -> Path:
+    return socket_path.with_name(socket_path.name + LOCK_SUFFIX)
+
+
+class SocketLock:
+    """An exclusive flock on the lock file beside the socket; the open fd holds it."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Remove the lock file (while still holding it, so no one can lock a stale inode) and unlock."""
+        if self._fd is None:
+            return
+        try:
+            if os.fstat(self._fd).st_ino == self.path.stat().st_ino:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+def _holder_pid(fd: int) -> str:
+    try:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        return "unknown"
+    return text if text.isdigit() else "unknown"
+
+
+def lock_socket_path(socket_path: Path) -> SocketLock:
+    """Take the socket's lock file for this process's life, or raise SocketInUseError naming the holder."""
+    path = lock_path_for(socket_path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder_pid(fd)
+            os.close(fd)
+            raise SocketInUseError(
+                f"{socket_path} is served by another running process (pid {holder} holds {path}); "
+                "refusing to take it over"
+            ) from None
+        try:
+            same_file = os.fstat(fd).st_ino == path.stat().st_ino
+        except FileNotFoundError:
+            same_file = False
+        if same_file:
+            break
+        os.close(fd)  # the holder removed it between our open and our lock: lock the new one
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return SocketLock(path, fd)
+
+
+def claim_socket_path(path: Path) -> SocketLock:
+    """Make the directory, take the lock and remove a stale socket file; refuse if the socket is live.
+
+    The returned lock must be held (and released at exit) for as long as the socket is served.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    lock = lock_socket_path(path)
+    try:
+        _remove_stale_socket(path)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _remove_stale_socket(path: Path) -> None:
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:

@@ -5,13 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtimeproxy.limits import MAX_CONCURRENT_CALLS
+
 DEFAULT_PROXY_SOCKET = Path("/var/run/koord-runtimeproxy/runtimeproxy.sock")
 DEFAULT_RUNTIME_SOCKET = Path("/var/run/containerd/containerd.sock")
 DEFAULT_HOOK_CONFIG_DIR = Path("/etc/runtime/hookserver.d")
 DEFAULT_SKIP_LABEL_KEY = "runtimeproxy.koordinator.sh/skip-hookserver"
 DEFAULT_SKIP_LABEL_VALUE = "true"
-# kubelet caps CRI messages at 16 MiB; big nodes exceed that, so allow far more.
+# Responses (and what goes upstream): kubelet caps CRI messages at 16 MiB, but big nodes
+# answer List calls with more, so allow far more.
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# Requests from the kubelet: its own limit. A bigger one is refused on arrival with
+# RESOURCE_EXHAUSTED instead of being relayed (containerd would refuse it anyway).
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,9 @@ class ProxyOptions:
     skip_label_value: str = DEFAULT_SKIP_LABEL_VALUE
     shutdown_grace_seconds: float = 5.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    # Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
+    max_concurrent_calls: int = MAX_CONCURRENT_CALLS
     # Benchmark only: decode and re-encode every message (the design the fast path replaces).
     decode_all: bool = False
 

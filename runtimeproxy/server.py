@@ -11,11 +11,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from runtimeproxy.allocator import IdleTrimmer
 from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.listener import claim_socket_path, release_socket, restrict_socket
+from runtimeproxy.limits import burst_options, metadata_limit_options
+from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
 
@@ -44,8 +46,10 @@ class CriProxyHandler(grpc.GenericRpcHandler):
             for path, method in table.items()
         }
         self._unknown: dict[str, grpc.RpcMethodHandler] = {}
+        self.calls_started = 0  # read by the idle trimmer
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        self.calls_started += 1
         path = handler_call_details.method
         handler = self._handlers.get(path)
         if handler is None:
@@ -73,20 +77,23 @@ def _build_handler(
     return method_handler(method, backend, hook)
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
+def server_options(max_request_bytes: int, max_response_bytes: int) -> list[tuple[str, int]]:
     return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_response_bytes),
+        ("grpc.max_receive_message_length", max_request_bytes),
+        *metadata_limit_options(),
+        *burst_options(),
     ]
 
 
 class HealthReporter:
-    """Health per CRI service: SERVING while the backend channel behind it is connected."""
+    """Health per CRI service: SERVING while the backend channel behind it is connected and answers probes."""
 
     def __init__(self, servicer: health.aio.HealthServicer, backend: Backend) -> None:
         self._servicer = servicer
         self._backend = backend
         self._reachable: dict[str, bool] = {}
+        self._responsive: dict[str, bool] = {}
 
     def _services_behind(self, channel: BackendChannel) -> list[str]:
         names = cri_service_names()
@@ -95,17 +102,26 @@ class HealthReporter:
         is_image = channel is self._backend.image
         return [name for name in names if name.endswith(".ImageService") == is_image]
 
+    def _healthy(self, channel: BackendChannel) -> bool:
+        return self._reachable.get(channel.role, False) and self._responsive.get(channel.role, True)
+
     async def set_all_not_serving(self) -> None:
         for name in [_OVERALL, *cri_service_names()]:
             await self._servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def on_reachability(self, channel: BackendChannel, reachable: bool) -> None:
         self._reachable[channel.role] = reachable
-        status = _serving(reachable)
+        await self._publish(channel)
+
+    async def on_responsiveness(self, channel: BackendChannel, responsive: bool) -> None:
+        self._responsive[channel.role] = responsive
+        await self._publish(channel)
+
+    async def _publish(self, channel: BackendChannel) -> None:
+        status = _serving(self._healthy(channel))
         for name in self._services_behind(channel):
             await self._servicer.set(name, status)
-        everything = len(self._reachable) == len(self._backend.channels) and all(self._reachable.values())
-        await self._servicer.set(_OVERALL, _serving(everything))
+        await self._servicer.set(_OVERALL, _serving(all(self._healthy(each) for each in self._backend.channels)))
 
 
 def _serving(ok: bool) -> int:
@@ -122,27 +138,30 @@ class ProxyServer:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._socket_inode: int | None = None
+        self._socket_lock: SocketLock | None = None
         self._watchers: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         options = self.options
-        claim_socket_path(options.listen_path)
+        self._socket_lock = claim_socket_path(options.listen_path)
         self.backend = Backend(
             options.runtime_path, options.effective_image_path, options.max_message_bytes
         )
         self.hook_service = HookService(options, self.backend)
         await self.hook_service.start()
-        server = grpc.aio.server(options=server_options(options.max_message_bytes))
+        server = grpc.aio.server(
+            options=server_options(options.max_request_bytes, options.max_message_bytes),
+            maximum_concurrent_rpcs=options.max_concurrent_calls,
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             [*cri_service_names(), health.SERVICE_NAME, reflection.SERVICE_NAME], server
         )
         # Registered last: the own services above are matched first.
-        server.add_generic_rpc_handlers(
-            (CriProxyHandler(
-                self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
-            ),)
+        handler = CriProxyHandler(
+            self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
         )
+        server.add_generic_rpc_handlers((handler,))
         if not server.add_insecure_port(grpc_target(options.listen_path)):
             raise RuntimeError(f"cannot listen on {options.listen_path}")
         await server.start()
@@ -152,9 +171,15 @@ class ProxyServer:
         reporter = HealthReporter(self._health, self.backend)
         await reporter.set_all_not_serving()
         self._watchers = [
-            asyncio.create_task(channel.watch(reporter.on_reachability), name=f"watch-{channel.role}")
+            task
             for channel in self.backend.channels
+            for task in (
+                asyncio.create_task(channel.watch(reporter.on_reachability), name=f"watch-{channel.role}"),
+                asyncio.create_task(channel.probe(reporter.on_responsiveness), name=f"probe-{channel.role}"),
+            )
         ]
+        trimmer = IdleTrimmer(lambda: handler.calls_started)
+        self._watchers.append(asyncio.create_task(trimmer.run(), name="idle-trimmer"))
         log.info(
             "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)",
             options.listen_path,
@@ -176,6 +201,9 @@ class ProxyServer:
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
         release_socket(self.options.listen_path, self._socket_inode)
+        if self._socket_lock is not None:
+            self._socket_lock.release()
+            self._socket_lock = None
         if self.hook_service is not None:
             await self.hook_service.stop()
             self.hook_service = None

@@ -19,12 +19,18 @@ def test_defaults_match_koord_runtime_proxy() -> None:
     assert options.skip_label_key == "runtimeproxy.koordinator.sh/skip-hookserver"
     assert options.skip_label_value == "true"
     assert options.hook_config_trusted_uids == frozenset()
+    assert options.max_request_bytes == 16 * 1024 * 1024
     assert level == "info"
 
 
 def test_trusted_uids_are_a_comma_separated_list() -> None:
     options, _ = parse_options(["-runtime-hook-config-trusted-uids=1000, 1001,"])
     assert options.hook_config_trusted_uids == {1000, 1001}
+
+
+def test_the_request_limit_can_be_raised() -> None:
+    options, _ = parse_options(["--max-request-bytes=67108864"])
+    assert options.max_request_bytes == 64 * 1024 * 1024
 
 
 def test_go_style_single_dash_flags_and_unix_uris() -> None:
@@ -56,6 +62,8 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["--backend-runtime-mode=Docker"], "Docker is not supported yet"),
         (["--backend-runtime-mode=cri-o"], "not one of Containerd, Docker"),
         (["--runtime-hook-config-trusted-uids=root"], "not a comma-separated list of uids"),
+        (["--max-request-bytes=16MiB"], "'16MiB' is not a positive whole number"),
+        (["--max-request-bytes=0"], "'0' is not a positive whole number"),
     ],
 )
 def test_bad_flag_is_one_line_and_exit_2(args: list[str], needle: str) -> None:

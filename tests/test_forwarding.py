@@ -6,13 +6,17 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import grpc
 import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.lab.cri import open_channel
+from runtimeproxy.lab.kinds import tally_every_kind
+from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.server import ProxyServer
 
@@ -72,6 +76,18 @@ def test_request_metadata_and_deadline_go_upstream(client: grpc.Channel, synthet
     assert call.time_remaining is not None and 5 < call.time_remaining <= 7.1  # gRPC rounds timeouts up
 
 
+def test_metadata_far_over_8_kib_passes_both_ways(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    async def fail_with_big_trailer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.abort(grpc.StatusCode.NOT_FOUND, "gone", (("x-answer", "b" * 200 * 1024),))
+
+    synthetic.unary[VERSION] = fail_with_big_trailer
+    with pytest.raises(grpc.RpcError) as raised:
+        unary(client, VERSION)(b"x", timeout=10, metadata=(("x-big", "a" * MiB),))
+    assert synthetic.calls_to(VERSION)[-1].metadata["x-big"] == "a" * MiB
+    assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    assert dict(raised.value.trailing_metadata())["x-answer"] == "b" * 200 * 1024
+
+
 def test_no_deadline_means_none_upstream(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     unary(client, VERSION)(b"x")
     remaining = synthetic.calls_to(VERSION)[-1].time_remaining
@@ -91,9 +107,32 @@ def test_a_cancelled_unary_call_is_cancelled_upstream(client: grpc.Channel, synt
     assert synthetic.cancelled == [VERSION]
 
 
-def test_64_mib_passes_both_ways(client: grpc.Channel) -> None:
+def test_a_64_mib_response_passes(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
     payload = os.urandom(64 * MiB)
-    assert unary(client, LIST_CONTAINERS)(payload, timeout=60) == payload
+
+    async def large(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return payload
+
+    synthetic.unary[LIST_CONTAINERS] = large
+    assert unary(client, LIST_CONTAINERS)(b"", timeout=60) == payload
+
+
+def test_a_request_over_16_mib_is_refused_before_the_backend(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
+    assert unary(client, LIST_CONTAINERS)(bytes(16 * MiB - 64), timeout=60)  # the kubelet's limit, framing aside
+    with pytest.raises(grpc.RpcError) as raised:
+        unary(client, LIST_CONTAINERS)(bytes(16 * MiB + 1), timeout=60)
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max" in raised.value.details()
+    assert [len(call.request) for call in synthetic.calls_to(LIST_CONTAINERS) if call.request] == [16 * MiB - 64]
+
+
+def test_a_raised_request_limit_lets_64_mib_through(
+    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend
+) -> None:
+    proxy = start_proxy(runtime_path=synthetic.path, max_request_bytes=64 * MiB + 64)
+    payload = os.urandom(64 * MiB)
+    with open_channel(proxy.options.listen_path) as channel:
+        assert unary(channel, LIST_CONTAINERS)(payload, timeout=60) == payload
 
 
 def test_stream_messages_arrive_in_order_one_by_one(client: grpc.Channel, synthetic: SyntheticBackend) -> None:
@@ -212,3 +251,25 @@ def _wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-unty
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.01)
+
+
+def test_every_kind_of_call_to_a_method_the_backend_lacks_is_unimplemented(
+    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+) -> None:
+    # A backend that serves nothing answers UNIMPLEMENTED at once, often while the proxy
+    # is still writing the request upstream: that race must never turn into INTERNAL.
+    async def serve_nothing() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_insecure_port(grpc_target(tmp_path / "bare.sock"))
+        await server.start()
+        return server
+
+    bare = loop_thread.run(serve_nothing())
+    try:
+        proxy = start_proxy(runtime_path=tmp_path / "bare.sock")
+        with open_channel(proxy.options.listen_path) as channel:
+            tallies = tally_every_kind(channel, "/runtime.v2.RuntimeService/Version", times=100)
+    finally:
+        loop_thread.run(bare.stop(0))
+    for kind, tally in tallies.items():
+        assert tally == {("UNIMPLEMENTED", "Method not found!"): 100}, kind

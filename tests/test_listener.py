@@ -1,3 +1,4 @@
+import os
 import socket
 import stat
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 from runtimeproxy.listener import (
     SocketInUseError,
     claim_socket_path,
+    lock_path_for,
     release_socket,
     restrict_socket,
 )
@@ -22,14 +24,14 @@ def _bound_socket(path: Path, listening: bool) -> socket.socket:
 
 def test_creates_missing_directories(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "proxy.sock"
-    claim_socket_path(path)
+    claim_socket_path(path).release()
     assert path.parent.is_dir()
 
 
 def test_stale_socket_file_is_replaced(tmp_path: Path) -> None:
     path = tmp_path / "proxy.sock"
     _bound_socket(path, listening=False).close()  # leaves the file, nobody listens
-    claim_socket_path(path)
+    claim_socket_path(path).release()
     assert not path.exists()
 
 
@@ -68,3 +70,33 @@ def test_restrict_sets_0660_and_release_removes_only_our_socket(tmp_path: Path) 
     release_socket(path, path.stat().st_ino)
     assert not path.exists()
     release_socket(path, None)  # already gone: no error
+
+
+def test_the_lock_beside_the_socket_refuses_a_second_claim_naming_the_holder(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.sock"
+    lock = claim_socket_path(path)
+    try:
+        assert lock_path_for(path).read_text().strip() == str(os.getpid())
+        with pytest.raises(SocketInUseError, match=f"pid {os.getpid()} holds .*proxy.sock.lock"):
+            claim_socket_path(path)
+    finally:
+        lock.release()
+    assert not lock_path_for(path).exists()
+    claim_socket_path(path).release()  # free again
+
+
+def test_a_lock_file_left_by_a_dead_process_is_taken(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.sock"
+    lock_path_for(path).write_text("999999\n")  # nobody holds a flock on it
+    lock = claim_socket_path(path)
+    assert lock_path_for(path).read_text().strip() == str(os.getpid())
+    lock.release()
+
+
+def test_a_refused_claim_leaves_the_lock_free(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.sock"
+    path.write_text("precious")
+    with pytest.raises(SocketInUseError, match="not a socket"):
+        claim_socket_path(path)
+    path.unlink()
+    claim_socket_path(path).release()

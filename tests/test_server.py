@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from runtimeproxy.lab.burst import burst
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
@@ -95,6 +99,28 @@ def test_backend_down_then_up_without_a_proxy_restart(
             loop_thread.run(backend.stop(0))
 
 
+def test_health_turns_not_serving_while_a_connected_backend_is_frozen(
+    start_proxy: Callable[..., ProxyServer], tmp_path: Path
+) -> None:
+    path = tmp_path / "frozen.sock"
+    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(path)])
+    try:
+        proxy = start_proxy(runtime_path=path)
+        with open_channel(proxy.options.listen_path) as channel:
+            wait_for_health(channel, SERVING, timeout=30)
+            backend.send_signal(signal.SIGSTOP)  # the connection stays up; nothing answers
+            try:
+                wait_for_health(channel, NOT_SERVING, timeout=30)
+                wait_for_health(channel, NOT_SERVING, "runtime.v1.RuntimeService")
+            finally:
+                backend.send_signal(signal.SIGCONT)
+            wait_for_health(channel, SERVING, timeout=30)
+            wait_for_health(channel, SERVING, "runtime.v1.ImageService")
+    finally:
+        backend.terminate()
+        backend.wait(10)
+
+
 def test_image_calls_go_to_the_image_endpoint(
     loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path, synthetic: SyntheticBackend
 ) -> None:
@@ -147,3 +173,21 @@ def test_stop_cancels_calls_that_outlive_the_grace_period(
         with pytest.raises(grpc.RpcError):
             future.result(timeout=5)
     assert synthetic.cancel_seen.wait(5)
+
+
+def test_a_burst_of_2000_concurrent_calls_is_served_without_a_cancel(proxy: ProxyServer) -> None:
+    assert burst(proxy.options.listen_path, calls=2000) == {("OK", ""): 2000}
+
+
+def test_calls_beyond_the_concurrency_bound_get_resource_exhausted_not_cancelled(
+    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend
+) -> None:
+    async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await asyncio.sleep(1)
+        return b""
+
+    synthetic.unary[VERSION] = slow
+    proxy = start_proxy(runtime_path=synthetic.path, max_concurrent_calls=4)
+    tally = burst(proxy.options.listen_path, calls=12)
+    assert tally[("OK", "")] >= 4
+    assert set(tally) == {("OK", ""), ("RESOURCE_EXHAUSTED", "Concurrent RPC limit exceeded!")}, tally

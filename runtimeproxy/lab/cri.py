@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from runtimeproxy.lab.images import BUSYBOX_IMAGE
+from runtimeproxy.limits import metadata_limit_options
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1, api_pb2_grpc as v1_grpc
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2, api_pb2_grpc as v1alpha2_grpc
 
@@ -27,10 +28,16 @@ CONTAINER_PID = 1  # NamespaceMode.CONTAINER
 
 
 def open_channel(address: str | Path) -> grpc.Channel:
-    """A sync channel to a unix socket path (or unix:// target), without message limits."""
+    """A sync channel to a unix socket path (or unix:// target), without message limits
+    and with the proxy's metadata limits."""
     target = str(address) if str(address).startswith("unix:") else f"unix://{address}"
     return grpc.insecure_channel(
-        target, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        target,
+        options=[
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+            *metadata_limit_options(),
+        ],
     )
 
 

@@ -51,10 +51,18 @@ class ProxyProcess:
         return self._proc.pid if self._proc else None
 
     def start(self, timeout: float = 30.0, wait_serving: bool = True) -> None:
+        self.spawn()
+        self.wait_until_listening(timeout, wait_serving)
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to listen."""
         self.hook_config_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
-        self.wait_until_listening(timeout, wait_serving)
+
+    def returncode(self) -> int | None:
+        """The exit code once the process has exited; None while it runs (or was never started)."""
+        return self._proc.poll() if self._proc else None
 
     def wait_until_listening(self, timeout: float, wait_serving: bool = True) -> None:
         """Until health answers (SERVING, if asked: the backend is connected too)."""

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import grpc
 
+from runtimeproxy.backend import PROBE_METADATA_KEY
 from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.limits import burst_options, metadata_limit_options
 from runtimeproxy.methods import Kind, cri_method_table, unknown_method
 
 UnaryBehaviour = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
@@ -48,6 +50,8 @@ class SyntheticBackend:
         server = grpc.aio.server(options=[
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            *metadata_limit_options(),
+            *burst_options(),
         ])
         server.add_generic_rpc_handlers((_Handler(self),))
         server.add_insecure_port(grpc_target(self.path))
@@ -63,13 +67,19 @@ class SyntheticBackend:
         return [call for call in self.calls if call.path == path]
 
     def _remember(self, path: str, request: bytes, context: grpc.aio.ServicerContext) -> None:
-        if self.record:
+        if self.record and not _is_probe(context):
             metadata = dict(context.invocation_metadata() or ())
             self.calls.append(RecordedCall(path, request, metadata, context.time_remaining()))
 
-    def _note_cancel(self, path: str) -> None:
-        self.cancelled.append(path)
-        self.cancel_seen.set()
+    def _note_cancel(self, path: str, context: grpc.aio.ServicerContext) -> None:
+        if not _is_probe(context):
+            self.cancelled.append(path)
+            self.cancel_seen.set()
+
+
+def _is_probe(context: grpc.aio.ServicerContext) -> bool:
+    """The proxy's liveness probes are not calls a test made."""
+    return any(key == PROBE_METADATA_KEY for key, _ in context.invocation_metadata() or ())
 
 
 class _Handler(grpc.GenericRpcHandler):
@@ -96,7 +106,7 @@ class _Handler(grpc.GenericRpcHandler):
             try:
                 return await behaviour(request, context) if behaviour else request
             except asyncio.CancelledError:
-                backend._note_cancel(path)
+                backend._note_cancel(path, context)
                 raise
 
         return answer
@@ -114,7 +124,7 @@ class _Handler(grpc.GenericRpcHandler):
                 async for message in behaviour(request, context):
                     yield message
             except asyncio.CancelledError:
-                backend._note_cancel(path)
+                backend._note_cancel(path, context)
                 raise
 
         return answer

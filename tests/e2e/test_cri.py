@@ -9,8 +9,12 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
+from runtimeproxy.lab.burst import burst
+from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import CriClient
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, LAB_IMAGES
+from runtimeproxy.lab.kinds import tally_every_kind
+from runtimeproxy.lab.process import ProxyProcess
 
 UNKNOWN_ID = "0" * 64
 
@@ -168,3 +172,30 @@ def test_differential_direct_vs_proxy(
             assert answers[0].url.rsplit("/", 1)[0] == answers[1].url.rsplit("/", 1)[0]
             continue
         assert _canonical(answers[0]) == _canonical(answers[1]), method
+
+
+@pytest.mark.parametrize("path", ["/runtime.v2.RuntimeService/Version", "/runtime.v1.RuntimeService/NoSuchCall"])
+def test_every_kind_of_call_to_an_unknown_method_is_unimplemented_as_direct(
+    proxied_channel: grpc.Channel, direct_channel: grpc.Channel, path: str
+) -> None:
+    # The kubelet learns which features exist from UNIMPLEMENTED: it must be exact, every time.
+    direct = tally_every_kind(direct_channel, path, times=1)
+    for kind, tally in tally_every_kind(proxied_channel, path, times=100).items():
+        (expected,) = direct[kind]
+        assert expected[0] == "UNIMPLEMENTED", (kind, expected)
+        assert tally == {expected: 100}, kind
+
+
+def test_metadata_over_8_kib_is_accepted_as_directly(proxied: CriClient, direct: CriClient) -> None:
+    request = proxied.api.VersionRequest()
+    metadata = (("x-big", "a" * 1024 * 1024), ("x-big-bin", bytes(100 * 1024)))
+    assert proxied.runtime.Version(request, timeout=10, metadata=metadata) == \
+        direct.runtime.Version(request, timeout=10, metadata=metadata)
+
+
+@pytest.mark.parametrize("channels", [1, 2000])
+def test_a_burst_of_concurrent_calls_is_served_as_directly(
+    proxy_process: ProxyProcess, containerd: ContainerdInstance, channels: int
+) -> None:
+    assert burst(Path(containerd.address), calls=2000, channels=channels) == {("OK", ""): 2000}
+    assert burst(proxy_process.listen_path, calls=2000, channels=channels) == {("OK", ""): 2000}

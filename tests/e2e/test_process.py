@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
 import subprocess
 import sys
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import CriClient, open_channel
@@ -36,6 +39,36 @@ def test_a_second_proxy_refuses_a_live_socket(proxy_process: ProxyProcess, conta
     assert "served by another running process" in result.stderr
     with open_channel(proxy_process.listen_path) as channel:  # the first one is unharmed
         assert CriClient(channel).runtime.Version(CriClient(channel).api.VersionRequest(), timeout=10).runtime_name
+
+
+def _first_to_exit(proxies: list[ProxyProcess], timeout: float = 30) -> ProxyProcess | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proxy in proxies:
+            if proxy.returncode() is not None:
+                return proxy
+        time.sleep(0.05)
+    return None
+
+
+def test_two_proxies_started_at_once_on_one_path_leave_exactly_one(
+    containerd: ContainerdInstance, workdir: Path
+) -> None:
+    for attempt in range(5):
+        path = workdir / f"race{attempt}" / "rp.sock"
+        proxies = [ProxyProcess(path, containerd.address, log_path=path.parent / f"proxy{n}.log") for n in (0, 1)]
+        for proxy in proxies:
+            proxy.spawn()
+        try:
+            loser = _first_to_exit(proxies)
+            assert loser is not None, "both proxies kept running on one socket"
+            (winner,) = [proxy for proxy in proxies if proxy is not loser]
+            assert loser.returncode() == 1, loser.log_tail()
+            assert f"pid {winner.pid} holds" in loser.log_tail(), loser.log_tail()
+            winner.wait_until_listening(30)
+            assert winner.returncode() is None
+        finally:
+            assert [proxy.stop() for proxy in proxies].count(0) == 1
 
 
 def _version(client: CriClient) -> str:
@@ -76,6 +109,36 @@ def test_backend_down_at_start_then_up_then_restarted(workdir: Path, containerd:
     finally:
         assert proxy.stop() == 0
         later.stop()
+
+
+def _wait_for_health(channel: grpc.Channel, expected: int, timeout: float = 30) -> None:
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout
+    while stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status != expected:
+        assert time.monotonic() < deadline, f"health never became {expected}"
+        time.sleep(0.1)
+
+
+def test_a_frozen_containerd_turns_health_not_serving_and_back(workdir: Path) -> None:
+    frozen = ContainerdInstance(workdir / "frozen")
+    frozen.start()
+    proxy = ProxyProcess(workdir / "frozen-proxy" / "rp.sock", frozen.address)
+    try:
+        proxy.start()
+        with open_channel(proxy.listen_path) as channel:
+            assert frozen.pid is not None
+            os.kill(frozen.pid, signal.SIGSTOP)
+            try:
+                _wait_for_health(channel, health_pb2.HealthCheckResponse.NOT_SERVING)
+            finally:
+                os.kill(frozen.pid, signal.SIGCONT)
+            _wait_for_health(channel, health_pb2.HealthCheckResponse.SERVING)
+            assert _version(CriClient(channel)) == "containerd"
+        log = proxy.log_tail(100)
+        assert log.count("is connected but does not answer") == 1 and log.count("answers again") == 1, log
+    finally:
+        proxy.stop()
+        frozen.stop()
 
 
 def test_default_log_level_has_no_per_call_lines(containerd: ContainerdInstance, workdir: Path) -> None:
