@@ -12,6 +12,10 @@ DEFAULT_SKIP_LABEL_KEY = "runtimeproxy.koordinator.sh/skip-hookserver"
 DEFAULT_SKIP_LABEL_VALUE = "true"
 # kubelet caps CRI messages at 16 MiB; big nodes exceed that, so allow far more.
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+# Operator pieces (runtimeproxy.admin): the command line's defaults.
+DEFAULT_ADMIN_SOCKET = Path("/var/run/koord-runtimeproxy/admin.sock")
+DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,11 @@ class ProxyOptions:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     # Benchmark only: decode and re-encode every message (the design the fast path replaces).
     decode_all: bool = False
+    # Operator pieces; None: off (in-process tests), the command line turns them on.
+    admin_path: Path | None = None
+    state_dir: Path | None = None  # toggles are kept in memory only when None
+    metrics_address: str | None = None  # "host:port"
+    log_format: str = "text"  # or "json"
 
     @property
     def effective_image_path(self) -> Path:

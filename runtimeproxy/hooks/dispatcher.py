@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -19,6 +20,8 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
+from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugins import FailurePolicy, Plugin, PluginRegistry
 
@@ -93,20 +96,31 @@ class HookFailed(Exception):
 
 
 class Dispatcher:
-    def __init__(self, registry: PluginRegistry) -> None:
+    def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None) -> None:
         self._registry = registry
         # (plugin, hook, outcome) -> count, for operators and tests.
         self.outcomes: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went.
+        self.toggles = toggles or Toggles(None)
+        self.stats = HookStats()
+
+    def _plugins_for(self, point: HookPoint) -> list[Plugin]:
+        """The plugins of a hook that the node's toggles leave on."""
+        allows = self.toggles.allows
+        return [plugin for plugin in self._registry.plugins_for(point.name) if allows(plugin.name, point.name)]
 
     def has_plugins(self, point: HookPoint) -> bool:
-        return bool(self._registry.plugins_for(point.name))
+        return bool(self._plugins_for(point))
 
     async def run(self, point: HookPoint[Req, Resp], request: Req, time_remaining: float | None) -> Req:
         """Call every plugin of the hook; returns the request as the plugins left it."""
-        for plugin in self._registry.plugins_for(point.name):
+        for plugin in self._plugins_for(point):
             response = await self._call(point, plugin, request, time_remaining)
             if response is not None and point.merge is not None:
-                request = point.merge(request, response)
+                merged = point.merge(request, response)
+                if merged != request:
+                    self.stats.changed(plugin.name, point.name)
+                request = merged
         return request
 
     async def _call(
@@ -117,28 +131,33 @@ class Dispatcher:
             timeout = min(timeout, time_remaining)
         # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
         call = plugin.channel.unary_unary(point.path)
+        started = time.perf_counter()
         try:
             answer = await call(request.SerializeToString(), timeout=timeout)
         except grpc.aio.AioRpcError as error:
-            self._failed(point, plugin, error.code(), error.details() or "")
+            self._failed(point, plugin, error.code(), error.details() or "", started)
             return None
         except Exception as error:  # e.g. its channel closed by a config change mid-call
-            self._failed(point, plugin, grpc.StatusCode.UNAVAILABLE, repr(error))
+            self._failed(point, plugin, grpc.StatusCode.UNAVAILABLE, repr(error), started)
             return None
         try:
             response = point.response_type.FromString(answer)
         except DecodeError as error:
             self._failed(point, plugin, grpc.StatusCode.INTERNAL,
-                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}")
+                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}", started)
             return None
-        self.outcomes[(plugin.name, point.name, "ok")] += 1
+        self.outcomes[(plugin.name, point.name, OK)] += 1
+        self.stats.record(plugin.name, point.name, OK, time.perf_counter() - started)
         return response
 
     def failures(self, plugin: str) -> int:
         return sum(n for (name, _, outcome), n in self.outcomes.items() if name == plugin and outcome != "ok")
 
-    def _failed(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str) -> None:
+    def _failed(
+        self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, started: float
+    ) -> None:
         self.outcomes[(plugin.name, point.name, code.name)] += 1
+        self.stats.record(plugin.name, point.name, code.name, time.perf_counter() - started, details)
         if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL:
             raise HookFailed(point, plugin, code, details)
         consequence = "the call goes on without it" if point.is_pre else "the response is unaffected"

@@ -12,6 +12,7 @@ from runtimeproxy.hooks.dispatcher import Dispatcher
 from runtimeproxy.hooks.points import RuntimeHooks
 from runtimeproxy.hooks.recovery import BackendRecords, SkipRule
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.plugins import PluginRegistry
 
@@ -23,7 +24,8 @@ class HookService:
         skip = SkipRule(options.skip_label_key, options.skip_label_value)
         self.registry = PluginRegistry(options.hook_config_dir)
         self.store = Store()
-        self.dispatcher = Dispatcher(self.registry)
+        self.toggles = Toggles(options.state_dir)
+        self.dispatcher = Dispatcher(self.registry, self.toggles)
         self.records = BackendRecords(backend.runtime, skip)
         self.hooks = RuntimeHooks(self.dispatcher, self.store, self.records, skip)
         self._backend = backend
@@ -33,6 +35,7 @@ class HookService:
         return self.hooks.interceptors()
 
     async def start(self) -> None:
+        self.toggles.load()  # before the first call: a disabled plugin stays disabled
         self.registry.refresh()  # plugins present at start are in force for the first call
         self._tasks = [
             asyncio.create_task(self.registry.run(), name="plugin-configs"),
