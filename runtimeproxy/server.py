@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Mapping
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from runtimeproxy.admin.cri_calls import CriCallRecorder
+from runtimeproxy.admin.operator import OperatorEndpoints
+from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
@@ -37,6 +41,7 @@ class CriProxyHandler(grpc.GenericRpcHandler):
         table: Mapping[str, Method],
         hooks: Mapping[str, UnaryHook],
         decode_all: bool = False,
+        recorder: CriCallRecorder | None = None,
     ) -> None:
         self._backend = backend
         self._handlers = {
@@ -44,6 +49,9 @@ class CriProxyHandler(grpc.GenericRpcHandler):
             for path, method in table.items()
         }
         self._unknown: dict[str, grpc.RpcMethodHandler] = {}
+        self._recorder = recorder  # metrics on: every call is counted
+        if recorder is not None:
+            self._handlers = {path: recorder.wrap(table[path], h) for path, h in self._handlers.items()}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         path = handler_call_details.method
@@ -59,6 +67,8 @@ class CriProxyHandler(grpc.GenericRpcHandler):
         if method is None:
             return None  # gRPC answers UNIMPLEMENTED
         handler = method_handler(method, self._backend.for_method(method))
+        if self._recorder is not None:
+            handler = self._recorder.wrap(method, handler, known=False)
         if len(self._unknown) < _MAX_CACHED_UNKNOWN:
             log.info("forwarding %s, which no known CRI version describes, as a stream", path)
             self._unknown[path] = handler
@@ -123,15 +133,19 @@ class ProxyServer:
         self._health = health.aio.HealthServicer()
         self._socket_inode: int | None = None
         self._watchers: list[asyncio.Task[None]] = []
+        self.operator: OperatorEndpoints | None = None
 
     async def start(self) -> None:
         options = self.options
+        started = time.monotonic()
         claim_socket_path(options.listen_path)
         self.backend = Backend(
             options.runtime_path, options.effective_image_path, options.max_message_bytes
         )
         self.hook_service = HookService(options, self.backend)
         await self.hook_service.start()
+        parts = ProxyParts(self.backend, self.hook_service, started,
+                           CriCallRecorder() if options.metrics_address else None)
         server = grpc.aio.server(options=server_options(options.max_message_bytes))
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -140,7 +154,8 @@ class ProxyServer:
         # Registered last: the own services above are matched first.
         server.add_generic_rpc_handlers(
             (CriProxyHandler(
-                self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
+                self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all,
+                parts.cri_calls,
             ),)
         )
         if not server.add_insecure_port(grpc_target(options.listen_path)):
@@ -148,6 +163,8 @@ class ProxyServer:
         await server.start()
         self._server = server
         self._socket_inode = restrict_socket(options.listen_path)
+        self.operator = OperatorEndpoints(options, parts)
+        await self.operator.start()
 
         reporter = HealthReporter(self._health, self.backend)
         await reporter.set_all_not_serving()
@@ -171,6 +188,9 @@ class ProxyServer:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(grace)
             self._server = None
+        if self.operator is not None:
+            await self.operator.stop()
+            self.operator = None
         for task in self._watchers:
             task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)
