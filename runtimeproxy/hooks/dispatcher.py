@@ -95,6 +95,11 @@ class HookFailed(Exception):
         return (("grpc-status-details-bin", status.SerializeToString()),)
 
 
+def failure_fields(plugin: Plugin, point: HookPoint, code: grpc.StatusCode) -> dict[str, str]:
+    """Structured log fields of a plugin failure (--log-format json)."""
+    return {"plugin": plugin.name, "hook": point.name, "code": code.name}
+
+
 class Dispatcher:
     def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None) -> None:
         self._registry = registry
@@ -165,4 +170,5 @@ class Dispatcher:
             "plugin %s failed %s (policy %s; %s; %d failures so far): %s: %s",
             plugin.name, point.name, plugin.failure_policy.value, consequence,
             self.failures(plugin.name), code.name, details,
+            extra=failure_fields(plugin, point, code),
         )

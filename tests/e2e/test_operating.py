@@ -76,7 +76,7 @@ def assert_blocked(client: CriClient, log_dir: Path, cleanup: list[str]) -> None
 @pytest.fixture
 def node(containerd: ContainerdInstance, workdir: Path) -> Iterator[ProxyProcess]:
     base = workdir / f"ops{next(_serial)}"
-    proxy = ProxyProcess(base / "rp.sock", containerd.address)
+    proxy = ProxyProcess(base / "rp.sock", containerd.address, extra_args=["--log-format=json"])
     proxy.start()
     try:
         yield proxy
@@ -107,7 +107,12 @@ def test_disable_a_blocking_plugin_survive_a_restart_enable_it_again(
         result = ctl(node, "disable", "blocker", "--reason", "plugin down, Fail policy blocks pods")
         assert result.returncode == 0, result.stderr
         start_pod(client, log_dir, cleanup_pods)
-    assert "disabled blocker.json (all hooks) on this node: plugin down" in node.log_path.read_text()
+    # One JSON log line per event, with the plugin (and hook, code) as fields.
+    entries = [json.loads(line) for line in node.log_path.read_text().splitlines()]
+    (toggled,) = [e for e in entries if e["message"].startswith("disabled blocker.json (all hooks)")]
+    assert toggled["plugin"] == "blocker.json" and toggled["level"] == "warning"
+    failed = [e for e in entries if e.get("code") == "UNAVAILABLE"]
+    assert failed and failed[0]["plugin"] == "blocker.json" and failed[0]["hook"] == "PreRunPodSandbox"
 
     # restart the proxy process: still disabled, pods still start
     assert node.stop() == 0, node.log_tail()
