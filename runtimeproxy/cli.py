@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from runtimeproxy import __version__
+from runtimeproxy.admin.http import BindAddressError, parse_bind_address
 from runtimeproxy.allocator import tune_for_large_messages
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.listener import SocketInUseError
@@ -107,8 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _metrics_address(value: str) -> str:
-    from runtimeproxy.admin.http import BindAddressError, parse_bind_address
-
     if value:
         try:
             parse_bind_address(value)

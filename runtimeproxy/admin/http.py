@@ -47,7 +47,7 @@ class HttpEndpoint:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
-        log.info("metrics and health on http://%s:%d (/metrics, /healthz, /readyz)", self.host, self.bound_port)
+        log.debug("metrics and health on http://%s:%d (/metrics, /healthz, /readyz)", self.host, self.bound_port)
 
     async def stop(self) -> None:
         if self._server is None:

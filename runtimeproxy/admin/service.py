@@ -86,7 +86,7 @@ class AdminServer:
         os.chmod(self.path, ADMIN_SOCKET_MODE)
         self._inode = os.stat(self.path).st_ino
         self._server = server
-        log.info("admin API (runtimeproxyctl) on %s", self.path)
+        log.debug("admin API (runtimeproxyctl) on %s", self.path)  # the start-up line stays one line
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -13,6 +13,7 @@ import grpc
 from adminkit import http_get, promtool_check
 from runtimeproxy.admin.http import parse_bind_address
 from runtimeproxy.lab.cri import open_channel
+from runtimeproxy.lab.synthetic import EVENT_COUNT_KEY
 from runtimeproxy.server import ProxyServer
 
 VERSION = "/runtime.v1.RuntimeService/Version"
@@ -26,13 +27,11 @@ def test_cri_calls_are_counted_by_method_and_code(operated: ProxyServer) -> None
             channel.unary_unary("/runtime.v1.RuntimeService/NoSuchMethod")(b"", timeout=5)
         except grpc.RpcError:
             pass
-    status, text = http_get(operated, "/metrics")
-    assert status == 200
+    text = wait_for_metric(operated, 'runtimeproxy_backend_reachable{role="runtime"} 1.0')
     assert ('runtimeproxy_cri_calls_total{code="OK",method="Version",service="runtime.v1.RuntimeService"} 3.0'
             in text)
     assert 'runtimeproxy_cri_call_duration_seconds_count{method="Version",service="runtime.v1.RuntimeService"} 3.0' in text
     assert 'method="other",service="other"' in text  # no path from a client becomes a label
-    assert 'runtimeproxy_backend_reachable{role="runtime"} 1.0' in text
     assert "runtimeproxy_build_info{" in text and "runtimeproxy_store_pods 0.0" in text
     promtool_check(text)
 
@@ -69,6 +68,7 @@ def wait_for_metric(proxy: ProxyServer, line: str, polls: int = 100) -> str:
 
 def test_health_and_readiness(operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path) -> None:
     assert http_get(operated, "/healthz") == (200, "ok\n")
+    wait_for_metric(operated, 'runtimeproxy_backend_reachable{role="runtime"} 1.0')  # connected by now
     assert http_get(operated, "/readyz") == (200, "ok\n")
     assert http_get(operated, "/nope")[0] == 404
     no_backend = start_proxy(runtime_path=tmp_path / "absent.sock", metrics_address="127.0.0.1:0")
@@ -92,3 +92,25 @@ def test_bind_addresses() -> None:
     assert parse_bind_address("127.0.0.1:9318") == ("127.0.0.1", 9318)
     assert parse_bind_address("[::1]:9318") == ("::1", 9318)
     assert parse_bind_address(":9318") == ("0.0.0.0", 9318)
+
+
+def test_failed_calls_are_counted_with_their_code(start_proxy: Callable[..., ProxyServer], tmp_path: Path) -> None:
+    proxy = start_proxy(runtime_path=tmp_path / "absent.sock", metrics_address="127.0.0.1:0")
+    with open_channel(proxy.options.listen_path) as channel:
+        try:
+            channel.unary_unary(VERSION)(b"", timeout=5)
+        except grpc.RpcError as error:
+            assert error.code() is grpc.StatusCode.UNAVAILABLE
+    _, text = http_get(proxy, "/metrics")
+    assert 'runtimeproxy_cri_calls_total{code="UNAVAILABLE",method="Version",service="runtime.v1.RuntimeService"} 1.0' in text
+    assert 'runtimeproxy_backend_reachable{role="runtime"} 0.0' in text
+
+
+def test_streams_are_counted_when_they_end(operated: ProxyServer) -> None:
+    with open_channel(operated.options.listen_path) as channel:
+        events = channel.unary_stream("/runtime.v1.RuntimeService/GetContainerEvents")(
+            b"", timeout=10, metadata=((EVENT_COUNT_KEY, "3"),))
+        assert len(list(events)) == 3
+    _, text = http_get(operated, "/metrics")
+    assert ('runtimeproxy_cri_calls_total{code="OK",method="GetContainerEvents",service="runtime.v1.RuntimeService"} 1.0'
+            in text)
