@@ -119,3 +119,19 @@ def test_operator_endpoints_are_off_unless_configured(proxy: ProxyServer) -> Non
     with open_channel(proxy.options.listen_path) as channel:
         raw = channel.unary_unary("/runtime.v1.RuntimeService/Version")(b"", timeout=5)
     assert raw == b""
+
+
+def test_a_taken_admin_socket_or_port_leaves_cri_serving(
+    operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert operated.operator is not None and operated.operator.http is not None
+    taken_port = operated.operator.http.bound_port
+    second = start_proxy(runtime_path=operated.options.runtime_path, admin_path=operated.options.admin_path,
+                         metrics_address=f"127.0.0.1:{taken_port}")
+    assert second.operator is not None
+    assert second.operator.admin is None and second.operator.http is None
+    assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    with open_channel(second.options.listen_path) as channel:
+        channel.unary_unary("/runtime.v1.RuntimeService/Version")(b"", timeout=5)
+    assert ctl(operated, "status")[0] == EXIT_OK  # the first proxy keeps its socket
