@@ -5,22 +5,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from runtimeproxy import __version__
+from runtimeproxy.admin.http import BindAddressError, parse_bind_address
 from runtimeproxy.allocator import tune_for_large_messages
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.listener import SocketInUseError
+from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.options import (
+    DEFAULT_ADMIN_SOCKET,
     DEFAULT_HOOK_CONFIG_DIR,
     DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_METRICS_ADDRESS,
     DEFAULT_PROXY_SOCKET,
     DEFAULT_RUNTIME_SOCKET,
     DEFAULT_SKIP_LABEL_KEY,
     DEFAULT_SKIP_LABEL_VALUE,
+    DEFAULT_STATE_DIR,
     ProxyOptions,
 )
 
@@ -120,10 +124,32 @@ def build_parser() -> argparse.ArgumentParser:
           "(default: %(default)s, the kubelet's own limit)")
     _flag(parser, "log-level", type=_choice(LOG_LEVELS), default="info", metavar="LEVEL",
           help=f"one of {', '.join(LOG_LEVELS)} (default: %(default)s)")
+    _operator_flags(parser)
     # Benchmark only (bench/): compare the raw-bytes path with decoding every message.
     parser.add_argument("--benchmark-decode-all", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--version", "-version", action="version", version=f"{PROG} {__version__}")
     return parser
+
+
+def _metrics_address(value: str) -> str:
+    if value:
+        try:
+            parse_bind_address(value)
+        except BindAddressError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
+def _operator_flags(parser: argparse.ArgumentParser) -> None:
+    """runtimeproxyctl's socket, the toggle state, metrics and the log format (runtimeproxy.admin)."""
+    _flag(parser, "log-format", type=_choice(LOG_FORMATS), default="text", metavar="FORMAT",
+          help="text, or json: one object per line (default: %(default)s)")
+    _flag(parser, "admin-endpoint", type=_endpoint, default=DEFAULT_ADMIN_SOCKET, metavar="PATH",
+          help="unix socket (mode 0600) of the admin API runtimeproxyctl talks to (default: %(default)s)")
+    _flag(parser, "state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR",
+          help="where the per-node plugin/hook toggles are kept (default: %(default)s)")
+    _flag(parser, "metrics-bind-address", type=_metrics_address, default=DEFAULT_METRICS_ADDRESS,
+          metavar="HOST:PORT", help="serves /metrics, /healthz, /readyz; empty disables (default: %(default)s)")
 
 
 def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]:
@@ -143,21 +169,17 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
         shutdown_grace_seconds=args.shutdown_grace_seconds,
         max_request_bytes=args.max_request_bytes,
         decode_all=args.benchmark_decode_all,
+        admin_path=args.admin_endpoint,
+        state_dir=args.state_dir,
+        metrics_address=args.metrics_bind_address or None,
+        log_format=args.log_format,
     )
     return options, args.log_level
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     options, level = parse_options(argv)
-    configure_logging(level)
+    configure_logging(level, options.log_format)
     tune_for_large_messages()  # before gRPC allocates anything
     from runtimeproxy.server import serve  # after logging: importing gRPC is slow
 

@@ -18,6 +18,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 # Requests from the kubelet: its own limit. A bigger one is refused on arrival with
 # RESOURCE_EXHAUSTED instead of being relayed (containerd would refuse it anyway).
 DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# Operator pieces (runtimeproxy.admin): the command line's defaults.
+DEFAULT_ADMIN_SOCKET = Path("/var/run/koord-runtimeproxy/admin.sock")
+DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class ProxyOptions:
     max_concurrent_calls: int = MAX_CONCURRENT_CALLS
     # Benchmark only: decode and re-encode every message (the design the fast path replaces).
     decode_all: bool = False
+    # Operator pieces; None: off (in-process tests), the command line turns them on.
+    admin_path: Path | None = None
+    state_dir: Path | None = None  # toggles are kept in memory only when None
+    metrics_address: str | None = None  # "host:port"
+    log_format: str = "text"  # or "json"
 
     @property
     def effective_image_path(self) -> Path:

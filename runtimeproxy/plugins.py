@@ -409,6 +409,10 @@ class PluginRegistry:
         """The plugins registered for a hook, in the order to call them (precomputed)."""
         return self._by_hook.get(hook, ())
 
+    def config_problems(self) -> dict[str, str]:
+        """Why a config file's current content is not in force, by file name (for status)."""
+        return {name: state.problem for name, state in self._files.items() if state.problem}
+
     async def reload(self) -> bool:
         """Scan the directory once off the event loop; True if the plugins changed."""
         if self._closed:

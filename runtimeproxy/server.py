@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Mapping
 
 import grpc
@@ -12,6 +13,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from runtimeproxy.allocator import IdleTrimmer
+from runtimeproxy.admin.cri_calls import CriCallRecorder
+from runtimeproxy.admin.operator import OperatorEndpoints
+from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.backend import Backend, BackendChannel
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
@@ -39,6 +43,7 @@ class CriProxyHandler(grpc.GenericRpcHandler):
         table: Mapping[str, Method],
         hooks: Mapping[str, UnaryHook],
         decode_all: bool = False,
+        recorder: CriCallRecorder | None = None,
     ) -> None:
         self._backend = backend
         self._handlers = {
@@ -47,6 +52,9 @@ class CriProxyHandler(grpc.GenericRpcHandler):
         }
         self._unknown: dict[str, grpc.RpcMethodHandler] = {}
         self.calls_started = 0  # read by the idle trimmer
+        self._recorder = recorder  # metrics on: every call is counted
+        if recorder is not None:
+            self._handlers = {path: recorder.wrap(table[path], h) for path, h in self._handlers.items()}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         self.calls_started += 1
@@ -63,6 +71,8 @@ class CriProxyHandler(grpc.GenericRpcHandler):
         if method is None:
             return None  # gRPC answers UNIMPLEMENTED
         handler = method_handler(method, self._backend.for_method(method))
+        if self._recorder is not None:
+            handler = self._recorder.wrap(method, handler, known=False)
         if len(self._unknown) < _MAX_CACHED_UNKNOWN:
             log.info("forwarding %s, which no known CRI version describes, as a stream", path)
             self._unknown[path] = handler
@@ -140,15 +150,19 @@ class ProxyServer:
         self._socket_inode: int | None = None
         self._socket_lock: SocketLock | None = None
         self._watchers: list[asyncio.Task[None]] = []
+        self.operator: OperatorEndpoints | None = None
 
     async def start(self) -> None:
         options = self.options
+        started = time.monotonic()
         self._socket_lock = claim_socket_path(options.listen_path)
         self.backend = Backend(
             options.runtime_path, options.effective_image_path, options.max_message_bytes
         )
         self.hook_service = HookService(options, self.backend)
         await self.hook_service.start()
+        parts = ProxyParts(self.backend, self.hook_service, started,
+                           CriCallRecorder() if options.metrics_address else None)
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),
             maximum_concurrent_rpcs=options.max_concurrent_calls,
@@ -159,7 +173,8 @@ class ProxyServer:
         )
         # Registered last: the own services above are matched first.
         handler = CriProxyHandler(
-            self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all
+            self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all,
+            parts.cri_calls,
         )
         server.add_generic_rpc_handlers((handler,))
         if not server.add_insecure_port(grpc_target(options.listen_path)):
@@ -167,6 +182,8 @@ class ProxyServer:
         await server.start()
         self._server = server
         self._socket_inode = restrict_socket(options.listen_path)
+        self.operator = OperatorEndpoints(options, parts)
+        await self.operator.start()
 
         reporter = HealthReporter(self._health, self.backend)
         await reporter.set_all_not_serving()
@@ -196,6 +213,9 @@ class ProxyServer:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(grace)
             self._server = None
+        if self.operator is not None:
+            await self.operator.stop()
+            self.operator = None
         for task in self._watchers:
             task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)

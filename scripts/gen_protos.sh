@@ -20,5 +20,5 @@ python3 -m grpc_tools.protoc -I . \
 
 # protoc writes imports relative to protos/; make them absolute inside our package.
 find "$out" -name '*_pb2_grpc.py' -print0 |
-  xargs -0 sed -i -E 's/^from (cri|hooks)\./from runtimeproxy.pb.\1./'
+  xargs -0 sed -i -E 's/^from (admin|cri|hooks)\./from runtimeproxy.pb.\1./'
 find "$out" -type d -exec sh -c 'for d; do : > "$d/__init__.py"; done' _ {} +

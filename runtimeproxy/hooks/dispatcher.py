@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -21,6 +22,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
 from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugins import CallRefused, FailurePolicy, Plugin, PluginRegistry
 
@@ -101,21 +104,37 @@ class HookFailed(Exception):
         return (("grpc-status-details-bin", status.SerializeToString()),)
 
 
+def failure_fields(plugin: Plugin, point: HookPoint, code: grpc.StatusCode) -> dict[str, str]:
+    """Structured log fields of a plugin failure (--log-format json)."""
+    return {"plugin": plugin.name, "hook": point.name, "code": code.name}
+
+
 class Dispatcher:
-    def __init__(self, registry: PluginRegistry) -> None:
+    def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None) -> None:
         self._registry = registry
         # (plugin, hook, outcome) -> count, for operators and tests.
         self.outcomes: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went.
+        self.toggles = toggles or Toggles(None)
+        self.stats = HookStats()
+
+    def _plugins_for(self, point: HookPoint) -> list[Plugin]:
+        """The plugins of a hook that the node's toggles leave on."""
+        allows = self.toggles.allows
+        return [plugin for plugin in self._registry.plugins_for(point.name) if allows(plugin.name, point.name)]
 
     def has_plugins(self, point: HookPoint) -> bool:
-        return bool(self._registry.plugins_for(point.name))
+        return bool(self._plugins_for(point))
 
     async def run(self, point: HookPoint[Req, Resp], request: Req, time_remaining: float | None) -> Req:
         """Call every plugin of the hook; returns the request as the plugins left it."""
-        for plugin in self._registry.plugins_for(point.name):
+        for plugin in self._plugins_for(point):
             response = await self._call(point, plugin, request, time_remaining)
             if response is not None and point.merge is not None:
-                request = point.merge(request, response)
+                merged = point.merge(request, response)
+                if merged != request:
+                    self.stats.changed(plugin.name, point.name)
+                request = merged
         return request
 
     async def _call(
@@ -124,10 +143,11 @@ class Dispatcher:
         timeout = plugin.timeout_seconds
         if time_remaining is not None:
             timeout = min(timeout, time_remaining)
+        started = time.perf_counter()
         try:
             channel = plugin.channel.open()  # connects on demand, after checking the socket's owner
         except CallRefused as error:
-            self._failed(point, plugin, error.code, str(error))
+            self._failed(point, plugin, error.code, str(error), started)
             return None
         # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
         call = channel.unary_unary(point.path)
@@ -136,30 +156,34 @@ class Dispatcher:
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.UNAVAILABLE:
                 plugin.channel.drop(channel)  # no background reconnects; the next call connects afresh
-            self._failed(point, plugin, error.code(), error.details() or "")
+            self._failed(point, plugin, error.code(), error.details() or "", started)
             return None
         except Exception as error:  # e.g. its channel closed by a config change mid-call
-            self._failed(point, plugin, grpc.StatusCode.UNAVAILABLE, repr(error))
+            self._failed(point, plugin, grpc.StatusCode.UNAVAILABLE, repr(error), started)
             return None
         try:
             response = point.response_type.FromString(answer)
         except DecodeError as error:
             self._failed(point, plugin, grpc.StatusCode.INTERNAL,
-                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}")
+                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}", started)
             return None
         problem = answer_problem(request, response) if point.is_pre else None
         if problem is not None:
-            self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", problem.field)
+            self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", started, problem.field)
             return None
-        self.outcomes[(plugin.name, point.name, "ok")] += 1
+        self.outcomes[(plugin.name, point.name, OK)] += 1
+        self.stats.record(plugin.name, point.name, OK, time.perf_counter() - started)
         return response
 
     def failures(self, plugin: str) -> int:
         return sum(n for (name, _, outcome), n in self.outcomes.items() if name == plugin and outcome != "ok")
 
-    def _failed(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str,
-                field: str = "") -> None:
+    def _failed(
+        self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, started: float,
+        field: str = "",
+    ) -> None:
         self.outcomes[(plugin.name, point.name, code.name)] += 1
+        self.stats.record(plugin.name, point.name, code.name, time.perf_counter() - started, details)
         if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL:
             raise HookFailed(point, plugin, code, details, field)
         consequence = "the call goes on without it" if point.is_pre else "the response is unaffected"
@@ -167,4 +191,5 @@ class Dispatcher:
             "plugin %s failed %s (policy %s; %s; %d failures so far): %s: %s",
             plugin.name, point.name, plugin.failure_policy.value, consequence,
             self.failures(plugin.name), code.name, details,
+            extra=failure_fields(plugin, point, code),
         )

@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.hooks import dispatcher as points
-from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
+from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint, failure_fields
 from runtimeproxy.hooks.messages import (
     align_sandbox_cgroup_parent,
     apply_to_container_config,
@@ -64,7 +64,7 @@ async def run_pre_hook(
     try:
         return await dispatcher.run(point, request, context.time_remaining())
     except HookFailed as failure:
-        log.warning("%s", failure)
+        log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
         await context.abort(failure.code, str(failure), failure.trailing_metadata())
         raise  # unreachable: abort raises
 
@@ -124,7 +124,7 @@ class RuntimeHooks:
         try:
             await self.dispatcher.run(point, request, context.time_remaining())
         except HookFailed as failure:  # only pre-hooks raise; kept for safety
-            log.warning("%s", failure)
+            log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
 
     # -- pod calls -------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from runtimeproxy.hooks.dispatcher import Dispatcher
 from runtimeproxy.hooks.points import RuntimeHooks
 from runtimeproxy.hooks.recovery import BackendRecords, SkipRule
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.plugins import PluginRegistry
 
@@ -25,7 +26,8 @@ class HookService:
             options.hook_config_dir, trusted_uids=options.hook_config_trusted_uids
         )
         self.store = Store()
-        self.dispatcher = Dispatcher(self.registry)
+        self.toggles = Toggles(options.state_dir)
+        self.dispatcher = Dispatcher(self.registry, self.toggles)
         self.records = BackendRecords(backend.runtime, skip)
         self.hooks = RuntimeHooks(self.dispatcher, self.store, self.records, skip)
         self._backend = backend
@@ -35,6 +37,7 @@ class HookService:
         return self.hooks.interceptors()
 
     async def start(self) -> None:
+        self.toggles.load()  # before the first call: a disabled plugin stays disabled
         await self.registry.reload()  # plugins present at start are in force for the first call
         self._tasks = [
             asyncio.create_task(self.registry.run(), name="plugin-configs"),

@@ -33,6 +33,7 @@ class ProxyProcess:
         self.runtime_path = str(runtime_path)
         self.hook_config_dir = hook_config_dir or listen_path.parent / "hookserver.d"
         self.log_path = log_path or listen_path.with_suffix(".log")
+        self.admin_path = listen_path.parent / "admin.sock"
         self.extra_args = extra_args or []
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -43,6 +44,10 @@ class ProxyProcess:
             f"--koord-runtimeproxy-endpoint={self.listen_path}",
             f"--remote-runtime-service-endpoint={self.runtime_path}",
             f"--runtime-hook-config-dir={self.hook_config_dir}",
+            # Private operator endpoints: never the node's global admin socket, state or port.
+            f"--admin-endpoint={self.admin_path}",
+            f"--state-dir={self.listen_path.parent / 'state'}",
+            "--metrics-bind-address=",
             *self.extra_args,
         ]
 

@@ -1,0 +1,197 @@
+"""`runtimeproxyctl`: the operator's command line for a running proxy, over its admin socket.
+
+    runtimeproxyctl status
+    runtimeproxyctl disable koordlet [--hook PreCreateContainer]... --reason "fail policy blocks pods"
+    runtimeproxyctl enable koordlet [--hook ...]...
+    runtimeproxyctl disable --all --reason "..." / enable --all
+
+Human tables by default, `-o json` for machines. Exit codes: 0 ok, 1 the proxy could not
+be reached or refused (one line naming the socket), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
+
+import grpc
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
+from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
+from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
+from runtimeproxy.plugins import HOOK_NAMES
+
+PROG = "runtimeproxyctl"
+EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2
+DEFAULT_TIMEOUT_SECONDS = 5.0
+OUTPUTS = ("table", "json")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _endpoint(value: str) -> Path:
+    try:
+        return parse_unix_endpoint(value)
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Common options are accepted before and after the command (`status -o json`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--admin-endpoint", type=_endpoint, default=argparse.SUPPRESS, metavar="PATH",
+                        help=f"the proxy's admin socket (default: {DEFAULT_ADMIN_SOCKET})")
+    common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
+                        help="table (default) or json")
+    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
+                        help=f"per request (default: {DEFAULT_TIMEOUT_SECONDS:g})")
+    parser = _Parser(prog=PROG, parents=[common], allow_abbrev=False,
+                     description="Inspect a running runtimeproxy and toggle its hook plugins on this node.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands.add_parser("status", parents=[common], help="version, backends, plugins and their calls, toggles")
+    for name, verb in (("disable", "turn off"), ("enable", "turn on again")):
+        command = commands.add_parser(name, parents=[common], help=f"{verb} a plugin, some of its hooks, or all")
+        command.add_argument("plugin", nargs="?", help="the plugin's config file name: koordlet.json or koordlet")
+        command.add_argument("--hook", action="append", default=[], metavar="HOOK",
+                             help=f"only this hook (repeatable): {', '.join(HOOK_NAMES)}")
+        command.add_argument("--all", action="store_true", help="every plugin's every hook on this node")
+        if name == "disable":
+            command.add_argument("--reason", required=True, help="why; logged and shown in status")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.admin_endpoint = getattr(args, "admin_endpoint", DEFAULT_ADMIN_SOCKET)
+    args.output = getattr(args, "output", "table")
+    args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS)
+    if args.command in ("disable", "enable"):
+        if args.all == bool(args.plugin):
+            parser.error(f"{args.command}: name one PLUGIN, or --all")
+        if args.all and args.hook:
+            parser.error(f"{args.command}: --all applies to every hook; drop --hook")
+    return args
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = parse_args(argv)
+    out = out or sys.stdout
+    target = grpc_target(args.admin_endpoint)
+    with grpc.insecure_channel(target) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)
+        try:
+            answer = _call(stub, args)
+        except grpc.RpcError as error:
+            return _report_failure(error, args.admin_endpoint)
+    if args.output == "json":
+        out.write(orjson.dumps(_as_dict(answer), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif isinstance(answer, admin.StatusResponse):
+        out.write(render_status(answer))
+    else:
+        out.write(render_toggles(answer.toggles))
+    return EXIT_OK
+
+
+def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> Message:
+    if args.command == "status":
+        return stub.Status(admin.StatusRequest(), timeout=args.timeout)
+    request = admin.ToggleRequest(plugin=args.plugin or "", hooks=args.hook, all=args.all,
+                                  reason=getattr(args, "reason", ""))
+    rpc = stub.Disable if args.command == "disable" else stub.Enable
+    return rpc(request, timeout=args.timeout)
+
+
+def _report_failure(error: grpc.RpcError, socket: Path) -> int:
+    code, details = error.code(), error.details()  # type: ignore[attr-defined]
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        print(f"{PROG}: error: {details}", file=sys.stderr)
+        return EXIT_USAGE
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        print(f"{PROG}: cannot reach the proxy's admin socket {socket}: {code.name}: {details}", file=sys.stderr)
+    else:
+        print(f"{PROG}: the proxy at {socket} refused: {code.name}: {details}", file=sys.stderr)
+    return EXIT_UNREACHABLE
+
+
+def _as_dict(message: Message) -> dict[str, object]:
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True,
+                                     preserving_proto_field_name=True, unquote_int64_if_possible=True)
+
+
+# -- human output ------------------------------------------------------------------------
+
+
+def render_status(status: admin.StatusResponse) -> str:
+    lines = [f"runtimeproxy {status.version}, up {_duration(status.uptime_seconds)}", "", "BACKENDS"]
+    lines += _table(["ROLE", "ENDPOINT", "REACHABLE", "RUNTIME"], [
+        [b.role, b.endpoint, "yes" if b.reachable else "NO",
+         f"{b.runtime_name} {b.runtime_version}".strip() or "-"] for b in status.backends
+    ])
+    lines += ["", "PLUGINS"]
+    if not status.plugins:
+        lines.append("(none registered)")
+    for plugin in status.plugins:
+        lines += _plugin_lines(plugin)
+    lines += ["", f"STORE  pods {status.store.pods}, containers {status.store.containers}", "", "TOGGLES"]
+    lines.append(render_toggles(status.toggles).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
+    state = "enabled" if plugin.enabled else f"DISABLED ({plugin.disabled_reason})"
+    lines = [f"{plugin.file}  {state}"]
+    if plugin.endpoint:
+        lines.append(f"  endpoint {plugin.endpoint}, policy {plugin.failure_policy}, "
+                     f"timeout {plugin.timeout_seconds:g}s")
+    if plugin.config_problem:
+        lines.append(f"  config problem: {plugin.config_problem}")
+    if plugin.hook_stats:
+        rows = [[h.hook, "on" if h.enabled else "OFF", str(h.calls), str(h.failures),
+                 _millis(h.p50_seconds), _millis(h.p99_seconds),
+                 f"{h.last_error} ({_when(h.last_error_unix_seconds)})" if h.last_error else "-"]
+                for h in plugin.hook_stats]
+        lines += ["  " + line for line in _table(["HOOK", "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"], rows)]
+    return lines
+
+
+def render_toggles(toggles: Sequence[admin.Toggle]) -> str:
+    if not toggles:
+        return "(none: every registered hook is on)\n"
+    rows = [[t.plugin if t.plugin != "*" else "* (all plugins)", ",".join(t.hooks) or "all hooks",
+             _when(t.since_unix_seconds), t.reason] for t in toggles]
+    return "\n".join(_table(["PLUGIN", "HOOKS OFF", "SINCE", "REASON"], rows)) + "\n"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+
+
+def _millis(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}ms" if seconds else "-"
+
+
+def _when(unix_seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(unix_seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

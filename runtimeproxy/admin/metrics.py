@@ -1,0 +1,121 @@
+"""The proxy's Prometheus series (prefix `runtimeproxy_`), built from its parts at scrape time.
+
+Nothing is counted twice: the series are read from the CRI call recorder, the
+dispatcher's hook statistics, the plugin registry, the toggles, the store and the
+backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
+code names only (bounded; no pod or container IDs). prometheus_client does the text
+exposition.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from runtimeproxy import __version__
+from runtimeproxy.admin.status import ProxyParts
+from runtimeproxy.hooks.stats import LatencyHistogram
+from runtimeproxy.plugins import HOOK_NAMES
+
+PREFIX = "runtimeproxy"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ProxyCollector(Collector):
+    def __init__(self, parts: ProxyParts) -> None:
+        self._parts = parts
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._cri_calls()
+        yield from self._hook_calls()
+        yield from self._plugins()
+        yield from self._backend_and_store()
+        info = GaugeMetricFamily(f"{PREFIX}_build_info", "Version of the running proxy; always 1.",
+                                 labels=["version", "python_version"])
+        info.add_metric([__version__, platform.python_version()], 1)
+        yield info
+
+    def _cri_calls(self) -> Iterator[Metric]:
+        recorder = self._parts.cri_calls
+        calls = CounterMetricFamily(f"{PREFIX}_cri_calls", "CRI calls relayed, by service, method and gRPC code.",
+                                    labels=["service", "method", "code"])
+        latency = HistogramMetricFamily(f"{PREFIX}_cri_call_duration_seconds",
+                                        "Time to answer a CRI call, hooks included.", labels=["service", "method"])
+        if recorder is not None:
+            recorder.fold()
+            for (service, method, code), count in sorted(recorder.calls.items()):
+                calls.add_metric([service, method, code], count)
+            for (service, method), histogram in sorted(recorder.latency.items()):
+                _add_histogram(latency, [service, method], histogram)
+        yield calls
+        yield latency
+
+    def _hook_calls(self) -> Iterator[Metric]:
+        calls = CounterMetricFamily(f"{PREFIX}_hook_calls", "Hook plugin calls, by plugin file, hook and outcome "
+                                    "(ok or the gRPC code).", labels=["plugin", "hook", "outcome"])
+        latency = HistogramMetricFamily(f"{PREFIX}_hook_call_duration_seconds", "Time a plugin took to answer a hook.",
+                                        labels=["plugin", "hook"])
+        changes = CounterMetricFamily(f"{PREFIX}_hook_changes_applied",
+                                      "Pre-hook answers that changed the CRI request.", labels=["plugin", "hook"])
+        for (plugin, hook), stats in self._parts.hooks.dispatcher.stats.items():
+            for outcome, count in sorted(stats.outcomes.items()):
+                calls.add_metric([plugin, hook, outcome], count)
+            if stats.latency.count:
+                _add_histogram(latency, [plugin, hook], stats.latency)
+            if stats.changes:
+                changes.add_metric([plugin, hook], stats.changes)
+        yield calls
+        yield latency
+        yield changes
+
+    def _plugins(self) -> Iterator[Metric]:
+        hooks = self._parts.hooks
+        plugins = hooks.registry.plugins
+        allows = hooks.toggles.allows
+        disabled = sum(1 for p in plugins if not any(allows(p.name, hook) for hook in p.config.hooks))
+        yield GaugeMetricFamily(f"{PREFIX}_plugins_registered", "Plugins with a valid config file.",
+                                value=len(plugins))
+        yield GaugeMetricFamily(f"{PREFIX}_plugins_disabled",
+                                "Registered plugins whose every hook is toggled off on this node.", value=disabled)
+        hooks_off = GaugeMetricFamily(f"{PREFIX}_hooks_disabled",
+                                      "Registered hooks toggled off on this node, by hook.", labels=["hook"])
+        for hook in HOOK_NAMES:
+            off = sum(1 for p in hooks.registry.plugins_for(hook) if not allows(p.name, hook))
+            hooks_off.add_metric([hook], off)
+        yield hooks_off
+        yield GaugeMetricFamily(f"{PREFIX}_plugin_configs_rejected",
+                                "Plugin config files whose current content is invalid (last good version kept).",
+                                value=len(hooks.registry.config_problems()))
+
+    def _backend_and_store(self) -> Iterator[Metric]:
+        reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable",
+                                      "1 while the backend runtime socket is connected.", labels=["role"])
+        for channel in self._parts.backend.channels:
+            reachable.add_metric([channel.role], 1 if channel.is_ready() else 0)
+        yield reachable
+        store = self._parts.hooks.store
+        yield GaugeMetricFamily(f"{PREFIX}_store_pods", "Pods in the hook context store.", value=store.pod_count)
+        yield GaugeMetricFamily(f"{PREFIX}_store_containers", "Containers in the hook context store.",
+                                value=store.container_count)
+        yield GaugeMetricFamily(f"{PREFIX}_uptime_seconds", "Seconds since the proxy started.",
+                                value=self._parts.uptime_seconds)
+
+
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: LatencyHistogram) -> None:
+    family.add_metric(labels, [(bound, float(count)) for bound, count in histogram.cumulative()],
+                      histogram.total_seconds)
+
+
+class ProxyMetrics:
+    """A private registry (not prometheus_client's global one) holding the proxy's collector."""
+
+    def __init__(self, parts: ProxyParts) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(ProxyCollector(parts))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

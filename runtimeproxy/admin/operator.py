@@ -1,0 +1,57 @@
+"""Starting and stopping the operator endpoints beside the CRI server: admin socket, metrics HTTP.
+
+Either one failing to start (port taken, socket served by another process) is logged in
+one line and the proxy goes on serving CRI without it: the kubelet matters more.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from runtimeproxy.admin.http import HttpEndpoint
+from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics
+from runtimeproxy.admin.service import AdminServer
+from runtimeproxy.admin.status import ProxyParts
+from runtimeproxy.options import ProxyOptions
+
+log = logging.getLogger(__name__)
+
+
+class OperatorEndpoints:
+    def __init__(self, options: ProxyOptions, parts: ProxyParts) -> None:
+        self.parts = parts
+        self.admin = AdminServer(options.admin_path, parts) if options.admin_path else None
+        self.http: HttpEndpoint | None = None
+        if options.metrics_address:
+            metrics = ProxyMetrics(parts)
+            self.http = HttpEndpoint(options.metrics_address, {
+                "/metrics": lambda: (200, CONTENT_TYPE, metrics.exposition()),
+                "/healthz": lambda: (200, "text/plain", b"ok\n"),
+                "/readyz": self._readiness,
+            })
+
+    def _readiness(self) -> tuple[int, str, bytes]:
+        down = [channel for channel in self.parts.backend.channels if not channel.is_ready()]
+        if down:
+            return 503, "text/plain", "".join(f"{c.role} backend {c.target} unreachable\n" for c in down).encode()
+        return 200, "text/plain", b"ok\n"
+
+    async def start(self) -> None:
+        if self.admin is not None:
+            try:
+                await self.admin.start()
+            except (OSError, RuntimeError) as error:
+                log.error("admin API not available (runtimeproxyctl will not work): %s", error)
+                self.admin = None
+        if self.http is not None:
+            try:
+                await self.http.start()
+            except OSError as error:
+                log.error("metrics endpoint %s:%d not available: %s", self.http.host, self.http.port, error)
+                self.http = None
+
+    async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+        if self.admin is not None:
+            await self.admin.stop()

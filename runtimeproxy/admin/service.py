@@ -1,0 +1,95 @@
+"""The admin gRPC service (runtimeproxy.admin.v1.Admin) on its own unix socket, mode 0600.
+
+Served by a separate aio server, with reflection and health, so `grpcurl` works as well as
+`runtimeproxyctl`. Bad requests get INVALID_ARGUMENT with a one-line message; a toggle that
+cannot be persisted gets FAILED_PRECONDITION and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from runtimeproxy.admin.status import ProxyParts, status, toggle_messages
+from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.hooks.toggles import ToggleError, hook_names
+from runtimeproxy.listener import claim_socket_path, release_socket
+from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+ADMIN_SERVICE = admin.DESCRIPTOR.services_by_name["Admin"].full_name
+ADMIN_SOCKET_MODE = 0o600  # root only: toggles switch plugins off for the whole node
+
+
+class AdminServicer(admin_pb2_grpc.AdminServicer):
+    def __init__(self, parts: ProxyParts) -> None:
+        self._parts = parts
+
+    async def Status(self, request: admin.StatusRequest, context: grpc.aio.ServicerContext) -> admin.StatusResponse:
+        return await status(self._parts)
+
+    async def Disable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
+        toggles = self._parts.hooks.toggles
+        return await self._change(context, lambda: toggles.disable(
+            request.plugin, hook_names(list(request.hooks)), request.reason, everything=request.all
+        ))
+
+    async def Enable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
+        toggles = self._parts.hooks.toggles
+        return await self._change(context, lambda: toggles.enable(
+            request.plugin, hook_names(list(request.hooks)), everything=request.all
+        ))
+
+    async def _change(self, context: grpc.aio.ServicerContext, change: object) -> admin.ToggleResponse:
+        try:
+            change()  # type: ignore[operator]
+        except ToggleError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except OSError as error:
+            path = self._parts.hooks.toggles.state_path
+            log.error("cannot persist a toggle to %s: %s; nothing changed", path, error)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
+        return admin.ToggleResponse(toggles=toggle_messages(self._parts.hooks.toggles))
+
+
+class AdminServer:
+    """Owns the admin socket and its gRPC server."""
+
+    def __init__(self, path: Path, parts: ProxyParts) -> None:
+        self.path = path
+        self._parts = parts
+        self._server: grpc.aio.Server | None = None
+        self._inode: int | None = None
+
+    async def start(self) -> None:
+        claim_socket_path(self.path)
+        server = grpc.aio.server()
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self._parts), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection([ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+        # The umask covers the window between bind and chmod.
+        previous_umask = os.umask(0o177)
+        try:
+            if not server.add_insecure_port(grpc_target(self.path)):
+                raise RuntimeError(f"cannot listen on {self.path}")
+        finally:
+            os.umask(previous_umask)
+        await server.start()
+        os.chmod(self.path, ADMIN_SOCKET_MODE)
+        self._inode = os.stat(self.path).st_ino
+        self._server = server
+        log.debug("admin API (runtimeproxyctl) on %s", self.path)  # the start-up line stays one line
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(0.5)
+            self._server = None
+            release_socket(self.path, self._inode)

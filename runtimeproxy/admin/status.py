@@ -1,0 +1,125 @@
+"""What `runtimeproxyctl status` shows, read from the running proxy's parts.
+
+Builds the admin API's StatusResponse from the backend channels, the plugin registry,
+the node's toggles, the dispatcher's call statistics and the store. Reading only:
+nothing here changes the proxy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from runtimeproxy import __version__
+from runtimeproxy.admin.cri_calls import CriCallRecorder
+from runtimeproxy.backend import Backend, BackendChannel
+from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.toggles import Toggle, Toggles
+from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy.plugins import HOOK_NAMES, PluginConfig
+
+# Status must answer even when containerd hangs.
+VERSION_TIMEOUT_SECONDS = 1.0
+_VERSION_PATH = "/runtime.v1.RuntimeService/Version"
+
+
+@dataclass
+class ProxyParts:
+    """The pieces of a running proxy the operator endpoints read."""
+
+    backend: Backend
+    hooks: HookService
+    started_monotonic: float
+    cri_calls: CriCallRecorder | None = None
+
+    @property
+    def uptime_seconds(self) -> float:
+        return time.monotonic() - self.started_monotonic
+
+
+async def status(parts: ProxyParts) -> admin.StatusResponse:
+    hooks = parts.hooks
+    return admin.StatusResponse(
+        version=__version__,
+        uptime_seconds=parts.uptime_seconds,
+        backends=[await backend_status(channel) for channel in parts.backend.channels],
+        plugins=plugin_statuses(hooks),
+        store=admin.StoreStatus(pods=hooks.store.pod_count, containers=hooks.store.container_count),
+        toggles=toggle_messages(hooks.toggles),
+    )
+
+
+async def backend_status(channel: BackendChannel) -> admin.BackendStatus:
+    answer = admin.BackendStatus(role=channel.role, endpoint=channel.target, reachable=channel.is_ready())
+    if channel.role != "runtime":
+        return answer
+    try:
+        raw = await channel.channel.unary_unary(_VERSION_PATH)(
+            cri.VersionRequest().SerializeToString(), timeout=VERSION_TIMEOUT_SECONDS
+        )
+        version = cri.VersionResponse.FromString(raw)
+    except grpc.aio.AioRpcError:
+        return answer
+    except Exception:  # noqa: BLE001 - an odd answer only costs the name and version
+        return answer
+    answer.reachable = True
+    answer.runtime_name = version.runtime_name
+    answer.runtime_version = version.runtime_version
+    return answer
+
+
+def plugin_statuses(hooks: HookService) -> list[admin.PluginStatus]:
+    configs = {plugin.name: plugin.config for plugin in hooks.registry.plugins}
+    problems = hooks.registry.config_problems()
+    return [
+        _plugin_status(name, configs.get(name), problems.get(name, ""), hooks)
+        for name in sorted(configs.keys() | problems.keys())
+    ]
+
+
+def _plugin_status(
+    name: str, config: PluginConfig | None, problem: str, hooks: HookService
+) -> admin.PluginStatus:
+    toggles, stats = hooks.toggles, hooks.dispatcher.stats
+    answer = admin.PluginStatus(file=name, config_problem=problem)
+    if config is None:
+        answer.enabled = False
+        answer.disabled_reason = "no valid config"
+        return answer
+    answer.endpoint = f"unix://{config.endpoint}"
+    answer.failure_policy = config.failure_policy.value
+    answer.timeout_seconds = config.timeout_seconds
+    answer.hooks.extend(config.ordered_hooks)
+    enabled_hooks = [hook for hook in config.ordered_hooks if toggles.allows(name, hook)]
+    answer.enabled = bool(enabled_hooks)
+    if not enabled_hooks:
+        answer.disabled_reason = toggles.reason_for(name) or toggles.reason_for(name, config.ordered_hooks[0])
+    for hook in config.ordered_hooks:
+        calls = stats.of(name, hook)
+        answer.hook_stats.append(admin.HookStats(
+            hook=hook,
+            enabled=toggles.allows(name, hook),
+            calls=calls.calls,
+            failures=calls.failures,
+            last_error=calls.last_error,
+            last_error_unix_seconds=calls.last_error_unix_seconds,
+            p50_seconds=calls.percentile_seconds(0.50),
+            p99_seconds=calls.percentile_seconds(0.99),
+        ))
+    return answer
+
+
+def toggle_messages(toggles: Toggles) -> list[admin.Toggle]:
+    return [toggle_message(toggle) for toggle in toggles.active]
+
+
+def toggle_message(toggle: Toggle) -> admin.Toggle:
+    return admin.Toggle(
+        plugin=toggle.plugin,
+        hooks=[hook for hook in HOOK_NAMES if hook in toggle.hooks],
+        reason=toggle.reason,
+        since_unix_seconds=toggle.since_unix_seconds,
+    )

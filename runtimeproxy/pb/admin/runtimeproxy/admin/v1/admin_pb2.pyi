@@ -1,0 +1,121 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    TOGGLES_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    uptime_seconds: float
+    backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
+    plugins: _containers.RepeatedCompositeFieldContainer[PluginStatus]
+    store: StoreStatus
+    toggles: _containers.RepeatedCompositeFieldContainer[Toggle]
+    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ...) -> None: ...
+
+class BackendStatus(_message.Message):
+    __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_NAME_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    endpoint: str
+    reachable: bool
+    runtime_name: str
+    runtime_version: str
+    def __init__(self, role: _Optional[str] = ..., endpoint: _Optional[str] = ..., reachable: _Optional[bool] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ...) -> None: ...
+
+class PluginStatus(_message.Message):
+    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HOOKS_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_REASON_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    HOOK_STATS_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    endpoint: str
+    failure_policy: str
+    timeout_seconds: float
+    hooks: _containers.RepeatedScalarFieldContainer[str]
+    enabled: bool
+    disabled_reason: str
+    config_problem: str
+    hook_stats: _containers.RepeatedCompositeFieldContainer[HookStats]
+    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ...) -> None: ...
+
+class HookStats(_message.Message):
+    __slots__ = ("hook", "enabled", "calls", "failures", "last_error", "last_error_unix_seconds", "p50_seconds", "p99_seconds")
+    HOOK_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    hook: str
+    enabled: bool
+    calls: int
+    failures: int
+    last_error: str
+    last_error_unix_seconds: float
+    p50_seconds: float
+    p99_seconds: float
+    def __init__(self, hook: _Optional[str] = ..., enabled: _Optional[bool] = ..., calls: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ..., last_error_unix_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ...) -> None: ...
+
+class StoreStatus(_message.Message):
+    __slots__ = ("pods", "containers")
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    pods: int
+    containers: int
+    def __init__(self, pods: _Optional[int] = ..., containers: _Optional[int] = ...) -> None: ...
+
+class Toggle(_message.Message):
+    __slots__ = ("plugin", "hooks", "reason", "since_unix_seconds")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    HOOKS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    hooks: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    since_unix_seconds: float
+    def __init__(self, plugin: _Optional[str] = ..., hooks: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., since_unix_seconds: _Optional[float] = ...) -> None: ...
+
+class ToggleRequest(_message.Message):
+    __slots__ = ("plugin", "hooks", "all", "reason")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    HOOKS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    hooks: _containers.RepeatedScalarFieldContainer[str]
+    all: bool
+    reason: str
+    def __init__(self, plugin: _Optional[str] = ..., hooks: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ToggleResponse(_message.Message):
+    __slots__ = ("toggles",)
+    TOGGLES_FIELD_NUMBER: _ClassVar[int]
+    toggles: _containers.RepeatedCompositeFieldContainer[Toggle]
+    def __init__(self, toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ...) -> None: ...

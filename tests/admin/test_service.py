@@ -1,0 +1,137 @@
+"""The admin gRPC service on its unix socket, driven through runtimeproxyctl's main()."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from runtimeproxy.admin.ctl import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
+from runtimeproxy.hooks.toggles import STATE_FILE_NAME
+from runtimeproxy.lab.cri import open_channel
+from runtimeproxy.server import ProxyServer
+
+
+def ctl(proxy: ProxyServer, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main([f"--admin-endpoint={proxy.options.admin_path}", *args], out=out)
+    return code, out.getvalue()
+
+
+def register_plugin(proxy: ProxyServer, name: str, policy: str = "Fail") -> None:
+    config_dir = proxy.options.hook_config_dir
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / name).write_text(json.dumps({
+        "remote-endpoint": str(config_dir / "nobody.sock"), "failure-policy": policy,
+        "runtime-hooks": ["PreRunPodSandbox", "PreCreateContainer"],
+    }))
+
+
+def test_admin_socket_is_root_only_and_serves_reflection(operated: ProxyServer) -> None:
+    path = operated.options.admin_path
+    assert path is not None and stat.S_IMODE(path.stat().st_mode) == 0o600
+    with open_channel(path) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        (response,) = list(stub.ServerReflectionInfo(iter([request]), timeout=10))
+    names = {service.name for service in response.list_services_response.service}
+    assert {"runtimeproxy.admin.v1.Admin", "grpc.health.v1.Health"} <= names
+
+
+def test_status_shows_backend_plugins_store_and_toggles(operated: ProxyServer) -> None:
+    register_plugin(operated, "koordlet.json")
+    (operated.options.hook_config_dir / "broken.json").write_text("{")
+    code, out = wait_for(operated, lambda s: len(s["plugins"]) == 2)
+    status = json.loads(out)
+    assert code == EXIT_OK
+    (backend,) = status["backends"]
+    assert backend["reachable"] and backend["runtime_name"] == "synthetic"
+    broken, koordlet = status["plugins"]
+    assert broken["file"] == "broken.json" and "invalid JSON" in broken["config_problem"]
+    assert koordlet["failure_policy"] == "Fail" and koordlet["enabled"]
+    assert [h["hook"] for h in koordlet["hook_stats"]] == ["PreRunPodSandbox", "PreCreateContainer"]
+    assert status["store"] == {"pods": 0, "containers": 0}
+
+    code, table = ctl(operated, "status")
+    assert code == EXIT_OK
+    assert "koordlet.json  enabled" in table and "policy Fail" in table and "synthetic 1.0" in table
+
+
+def wait_for(proxy: ProxyServer, condition: Callable[[dict], bool], polls: int = 100) -> tuple[int, str]:
+    """Until the registry (polled every 0.5 s) shows what the test wrote."""
+    for _ in range(polls):
+        code, out = ctl(proxy, "status", "-o", "json")
+        if condition(json.loads(out)):
+            return code, out
+        time.sleep(0.05)
+    raise AssertionError(f"status never matched: {out}")
+
+
+def test_disable_and_enable_are_persisted_and_shown(operated: ProxyServer) -> None:
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    code, out = ctl(operated, "disable", "koordlet", "--reason", "fail policy blocks pods", "-o", "json")
+    assert code == EXIT_OK
+    assert json.loads(out)["toggles"][0]["plugin"] == "koordlet.json"
+    state = json.loads((operated.options.state_dir / STATE_FILE_NAME).read_text())
+    assert state["toggles"][0]["reason"] == "fail policy blocks pods"
+
+    _, out = ctl(operated, "status", "-o", "json")
+    (plugin,) = json.loads(out)["plugins"]
+    assert not plugin["enabled"] and plugin["disabled_reason"] == "fail policy blocks pods"
+    _, table = ctl(operated, "status")
+    assert "DISABLED (fail policy blocks pods)" in table
+
+    code, out = ctl(operated, "enable", "koordlet.json", "--hook", "PreCreateContainer")
+    assert code == EXIT_OK and "PreRunPodSandbox" in out
+    code, out = ctl(operated, "enable", "--all")
+    assert code == EXIT_OK and "(none" in out
+    assert json.loads((operated.options.state_dir / STATE_FILE_NAME).read_text())["toggles"] == []
+
+
+def test_bad_requests_exit_2_with_one_line(operated: ProxyServer, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ctl(operated, "disable", "koordlet", "--hook", "Nope", "--reason", "x")[0] == EXIT_USAGE
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit) as exited:
+        ctl(operated, "disable", "--all", "koordlet", "--reason", "x")
+    assert exited.value.code == EXIT_USAGE
+    with pytest.raises(SystemExit) as exited:
+        ctl(operated, "disable", "koordlet")  # no --reason
+    assert exited.value.code == EXIT_USAGE
+
+
+def test_an_absent_proxy_exits_1_naming_the_socket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    socket = tmp_path / "nothing-here.sock"
+    assert main([f"--admin-endpoint={socket}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(socket) in err
+
+
+def test_operator_endpoints_are_off_unless_configured(proxy: ProxyServer) -> None:
+    assert proxy.operator is not None
+    assert proxy.operator.admin is None and proxy.operator.http is None
+    with open_channel(proxy.options.listen_path) as channel:
+        raw = channel.unary_unary("/runtime.v1.RuntimeService/Version")(b"", timeout=5)
+    assert raw == b""
+
+
+def test_a_taken_admin_socket_or_port_leaves_cri_serving(
+    operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert operated.operator is not None and operated.operator.http is not None
+    taken_port = operated.operator.http.bound_port
+    second = start_proxy(runtime_path=operated.options.runtime_path, admin_path=operated.options.admin_path,
+                         metrics_address=f"127.0.0.1:{taken_port}")
+    assert second.operator is not None
+    assert second.operator.admin is None and second.operator.http is None
+    assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    with open_channel(second.options.listen_path) as channel:
+        channel.unary_unary("/runtime.v1.RuntimeService/Version")(b"", timeout=5)
+    assert ctl(operated, "status")[0] == EXIT_OK  # the first proxy keeps its socket

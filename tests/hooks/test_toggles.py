@@ -1,0 +1,152 @@
+"""Per-node toggles: names, persistence (atomic), unknown plugins kept, and the dispatcher honouring them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from hookkit import PluginBench, register, refresh_on_loop
+from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks.toggles import ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, hook_names
+from runtimeproxy.lab.example_plugin import ExamplePlugin
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.plugins import HOOK_NAMES
+
+PRE_CREATE = frozenset({"PreCreateContainer"})
+
+
+def test_plugin_names_with_or_without_suffix_name_the_same_file(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    toggles.disable("koordlet", frozenset(), "broken")
+    assert not toggles.allows("koordlet.json", "PreRunPodSandbox")
+    toggles.enable("koordlet.json", frozenset())
+    assert toggles.allows("koordlet.json", "PreRunPodSandbox")
+    assert toggles.active == ()
+
+
+def test_bad_requests_are_one_line_errors_and_change_nothing(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    with pytest.raises(ToggleError, match="reason"):
+        toggles.disable("koordlet", frozenset(), "  ")
+    with pytest.raises(ToggleError, match="not a plugin config file name"):
+        toggles.disable("../etc/passwd", frozenset(), "x")
+    with pytest.raises(ToggleError, match="unknown hook 'Nope'"):
+        hook_names(["Nope"])
+    assert hook_names(["precreatecontainer"]) == PRE_CREATE
+    assert toggles.active == ()
+    assert not (tmp_path / STATE_FILE_NAME).exists()
+
+
+def test_hooks_toggle_one_by_one(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    toggles.disable("koordlet", PRE_CREATE, "cpuset bug")
+    assert not toggles.allows("koordlet.json", "PreCreateContainer")
+    assert toggles.allows("koordlet.json", "PreRunPodSandbox")
+    assert toggles.reason_for("koordlet.json", "PreCreateContainer") == "cpuset bug"
+    assert toggles.reason_for("koordlet.json") == ""  # the plugin as a whole is on
+
+    # Enabling one hook of a wholly disabled plugin leaves the others off.
+    toggles.disable("koordlet", frozenset(), "all off")
+    toggles.enable("koordlet", frozenset({"PreRunPodSandbox"}))
+    assert toggles.allows("koordlet.json", "PreRunPodSandbox")
+    assert not toggles.allows("koordlet.json", "PostStopContainer")
+    (toggle,) = toggles.active
+    assert toggle.hooks == frozenset(HOOK_NAMES) - {"PreRunPodSandbox"}
+
+
+def test_disable_all_and_enable_all(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    toggles.disable("koordlet", PRE_CREATE, "one")
+    toggles.disable("", frozenset(), "node maintenance", everything=True)
+    assert not any(toggles.allows("anything.json", hook) for hook in HOOK_NAMES)
+    assert toggles.reason_for("anything.json") == "node maintenance"
+    toggles.enable("", frozenset(), everything=True)
+    assert toggles.active == ()
+    assert toggles.allows("koordlet.json", "PreCreateContainer")
+
+
+def test_toggles_survive_a_restart_and_unknown_plugins_are_kept(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    toggles.disable("not-installed-yet", frozenset(), "known bad build")
+    toggles.disable("koordlet", PRE_CREATE, "cpuset bug")
+    toggles.disable("", frozenset(), "maintenance", everything=True)
+
+    restarted = Toggles(tmp_path)
+    restarted.load()
+    assert restarted.active == toggles.active
+    assert {t.plugin for t in restarted.active} == {"not-installed-yet.json", "koordlet.json", ALL_PLUGINS}
+    assert [p.name for p in tmp_path.iterdir()] == [STATE_FILE_NAME]  # no temporary files left
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toggles = Toggles(tmp_path)
+    toggles.disable("koordlet", frozenset(), "first")
+    before = (tmp_path / STATE_FILE_NAME).read_bytes()
+
+    def no_rename(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_rename)
+    with pytest.raises(OSError):
+        toggles.disable("other", frozenset(), "second")
+    assert (tmp_path / STATE_FILE_NAME).read_bytes() == before
+    assert [t.plugin for t in toggles.active] == ["koordlet.json"]
+    assert [p.name for p in tmp_path.iterdir()] == [STATE_FILE_NAME]
+
+
+def test_an_unreadable_state_file_is_logged_and_means_no_toggles(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / STATE_FILE_NAME).write_text("{half")
+    toggles = Toggles(tmp_path)
+    with caplog.at_level(logging.ERROR):
+        toggles.load()
+    assert toggles.active == ()
+    assert "unreadable" in caplog.text and STATE_FILE_NAME in caplog.text
+
+
+def test_a_disabled_plugin_is_not_called_whatever_its_policy(bench: PluginBench) -> None:
+    dead = bench.socket("dead")  # nothing listens: a Fail plugin would block every call
+    bench.register("10-dead.json", dead, ["PreCreateContainer"], policy="Fail")
+    live = ExamplePlugin()
+    bench.register("20-live.json", bench.serve(live), ["PreCreateContainer"])
+    request = hooks.ContainerResourceHookRequest(container_meta=hooks.ContainerMetadata(name="app"))
+    with pytest.raises(points.HookFailed):
+        bench.run(points.PRE_CREATE_CONTAINER, request)
+
+    bench.dispatcher.toggles.disable("10-dead", PRE_CREATE, "plugin down")
+    bench.run(points.PRE_CREATE_CONTAINER, request)
+    assert len(live.seen_by("PreCreateContainer")) == 1  # the first call stopped at the dead plugin
+    assert bench.dispatcher.outcomes[("10-dead.json", "PreCreateContainer", "UNAVAILABLE")] == 1  # not called again
+
+    bench.dispatcher.toggles.disable("", frozenset(), "all off", everything=True)
+    assert not bench.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER)
+    assert bench.run(points.PRE_CREATE_CONTAINER, request) is request
+
+
+def test_a_toggle_applies_to_a_plugin_registered_later(bench: PluginBench) -> None:
+    bench.dispatcher.toggles.disable("late", frozenset(), "not yet trusted")
+    plugin = ExamplePlugin()
+    register(bench.config_dir, "late.json", bench.serve(plugin), ["PreCreateContainer"])
+    refresh_on_loop(bench.loop, bench.registry)
+    assert [p.name for p in bench.registry.plugins] == ["late.json"]
+    bench.run(points.PRE_CREATE_CONTAINER, hooks.ContainerResourceHookRequest())
+    assert plugin.seen_by("PreCreateContainer") == []
+
+
+def test_stats_count_calls_failures_and_changes(bench: PluginBench) -> None:
+    plugin = ExamplePlugin()
+    bench.register("a.json", bench.serve(plugin), ["PreCreateContainer"])
+    bench.register("b.json", bench.socket("dead"), ["PreCreateContainer"])
+    for _ in range(3):
+        bench.run(points.PRE_CREATE_CONTAINER, hooks.ContainerResourceHookRequest())
+    good = bench.dispatcher.stats.of("a.json", "PreCreateContainer")
+    bad = bench.dispatcher.stats.of("b.json", "PreCreateContainer")
+    assert (good.calls, good.failures, good.changes) == (3, 0, 3)  # the example plugin annotates
+    assert (bad.calls, bad.failures) == (3, 3)
+    assert bad.last_error.startswith("UNAVAILABLE") and bad.last_error_unix_seconds > 0
+    assert 0 < good.percentile_seconds(0.5) <= good.percentile_seconds(0.99)
+    assert good.latency.cumulative()[-1] == ("+Inf", 3)
