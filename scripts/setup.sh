@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev)
+debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev docker.io)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
