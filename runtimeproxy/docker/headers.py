@@ -61,6 +61,8 @@ def forwarded_request_headers(headers: Iterable[Header], body_length: int | None
     """Request headers for dockerd; `body_length` set when the body was replaced (hooked routes)."""
     headers = list(headers)
     kept = end_to_end(headers)
+    if header_value(kept, b"host") is None:
+        kept.insert(0, (b"Host", b""))  # HTTP/1.0 clients may omit it; dockerd's HTTP/1.1 needs one
     if body_length is not None:
         kept = [(k, v) for k, v in kept if k.lower() != b"content-length"]
         kept.append((b"Content-Length", str(body_length).encode()))

@@ -30,7 +30,13 @@ from runtimeproxy.docker.interception import (
 )
 from runtimeproxy.docker.routes import RouteMatch, hooked_route
 from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES, TunnelEnd, run_tunnel
-from runtimeproxy.docker.upstream import MAX_HEAD_BYTES, DockerdUnreachable, Upstream, UpstreamBroken
+from runtimeproxy.docker.upstream import (
+    MAX_HEAD_BYTES,
+    DockerdUnreachable,
+    ReachabilityLog,
+    Upstream,
+    UpstreamBroken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +54,13 @@ class ClientSession:
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-        docker_socket: Path, interceptor: Interceptor,
+        docker_socket: Path, interceptor: Interceptor, reachability: ReachabilityLog,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._docker_socket = docker_socket
         self._interceptor = interceptor
+        self._reachability = reachability
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._upstream: Upstream | None = None
         self._client_reader: asyncio.Task[None] | None = None
@@ -139,6 +146,8 @@ class ClientSession:
             ))
         except (DockerdUnreachable, UpstreamBroken) as error:
             return await self._answer_error(503, str(error), close=True)
+        except h11.LocalProtocolError as error:
+            return await self._answer_error(400, f"cannot forward this request: {error}", close=True)
         self._body_forwarded = False
         self._client_reader = asyncio.create_task(self._forward_request_body(upstream))
         answer = asyncio.create_task(self._relay_answer(upstream))
@@ -304,7 +313,12 @@ class ClientSession:
         if self._upstream is not None and self._upstream.reusable:
             return self._upstream
         self._close_upstream()
-        self._upstream = await Upstream.connect(self._docker_socket)
+        try:
+            self._upstream = await Upstream.connect(self._docker_socket)
+        except DockerdUnreachable as error:
+            self._reachability.update(False, str(error))
+            raise
+        self._reachability.update(True)
         return self._upstream
 
     def _drop_upstream(self) -> bool:

@@ -13,6 +13,7 @@ import logging
 
 from runtimeproxy.docker.interception import Interceptor, PassThrough
 from runtimeproxy.docker.relay import ClientSession
+from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.options import ProxyOptions
@@ -27,6 +28,7 @@ class DockerProxyServer:
         self._server: asyncio.Server | None = None
         self._sessions: dict[asyncio.Task[None], ClientSession] = {}
         self._socket_inode: int | None = None
+        self._reachability = ReachabilityLog()
 
     async def start(self) -> None:
         path = self.options.listen_path
@@ -39,7 +41,7 @@ class DockerProxyServer:
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        session = ClientSession(reader, writer, self.options.runtime_path, self.interceptor)
+        session = ClientSession(reader, writer, self.options.runtime_path, self.interceptor, self._reachability)
         self._sessions[task] = session
         try:
             await session.run()

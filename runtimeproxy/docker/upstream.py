@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from pathlib import Path
 
 import h11
 
 from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES
+
+log = logging.getLogger(__name__)
 
 # Go's net/http default limit on a message head (dockerd and its clients use it).
 MAX_HEAD_BYTES = 1024 * 1024
@@ -20,6 +23,22 @@ class DockerdUnreachable(ConnectionError):
 
 class UpstreamBroken(ConnectionError):
     """dockerd closed the connection or answered something that is not HTTP/1.1."""
+
+
+class ReachabilityLog:
+    """One log line when dockerd becomes unreachable and one when it is back; never one per request."""
+
+    def __init__(self) -> None:
+        self._reachable: bool | None = None
+
+    def update(self, reachable: bool, detail: str = "") -> None:
+        if reachable == self._reachable:
+            return
+        if reachable and self._reachable is not None:
+            log.info("dockerd is reachable again")
+        elif not reachable:
+            log.warning("%s; answering 503 until it is back", detail)
+        self._reachable = reachable
 
 
 class Upstream:

@@ -20,8 +20,12 @@ def test_request_framing_follows_the_body() -> None:
     chunked = [(b"Host", b"d"), (b"Transfer-Encoding", b"chunked")]
     assert forwarded_request_headers(chunked) == [(b"Host", b"d"), (b"Transfer-Encoding", b"chunked")]
     assert forwarded_request_headers(chunked, body_length=7) == [(b"Host", b"d"), (b"Content-Length", b"7")]
-    sized = [(b"Content-Length", b"3")]
-    assert forwarded_request_headers(sized, body_length=5) == [(b"Content-Length", b"5")]
+    sized = [(b"Host", b""), (b"Content-Length", b"3")]
+    assert forwarded_request_headers(sized, body_length=5) == [(b"Host", b""), (b"Content-Length", b"5")]
+
+
+def test_a_missing_host_is_sent_empty() -> None:
+    assert forwarded_request_headers([(b"Accept", b"*/*")]) == [(b"Host", b""), (b"Accept", b"*/*")]
 
 
 def test_upgrade_keeps_connection_and_upgrade() -> None:

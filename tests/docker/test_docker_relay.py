@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
+
+import pytest
 
 from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, header_lines, read_head
 
@@ -144,17 +147,19 @@ def test_upgrade_carries_raw_bytes_with_half_close(tmp_path: Path) -> None:
     run(scenario())
 
 
-def test_dockerd_down_is_a_json_503_naming_the_socket(tmp_path: Path) -> None:
+def test_dockerd_down_is_a_json_503_naming_the_socket(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         async with docker_proxy(tmp_path) as proxy:
-            reader, writer = await asyncio.open_unix_connection(str(proxy))
-            response, body = await exchange(reader, writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
-        assert response.status_code == 503
-        assert (b"content-type", b"application/json") in list(response.headers)
-        message = json.loads(body)["message"]
-        assert f"unix://{tmp_path / 'dockerd.sock'}" in message
+            for _ in range(2):
+                reader, writer = await asyncio.open_unix_connection(str(proxy))
+                response, body = await exchange(reader, writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
+                assert response.status_code == 503
+                assert (b"content-type", b"application/json") in list(response.headers)
+                assert f"unix://{tmp_path / 'dockerd.sock'}" in json.loads(body)["message"]
 
-    run(scenario())
+    with caplog.at_level(logging.WARNING, logger="runtimeproxy.docker"):
+        run(scenario())
+    assert len([r for r in caplog.records if "cannot reach dockerd" in r.getMessage()]) == 1  # not per request
 
 
 def test_dockerd_hanging_up_before_answering_is_a_502(tmp_path: Path) -> None:
@@ -183,5 +188,23 @@ def test_garbage_gets_400_and_the_connection_closes(tmp_path: Path) -> None:
             reader, writer = await asyncio.open_unix_connection(str(proxy))
             response, _ = await exchange(reader, writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
             assert response.status_code == 503
+
+    run(scenario())
+
+
+def test_http_1_0_client_without_host_gets_a_close_delimited_answer(tmp_path: Path) -> None:
+    heads: list[bytes] = []
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await read_head(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nOK\r\n0\r\n\r\n")
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"GET /_ping HTTP/1.0\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), WAIT_SECONDS)
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nOK")
+        assert header_lines(heads[0]) == [b"Host: "]
 
     run(scenario())

@@ -28,9 +28,8 @@ STREAM_WAIT_SECONDS = 30.0
 class Docker:
     """The docker CLI against one socket."""
 
-    def __init__(self, socket: Path, dockerd: DockerdInstance) -> None:
+    def __init__(self, socket: Path) -> None:
         self.socket = socket
-        self.dockerd = dockerd
 
     def argv(self, *args: str) -> list[str]:
         return [shutil.which("docker") or "docker", "-H", f"unix://{self.socket}", *args]
@@ -48,7 +47,7 @@ class Docker:
 @pytest.fixture
 def both(dockerd: DockerdInstance, docker_mode_proxy: DockerModeProxy) -> Iterator[list[Docker]]:
     """[through the proxy, direct]; containers named by the test are removed afterwards."""
-    clients = [Docker(docker_mode_proxy.listen_path, dockerd), Docker(dockerd.socket, dockerd)]
+    clients = [Docker(docker_mode_proxy.listen_path), Docker(dockerd.socket)]
     yield clients
     stale = dockerd.docker("ps", "-aq", "--filter", "label=rp-test", check=False).stdout.decode().split()
     if stale:
@@ -152,3 +151,16 @@ def test_load_uploads_a_chunked_body(both: list[Docker]) -> None:
     archive = build_docker_archives(IMAGE_CACHE)[PAUSE_IMAGE]
     outputs = [docker.out("load", "-i", str(archive)) for docker in both]
     assert outputs == [f"Loaded image: {PAUSE_IMAGE}\n"] * 2
+
+
+def test_dockerd_down_is_reported_naming_its_socket(workdir: Path) -> None:
+    absent = workdir / "dkdown" / "absent.sock"
+    proxy = DockerModeProxy(workdir / "dkdown" / "rp.sock", absent)
+    proxy.start(wait_serving=False)
+    try:
+        result = Docker(proxy.listen_path).run("info", check=False)
+        assert result.returncode != 0
+        assert f"cannot reach dockerd at unix://{absent}" in result.stderr
+    finally:
+        assert proxy.stop() == 0  # SIGTERM: clean exit, socket removed
+    assert not proxy.listen_path.exists()
