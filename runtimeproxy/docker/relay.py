@@ -101,8 +101,9 @@ class ClientSession:
                 raise ClientGone(str(error)) from None
             self._conn.receive_data(data)
 
-    async def _send(self, event: h11.Event) -> None:
-        data = self._conn.send(event)
+    async def _send(self, *events: h11.Event) -> None:
+        """Frame `events` and write them in one go (one syscall for a small answer), awaiting the client."""
+        data = b"".join(self._conn.send(event) or b"" for event in events)
         if data:
             try:
                 self._writer.write(data)
@@ -120,9 +121,8 @@ class ClientSession:
             headers.append((b"Connection", b"close"))
         log.debug("answering %d: %s", status, message)
         with contextlib.suppress(ClientGone, h11.LocalProtocolError):
-            await self._send(h11.Response(status_code=status, headers=headers))
-            await self._send(h11.Data(data=body))
-            await self._send(h11.EndOfMessage())
+            await self._send(h11.Response(status_code=status, headers=headers), h11.Data(data=body),
+                             h11.EndOfMessage())
         return not close
 
     def _start_next_cycle(self) -> bool:
@@ -213,16 +213,23 @@ class ClientSession:
                 return
             await self._send(h11.InformationalResponse(
                 status_code=event.status_code, headers=event.headers.raw_items(), reason=event.reason))
-        await self._send(h11.Response(
+        outgoing: list[h11.Event] = [h11.Response(
             status_code=event.status_code, reason=event.reason,
             headers=forwarded_response_headers(event.headers.raw_items(), event.status_code),
-        ))
+        )]
         try:
-            while isinstance(event := await upstream.next_event(), h11.Data):
-                await self._send(h11.Data(data=bytes(event.data)))
+            while not isinstance(event, h11.EndOfMessage):
+                # What has arrived goes out in one write; the client gets it before we wait for more.
+                if (event := upstream.buffered_event()) is None:
+                    await self._send(*outgoing)
+                    outgoing = []
+                    event = await upstream.next_event()
+                outgoing.append(h11.EndOfMessage() if isinstance(event, h11.EndOfMessage)
+                                else h11.Data(data=bytes(event.data)))
         except UpstreamBroken as error:
-            raise _Abandon(str(error)) from None  # the head is out: closing tells the client
-        await self._send(h11.EndOfMessage())
+            await self._send(*outgoing)  # what did arrive; then closing tells the client the rest is lost
+            raise _Abandon(str(error)) from None
+        await self._send(*outgoing)
 
     async def _switch_protocols(self, upstream: Upstream, answer: h11.InformationalResponse) -> None:
         await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
@@ -275,10 +282,10 @@ class ClientSession:
             await self._interceptor.after(call, answer)
         except Exception:  # a post step never changes the answer
             log.exception("post step for %s failed", match.route.value)
-        await self._send(h11.Response(
-            status_code=answer.status, headers=forwarded_response_headers(answer.headers, answer.status)))
-        await self._send(h11.Data(data=answer.body))
-        await self._send(h11.EndOfMessage())
+        await self._send(
+            h11.Response(status_code=answer.status,
+                         headers=forwarded_response_headers(answer.headers, answer.status)),
+            h11.Data(data=answer.body), h11.EndOfMessage())
         return upstream.finish_exchange() or self._drop_upstream()
 
     async def _whole_request_body(self) -> bytes | None:

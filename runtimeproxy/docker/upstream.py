@@ -70,24 +70,27 @@ class Upstream:
             except OSError as error:
                 raise UpstreamBroken(f"writing to dockerd failed: {error}") from None
 
+    def buffered_event(self) -> h11.Event | None:
+        """The next response event if what was read already holds it, else None (no I/O)."""
+        try:
+            event = self.conn.next_event()
+        except h11.RemoteProtocolError as error:
+            if self.conn.trailing_data[1]:  # h11 saw EOF mid-message
+                raise UpstreamBroken("dockerd closed the connection before its answer was complete") from None
+            raise UpstreamBroken(f"dockerd sent an invalid answer: {error}") from None
+        if isinstance(event, h11.ConnectionClosed):
+            raise UpstreamBroken("dockerd closed the connection")
+        return None if event is h11.NEED_DATA else event
+
     async def next_event(self) -> h11.Event:
         """The next response event; UpstreamBroken when dockerd hangs up or sends garbage."""
-        while True:
-            try:
-                event = self.conn.next_event()
-            except h11.RemoteProtocolError as error:
-                if self.conn.trailing_data[1]:  # h11 saw EOF mid-message
-                    raise UpstreamBroken("dockerd closed the connection before its answer was complete") from None
-                raise UpstreamBroken(f"dockerd sent an invalid answer: {error}") from None
-            if event is not h11.NEED_DATA:
-                if isinstance(event, h11.ConnectionClosed):
-                    raise UpstreamBroken("dockerd closed the connection")
-                return event
+        while (event := self.buffered_event()) is None:
             try:
                 data = await self.reader.read(READ_CHUNK_BYTES)
             except OSError as error:
                 raise UpstreamBroken(f"reading from dockerd failed: {error}") from None
             self.conn.receive_data(data)
+        return event
 
     def finish_exchange(self) -> bool:
         """Ready the connection for the next request; False when it cannot be reused."""
