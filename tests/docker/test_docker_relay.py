@@ -11,6 +11,9 @@ import pytest
 
 from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, header_lines, read_head
 
+from runtimeproxy.docker.server import DockerProxyServer
+from runtimeproxy.options import ProxyOptions
+
 OK_BODY = b'{"ApiVersion":"1.41"}'
 OK_ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nKeep-Alive: timeout=5\r\n"
              b"Connection: keep-alive\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_BODY), OK_BODY))
@@ -206,5 +209,34 @@ def test_http_1_0_client_without_host_gets_a_close_delimited_answer(tmp_path: Pa
             answer = await asyncio.wait_for(reader.read(), WAIT_SECONDS)
             assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nOK")
         assert header_lines(heads[0]) == [b"Host: "]
+
+    run(scenario())
+
+
+def test_shutdown_closes_idle_connections_and_cuts_streams_after_the_grace(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await read_head(reader)
+            if b"/events" in head:
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nevent1\r\n")
+                await reader.read()  # a stream that never ends by itself
+                return
+            writer.write(OK_ANSWER)
+
+    async def scenario() -> None:
+        options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock")
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd):
+            proxy = DockerProxyServer(options)
+            await proxy.start()
+            idle_reader, idle_writer = await asyncio.open_unix_connection(str(options.listen_path))
+            response, _ = await exchange(idle_reader, idle_writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
+            assert response.status_code == 200
+            stream_reader, stream_writer = await asyncio.open_unix_connection(str(options.listen_path))
+            stream_writer.write(b"GET /events HTTP/1.1\r\nHost: \r\n\r\n")
+            await asyncio.wait_for(stream_reader.readuntil(b"event1\r\n"), WAIT_SECONDS)
+            await proxy.stop(grace=0.1)
+            assert await asyncio.wait_for(idle_reader.read(), WAIT_SECONDS) == b""
+            assert await asyncio.wait_for(stream_reader.read(), WAIT_SECONDS) == b""  # cut, not finished
+            assert not options.listen_path.exists()
 
     run(scenario())
