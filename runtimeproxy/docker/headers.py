@@ -15,6 +15,7 @@ HOP_BY_HOP_HEADERS = frozenset({
     b"connection", b"proxy-connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
     b"te", b"trailer", b"transfer-encoding", b"upgrade",
 })
+RAW_STREAM_TYPES = (b"application/vnd.docker.raw-stream", b"application/vnd.docker.multiplexed-stream")
 
 
 def header_value(headers: Iterable[Header], name: bytes) -> bytes | None:
@@ -81,3 +82,17 @@ def forwarded_response_headers(headers: Iterable[Header], status: int) -> list[H
     if status == 101:
         kept += upgrade_headers(headers)
     return kept
+
+
+def is_raw_stream_answer(status: int, headers: Iterable[Header]) -> bool:
+    """dockerd's answer to a hijack without Upgrade: `200`, a raw-stream type, no framing at all."""
+    headers = list(headers)
+    content_type = (header_value(headers, b"content-type") or b"").split(b";")[0].strip().lower()
+    return (status == 200 and content_type in RAW_STREAM_TYPES and not is_chunked(headers)
+            and header_value(headers, b"content-length") is None)
+
+
+def raw_head(status: int, reason: bytes, headers: Iterable[Header]) -> bytes:
+    """A response head written as is (for an answer h11 must not frame)."""
+    lines = [b"HTTP/1.1 %d %s" % (status, reason)] + [name + b": " + value for name, value in headers]
+    return b"\r\n".join(lines) + b"\r\n\r\n"

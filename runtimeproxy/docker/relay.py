@@ -4,7 +4,8 @@ Shaped like Go's `httputil.ReverseProxy`: read a request head (h11 parses; malfo
 and the connection closes), forward it to dockerd on this session's own upstream connection (reused
 while both sides keep the connection alive), stream the request body up and the response down chunk by
 chunk, each write awaiting the peer (backpressure), nothing buffered whole. A `101` answer turns the
-connection into a raw tunnel (`tunnel`). Hooked routes (`routes`) take the `interception` seam instead:
+connection into a raw tunnel (`tunnel`), and so does dockerd's `200` + raw stream to an exec start or
+attach that did not ask for an upgrade (older clients). Hooked routes (`routes`) take the `interception` seam instead:
 whole JSON bodies, rewritten before and reported after. dockerd unreachable → `503`, dockerd hanging
 up before answering → `502`, both with Docker's `{"message": ...}` body. A client that goes away while
 its answer streams (`events`, `logs -f`) closes the upstream connection, which ends the stream there.
@@ -17,10 +18,17 @@ import contextlib
 import json
 import logging
 from pathlib import Path
+from typing import NoReturn
 
 import h11
 
-from runtimeproxy.docker.headers import forwarded_request_headers, forwarded_response_headers
+from runtimeproxy.docker.headers import (
+    end_to_end,
+    forwarded_request_headers,
+    forwarded_response_headers,
+    is_raw_stream_answer,
+    raw_head,
+)
 from runtimeproxy.docker.interception import (
     MAX_HOOKED_BODY_BYTES,
     ErrorReply,
@@ -28,7 +36,7 @@ from runtimeproxy.docker.interception import (
     Interceptor,
     UpstreamAnswer,
 )
-from runtimeproxy.docker.routes import RouteMatch, hooked_route
+from runtimeproxy.docker.routes import RouteMatch, hooked_route, is_hijack_route
 from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES, TunnelEnd, run_tunnel
 from runtimeproxy.docker.upstream import (
     MAX_HEAD_BYTES,
@@ -65,6 +73,7 @@ class ClientSession:
         self._upstream: Upstream | None = None
         self._client_reader: asyncio.Task[None] | None = None
         self._body_forwarded = False
+        self._hijack_possible = False
         self.idle = True  # waiting for a request: safe to close on shutdown
         self.stopping = False  # set on shutdown: no further request on this connection
 
@@ -149,6 +158,7 @@ class ClientSession:
         except h11.LocalProtocolError as error:
             return await self._answer_error(400, f"cannot forward this request: {error}", close=True)
         self._body_forwarded = False
+        self._hijack_possible = is_hijack_route(request.method, request.target)
         self._client_reader = asyncio.create_task(self._forward_request_body(upstream))
         answer = asyncio.create_task(self._relay_answer(upstream))
         try:
@@ -190,7 +200,7 @@ class ClientSession:
                 raise ClientGone(str(error)) from None
             self._conn.receive_data(data)
             if not data:
-                if self._conn.their_state is h11.MIGHT_SWITCH_PROTOCOL:
+                if self._conn.their_state is h11.MIGHT_SWITCH_PROTOCOL or self._hijack_possible:
                     return
                 raise ClientGone("client closed the connection")
 
@@ -210,9 +220,11 @@ class ClientSession:
             assert isinstance(event, h11.InformationalResponse)
             if event.status_code == 101:
                 await self._switch_protocols(upstream, event)
-                return
             await self._send(h11.InformationalResponse(
                 status_code=event.status_code, headers=event.headers.raw_items(), reason=event.reason))
+        if self._hijack_possible and is_raw_stream_answer(event.status_code, event.headers.raw_items()):
+            head = raw_head(200, event.reason, end_to_end(event.headers.raw_items()))
+            await self._tunnel(upstream, head)
         outgoing: list[h11.Event] = [h11.Response(
             status_code=event.status_code, reason=event.reason,
             headers=forwarded_response_headers(event.headers.raw_items(), event.status_code),
@@ -232,11 +244,20 @@ class ClientSession:
         await self._send(*outgoing)
 
     async def _switch_protocols(self, upstream: Upstream, answer: h11.InformationalResponse) -> None:
-        await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
-        await self._send(h11.InformationalResponse(
+        head = self._conn.send(h11.InformationalResponse(
             status_code=101, reason=answer.reason,
             headers=forwarded_response_headers(answer.headers.raw_items(), 101),
         ))
+        await self._tunnel(upstream, head or b"")
+
+    async def _tunnel(self, upstream: Upstream, head: bytes) -> NoReturn:
+        """Write `head`, then carry raw bytes both ways until both sides are done; the connection ends."""
+        await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
+        try:
+            self._writer.write(head)
+            await self._writer.drain()
+        except OSError as error:
+            raise ClientGone(str(error)) from None
         client_bytes, client_eof = self._conn.trailing_data
         upstream_bytes, upstream_eof = upstream.conn.trailing_data
         self._upstream = None  # the tunnel owns it now

@@ -34,6 +34,8 @@ _PATTERNS: tuple[tuple[bytes, re.Pattern[str], HookedRoute], ...] = (
     (b"POST", re.compile(rf"{_VERSION}/containers/{_ID}/stop"), HookedRoute.STOP),
     (b"DELETE", re.compile(rf"{_VERSION}/containers/{_ID}"), HookedRoute.REMOVE),
 )
+# Routes that take over the connection: answered `101` (Upgrade asked) or `200` + raw stream (not asked).
+_HIJACK_PATH = re.compile(rf"{_VERSION}/(?:exec/[^/?]+/start|containers/[^/?]+/attach)")
 
 
 def _split(target: bytes) -> tuple[str, str]:
@@ -50,3 +52,8 @@ def hooked_route(method: bytes, target: bytes) -> RouteMatch | None:
             container_id = match.group(1) if match.groups() else None
             return RouteMatch(route, container_id, query)
     return None
+
+
+def is_hijack_route(method: bytes, target: bytes) -> bool:
+    """exec start and attach: the answer may turn the connection into a raw byte stream."""
+    return method == b"POST" and _HIJACK_PATH.fullmatch(_split(target)[0]) is not None

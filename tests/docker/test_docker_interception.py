@@ -10,7 +10,7 @@ import pytest
 from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, read_head
 
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, PassThrough, UpstreamAnswer
-from runtimeproxy.docker.routes import HookedRoute, hooked_route
+from runtimeproxy.docker.routes import HookedRoute, hooked_route, is_hijack_route
 
 CREATED = b'{"Id":"c0ffee","Warnings":[]}'
 
@@ -129,3 +129,10 @@ def test_hooked_routes(method: bytes, target: bytes, route: HookedRoute, contain
 ])
 def test_everything_else_is_pure_relay(method: bytes, target: bytes) -> None:
     assert hooked_route(method, target) is None
+
+
+def test_hijack_routes() -> None:
+    assert is_hijack_route(b"POST", b"/v1.41/exec/abc/start")
+    assert is_hijack_route(b"POST", b"/containers/abc/attach?stream=1&stdin=1")
+    assert not is_hijack_route(b"POST", b"/v1.41/containers/abc/start")
+    assert not is_hijack_route(b"GET", b"/v1.41/exec/abc/json")

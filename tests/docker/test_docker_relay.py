@@ -240,3 +240,26 @@ def test_shutdown_closes_idle_connections_and_cuts_streams_after_the_grace(tmp_p
             assert not options.listen_path.exists()
 
     run(scenario())
+
+
+def test_hijack_without_upgrade_becomes_a_raw_stream_too(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        assert b"Upgrade" not in head
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\nready;")
+        stdin = await asyncio.wait_for(reader.read(), WAIT_SECONDS)
+        writer.write(b"echo:" + stdin)
+        await writer.drain()
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"POST /containers/abc/attach?stream=1&stdin=1&stdout=1 HTTP/1.1\r\nHost: \r\n\r\n")
+            head = await read_head(reader)
+            assert head == b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n"
+            assert await asyncio.wait_for(reader.readexactly(6), WAIT_SECONDS) == b"ready;"
+            writer.write(b"hi\n")
+            writer.write_eof()
+            assert await asyncio.wait_for(reader.read(), WAIT_SECONDS) == b"echo:hi\n"
+
+    run(scenario())

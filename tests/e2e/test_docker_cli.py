@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -164,3 +165,28 @@ def test_dockerd_down_is_reported_naming_its_socket(workdir: Path) -> None:
     finally:
         assert proxy.stop() == 0  # SIGTERM: clean exit, socket removed
     assert not proxy.listen_path.exists()
+
+
+def _raw_attach(socket_path: Path, name: str, stdin: bytes) -> tuple[bytes, bytes]:
+    """An old-style attach (no Upgrade asked): dockerd answers 200 and the connection carries raw bytes."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(STREAM_WAIT_SECONDS)
+        conn.connect(str(socket_path))
+        conn.sendall(f"POST /v1.41/containers/{name}/attach?stream=1&stdin=1&stdout=1 HTTP/1.1\r\n"
+                     "Host: \r\nContent-Length: 0\r\n\r\n".encode())
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += conn.recv(4096)
+        head, _, output = received.partition(b"\r\n\r\n")
+        conn.sendall(stdin)
+        while chunk := conn.recv(4096):  # until dockerd closes: the container exited
+            output += chunk
+    return head, output
+
+
+def test_attach_without_upgrade_carries_raw_bytes(both: list[Docker]) -> None:
+    for docker in both:
+        name = _run_detached(docker, "sh", "-c", "read line; echo got:$line", interactive=True)
+        head, output = _raw_attach(docker.socket, name, b"hello\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"got:hello\n" in output  # inside the stream's 8-byte frame header
