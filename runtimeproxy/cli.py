@@ -17,6 +17,7 @@ from runtimeproxy.listener import SocketInUseError
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.options import (
     DEFAULT_ADMIN_SOCKET,
+    DEFAULT_DOCKER_SOCKET,
     DEFAULT_HOOK_CONFIG_DIR,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_METRICS_ADDRESS,
@@ -102,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _flag(parser, "koord-runtimeproxy-endpoint", type=_endpoint, default=DEFAULT_PROXY_SOCKET,
           metavar="PATH", help="unix socket the proxy serves CRI on (default: %(default)s)")
-    _flag(parser, "remote-runtime-service-endpoint", type=_endpoint, default=DEFAULT_RUNTIME_SOCKET,
-          metavar="PATH", help="backend runtime socket, a path or unix:///path (default: %(default)s)")
+    _flag(parser, "remote-runtime-service-endpoint", type=_endpoint, default=None,
+          metavar="PATH", help="backend runtime socket, a path or unix:///path (default: "
+          f"{DEFAULT_RUNTIME_SOCKET}; {DEFAULT_DOCKER_SOCKET} in Docker mode)")
     _flag(parser, "remote-image-service-endpoint", type=_endpoint, default=None,
           metavar="PATH", help="backend image service socket (default: the runtime endpoint)")
     _flag(parser, "backend-runtime-mode", type=_choice(BACKEND_MODES), default="Containerd",
@@ -155,11 +157,11 @@ def _operator_flags(parser: argparse.ArgumentParser) -> None:
 def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.backend_runtime_mode == "Docker":
-        parser.error("--backend-runtime-mode=Docker is not supported yet; use Containerd")
+    docker_mode = args.backend_runtime_mode == "Docker"
     options = ProxyOptions(
         listen_path=args.koord_runtimeproxy_endpoint,
-        runtime_path=args.remote_runtime_service_endpoint,
+        runtime_path=args.remote_runtime_service_endpoint
+        or (DEFAULT_DOCKER_SOCKET if docker_mode else DEFAULT_RUNTIME_SOCKET),
         image_path=args.remote_image_service_endpoint,
         backend_mode=args.backend_runtime_mode,
         hook_config_dir=args.runtime_hook_config_dir,
@@ -180,8 +182,11 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
 def main(argv: Sequence[str] | None = None) -> int:
     options, level = parse_options(argv)
     configure_logging(level, options.log_format)
-    tune_for_large_messages()  # before gRPC allocates anything
-    from runtimeproxy.server import serve  # after logging: importing gRPC is slow
+    if options.backend_mode == "Docker":
+        from runtimeproxy.docker.server import serve_docker as serve
+    else:
+        tune_for_large_messages()  # before gRPC allocates anything
+        from runtimeproxy.server import serve  # after logging: importing gRPC is slow
 
     try:
         asyncio.run(serve(options))

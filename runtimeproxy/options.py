@@ -9,6 +9,7 @@ from runtimeproxy.limits import MAX_CONCURRENT_CALLS
 
 DEFAULT_PROXY_SOCKET = Path("/var/run/koord-runtimeproxy/runtimeproxy.sock")
 DEFAULT_RUNTIME_SOCKET = Path("/var/run/containerd/containerd.sock")
+DEFAULT_DOCKER_SOCKET = Path("/var/run/docker.sock")  # the backend in --backend-runtime-mode=Docker
 DEFAULT_HOOK_CONFIG_DIR = Path("/etc/runtime/hookserver.d")
 DEFAULT_SKIP_LABEL_KEY = "runtimeproxy.koordinator.sh/skip-hookserver"
 DEFAULT_SKIP_LABEL_VALUE = "true"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections.abc import Mapping
 
@@ -21,6 +20,7 @@ from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.limits import burst_options, metadata_limit_options
+from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
@@ -234,15 +234,4 @@ class ProxyServer:
 
 async def serve(options: ProxyOptions) -> None:
     """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
-    proxy = ProxyServer(options)
-    stop_requested = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop_requested.set)
-    await proxy.start()
-    try:
-        await stop_requested.wait()
-        log.info("stopping: finishing in-flight calls for up to %.1fs", options.shutdown_grace_seconds)
-    finally:
-        await proxy.stop()
-    log.info("stopped")
+    await run_until_signalled(ProxyServer(options), options.shutdown_grace_seconds)

@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# prometheus: promtool and a real Prometheus server for the metrics tests.
-debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus)
+# prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests.
+debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

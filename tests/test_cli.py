@@ -6,7 +6,7 @@ import pytest
 
 from runtimeproxy import __version__
 from runtimeproxy.cli import parse_options
-from runtimeproxy.options import DEFAULT_PROXY_SOCKET, DEFAULT_RUNTIME_SOCKET
+from runtimeproxy.options import DEFAULT_DOCKER_SOCKET, DEFAULT_PROXY_SOCKET, DEFAULT_RUNTIME_SOCKET
 
 
 def test_defaults_match_koord_runtime_proxy() -> None:
@@ -21,6 +21,14 @@ def test_defaults_match_koord_runtime_proxy() -> None:
     assert options.hook_config_trusted_uids == frozenset()
     assert options.max_request_bytes == 16 * 1024 * 1024
     assert level == "info"
+
+
+def test_docker_mode_defaults_to_dockers_socket() -> None:
+    options, _ = parse_options(["--backend-runtime-mode=docker"])
+    assert options.backend_mode == "Docker"
+    assert options.runtime_path == DEFAULT_DOCKER_SOCKET
+    options, _ = parse_options(["--backend-runtime-mode=Docker", "--remote-runtime-service-endpoint=/d.sock"])
+    assert options.runtime_path == Path("/d.sock")
 
 
 def test_trusted_uids_are_a_comma_separated_list() -> None:
@@ -59,7 +67,6 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["--log-level=loud"], "'loud' is not one of"),
         (["--remote-runtime-service-endpoint=tcp://1.2.3.4:5"], "only unix sockets"),
         (["--no-such-flag"], "unrecognized arguments"),
-        (["--backend-runtime-mode=Docker"], "Docker is not supported yet"),
         (["--backend-runtime-mode=cri-o"], "not one of Containerd, Docker"),
         (["--runtime-hook-config-trusted-uids=root"], "not a comma-separated list of uids"),
         (["--max-request-bytes=16MiB"], "'16MiB' is not a positive whole number"),

@@ -16,6 +16,8 @@ from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
 
+from docker_fixtures import cri_dockerd, crictl_binary, docker_mode_proxy, dockerd  # noqa: F401
+
 IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
 
 

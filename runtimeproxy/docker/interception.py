@@ -1,0 +1,62 @@
+"""The seam where hooks enter the Docker relay: a rewrite before, a notification after.
+
+For a hooked route (`routes.HookedRoute`) the relay reads the whole (small) JSON request body, asks the
+interceptor's `before` for the body to send (or an error to answer instead, without reaching dockerd),
+forwards it, reads dockerd's whole answer and calls `after` before the client gets it. `after` never
+changes the answer. `PassThrough` is the no-op interceptor used until the hooks are wired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from runtimeproxy.docker.routes import RouteMatch
+
+# Hooked request and response bodies are JSON of a few KB; above this the relay answers 413.
+MAX_HOOKED_BODY_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class InterceptedCall:
+    """One request on a hooked route, as the client sent it."""
+
+    match: RouteMatch
+    method: bytes
+    target: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """Answer the client with this status and a Docker error body instead of forwarding."""
+
+    status: int
+    message: str
+
+
+@dataclass(frozen=True)
+class UpstreamAnswer:
+    """dockerd's complete answer to a hooked request."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+
+
+class Interceptor(Protocol):
+    async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
+        """The request body to forward (the same bytes, or rewritten), or an error to answer."""
+
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+        """Called with dockerd's answer before the client receives it; must not raise."""
+
+
+class PassThrough:
+    """Forwards every hooked request unchanged and does nothing afterwards."""
+
+    async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
+        return body
+
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+        return None

@@ -1,0 +1,361 @@
+"""The Docker Engine API reverse proxy: one `ClientSession` per client connection.
+
+Shaped like Go's `httputil.ReverseProxy`: read a request head (h11 parses; malformed input gets `400`
+and the connection closes), forward it to dockerd on this session's own upstream connection (reused
+while both sides keep the connection alive), stream the request body up and the response down chunk by
+chunk, each write awaiting the peer (backpressure), nothing buffered whole. A `101` answer turns the
+connection into a raw tunnel (`tunnel`), and so does dockerd's `200` + raw stream to an exec start or
+attach that did not ask for an upgrade (older clients). Hooked routes (`routes`) take the `interception` seam instead:
+whole JSON bodies, rewritten before and reported after. dockerd unreachable → `503`, dockerd hanging
+up before answering → `502`, both with Docker's `{"message": ...}` body. A client that goes away while
+its answer streams (`events`, `logs -f`) closes the upstream connection, which ends the stream there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from pathlib import Path
+from typing import NoReturn
+
+import h11
+
+from runtimeproxy.docker.headers import (
+    end_to_end,
+    forwarded_request_headers,
+    forwarded_response_headers,
+    is_raw_stream_answer,
+    raw_head,
+)
+from runtimeproxy.docker.interception import (
+    MAX_HOOKED_BODY_BYTES,
+    ErrorReply,
+    InterceptedCall,
+    Interceptor,
+    UpstreamAnswer,
+)
+from runtimeproxy.docker.routes import RouteMatch, hooked_route, is_hijack_route
+from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES, TunnelEnd, run_tunnel
+from runtimeproxy.docker.upstream import (
+    MAX_HEAD_BYTES,
+    DockerdUnreachable,
+    ReachabilityLog,
+    Upstream,
+    UpstreamBroken,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ClientGone(ConnectionError):
+    """The client closed or reset its connection mid-exchange."""
+
+
+class _Abandon(Exception):
+    """The exchange cannot complete cleanly; close the client connection without an answer."""
+
+
+class ClientSession:
+    """Relays the requests of one client connection, in order, until either side closes."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        docker_socket: Path, interceptor: Interceptor, reachability: ReachabilityLog,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._docker_socket = docker_socket
+        self._interceptor = interceptor
+        self._reachability = reachability
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._upstream: Upstream | None = None
+        self._client_reader: asyncio.Task[None] | None = None
+        self._body_forwarded = False
+        self._hijack_possible = False
+        self.idle = True  # waiting for a request: safe to close on shutdown
+        self.stopping = False  # set on shutdown: no further request on this connection
+
+    async def run(self) -> None:
+        try:
+            while not self.stopping:
+                event = await self._client_event()
+                if not isinstance(event, h11.Request):
+                    return  # ConnectionClosed: the client is done
+                self.idle = False
+                if not await self._exchange(event) or not self._start_next_cycle():
+                    return
+                self.idle = True
+        except h11.RemoteProtocolError as error:
+            await self._answer_error(error.error_status_hint, f"malformed HTTP request: {error}", close=True)
+        except (ClientGone, _Abandon, ConnectionError):
+            pass
+        finally:
+            await self._stop_client_reader()
+            self._close_upstream()
+            with contextlib.suppress(RuntimeError):
+                self._writer.close()
+
+    # -- the client side --------------------------------------------------------------------------------
+
+    async def _client_event(self) -> h11.Event:
+        while True:
+            event = self._conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self._reader.read(READ_CHUNK_BYTES)
+            except OSError as error:
+                raise ClientGone(str(error)) from None
+            self._conn.receive_data(data)
+
+    async def _send(self, *events: h11.Event) -> None:
+        """Frame `events` and write them in one go (one syscall for a small answer), awaiting the client."""
+        data = b"".join(self._conn.send(event) or b"" for event in events)
+        if data:
+            try:
+                self._writer.write(data)
+                await self._writer.drain()
+            except OSError as error:
+                raise ClientGone(str(error)) from None
+
+    async def _answer_error(self, status: int, message: str, *, close: bool = False) -> bool:
+        """Docker's error shape; returns whether the connection may carry another request."""
+        if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return False  # an answer has begun: all we can do is close
+        body = json.dumps({"message": message}).encode()
+        headers = [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(body)).encode())]
+        if close:
+            headers.append((b"Connection", b"close"))
+        log.debug("answering %d: %s", status, message)
+        with contextlib.suppress(ClientGone, h11.LocalProtocolError):
+            await self._send(h11.Response(status_code=status, headers=headers), h11.Data(data=body),
+                             h11.EndOfMessage())
+        return not close
+
+    def _start_next_cycle(self) -> bool:
+        if self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE:
+            self._conn.start_next_cycle()
+            return True
+        return False
+
+    # -- one exchange -----------------------------------------------------------------------------------
+
+    async def _exchange(self, request: h11.Request) -> bool:
+        """Relay one request and its answer; returns whether the connection may carry another."""
+        match = hooked_route(request.method, request.target)
+        if match is not None:
+            return await self._hooked_exchange(request, match)
+        try:
+            upstream = await self._upstream_connection()
+            await upstream.send(h11.Request(
+                method=request.method, target=request.target,
+                headers=forwarded_request_headers(request.headers.raw_items()),
+            ))
+        except (DockerdUnreachable, UpstreamBroken) as error:
+            return await self._answer_error(503, str(error), close=True)
+        except h11.LocalProtocolError as error:
+            return await self._answer_error(400, f"cannot forward this request: {error}", close=True)
+        self._body_forwarded = False
+        self._hijack_possible = is_hijack_route(request.method, request.target)
+        self._client_reader = asyncio.create_task(self._forward_request_body(upstream))
+        answer = asyncio.create_task(self._relay_answer(upstream))
+        try:
+            pending: set[asyncio.Task[None]] = {answer, self._client_reader}
+            while answer in pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if self._client_reader in done and self._client_reader.exception() is not None:
+                    raise self._client_reader.exception()  # type: ignore[misc]
+            answer.result()
+        except UpstreamBroken as error:
+            return await self._answer_error(502, str(error), close=True)
+        finally:
+            answer.cancel()
+            await self._stop_client_reader()
+        return self._body_forwarded and upstream.finish_exchange() or self._drop_upstream()
+
+    async def _forward_request_body(self, upstream: Upstream) -> None:
+        """Stream the body up; then keep reading so a client that hangs up is noticed."""
+        try:
+            while True:
+                event = await self._client_event()
+                if isinstance(event, h11.Data):
+                    await upstream.send(h11.Data(data=bytes(event.data)))
+                elif isinstance(event, h11.EndOfMessage):
+                    await upstream.send(h11.EndOfMessage(headers=event.headers))
+                    break
+        except UpstreamBroken:
+            return  # dockerd stopped reading; its answer (or hang-up) is reported by _relay_answer
+        self._body_forwarded = True
+        await self._watch_client()
+
+    async def _watch_client(self) -> None:
+        """Buffer what the client sends next (h11 keeps it); EOF means it is gone, unless an upgrade
+        is pending (then the tunnel passes the EOF on)."""
+        while len(self._conn.trailing_data[0]) < MAX_HEAD_BYTES:
+            try:
+                data = await self._reader.read(READ_CHUNK_BYTES)
+            except OSError as error:
+                raise ClientGone(str(error)) from None
+            self._conn.receive_data(data)
+            if not data:
+                if self._conn.their_state is h11.MIGHT_SWITCH_PROTOCOL or self._hijack_possible:
+                    return
+                raise ClientGone("client closed the connection")
+
+    async def _stop_client_reader(self) -> None:
+        task, self._client_reader = self._client_reader, None
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _relay_answer(self, upstream: Upstream) -> None:
+        while True:
+            event = await upstream.next_event()
+            if isinstance(event, h11.Response):
+                break
+            assert isinstance(event, h11.InformationalResponse)
+            if event.status_code == 101:
+                await self._switch_protocols(upstream, event)
+            await self._send(h11.InformationalResponse(
+                status_code=event.status_code, headers=event.headers.raw_items(), reason=event.reason))
+        if self._hijack_possible and is_raw_stream_answer(event.status_code, event.headers.raw_items()):
+            head = raw_head(200, event.reason, end_to_end(event.headers.raw_items()))
+            await self._tunnel(upstream, head)
+        outgoing: list[h11.Event] = [h11.Response(
+            status_code=event.status_code, reason=event.reason,
+            headers=forwarded_response_headers(event.headers.raw_items(), event.status_code),
+        )]
+        try:
+            while not isinstance(event, h11.EndOfMessage):
+                # What has arrived goes out in one write; the client gets it before we wait for more.
+                if (event := upstream.buffered_event()) is None:
+                    await self._send(*outgoing)
+                    outgoing = []
+                    event = await upstream.next_event()
+                outgoing.append(h11.EndOfMessage() if isinstance(event, h11.EndOfMessage)
+                                else h11.Data(data=bytes(event.data)))
+        except UpstreamBroken as error:
+            await self._send(*outgoing)  # what did arrive; then closing tells the client the rest is lost
+            raise _Abandon(str(error)) from None
+        await self._send(*outgoing)
+
+    async def _switch_protocols(self, upstream: Upstream, answer: h11.InformationalResponse) -> None:
+        head = self._conn.send(h11.InformationalResponse(
+            status_code=101, reason=answer.reason,
+            headers=forwarded_response_headers(answer.headers.raw_items(), 101),
+        ))
+        await self._tunnel(upstream, head or b"")
+
+    async def _tunnel(self, upstream: Upstream, head: bytes) -> NoReturn:
+        """Write `head`, then carry raw bytes both ways until both sides are done; the connection ends."""
+        await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
+        try:
+            self._writer.write(head)
+            await self._writer.drain()
+        except OSError as error:
+            raise ClientGone(str(error)) from None
+        client_bytes, client_eof = self._conn.trailing_data
+        upstream_bytes, upstream_eof = upstream.conn.trailing_data
+        self._upstream = None  # the tunnel owns it now
+        try:
+            await run_tunnel(
+                TunnelEnd(self._reader, self._writer, client_bytes, client_eof),
+                TunnelEnd(upstream.reader, upstream.writer, upstream_bytes, upstream_eof),
+            )
+        finally:
+            upstream.close()
+        raise _Abandon("tunnel finished")
+
+    # -- hooked routes ----------------------------------------------------------------------------------
+
+    async def _hooked_exchange(self, request: h11.Request, match: RouteMatch) -> bool:
+        body = await self._whole_request_body()
+        if body is None:
+            return await self._answer_error(
+                413, f"request body over {MAX_HOOKED_BODY_BYTES} bytes on a hooked route", close=True)
+        call = InterceptedCall(match, request.method, request.target, tuple(request.headers.raw_items()))
+        try:
+            outcome = await self._interceptor.before(call, body)
+        except Exception as error:
+            log.exception("pre step for %s failed", match.route.value)
+            outcome = ErrorReply(500, f"runtimeproxy: {match.route.value}: {error}")
+        if isinstance(outcome, ErrorReply):
+            return await self._answer_error(outcome.status, outcome.message)
+        try:
+            upstream = await self._upstream_connection()
+            await upstream.send(h11.Request(
+                method=request.method, target=request.target,
+                headers=forwarded_request_headers(request.headers.raw_items(), body_length=len(outcome)),
+            ))
+            await upstream.send(h11.Data(data=outcome))
+            await upstream.send(h11.EndOfMessage())
+            answer = await self._whole_answer(upstream)
+        except DockerdUnreachable as error:
+            return await self._answer_error(503, str(error))
+        except UpstreamBroken as error:
+            self._drop_upstream()
+            return await self._answer_error(502, str(error))
+        try:
+            await self._interceptor.after(call, answer)
+        except Exception:  # a post step never changes the answer
+            log.exception("post step for %s failed", match.route.value)
+        await self._send(
+            h11.Response(status_code=answer.status,
+                         headers=forwarded_response_headers(answer.headers, answer.status)),
+            h11.Data(data=answer.body), h11.EndOfMessage())
+        return upstream.finish_exchange() or self._drop_upstream()
+
+    async def _whole_request_body(self) -> bytes | None:
+        """The complete request body, or None (body left unread) when it exceeds the limit."""
+        if self._conn.they_are_waiting_for_100_continue:
+            await self._send(h11.InformationalResponse(status_code=100, headers=[]))
+        chunks: list[bytes] = []
+        size = 0
+        while not isinstance(event := await self._client_event(), h11.EndOfMessage):
+            assert isinstance(event, h11.Data)
+            size += len(event.data)
+            if size > MAX_HOOKED_BODY_BYTES:
+                return None
+            chunks.append(bytes(event.data))
+        return b"".join(chunks)
+
+    async def _whole_answer(self, upstream: Upstream) -> UpstreamAnswer:
+        while not isinstance(head := await upstream.next_event(), h11.Response):
+            pass  # 1xx before the answer
+        chunks: list[bytes] = []
+        size = 0
+        while isinstance(event := await upstream.next_event(), h11.Data):
+            size += len(event.data)
+            if size > MAX_HOOKED_BODY_BYTES:
+                raise UpstreamBroken(f"dockerd's answer is over {MAX_HOOKED_BODY_BYTES} bytes")
+            chunks.append(bytes(event.data))
+        return UpstreamAnswer(head.status_code, tuple(head.headers.raw_items()), b"".join(chunks))
+
+    # -- the upstream connection ------------------------------------------------------------------------
+
+    async def _upstream_connection(self) -> Upstream:
+        if self._upstream is not None and self._upstream.reusable:
+            return self._upstream
+        self._close_upstream()
+        try:
+            self._upstream = await Upstream.connect(self._docker_socket)
+        except DockerdUnreachable as error:
+            self._reachability.update(False, str(error))
+            raise
+        self._reachability.update(True)
+        return self._upstream
+
+    def _drop_upstream(self) -> bool:
+        """Close the upstream connection after an exchange that left it unusable; the client may go on
+        only if its own side of the exchange completed."""
+        self._close_upstream()
+        return self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
+
+    def _close_upstream(self) -> None:
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            upstream.close()

@@ -1,0 +1,78 @@
+"""Docker mode's server: the proxy socket, one `ClientSession` per connection, graceful shutdown.
+
+The socket is claimed with the same rules as CRI mode (`runtimeproxy.listener`). On SIGTERM/SIGINT the
+proxy stops accepting, closes idle keep-alive connections, lets exchanges in flight finish for the grace
+period (long streams such as `events` or an attached terminal are cut after it), removes its socket and
+exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from runtimeproxy.docker.interception import Interceptor, PassThrough
+from runtimeproxy.docker.relay import ClientSession
+from runtimeproxy.docker.upstream import ReachabilityLog
+from runtimeproxy.lifecycle import run_until_signalled
+from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
+from runtimeproxy.options import ProxyOptions
+
+log = logging.getLogger(__name__)
+
+
+class DockerProxyServer:
+    def __init__(self, options: ProxyOptions, interceptor: Interceptor | None = None) -> None:
+        self.options = options
+        self.interceptor: Interceptor = interceptor or PassThrough()
+        self._server: asyncio.Server | None = None
+        self._sessions: dict[asyncio.Task[None], ClientSession] = {}
+        self._socket_inode: int | None = None
+        self._socket_lock: SocketLock | None = None
+        self._reachability = ReachabilityLog()
+
+    async def start(self) -> None:
+        path = self.options.listen_path
+        self._socket_lock = claim_socket_path(path)  # held until stop(): one proxy per socket
+        self._server = await asyncio.start_unix_server(self._serve_client, path=str(path))
+        self._socket_inode = restrict_socket(path)
+        log.info("Docker mode: listening on %s; dockerd at unix://%s (plugins are not called in Docker "
+                 "mode yet: every request is relayed unchanged)", path, self.options.runtime_path)
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        session = ClientSession(reader, writer, self.options.runtime_path, self.interceptor, self._reachability)
+        self._sessions[task] = session
+        try:
+            await session.run()
+        except Exception:  # never let one connection take the server down
+            log.exception("Docker relay: connection failed")
+        finally:
+            self._sessions.pop(task, None)
+
+    async def stop(self, grace: float | None = None) -> None:
+        grace = self.options.shutdown_grace_seconds if grace is None else grace
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task, session in list(self._sessions.items()):
+            session.stopping = True
+            if session.idle:
+                task.cancel()
+        tasks = list(self._sessions)
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        release_socket(self.options.listen_path, self._socket_inode)
+        self._socket_inode = None
+        if self._socket_lock is not None:
+            self._socket_lock.release()
+            self._socket_lock = None
+
+
+async def serve_docker(options: ProxyOptions) -> None:
+    """Run Docker mode until SIGTERM or SIGINT, then shut down gracefully."""
+    await run_until_signalled(DockerProxyServer(options), options.shutdown_grace_seconds)

@@ -1,0 +1,104 @@
+"""One HTTP/1.1 client connection to dockerd's unix socket, framed by h11."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import h11
+
+from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES
+
+log = logging.getLogger(__name__)
+
+# Go's net/http default limit on a message head (dockerd and its clients use it).
+MAX_HEAD_BYTES = 1024 * 1024
+
+
+class DockerdUnreachable(ConnectionError):
+    """dockerd's socket could not be connected to."""
+
+
+class UpstreamBroken(ConnectionError):
+    """dockerd closed the connection or answered something that is not HTTP/1.1."""
+
+
+class ReachabilityLog:
+    """One log line when dockerd becomes unreachable and one when it is back; never one per request."""
+
+    def __init__(self) -> None:
+        self._reachable: bool | None = None
+
+    def update(self, reachable: bool, detail: str = "") -> None:
+        if reachable == self._reachable:
+            return
+        if reachable and self._reachable is not None:
+            log.info("dockerd is reachable again")
+        elif not reachable:
+            log.warning("%s; answering 503 until it is back", detail)
+        self._reachable = reachable
+
+
+class Upstream:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+    @classmethod
+    async def connect(cls, socket_path: Path) -> Upstream:
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise DockerdUnreachable(f"cannot reach dockerd at unix://{socket_path}: {reason}") from None
+        return cls(reader, writer)
+
+    @property
+    def reusable(self) -> bool:
+        """Idle, and dockerd has not closed it meanwhile."""
+        return self.conn.our_state is h11.IDLE and not self.reader.at_eof() and not self.writer.is_closing()
+
+    async def send(self, event: h11.Event) -> None:
+        data = self.conn.send(event)
+        if data:
+            try:
+                self.writer.write(data)
+                await self.writer.drain()
+            except OSError as error:
+                raise UpstreamBroken(f"writing to dockerd failed: {error}") from None
+
+    def buffered_event(self) -> h11.Event | None:
+        """The next response event if what was read already holds it, else None (no I/O)."""
+        try:
+            event = self.conn.next_event()
+        except h11.RemoteProtocolError as error:
+            if self.conn.trailing_data[1]:  # h11 saw EOF mid-message
+                raise UpstreamBroken("dockerd closed the connection before its answer was complete") from None
+            raise UpstreamBroken(f"dockerd sent an invalid answer: {error}") from None
+        if isinstance(event, h11.ConnectionClosed):
+            raise UpstreamBroken("dockerd closed the connection")
+        return None if event is h11.NEED_DATA else event
+
+    async def next_event(self) -> h11.Event:
+        """The next response event; UpstreamBroken when dockerd hangs up or sends garbage."""
+        while (event := self.buffered_event()) is None:
+            try:
+                data = await self.reader.read(READ_CHUNK_BYTES)
+            except OSError as error:
+                raise UpstreamBroken(f"reading from dockerd failed: {error}") from None
+            self.conn.receive_data(data)
+        return event
+
+    def finish_exchange(self) -> bool:
+        """Ready the connection for the next request; False when it cannot be reused."""
+        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
+            self.conn.start_next_cycle()
+            return True
+        return False
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop may already be closed at shutdown
+            self.writer.close()

@@ -1,0 +1,265 @@
+"""The Docker relay against a scripted fake dockerd: headers, streaming, upgrades, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, header_lines, read_head
+
+from runtimeproxy.docker.server import DockerProxyServer
+from runtimeproxy.options import ProxyOptions
+
+OK_BODY = b'{"ApiVersion":"1.41"}'
+OK_ANSWER = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nKeep-Alive: timeout=5\r\n"
+             b"Connection: keep-alive\r\nContent-Length: %d\r\n\r\n%s" % (len(OK_BODY), OK_BODY))
+
+
+def run(scenario: object) -> None:
+    asyncio.run(asyncio.wait_for(scenario, 3 * WAIT_SECONDS))  # type: ignore[arg-type]
+
+
+def test_headers_cross_with_empty_host_and_without_hop_by_hop(tmp_path: Path) -> None:
+    heads: list[bytes] = []
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not reader.at_eof():
+            try:
+                heads.append(await read_head(reader))
+            except asyncio.IncompleteReadError:
+                return
+            writer.write(OK_ANSWER)
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd) as fake, docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            request = (b"GET /v1.41/version HTTP/1.1\r\nHost: \r\nX-Registry-Auth: e30=\r\n"
+                       b"Connection: keep-alive, X-Per-Hop\r\nX-Per-Hop: 1\r\nKeep-Alive: timeout=5\r\n"
+                       b"User-Agent: Go-http-client/1.1\r\n\r\n")
+            for _ in range(2):
+                response, body = await exchange(reader, writer, request)
+                assert response.status_code == 200 and body == OK_BODY
+                names = {name.lower() for name, _ in response.headers}
+                assert b"keep-alive" not in names and b"content-type" in names
+            writer.close()
+            assert fake.connections == 1  # the upstream connection is kept and reused
+        assert header_lines(heads[0]) == [
+            b"Host: ", b"X-Registry-Auth: e30=", b"User-Agent: Go-http-client/1.1"]
+
+    run(scenario())
+
+
+def test_chunked_upload_streams_chunk_by_chunk(tmp_path: Path) -> None:
+    first_chunk_arrived = asyncio.Event()
+    received: list[bytes] = []
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        received.append(head)
+        received.append(await reader.readuntil(b"first\r\n"))
+        first_chunk_arrived.set()
+        received.append(await reader.readuntil(b"0\r\n\r\n"))
+        writer.write(OK_ANSWER)
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"POST /images/load HTTP/1.1\r\nHost: docker\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"5\r\nfirst\r\n")
+            await writer.drain()
+            await asyncio.wait_for(first_chunk_arrived.wait(), WAIT_SECONDS)  # before the rest is sent
+            response, _ = await exchange(reader, writer, b"6\r\nsecond\r\n0\r\n\r\n")
+            assert response.status_code == 200
+        assert b"Transfer-Encoding: chunked" in received[0]
+        assert b"".join(received[1:]).endswith(b"6\r\nsecond\r\n0\r\n\r\n")
+
+    run(scenario())
+
+
+def test_streamed_answer_is_flushed_as_it_arrives(tmp_path: Path) -> None:
+    client_got_first = asyncio.Event()
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"6\r\nevent1\r\n")
+        await asyncio.wait_for(client_got_first.wait(), WAIT_SECONDS)
+        writer.write(b"6\r\nevent2\r\n0\r\n\r\n")
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n")
+            await read_head(reader)
+            assert await asyncio.wait_for(reader.readuntil(b"event1\r\n"), WAIT_SECONDS)
+            client_got_first.set()
+            assert (await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), WAIT_SECONDS)).endswith(
+                b"event2\r\n0\r\n\r\n")
+
+    run(scenario())
+
+
+def test_client_going_away_closes_the_upstream_stream(tmp_path: Path) -> None:
+    upstream_saw_eof = asyncio.Event()
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nevent1\r\n")
+        assert await asyncio.wait_for(reader.read(), WAIT_SECONDS) == b""
+        upstream_saw_eof.set()
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"GET /events HTTP/1.1\r\nHost: docker\r\n\r\n")
+            await asyncio.wait_for(reader.readuntil(b"event1\r\n"), WAIT_SECONDS)
+            writer.close()
+            await asyncio.wait_for(upstream_saw_eof.wait(), WAIT_SECONDS)
+
+    run(scenario())
+
+
+def test_upgrade_carries_raw_bytes_with_half_close(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        assert b"Connection: Upgrade" in head and b"Upgrade: tcp" in head
+        await reader.readexactly(2)  # the {} body
+        writer.write(b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
+                     b"Connection: Upgrade\r\nUpgrade: tcp\r\n\r\nready;")
+        stdin = await asyncio.wait_for(reader.read(), WAIT_SECONDS)  # until the client's EOF
+        writer.write(b"echo:" + stdin)  # output still flows after stdin ended
+        await writer.drain()
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"POST /v1.41/exec/abc/start HTTP/1.1\r\nHost: \r\nConnection: Upgrade\r\n"
+                         b"Upgrade: tcp\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+            head = await read_head(reader)
+            assert head.startswith(b"HTTP/1.1 101 UPGRADED\r\n")
+            assert {b"Connection: Upgrade", b"Upgrade: tcp"} <= set(header_lines(head))
+            assert await asyncio.wait_for(reader.readexactly(6), WAIT_SECONDS) == b"ready;"
+            writer.write(b"hi\n")
+            writer.write_eof()
+            assert await asyncio.wait_for(reader.read(), WAIT_SECONDS) == b"echo:hi\n"
+
+    run(scenario())
+
+
+def test_dockerd_down_is_a_json_503_naming_the_socket(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with docker_proxy(tmp_path) as proxy:
+            for _ in range(2):
+                reader, writer = await asyncio.open_unix_connection(str(proxy))
+                response, body = await exchange(reader, writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
+                assert response.status_code == 503
+                assert (b"content-type", b"application/json") in list(response.headers)
+                assert f"unix://{tmp_path / 'dockerd.sock'}" in json.loads(body)["message"]
+
+    with caplog.at_level(logging.WARNING, logger="runtimeproxy.docker"):
+        run(scenario())
+    assert len([r for r in caplog.records if "cannot reach dockerd" in r.getMessage()]) == 1  # not per request
+
+
+def test_dockerd_hanging_up_before_answering_is_a_502(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)  # then close without a word
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            response, body = await exchange(reader, writer, b"GET /info HTTP/1.1\r\nHost: \r\n\r\n")
+        assert response.status_code == 502
+        assert "dockerd closed the connection before" in json.loads(body)["message"]
+
+    run(scenario())
+
+
+def test_garbage_gets_400_and_the_connection_closes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"\x16\x03\x01 not http at all\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), WAIT_SECONDS)  # read() ends: connection closed
+            assert answer.startswith(b"HTTP/1.1 400 ")
+            assert b'"message": "malformed HTTP request' in answer
+            # the proxy still serves other connections
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            response, _ = await exchange(reader, writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
+            assert response.status_code == 503
+
+    run(scenario())
+
+
+def test_http_1_0_client_without_host_gets_a_close_delimited_answer(tmp_path: Path) -> None:
+    heads: list[bytes] = []
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await read_head(reader))
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nOK\r\n0\r\n\r\n")
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"GET /_ping HTTP/1.0\r\n\r\n")
+            answer = await asyncio.wait_for(reader.read(), WAIT_SECONDS)
+            assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nOK")
+        assert header_lines(heads[0]) == [b"Host: "]
+
+    run(scenario())
+
+
+def test_shutdown_closes_idle_connections_and_cuts_streams_after_the_grace(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await read_head(reader)
+            if b"/events" in head:
+                writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nevent1\r\n")
+                await reader.read()  # a stream that never ends by itself
+                return
+            writer.write(OK_ANSWER)
+
+    async def scenario() -> None:
+        options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock")
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd):
+            proxy = DockerProxyServer(options)
+            await proxy.start()
+            idle_reader, idle_writer = await asyncio.open_unix_connection(str(options.listen_path))
+            response, _ = await exchange(idle_reader, idle_writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
+            assert response.status_code == 200
+            stream_reader, stream_writer = await asyncio.open_unix_connection(str(options.listen_path))
+            stream_writer.write(b"GET /events HTTP/1.1\r\nHost: \r\n\r\n")
+            await asyncio.wait_for(stream_reader.readuntil(b"event1\r\n"), WAIT_SECONDS)
+            await proxy.stop(grace=0.1)
+            assert await asyncio.wait_for(idle_reader.read(), WAIT_SECONDS) == b""
+            assert await asyncio.wait_for(stream_reader.read(), WAIT_SECONDS) == b""  # cut, not finished
+            assert not options.listen_path.exists()
+
+    run(scenario())
+
+
+def test_hijack_without_upgrade_becomes_a_raw_stream_too(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        assert b"Upgrade" not in head
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\nready;")
+        stdin = await asyncio.wait_for(reader.read(), WAIT_SECONDS)
+        writer.write(b"echo:" + stdin)
+        await writer.drain()
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(b"POST /containers/abc/attach?stream=1&stdin=1&stdout=1 HTTP/1.1\r\nHost: \r\n\r\n")
+            head = await read_head(reader)
+            assert head == b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n"
+            assert await asyncio.wait_for(reader.readexactly(6), WAIT_SECONDS) == b"ready;"
+            writer.write(b"hi\n")
+            writer.write_eof()
+            assert await asyncio.wait_for(reader.read(), WAIT_SECONDS) == b"echo:hi\n"
+
+    run(scenario())

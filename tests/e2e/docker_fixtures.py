@@ -1,0 +1,91 @@
+"""Session fixtures for Docker mode: a private dockerd with the lab images, the proxy in Docker mode in
+front of it, and cri-dockerd (the kubelet's side) in front of the proxy. Imported by conftest.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.lab.docker_images import build_docker_archives
+from runtimeproxy.lab.dockerd import (
+    CriDockerd,
+    DockerdInstance,
+    DockerModeProxy,
+    check_docker_prerequisites,
+    find_tool,
+)
+from runtimeproxy.lab.images import PAUSE_IMAGE
+
+IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
+Crictl = Callable[..., str]
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
+        pytest.fail(f"cannot run the Docker-mode e2e tests: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def dockerd(workdir: Path) -> Iterator[DockerdInstance]:
+    reason = check_docker_prerequisites()
+    if reason:
+        _missing(reason)
+    instance = DockerdInstance(workdir / "dk")
+    instance.start()
+    try:
+        instance.load_images(build_docker_archives(IMAGE_CACHE))
+        yield instance
+    finally:
+        instance.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_mode_proxy(dockerd: DockerdInstance, workdir: Path) -> Iterator[DockerModeProxy]:
+    proxy = DockerModeProxy(workdir / "dkproxy" / "rp.sock", dockerd.socket, extra_args=["--log-level=debug"])
+    proxy.start()
+    yield proxy
+    assert proxy.stop() == 0, proxy.log_tail()
+
+
+@pytest.fixture(scope="session")
+def crictl_binary() -> Path:
+    binary = find_tool("crictl")
+    if binary is None:
+        _missing("crictl not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin")
+    return binary  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def cri_dockerd(docker_mode_proxy: DockerModeProxy, crictl_binary: Path, workdir: Path) -> Iterator[Crictl]:
+    """crictl → cri-dockerd → proxy → dockerd; yields crictl(*args) -> stdout."""
+    binary = find_tool("cri-dockerd")
+    if binary is None:
+        _missing("cri-dockerd not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin")
+    server = CriDockerd(binary, workdir / "cridk", docker_mode_proxy.listen_path, PAUSE_IMAGE)  # type: ignore[arg-type]
+
+    def crictl(*args: str, input_text: str | None = None) -> str:
+        endpoint = f"unix://{server.socket}"
+        result = subprocess.run(
+            [str(crictl_binary), "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
+             "--timeout", "30s", *args],
+            capture_output=True, text=True, timeout=120, input=input_text,
+        )
+        assert result.returncode == 0, f"crictl {' '.join(args)}: {result.stderr}\n{server.log_tail()}"
+        return result.stdout
+
+    server.start(ready=lambda: _answers(crictl))
+    yield crictl
+    server.stop()
+
+
+def _answers(crictl: Crictl) -> bool:
+    try:
+        crictl("version")
+    except AssertionError:
+        return False
+    return True
