@@ -1,4 +1,9 @@
-"""Channels to the backend runtime (containerd), tracking of its reachability and a liveness probe."""
+"""Channels to the backend runtime (containerd), tracking of its reachability and a liveness probe.
+
+BackendHealth is the one record of whether each backend is healthy (connected and
+answering the probe): the gRPC health service, /readyz, the reachability metric and
+`runtimeproxyctl status` all read it.
+"""
 
 from __future__ import annotations
 
@@ -121,6 +126,45 @@ def _settled_reachability(state: grpc.ChannelConnectivity) -> bool | None:
     if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
         return False
     return None
+
+
+HealthListener = Callable[[BackendChannel], Awaitable[None]]
+
+
+class BackendHealth:
+    """Per backend role: healthy while connected and answering probes; fed by watch() and probe()."""
+
+    def __init__(self) -> None:
+        self._reachable: dict[str, bool] = {}
+        self._responsive: dict[str, bool] = {}
+        self._on_change: HealthListener | None = None
+
+    def healthy(self, channel: BackendChannel) -> bool:
+        return self._reachable.get(channel.role, False) and self._responsive.get(channel.role, True)
+
+    def problem(self, channel: BackendChannel) -> str | None:
+        """Why the backend is not healthy, in a few words; None when it is."""
+        if not self._reachable.get(channel.role, False):
+            return "unreachable"
+        if not self._responsive.get(channel.role, True):
+            return "connected but not answering"
+        return None
+
+    def listen(self, on_change: HealthListener) -> None:
+        """Have on_change(channel) called after every change (the gRPC health service's publisher)."""
+        self._on_change = on_change
+
+    async def on_reachability(self, channel: BackendChannel, reachable: bool) -> None:
+        self._reachable[channel.role] = reachable
+        await self._changed(channel)
+
+    async def on_responsiveness(self, channel: BackendChannel, responsive: bool) -> None:
+        self._responsive[channel.role] = responsive
+        await self._changed(channel)
+
+    async def _changed(self, channel: BackendChannel) -> None:
+        if self._on_change is not None:
+            await self._on_change(channel)
 
 
 class Backend:

@@ -1,10 +1,10 @@
 """Raw-bytes relaying of one RPC to the backend.
 
 No (de)serializer is installed on either side, so request and response bytes are
-handed through as they are. Status code, message and trailing metadata (which carries
-`grpc-status-details-bin`) of a failed backend call reach the caller unchanged; the
-caller's metadata and remaining deadline go upstream; a cancelled call is cancelled
-upstream.
+handed through as they are. The backend's initial and trailing metadata reach the
+caller on every call, successful or not, and so do the status code and message of a
+failed one (its trailers carry `grpc-status-details-bin`); the caller's metadata and
+remaining deadline go upstream; a cancelled call is cancelled upstream.
 """
 
 from __future__ import annotations
@@ -46,10 +46,29 @@ def forwarded_metadata(context: grpc.aio.ServicerContext) -> Metadata | None:
     return kept or None
 
 
+async def relay_initial_metadata(context: grpc.aio.ServicerContext, call: grpc.aio.Call) -> None:
+    """Send the backend's initial metadata to the caller, before any response message.
+
+    Waits for the backend's headers (a stream's come with its first message at the
+    latest). Nothing is sent when there is none (containerd sends none): no extra work
+    on the hot path.
+    """
+    initial = await call.initial_metadata()
+    if initial:
+        await context.send_initial_metadata(tuple(initial))
+
+
+async def relay_trailing_metadata(context: grpc.aio.ServicerContext, call: grpc.aio.Call) -> None:
+    """Have the caller's status carry the backend's trailing metadata (a finished call's)."""
+    trailing = await call.trailing_metadata()
+    if trailing:
+        context.set_trailing_metadata(tuple(trailing))
+
+
 async def relay_failure(
     context: grpc.aio.ServicerContext, error: grpc.aio.AioRpcError, backend: BackendChannel
 ) -> None:
-    """End the caller's RPC with the backend's status (never returns)."""
+    """End the caller's RPC with the backend's status and trailing metadata (never returns)."""
     details = error.details() or ""
     code = error.code()
     if code is grpc.StatusCode.UNAVAILABLE and not backend.is_ready():
@@ -126,18 +145,22 @@ class PeerStatus:
 
 
 def _single_response(
-    backend: BackendChannel, open_call: Callable[..., Awaitable[bytes]]
+    backend: BackendChannel, open_call: Callable[..., grpc.aio.UnaryUnaryCall]
 ) -> Callable[..., Awaitable[bytes]]:
     """A unary behaviour: one request, one response."""
 
     async def relay(request: object, context: grpc.aio.ServicerContext) -> bytes:
+        call = open_call(request, timeout=context.time_remaining(), metadata=forwarded_metadata(context))
         try:
-            return await open_call(
-                request, timeout=context.time_remaining(), metadata=forwarded_metadata(context)
-            )
+            response = await call
         except grpc.aio.AioRpcError as error:
+            await relay_initial_metadata(context, call)
             await relay_failure(context, error, backend)
             raise  # unreachable: abort raises
+        # Settled: both are at hand without waiting.
+        await relay_initial_metadata(context, call)
+        await relay_trailing_metadata(context, call)
+        return response  # type: ignore[no-any-return]
 
     return relay
 
@@ -171,8 +194,10 @@ def _relay_responses(
             request, timeout=context.time_remaining(), metadata=forwarded_metadata(context)
         )
         try:
+            await relay_initial_metadata(context, call)
             async for message in call:
                 yield message
+            await relay_trailing_metadata(context, call)
         except grpc.aio.AioRpcError as error:
             await relay_failure(context, error, backend)
         finally:
@@ -198,8 +223,10 @@ def _relay_request_stream(
         peer = PeerStatus(call)
         writer = asyncio.create_task(_write_requests(call, requests))
         try:
+            await relay_initial_metadata(context, call)
             async for message in call:
                 yield message
+            await relay_trailing_metadata(context, call)
         except grpc.aio.AioRpcError as error:
             await relay_failure(context, await peer.resolve(error, context.time_remaining()), backend)
         finally:

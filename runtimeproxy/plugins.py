@@ -413,6 +413,14 @@ class PluginRegistry:
         """Why a config file's current content is not in force, by file name (for status)."""
         return {name: state.problem for name, state in self._files.items() if state.problem}
 
+    def directory_problem(self) -> str:
+        """Why the directory itself keeps plugins from (re)loading, or "" (for status)."""
+        if self._dir_state == "missing":
+            return "does not exist; no plugins until it does"
+        if self._dir_state not in (None, "present"):
+            return f"is {self._dir_state}"
+        return f"{self._dir_problem}; no file in it is used" if self._dir_problem else ""
+
     async def reload(self) -> bool:
         """Scan the directory once off the event loop; True if the plugins changed."""
         if self._closed:

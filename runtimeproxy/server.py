@@ -15,7 +15,7 @@ from runtimeproxy.allocator import IdleTrimmer
 from runtimeproxy.admin.cri_calls import CriCallRecorder
 from runtimeproxy.admin.operator import OperatorEndpoints
 from runtimeproxy.admin.status import ProxyParts
-from runtimeproxy.backend import Backend, BackendChannel
+from runtimeproxy.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.hooks.service import HookService
@@ -97,13 +97,12 @@ def server_options(max_request_bytes: int, max_response_bytes: int) -> list[tupl
 
 
 class HealthReporter:
-    """Health per CRI service: SERVING while the backend channel behind it is connected and answers probes."""
+    """Publishes BackendHealth to the gRPC health service: per CRI service, and overall under ""."""
 
-    def __init__(self, servicer: health.aio.HealthServicer, backend: Backend) -> None:
+    def __init__(self, servicer: health.aio.HealthServicer, backend: Backend, state: BackendHealth) -> None:
         self._servicer = servicer
         self._backend = backend
-        self._reachable: dict[str, bool] = {}
-        self._responsive: dict[str, bool] = {}
+        self._state = state
 
     def _services_behind(self, channel: BackendChannel) -> list[str]:
         names = cri_service_names()
@@ -112,26 +111,16 @@ class HealthReporter:
         is_image = channel is self._backend.image
         return [name for name in names if name.endswith(".ImageService") == is_image]
 
-    def _healthy(self, channel: BackendChannel) -> bool:
-        return self._reachable.get(channel.role, False) and self._responsive.get(channel.role, True)
-
     async def set_all_not_serving(self) -> None:
         for name in [_OVERALL, *cri_service_names()]:
             await self._servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
-    async def on_reachability(self, channel: BackendChannel, reachable: bool) -> None:
-        self._reachable[channel.role] = reachable
-        await self._publish(channel)
-
-    async def on_responsiveness(self, channel: BackendChannel, responsive: bool) -> None:
-        self._responsive[channel.role] = responsive
-        await self._publish(channel)
-
-    async def _publish(self, channel: BackendChannel) -> None:
-        status = _serving(self._healthy(channel))
+    async def publish(self, channel: BackendChannel) -> None:
+        status = _serving(self._state.healthy(channel))
         for name in self._services_behind(channel):
             await self._servicer.set(name, status)
-        await self._servicer.set(_OVERALL, _serving(all(self._healthy(each) for each in self._backend.channels)))
+        healthy = all(self._state.healthy(each) for each in self._backend.channels)
+        await self._servicer.set(_OVERALL, _serving(healthy))
 
 
 def _serving(ok: bool) -> int:
@@ -161,7 +150,8 @@ class ProxyServer:
         )
         self.hook_service = HookService(options, self.backend)
         await self.hook_service.start()
-        parts = ProxyParts(self.backend, self.hook_service, started,
+        backend_health = BackendHealth()
+        parts = ProxyParts(self.backend, self.hook_service, started, backend_health,
                            CriCallRecorder() if options.metrics_address else None)
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),
@@ -185,25 +175,27 @@ class ProxyServer:
         self.operator = OperatorEndpoints(options, parts)
         await self.operator.start()
 
-        reporter = HealthReporter(self._health, self.backend)
+        reporter = HealthReporter(self._health, self.backend, backend_health)
         await reporter.set_all_not_serving()
+        backend_health.listen(reporter.publish)
         self._watchers = [
             task
             for channel in self.backend.channels
             for task in (
-                asyncio.create_task(channel.watch(reporter.on_reachability), name=f"watch-{channel.role}"),
-                asyncio.create_task(channel.probe(reporter.on_responsiveness), name=f"probe-{channel.role}"),
+                asyncio.create_task(channel.watch(backend_health.on_reachability), name=f"watch-{channel.role}"),
+                asyncio.create_task(channel.probe(backend_health.on_responsiveness), name=f"probe-{channel.role}"),
             )
         ]
         trimmer = IdleTrimmer(lambda: handler.calls_started)
         self._watchers.append(asyncio.create_task(trimmer.run(), name="idle-trimmer"))
         log.info(
-            "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)",
+            "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)%s",
             options.listen_path,
             self.backend.runtime.target,
             self.backend.image.target,
             options.hook_config_dir,
             len(self.hook_service.registry.plugins),
+            self.operator.summary(),
         )
 
     async def stop(self, grace: float | None = None) -> None:

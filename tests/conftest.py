@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +29,16 @@ def synthetic(loop_thread: LoopThread, tmp_path: Path) -> Iterator[SyntheticBack
     loop_thread.run(backend.start())
     yield backend
     loop_thread.run(backend.stop(0))
+
+
+@pytest.fixture
+def synthetic_process(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    """A synthetic backend in its own process (one a test can freeze with SIGSTOP): (socket, process)."""
+    path = tmp_path / "backend-process.sock"
+    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(path)])
+    yield path, backend
+    backend.terminate()
+    backend.wait(10)
 
 
 ProxyFactory = Callable[..., ProxyServer]

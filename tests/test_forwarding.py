@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -18,6 +19,7 @@ from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.kinds import tally_every_kind
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
+from runtimeproxy.methods import Kind, cri_method_table, unknown_method
 from runtimeproxy.server import ProxyServer
 
 VERSION = "/runtime.v1.RuntimeService/Version"
@@ -273,3 +275,116 @@ def test_every_kind_of_call_to_a_method_the_backend_lacks_is_unimplemented(
         loop_thread.run(bare.stop(0))
     for kind, tally in tallies.items():
         assert tally == {("UNIMPLEMENTED", "Method not found!"): 100}, kind
+
+
+# --- metadata on successful calls ------------------------------------------------------------
+
+INITIAL = (("x-backend-initial", "i-1"), ("x-backend-initial-bin", b"\x00\xff"))
+TRAILING = (("x-backend-trailing", "t-1"), ("x-backend-trailing-bin", b"\x01\x02"))
+ANSWER = b"\x0a\x03abc"  # also a valid RunPodSandboxResponse (pod_sandbox_id "abc")
+FAILING_PATH = "/runtime.v1.RuntimeService/Status"
+
+
+class _MetadataBackend(grpc.GenericRpcHandler):
+    """Answers every method, of every kind, with initial and trailing metadata; Status fails."""
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = cri_method_table().get(details.method) or unknown_method(details.method)
+        assert method is not None
+        if method.kind is Kind.UNARY_UNARY:
+            return grpc.unary_unary_rpc_method_handler(self._failing if method.path == FAILING_PATH else self._unary)
+        if method.kind is Kind.UNARY_STREAM:
+            return grpc.unary_stream_rpc_method_handler(self._stream)
+        return grpc.stream_stream_rpc_method_handler(self._bidi)
+
+    async def _unary(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.send_initial_metadata(INITIAL)
+        context.set_trailing_metadata(TRAILING)
+        return ANSWER
+
+    async def _failing(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await context.send_initial_metadata(INITIAL)
+        await context.abort(grpc.StatusCode.NOT_FOUND, "gone", TRAILING)
+
+    async def _stream(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        await context.send_initial_metadata(INITIAL)
+        yield ANSWER
+        yield ANSWER
+        context.set_trailing_metadata(TRAILING)
+
+    async def _bidi(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        await context.send_initial_metadata(INITIAL)
+        async for _ in requests:
+            yield ANSWER
+        context.set_trailing_metadata(TRAILING)
+
+
+@pytest.fixture
+def metadata_client(
+    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+) -> Iterator[grpc.Channel]:
+    async def serve() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((_MetadataBackend(),))
+        server.add_insecure_port(grpc_target(tmp_path / "metadata.sock"))
+        await server.start()
+        return server
+
+    backend = loop_thread.run(serve())
+    configs = tmp_path / "hookserver.d"
+    configs.mkdir(mode=0o755)
+    # A registered plugin that is not there (Ignore): the hooked calls run their hooks, then relay.
+    (configs / "absent.json").write_text(json.dumps({
+        "remote-endpoint": str(tmp_path / "absent-plugin.sock"), "failure-policy": "Ignore",
+        "runtime-hooks": ["PreRunPodSandbox", "PostStopPodSandbox"],
+    }))
+    proxy = start_proxy(runtime_path=tmp_path / "metadata.sock", hook_config_dir=configs)
+    try:
+        with open_channel(proxy.options.listen_path) as channel:
+            yield channel
+    finally:
+        loop_thread.run(backend.stop(0))
+
+
+def _assert_backend_metadata(call: grpc.Call) -> None:
+    initial, trailing = dict(call.initial_metadata()), dict(call.trailing_metadata())
+    assert {key: initial.get(key) for key, _ in INITIAL} == dict(INITIAL)
+    assert {key: trailing.get(key) for key, _ in TRAILING} == dict(TRAILING)
+
+
+RUN_POD_SANDBOX = "/runtime.v1.RuntimeService/RunPodSandbox"
+STOP_POD_SANDBOX = "/runtime.v1.RuntimeService/StopPodSandbox"
+UNKNOWN = "/runtime.v2.RuntimeService/Version"
+
+
+@pytest.mark.parametrize("path", [VERSION, RUN_POD_SANDBOX, STOP_POD_SANDBOX, UNKNOWN])
+def test_a_successful_single_answer_carries_the_backend_metadata(metadata_client: grpc.Channel, path: str) -> None:
+    # Version plain, RunPodSandbox with a pre-hook, StopPodSandbox with a post-hook, a method in no descriptor.
+    response, call = metadata_client.unary_unary(path).with_call(b"", timeout=10)
+    assert response == ANSWER
+    _assert_backend_metadata(call)
+
+
+@pytest.mark.parametrize(("path", "answers"), [(EVENTS, 2), (UNKNOWN, 1)])  # the unknown one is relayed as bidi
+def test_a_successful_stream_carries_the_backend_metadata(
+    metadata_client: grpc.Channel, path: str, answers: int
+) -> None:
+    stream = metadata_client.unary_stream(path)(b"", timeout=10)
+    assert list(stream) == [ANSWER] * answers
+    _assert_backend_metadata(stream)
+
+
+def test_client_streams_carry_the_backend_metadata(metadata_client: grpc.Channel) -> None:
+    response, call = metadata_client.stream_unary(UNKNOWN).with_call(iter([b"a"]), timeout=10)
+    assert response == ANSWER
+    _assert_backend_metadata(call)
+    bidi = metadata_client.stream_stream(UNKNOWN)(iter([b"a", b"b"]), timeout=10)
+    assert list(bidi) == [ANSWER, ANSWER]
+    _assert_backend_metadata(bidi)
+
+
+def test_a_failed_call_carries_the_backend_initial_metadata_too(metadata_client: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as raised:
+        metadata_client.unary_unary(FAILING_PATH)(b"", timeout=10)
+    assert raised.value.code() is grpc.StatusCode.NOT_FOUND
+    _assert_backend_metadata(raised.value)  # type: ignore[arg-type]

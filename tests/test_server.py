@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -100,25 +99,20 @@ def test_backend_down_then_up_without_a_proxy_restart(
 
 
 def test_health_turns_not_serving_while_a_connected_backend_is_frozen(
-    start_proxy: Callable[..., ProxyServer], tmp_path: Path
+    start_proxy: Callable[..., ProxyServer], synthetic_process: tuple[Path, subprocess.Popen[bytes]]
 ) -> None:
-    path = tmp_path / "frozen.sock"
-    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(path)])
-    try:
-        proxy = start_proxy(runtime_path=path)
-        with open_channel(proxy.options.listen_path) as channel:
-            wait_for_health(channel, SERVING, timeout=30)
-            backend.send_signal(signal.SIGSTOP)  # the connection stays up; nothing answers
-            try:
-                wait_for_health(channel, NOT_SERVING, timeout=30)
-                wait_for_health(channel, NOT_SERVING, "runtime.v1.RuntimeService")
-            finally:
-                backend.send_signal(signal.SIGCONT)
-            wait_for_health(channel, SERVING, timeout=30)
-            wait_for_health(channel, SERVING, "runtime.v1.ImageService")
-    finally:
-        backend.terminate()
-        backend.wait(10)
+    path, backend = synthetic_process
+    proxy = start_proxy(runtime_path=path)
+    with open_channel(proxy.options.listen_path) as channel:
+        wait_for_health(channel, SERVING, timeout=30)
+        backend.send_signal(signal.SIGSTOP)  # the connection stays up; nothing answers
+        try:
+            wait_for_health(channel, NOT_SERVING, timeout=30)
+            wait_for_health(channel, NOT_SERVING, "runtime.v1.RuntimeService")
+        finally:
+            backend.send_signal(signal.SIGCONT)
+        wait_for_health(channel, SERVING, timeout=30)
+        wait_for_health(channel, SERVING, "runtime.v1.ImageService")
 
 
 def test_image_calls_go_to_the_image_endpoint(

@@ -138,7 +138,9 @@ def render_status(status: admin.StatusResponse) -> str:
         [b.role, b.endpoint, "yes" if b.reachable else "NO",
          f"{b.runtime_name} {b.runtime_version}".strip() or "-"] for b in status.backends
     ])
-    lines += ["", "PLUGINS"]
+    lines += ["", f"PLUGINS  (configs in {status.plugin_config_dir})"]
+    if status.plugin_config_dir_problem:
+        lines.append(f"config directory problem: {status.plugin_config_dir_problem}")
     if not status.plugins:
         lines.append("(none registered)")
     for plugin in status.plugins:

@@ -92,10 +92,12 @@ class ProxyCollector(Collector):
                                 value=len(hooks.registry.config_problems()))
 
     def _backend_and_store(self) -> Iterator[Metric]:
-        reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable",
-                                      "1 while the backend runtime socket is connected.", labels=["role"])
+        reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable", "1 while the backend runtime socket is "
+                                      "connected and answers the liveness probe (gRPC health SERVING).",
+                                      labels=["role"])
+        health = self._parts.backend_health
         for channel in self._parts.backend.channels:
-            reachable.add_metric([channel.role], 1 if channel.is_ready() else 0)
+            reachable.add_metric([channel.role], 1 if health.healthy(channel) else 0)
         yield reachable
         store = self._parts.hooks.store
         yield GaugeMetricFamily(f"{PREFIX}_store_pods", "Pods in the hook context store.", value=store.pod_count)

@@ -31,9 +31,12 @@ class OperatorEndpoints:
             })
 
     def _readiness(self) -> tuple[int, str, bytes]:
-        down = [channel for channel in self.parts.backend.channels if not channel.is_ready()]
+        """Ready exactly when the gRPC health service says SERVING: every backend connected and answering."""
+        health = self.parts.backend_health
+        problems = [(channel, health.problem(channel)) for channel in self.parts.backend.channels]
+        down = "".join(f"{c.role} backend {c.target} {problem}\n" for c, problem in problems if problem)
         if down:
-            return 503, "text/plain", "".join(f"{c.role} backend {c.target} unreachable\n" for c in down).encode()
+            return 503, "text/plain", down.encode()
         return 200, "text/plain", b"ok\n"
 
     async def start(self) -> None:
@@ -49,6 +52,15 @@ class OperatorEndpoints:
             except OSError as error:
                 log.error("metrics endpoint %s:%d not available: %s", self.http.host, self.http.port, error)
                 self.http = None
+
+    def summary(self) -> str:
+        """Where the endpoints that started listen, for the start-up log line ("" if none)."""
+        parts = []
+        if self.admin is not None:
+            parts.append(f"admin API on {self.admin.path}")
+        if self.http is not None:
+            parts.append(f"metrics on http://{self.http.host}:{self.http.bound_port}/metrics")
+        return "".join(f"; {part}" for part in parts)
 
     async def stop(self) -> None:
         if self.http is not None:

@@ -14,7 +14,7 @@ import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.cri_calls import CriCallRecorder
-from runtimeproxy.backend import Backend, BackendChannel
+from runtimeproxy.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import Toggle, Toggles
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
@@ -33,6 +33,7 @@ class ProxyParts:
     backend: Backend
     hooks: HookService
     started_monotonic: float
+    backend_health: BackendHealth
     cri_calls: CriCallRecorder | None = None
 
     @property
@@ -45,15 +46,17 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
     return admin.StatusResponse(
         version=__version__,
         uptime_seconds=parts.uptime_seconds,
-        backends=[await backend_status(channel) for channel in parts.backend.channels],
+        backends=[await backend_status(channel, parts.backend_health) for channel in parts.backend.channels],
         plugins=plugin_statuses(hooks),
         store=admin.StoreStatus(pods=hooks.store.pod_count, containers=hooks.store.container_count),
         toggles=toggle_messages(hooks.toggles),
+        plugin_config_dir=str(hooks.registry.config_dir),
+        plugin_config_dir_problem=hooks.registry.directory_problem(),
     )
 
 
-async def backend_status(channel: BackendChannel) -> admin.BackendStatus:
-    answer = admin.BackendStatus(role=channel.role, endpoint=channel.target, reachable=channel.is_ready())
+async def backend_status(channel: BackendChannel, health: BackendHealth) -> admin.BackendStatus:
+    answer = admin.BackendStatus(role=channel.role, endpoint=channel.target, reachable=health.healthy(channel))
     if channel.role != "runtime":
         return answer
     try:

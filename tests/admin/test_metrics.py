@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from adminkit import http_get, promtool_check
 from runtimeproxy.admin.http import parse_bind_address
@@ -114,3 +117,34 @@ def test_streams_are_counted_when_they_end(operated: ProxyServer) -> None:
     _, text = http_get(operated, "/metrics")
     assert ('runtimeproxy_cri_calls_total{code="OK",method="GetContainerEvents",service="runtime.v1.RuntimeService"} 1.0'
             in text)
+
+
+def _health_views(proxy: ProxyServer, channel: grpc.Channel) -> tuple[str, int, bool]:
+    """(gRPC health, /readyz status, backend_reachable is 1) of one proxy."""
+    checked = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    _, text = http_get(proxy, "/metrics")
+    reachable = 'runtimeproxy_backend_reachable{role="runtime"} 1.0' in text
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(checked.status), http_get(proxy, "/readyz")[0], reachable
+
+
+def _wait_for_views(proxy: ProxyServer, channel: grpc.Channel, expected: tuple[str, int, bool]) -> None:
+    deadline = time.monotonic() + 30
+    while (views := _health_views(proxy, channel)) != expected:
+        assert time.monotonic() < deadline, f"health, /readyz, metric: {views}, never {expected}"
+        time.sleep(0.05)
+
+
+def test_readiness_and_the_metric_follow_grpc_health_when_the_backend_freezes(
+    start_proxy: Callable[..., ProxyServer], synthetic_process: tuple[Path, subprocess.Popen[bytes]]
+) -> None:
+    path, backend = synthetic_process
+    proxy = start_proxy(runtime_path=path, metrics_address="127.0.0.1:0")
+    with open_channel(proxy.options.listen_path) as channel:
+        _wait_for_views(proxy, channel, ("SERVING", 200, True))
+        backend.send_signal(signal.SIGSTOP)  # connected, but nothing answers the probe
+        try:
+            _wait_for_views(proxy, channel, ("NOT_SERVING", 503, False))
+            assert "connected but not answering" in http_get(proxy, "/readyz")[1]
+        finally:
+            backend.send_signal(signal.SIGCONT)
+        _wait_for_views(proxy, channel, ("SERVING", 200, True))

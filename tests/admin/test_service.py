@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import stat
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from runtimeproxy.admin.ctl import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from runtimeproxy.lab.cri import open_channel
+from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.server import ProxyServer
 
 
@@ -125,6 +127,7 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="runtimeproxy.server")
     assert operated.operator is not None and operated.operator.http is not None
     taken_port = operated.operator.http.bound_port
     second = start_proxy(runtime_path=operated.options.runtime_path, admin_path=operated.options.admin_path,
@@ -132,6 +135,39 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     assert second.operator is not None
     assert second.operator.admin is None and second.operator.http is None
     assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    (started,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listening on {second.options.listen_path}")]
+    assert "admin API" not in started and "metrics on" not in started  # only what really listens
     with open_channel(second.options.listen_path) as channel:
         channel.unary_unary("/runtime.v1.RuntimeService/Version")(b"", timeout=5)
     assert ctl(operated, "status")[0] == EXIT_OK  # the first proxy keeps its socket
+
+
+def test_the_start_up_line_names_the_admin_socket_and_metrics_address(
+    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="runtimeproxy.server")
+    proxy = start_proxy(runtime_path=synthetic.path, admin_path=tmp_path / "admin.sock",
+                        state_dir=tmp_path / "state", metrics_address="127.0.0.1:0")
+    assert proxy.operator is not None and proxy.operator.http is not None
+    (started,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("listening on")]
+    assert started.endswith(f"; admin API on {tmp_path / 'admin.sock'}; "
+                            f"metrics on http://127.0.0.1:{proxy.operator.http.bound_port}/metrics"), started
+
+
+def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: ProxyServer) -> None:
+    config_dir = operated.options.hook_config_dir
+    code, out = wait_for(operated, lambda s: "does not exist" in s["plugin_config_dir_problem"])
+    assert code == EXIT_OK and json.loads(out)["plugin_config_dir"] == str(config_dir)
+
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: s["plugin_config_dir_problem"] == "" and s["plugins"][0]["endpoint"])
+    config_dir.chmod(0o777)  # anyone could now register a plugin: no file of it is used
+    _, out = wait_for(operated, lambda s: s["plugin_config_dir_problem"] != "")
+    problem = json.loads(out)["plugin_config_dir_problem"]
+    assert problem.startswith("not trusted:") and "writable" in problem, problem
+    code, table = ctl(operated, "status")
+    assert code == EXIT_OK and f"config directory problem: {problem}" in table
+
+    config_dir.chmod(0o755)
+    wait_for(operated, lambda s: s["plugin_config_dir_problem"] == "")

@@ -11,20 +11,24 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles")
+    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     TOGGLES_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_CONFIG_DIR_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_CONFIG_DIR_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     version: str
     uptime_seconds: float
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
     plugins: _containers.RepeatedCompositeFieldContainer[PluginStatus]
     store: StoreStatus
     toggles: _containers.RepeatedCompositeFieldContainer[Toggle]
-    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ...) -> None: ...
+    plugin_config_dir: str
+    plugin_config_dir_problem: str
+    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
     __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version")
