@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything the lab and the tests need on a fresh Debian machine (run as root):
-# containerd + runc + busybox (for the offline images) from Debian, the project from PyPI deps.
+# containerd + runc + busybox (for the offline images), docker-registry + CNI plugins (for the conformance
+# lab) from Debian, the project from PyPI deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev)
+debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev docker-registry util-linux procps iproute2 iptables)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
