@@ -1,4 +1,4 @@
-"""Counting critest results from its junit report."""
+"""runtimeproxy.lab.critest: counting critest results from its junit report, retrying failed specs once."""
 
 from __future__ import annotations
 
