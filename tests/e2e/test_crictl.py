@@ -48,6 +48,17 @@ def crictl_on(binary: Path, socket: str | Path) -> Crictl:
     return run
 
 
+@pytest.fixture(scope="module", autouse=True)
+def remove_pod_cgroup_parent() -> Iterator[None]:
+    """The pods' cgroup parent outlives them (cgroup v1 leaves the empty directories): remove it afterwards."""
+    yield
+    for directory in Path("/sys/fs/cgroup").glob(f"*{POD_CGROUP_PARENT}"):
+        try:
+            directory.rmdir()
+        except OSError:
+            pass  # still in use, or a named hierarchy that never had it
+
+
 @pytest.fixture(scope="module", params=["proxy", "proxy+plugin"])
 def proxy(request: pytest.FixtureRequest) -> ProxyProcess:
     name = "conformance_proxy" if request.param == "proxy" else "conformance_hooked_proxy"
