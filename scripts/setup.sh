@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything the lab and the tests need on a fresh Debian machine (run as root):
-# containerd + runc + busybox (for the offline images) from Debian, the project from PyPI deps.
+# containerd + runc + busybox (for the offline images), docker-registry + CNI plugins (for the conformance
+# lab) from Debian, the project from PyPI deps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests.
-debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io)
+# prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests;
+# docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
+debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io
+  docker-registry util-linux procps iproute2 iptables)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

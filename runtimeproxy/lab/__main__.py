@@ -5,6 +5,11 @@ plugin (its own process, registered for all seven hooks) and the proxy in front 
 containerd; drives a pod lifecycle through the proxy, printing every step and what
 the plugin changed; then removes everything. `--keep` leaves it all running until
 Ctrl-C, for crictl & co.
+
+`--conformance` instead builds the offline world the CRI conformance suite expects
+(local registry with critest's images, CNI bridge) and runs critest direct, through
+the proxy, and through the proxy with an echo plugin on all seven hooks; junit reports
+go to $RUNTIMEPROXY_REPORT_DIR (default <repo>/reports).
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,11 +25,16 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from runtimeproxy.lab.conformance import (
+    ConformanceLab, conformance_prerequisites, conformance_verdict, report_dir, run_conformance,
+)
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
+from runtimeproxy.lab.critest import CritestResult
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
-from runtimeproxy.lab.example_plugin import registration
+from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.lab.tools import find_tool, missing_tool_message
 from runtimeproxy.plugins import HOOK_NAMES
 
 T = TypeVar("T")
@@ -49,26 +58,15 @@ def lab_environment(base: Path) -> Iterator[tuple[ContainerdInstance, ProxyProce
         stack.callback(containerd.stop)
         step("build + import offline OCI images", lambda: build_and_import(containerd.address, IMAGE_CACHE) and "")
         plugin_socket = base / "plugin" / "example.sock"
-        step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
+        plugin = step("start the example plugin", lambda: stack.enter_context(
+            plugin_process(plugin_socket, base / "plugin-requests.jsonl", "--pod-cgroup-parent", "/runtimeproxy-lab")))
+        print(f"    plugin pid {plugin.pid}")
         proxy = ProxyProcess(base / "proxy" / "runtimeproxy.sock", containerd.address)
         proxy.hook_config_dir.mkdir(parents=True)
         (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
         step("start koord-runtime-proxy", proxy.start)
         stack.callback(proxy.stop)
         yield containerd, proxy
-
-
-def start_plugin(stack: ExitStack, socket: Path, record: Path) -> str:
-    command = [sys.executable, "-m", "runtimeproxy.lab.example_plugin", "--socket", str(socket),
-               "--record", str(record), "--pod-cgroup-parent", "/runtimeproxy-lab"]
-    plugin = subprocess.Popen(command)
-    stack.callback(lambda: (plugin.terminate(), plugin.wait(10)))
-    deadline = time.monotonic() + 30
-    while not socket.exists():
-        if plugin.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the example plugin did not start")
-        time.sleep(0.05)
-    return f"pid {plugin.pid}"
 
 
 def show_plugin_effects(client: CriClient, container_id: str, pod_id: str) -> None:
@@ -101,9 +99,31 @@ def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
     step("RemovePodSandbox", lambda: client.remove_pod(pod_id))
 
 
+def conformance(base: Path) -> int:
+    """critest direct, through the proxy and through the proxy + echo plugin; 0 when they all agree."""
+    critest = find_tool("critest")
+    problem = conformance_prerequisites() or (None if critest else missing_tool_message("critest"))
+    if problem or critest is None:
+        print(f"lab: cannot run the conformance suite here: {problem}", file=sys.stderr)
+        return 1
+    reports = report_dir()
+
+    def show(target: str, result: CritestResult, report: Path) -> None:
+        print(f"  critest {target:<13} {result.counts()}  junit: {report}", flush=True)
+
+    with ConformanceLab(base / "conf") as lab:
+        print(f"conformance lab: containerd {lab.containerd.address}, registry {lab.registry.url}, "
+              f"bridge {lab.bridge}; critest {critest}")
+        verdict = conformance_verdict(run_conformance(lab, critest, reports, show))
+    print(f"conformance: {verdict or 'the proxy passes everything that passes direct'}")
+    return 1 if verdict else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
+    parser.add_argument("--conformance", action="store_true",
+                        help="run critest direct, through the proxy and through the proxy + an echo plugin")
     args = parser.parse_args(argv)
     problem = check_prerequisites()
     if problem:
@@ -111,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     base = Path(tempfile.mkdtemp(prefix="rp-lab-", dir="/tmp"))
     try:
+        if args.conformance:
+            return conformance(base)
         print(f"runtimeproxy lab in {base}")
         with lab_environment(base) as (containerd, proxy):
             print(f"  proxy socket: {proxy.listen_path}  ->  containerd: {containerd.address}")

@@ -6,7 +6,9 @@ temp dir, log. Two things cannot be private in containerd 1.6: shim sockets alwa
 sandbox through CRI, then sweeps any remaining containerd task/container with ``ctr``, and only then stops
 the daemon and unmounts whatever is left under the base directory.
 
-Host-network pods need no CNI; the private CNI conf dir is left empty (pod-network pods are not supported).
+Host-network pods need no CNI; pod-network pods need a network in the private CNI conf dir
+(``runtimeproxy.lab.cni`` writes a bridge). Pulls go nowhere unless ``registry_config_path`` names a
+``certs.d`` mirror config (``runtimeproxy.lab.registry``).
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ class ContainerdInstance:
     """
 
     def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
-                 cni_bin_dir: str = DEFAULT_CNI_BIN_DIR) -> None:
+                 cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None) -> None:
         self.base_dir = Path(base_dir).absolute()
+        self.registry_config_path = registry_config_path  # a certs.d directory of hosts.toml files
         self.sandbox_image = sandbox_image
         self.log_level = log_level
         self.cni_bin_dir = cni_bin_dir
@@ -184,6 +187,7 @@ oom_score = 0
     max_container_log_line_size = 16384
     netns_mounts_under_state_dir = true
 
+{self._registry_section(cri)}
     [{cri}.cni]
       bin_dir = {_toml_str(self.cni_bin_dir)}
       conf_dir = {_toml_str(self.cni_conf_dir)}
@@ -198,6 +202,13 @@ oom_score = 0
         [{cri}.containerd.runtimes.runc.options]
           SystemdCgroup = false
           Root = {_toml_str(b / "runc")}
+"""
+
+    def _registry_section(self, cri: str) -> str:
+        if self.registry_config_path is None:
+            return ""
+        return f"""    [{cri}.registry]
+      config_path = {_toml_str(self.registry_config_path)}
 """
 
     def write_config(self) -> Path:

@@ -5,6 +5,8 @@ Like koordlet it echoes each request back with a few edits:
 - PreCreateContainer: sets CPU shares and a memory limit, adds an env var and an annotation.
 - PreUpdateContainerResources: adds the annotation (keeps the requested resources).
 - every other hook: answers with an empty response.
+With ``--echo`` it edits nothing: every hook answers with the whole request echoed back (each response
+field from the request field of the same name), as koordlet does for a pod it leaves alone.
 It records every request it receives, so tests and the lab can show what plugins see.
 
     python -m runtimeproxy.lab.example_plugin --socket /run/example-plugin.sock
@@ -15,7 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-from collections.abc import Callable
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +34,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
 
 ANNOTATION = "example.runtimeproxy.koordinator.sh/hooked"
+PROCESS_START_TIMEOUT_SECONDS = 30.0
 Context = grpc.aio.ServicerContext
 
 
@@ -37,6 +44,7 @@ class ExampleSettings:
     memory_limit_in_bytes: int = 128 * 1024 * 1024
     envs: dict[str, str] = field(default_factory=lambda: {"EXAMPLE_PLUGIN": "hello"})
     pod_cgroup_parent: str = ""
+    echo: bool = False  # answer with the request echoed back unchanged instead of the edits above
     # Fault injection for tests: answer every hook with this status, or not at all.
     fail_with: grpc.StatusCode | None = None
     hang: bool = False
@@ -83,7 +91,8 @@ class ExamplePlugin(hooks_grpc.RuntimeHookServiceServicer):
             await asyncio.sleep(3600)
         if self.settings.fail_with is not None:
             await context.abort(self.settings.fail_with, f"example plugin refuses {hook}")
-        return answer()
+        response = answer()
+        return echoed(request, type(response)) if self.settings.echo else response
 
     # -- the hooks --------------------------------------------------------------------------
 
@@ -136,6 +145,24 @@ class ExamplePlugin(hooks_grpc.RuntimeHookServiceServicer):
         return await self._handle("PostStopPodSandbox", request, context, hooks.PodSandboxHookResponse)
 
 
+def echoed(request: Message, response_type: type[Message]) -> Message:
+    """A ``response_type`` carrying every field of ``request`` that it has under the same name."""
+    response = response_type()
+    for field in response.DESCRIPTOR.fields:
+        source = request.DESCRIPTOR.fields_by_name.get(field.name)
+        if source is None:
+            continue
+        value = getattr(request, field.name)
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            getattr(response, field.name).update(value)
+        elif field.message_type is not None:
+            if request.HasField(field.name):
+                getattr(response, field.name).CopyFrom(value)
+        else:
+            setattr(response, field.name, value)
+    return response
+
+
 def registration(socket_path: Path, hooks_: list[str], policy: str = "Ignore", timeout: float | None = None) -> bytes:
     """The JSON a plugin drops into the proxy's config dir to register."""
     document: dict[str, object] = {"remote-endpoint": str(socket_path), "failure-policy": policy, "runtime-hooks": hooks_}
@@ -144,10 +171,29 @@ def registration(socket_path: Path, hooks_: list[str], policy: str = "Ignore", t
     return orjson.dumps(document, option=orjson.OPT_INDENT_2)
 
 
+@contextmanager
+def plugin_process(socket_path: Path, record: Path | None = None, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The example plugin as its own process (``args``: more command-line options), until the block ends."""
+    command = [sys.executable, "-m", "runtimeproxy.lab.example_plugin", "--socket", str(socket_path), *args]
+    if record is not None:
+        command += ["--record", str(record)]
+    plugin = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + PROCESS_START_TIMEOUT_SECONDS
+        while not socket_path.exists():
+            if plugin.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the example plugin did not start ({' '.join(command)})")
+            time.sleep(0.05)
+        yield plugin
+    finally:
+        plugin.terminate()
+        plugin.wait(10)
+
+
 async def _serve(args: argparse.Namespace) -> None:
     settings = ExampleSettings(cpu_shares=args.cpu_shares, memory_limit_in_bytes=args.memory_limit,
                                envs=dict(item.split("=", 1) for item in args.env) or ExampleSettings().envs,
-                               pod_cgroup_parent=args.pod_cgroup_parent)
+                               pod_cgroup_parent=args.pod_cgroup_parent, echo=args.echo)
     plugin = ExamplePlugin(settings, args.record)
     await plugin.start(args.socket)
     stop = asyncio.Event()
@@ -165,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit", type=int, default=128 * 1024 * 1024)
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--pod-cgroup-parent", default="")
+    parser.add_argument("--echo", action="store_true", help="echo every request back unchanged (no edits)")
     parser.add_argument("--record", type=Path, help="append each request as a JSON line here")
     asyncio.run(_serve(parser.parse_args(argv)))
     return 0

@@ -14,6 +14,7 @@ CRI plugin sees them under the names below.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -178,6 +179,7 @@ def layer_tar(entries: Iterable[FileEntry]) -> bytes:
     return buf.getvalue()
 
 
+@functools.lru_cache(maxsize=4)  # a shared base layer is compressed once for every image built on it
 def gzip_deterministic(data: bytes) -> bytes:
     """gzip without a timestamp or file name in the header."""
     return gzip.compress(data, compresslevel=6, mtime=0)
@@ -197,41 +199,59 @@ def oci_architecture() -> str:
     return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
 
 
-def oci_layout_tar(ref: str, entries: Iterable[FileEntry], image_config: Mapping[str, object]) -> bytes:
-    """An OCI image-layout archive holding one single-layer image named ``ref``.
+@dataclass(frozen=True)
+class ImageBlobs:
+    """One image as registry blobs: its manifest, config and gzip layers (bottom first)."""
 
-    ``image_config`` is the runtime part of the image config (Entrypoint, Cmd, Env, ...).
+    manifest: bytes
+    config: bytes
+    layers: tuple[bytes, ...]
+
+    @property
+    def digest(self) -> str:
+        return sha256_digest(self.manifest)
+
+
+def image_blobs(layers: Iterable[bytes], image_config: Mapping[str, object]) -> ImageBlobs:
+    """Manifest, config and compressed layers of an image made of uncompressed ``layers`` (bottom first).
+
+    ``image_config`` is the runtime part of the image config (Entrypoint, Cmd, Env, User, ...).
     """
-    layer = layer_tar(entries)
-    layer_gz = gzip_deterministic(layer)
-    arch = oci_architecture()
+    layers = list(layers)
+    compressed = tuple(gzip_deterministic(layer) for layer in layers)
     config = _json_bytes({
-        "architecture": arch,
+        "architecture": oci_architecture(),
         "os": "linux",
         "created": FIXED_CREATED,
         "config": dict(image_config),
-        "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer)]},
-        "history": [{"created": FIXED_CREATED, "created_by": "runtimeproxy.lab.images"}],
+        "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer) for layer in layers]},
+        "history": [{"created": FIXED_CREATED, "created_by": "runtimeproxy.lab.images"} for _ in layers],
     })
     manifest = _json_bytes({
         "schemaVersion": 2,
         "mediaType": MEDIA_MANIFEST,
         "config": {"mediaType": MEDIA_CONFIG, "digest": sha256_digest(config), "size": len(config)},
-        "layers": [{"mediaType": MEDIA_LAYER_GZIP, "digest": sha256_digest(layer_gz), "size": len(layer_gz)}],
+        "layers": [{"mediaType": MEDIA_LAYER_GZIP, "digest": sha256_digest(gz), "size": len(gz)} for gz in compressed],
     })
+    return ImageBlobs(manifest, config, compressed)
+
+
+def oci_layout_tar(ref: str, entries: Iterable[FileEntry], image_config: Mapping[str, object]) -> bytes:
+    """An OCI image-layout archive holding one single-layer image named ``ref``."""
+    image = image_blobs([layer_tar(entries)], image_config)
     index = _json_bytes({
         "schemaVersion": 2,
         "mediaType": MEDIA_INDEX,
         "manifests": [{
             "mediaType": MEDIA_MANIFEST,
-            "digest": sha256_digest(manifest),
-            "size": len(manifest),
-            "platform": {"architecture": arch, "os": "linux"},
+            "digest": image.digest,
+            "size": len(image.manifest),
+            "platform": {"architecture": oci_architecture(), "os": "linux"},
             "annotations": {REF_NAME_ANNOTATION: ref},
         }],
     })
     files = [("oci-layout", _json_bytes({"imageLayoutVersion": "1.0.0"})), ("index.json", index)]
-    files += [(f"blobs/sha256/{sha256_digest(b)[7:]}", b) for b in (layer_gz, config, manifest)]
+    files += [(f"blobs/sha256/{sha256_digest(b)[7:]}", b) for b in (*image.layers, image.config, image.manifest)]
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -250,18 +270,23 @@ def oci_layout_tar(ref: str, entries: Iterable[FileEntry], image_config: Mapping
 # the two lab images
 
 
-def compile_pause(workdir: Path) -> bytes:
-    """Compile PAUSE_SOURCE into a stripped static binary and return its bytes."""
+def compile_static(source: str, workdir: Path, name: str, defines: Iterable[str] = ()) -> bytes:
+    """Compile C ``source`` into a stripped static binary (``-D`` each of ``defines``) and return its bytes."""
     gcc = shutil.which("gcc")
     if gcc is None:
-        raise ImageBuildError("gcc not found: it is needed to build the lab pause image")
-    src, out = workdir / "pause.c", workdir / "pause"
-    src.write_text(PAUSE_SOURCE)
-    proc = subprocess.run([gcc, "-static", "-Os", "-s", "-o", str(out), str(src)],
-                          capture_output=True, text=True, check=False)
+        raise ImageBuildError(f"gcc not found: it is needed to build {name} for the lab images")
+    src, out = workdir / f"{name}.c", workdir / name
+    src.write_text(source)
+    command = [gcc, "-static", "-Os", "-s", *(f"-D{d}" for d in defines), "-o", str(out), str(src)]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise ImageBuildError(f"gcc -static failed (is libc6-dev installed?):\n{proc.stderr}")
+        raise ImageBuildError(f"gcc -static {name} failed (is libc6-dev installed?):\n{proc.stderr}")
     return out.read_bytes()
+
+
+def compile_pause(workdir: Path) -> bytes:
+    """Compile PAUSE_SOURCE into a stripped static binary and return its bytes."""
+    return compile_static(PAUSE_SOURCE, workdir, "pause")
 
 
 def pause_entries(pause_binary: bytes) -> list[FileEntry]:
@@ -297,25 +322,42 @@ def shared_libraries(binary: Path) -> list[Path]:
     return libs
 
 
-def busybox_applets(busybox: Path) -> list[str]:
-    """The wanted applets that this busybox provides, sorted."""
+def busybox_applets(busybox: Path, wanted: Iterable[str] | None = BUSYBOX_APPLETS) -> list[str]:
+    """The ``wanted`` applets (all, when None) that this busybox provides, sorted."""
     proc = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=True)
     available = set(proc.stdout.split())
-    return sorted(a for a in BUSYBOX_APPLETS if a in available)
+    return sorted(available if wanted is None else available.intersection(wanted))
 
 
-def busybox_entries(busybox: Path) -> list[FileEntry]:
-    """Root filesystem of the busybox image: busybox, its libraries, applet hard links, /etc and /tmp."""
+LAB_PASSWD = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+LAB_GROUP = b"root:x:0:\nnobody:x:65534:\n"
+
+
+def library_entries(binaries: Iterable[Path], skip: Iterable[str] = ()) -> list[FileEntry]:
+    """The shared libraries the ``binaries`` need, once each, at the paths ldd reports (minus ``skip``)."""
+    seen = set(skip)
+    entries = []
+    for binary in binaries:
+        for lib in shared_libraries(binary):
+            path = str(lib).lstrip("/")
+            if path not in seen:
+                seen.add(path)
+                # Stored at the path ldd reports, with the content of whatever it resolves to.
+                entries.append(FileEntry(path, 0o755, lib.resolve().read_bytes()))
+    return entries
+
+
+def busybox_entries(busybox: Path, *, applets: Iterable[str] | None = BUSYBOX_APPLETS,
+                    passwd: bytes = LAB_PASSWD, group: bytes = LAB_GROUP) -> list[FileEntry]:
+    """Root filesystem of a busybox image: busybox, its libraries, applet hard links, /etc and /tmp."""
     entries = [FileEntry(d, 0o755, is_dir=True) for d in ("bin", "dev", "etc", "proc", "sys", "usr/bin", "var")]
     entries += [FileEntry("root", 0o700, is_dir=True), FileEntry("tmp", 0o1777, is_dir=True)]
-    entries.append(FileEntry("etc/passwd", 0o644,
-                             b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
-    entries.append(FileEntry("etc/group", 0o644, b"root:x:0:\nnobody:x:65534:\n"))
-    for lib in shared_libraries(busybox):
-        # Stored at the path ldd reports, with the content of whatever it resolves to.
-        entries.append(FileEntry(str(lib).lstrip("/"), 0o755, lib.resolve().read_bytes()))
+    entries.append(FileEntry("etc/passwd", 0o644, passwd))
+    entries.append(FileEntry("etc/group", 0o644, group))
+    entries += library_entries([busybox])
     entries.append(FileEntry("bin/busybox", 0o755, busybox.read_bytes()))
-    entries += [FileEntry(f"bin/{a}", 0o755, hardlink_to="bin/busybox") for a in busybox_applets(busybox)]
+    names = [a for a in busybox_applets(busybox, applets) if a != "busybox"]
+    entries += [FileEntry(f"bin/{a}", 0o755, hardlink_to="bin/busybox") for a in names]
     entries.append(FileEntry("usr/bin/env", 0o755, hardlink_to="bin/busybox"))  # for "#!/usr/bin/env" scripts
     return entries
 

@@ -11,10 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from runtimeproxy.lab.conformance import ConformanceLab, conformance_prerequisites, echo_hooked_proxy
+from runtimeproxy.lab.conformance import report_dir as conformance_report_dir
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.lab.tools import find_tool, missing_tool_message
 
 from docker_fixtures import cri_dockerd, crictl_binary, docker_mode_proxy, dockerd  # noqa: F401
 
@@ -30,11 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _require_lab() -> None:
     reason = check_prerequisites()
-    if reason is None:
-        return
-    if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
-        pytest.fail(f"cannot run the e2e suite: {reason}")
-    pytest.skip(reason)
+    if reason is not None:
+        _skip_or_fail(f"cannot run the e2e suite: {reason}")
 
 
 @pytest.fixture(scope="session")
@@ -113,3 +113,82 @@ def cleanup_pods(direct_channel: grpc.Channel) -> Iterator[list[str]]:
                 step(pod_id)
             except grpc.RpcError:
                 pass
+
+
+# -- conformance: crictl and critest against the offline world critest expects --------------------------
+
+CONFORMANCE_SUMMARY: list[str] = []  # lines for the terminal summary, whatever -s says
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _require_tool(name: str) -> Path:
+    """crictl/critest from PATH or the shared tools dir; missing: fail in CI, skip elsewhere."""
+    path = find_tool(name)
+    if path is None:
+        _skip_or_fail(missing_tool_message(name))
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="session")
+def crictl_binary() -> Path:
+    return _require_tool("crictl")
+
+
+@pytest.fixture(scope="session")
+def critest_binary() -> Path:
+    return _require_tool("critest")
+
+
+@pytest.fixture(scope="session")
+def report_dir() -> Path:
+    """Where junit reports go (CI keeps this directory)."""
+    return conformance_report_dir()
+
+
+@pytest.fixture(scope="session")
+def conformance_summary() -> list[str]:
+    """Lines printed in the terminal summary's "CRI conformance" section."""
+    return CONFORMANCE_SUMMARY
+
+
+@pytest.fixture(scope="session")
+def conformance_lab() -> Iterator[ConformanceLab]:
+    reason = conformance_prerequisites()
+    if reason:
+        _skip_or_fail(f"cannot run the conformance lab: {reason}")
+    base = Path(tempfile.mkdtemp(prefix="rp-conf-", dir="/tmp"))
+    lab = ConformanceLab(base)
+    try:
+        with lab:
+            yield lab
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def conformance_proxy(conformance_lab: ConformanceLab) -> Iterator[ProxyProcess]:
+    """A bare proxy (no plugin) in front of the conformance lab's containerd."""
+    proxy = ProxyProcess(conformance_lab.base_dir / "crictl-proxy" / "rp.sock", conformance_lab.containerd.address)
+    proxy.start()
+    yield proxy
+    assert proxy.stop() == 0, proxy.log_tail()
+
+
+@pytest.fixture(scope="session")
+def conformance_hooked_proxy(conformance_lab: ConformanceLab) -> Iterator[ProxyProcess]:
+    """A proxy with the echo plugin on all seven hooks, policy Fail, in front of the conformance containerd."""
+    with echo_hooked_proxy(conformance_lab, "crictl-hooked") as proxy:  # test_crictl.HOOKED_PROXY_NAME
+        yield proxy
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if CONFORMANCE_SUMMARY:
+        terminalreporter.section("CRI conformance")
+        for line in CONFORMANCE_SUMMARY:
+            terminalreporter.write_line(line)

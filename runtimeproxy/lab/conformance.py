@@ -1,0 +1,157 @@
+"""The offline world the CRI conformance suite expects, around a private containerd.
+
+``ConformanceLab`` starts a local registry, builds critest's image set and pushes it there, writes a CNI
+bridge network and starts a private containerd whose registry mirror config sends every pull from
+``registry.k8s.io``, ``gcr.io`` and ``docker.io`` to that registry. The lab's own pause and busybox images are
+imported too. Everything lives under one directory and is removed on exit (pods, bridge, registry).
+
+``run_conformance`` runs critest in that lab three times: direct, through a bare proxy, and through a proxy
+with a koordlet-style echo plugin on all seven hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from types import TracebackType
+
+from runtimeproxy.lab.cni import remove_bridge, write_bridge_network
+from runtimeproxy.lab.conformance_images import UPSTREAM_HOSTS, build_conformance_images, split_ref
+from runtimeproxy.lab.containerd import DEFAULT_CNI_BIN_DIR, ContainerdInstance, check_prerequisites
+from runtimeproxy.lab.critest import CritestResult, run_critest_retrying
+from runtimeproxy.lab.example_plugin import plugin_process, registration
+from runtimeproxy.lab.images import build_and_import
+from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.lab.registry import LocalRegistry, write_mirror_config
+from runtimeproxy.lab.tools import REPO_ROOT
+from runtimeproxy.plugins import HOOK_NAMES
+
+
+# (program, Debian package) the conformance lab needs besides the plain lab's.
+CONFORMANCE_PROGRAMS = (("docker-registry", "docker-registry"), ("ipcmk", "util-linux"), ("ipcs", "util-linux"),
+                        ("pgrep", "procps"), ("ip", "iproute2"), ("iptables", "iptables"))
+CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
+
+
+def conformance_prerequisites() -> str | None:
+    """None when this machine can run the conformance lab, else a human-readable reason."""
+    problems = [check_prerequisites() or ""]
+    problems += [f"{program} not found (apt-get install -y {package})"
+                 for program, package in CONFORMANCE_PROGRAMS if shutil.which(program) is None]
+    problems += [f"CNI plugin {DEFAULT_CNI_BIN_DIR}/{plugin} not found (apt-get install -y containernetworking-plugins)"
+                 for plugin in CNI_PLUGINS if not (Path(DEFAULT_CNI_BIN_DIR) / plugin).is_file()]
+    return "; ".join(p for p in problems if p) or None
+
+
+def publish_conformance_images(registry: LocalRegistry) -> list[str]:
+    """Build critest's image set and push it to ``registry``; returns every reference published."""
+    published = []
+    for image in build_conformance_images():
+        by_repository: dict[str, list[str]] = {}
+        for ref in image.refs:
+            _, repository, tag = split_ref(ref)
+            by_repository.setdefault(repository, []).append(tag)
+        for repository, tags in by_repository.items():
+            registry.push(repository, tags, image.blobs)
+        published += image.refs
+    return published
+
+
+class ConformanceLab:
+    """containerd + registry + CNI bridge under ``base_dir`` (keep it short: unix socket paths are limited)."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = Path(base_dir).absolute()
+        self.registry = LocalRegistry(self.base_dir / "registry")
+        self.containerd = ContainerdInstance(self.base_dir / "ctd",
+                                             registry_config_path=self.base_dir / "certs.d")
+        self.bridge = ""
+        self.published: list[str] = []
+        self._stack = ExitStack()
+
+    def start(self) -> None:
+        with ExitStack() as stack:
+            self.registry.start()
+            stack.callback(self.registry.stop)
+            self.published = publish_conformance_images(self.registry)
+            write_mirror_config(self.base_dir / "certs.d", UPSTREAM_HOSTS, self.registry.url)
+            self.bridge = write_bridge_network(self.containerd.cni_conf_dir, self.base_dir)
+            stack.callback(remove_bridge, self.bridge)
+            self.containerd.start()
+            stack.callback(self.containerd.stop)
+            build_and_import(self.containerd.address, self.base_dir / "image-cache")
+            self._stack = stack.pop_all()
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> ConformanceLab:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+CRITEST_TARGETS = ("direct", "proxy", "proxy+plugin")
+REPORT_DIR_ENV = "RUNTIMEPROXY_REPORT_DIR"
+
+
+def report_dir() -> Path:
+    """Where junit reports go: ``$RUNTIMEPROXY_REPORT_DIR``, else ``<repo>/reports``."""
+    configured = os.environ.get(REPORT_DIR_ENV)
+    return Path(configured) if configured else REPO_ROOT / "reports"
+
+
+def conformance_verdict(results: dict[str, CritestResult]) -> str | None:
+    """None when nothing failed and every target passed exactly what passed direct; else what differs."""
+    problems = [f"{target}: {len(r.failed)} failed" for target, r in results.items() if r.failed]
+    direct = set(results["direct"].passed)
+    for target, result in results.items():
+        lost = sorted(direct - set(result.passed))
+        if lost:
+            problems.append(f"{target}: passes direct, not here: {', '.join(lost)}")
+    return "; ".join(problems) or None
+
+
+@contextmanager
+def echo_hooked_proxy(lab: ConformanceLab, name: str) -> Iterator[ProxyProcess]:
+    """A proxy in front of the lab's containerd with the example plugin in echo mode registered for all seven
+    hooks, policy Fail: every hooked call is decoded, sent to the plugin, merged back, and fails if the
+    plugin fails. Both live in ``lab.base_dir/name``; ``echo_record(lab, name)`` gets one JSON line per hook call."""
+    socket = lab.base_dir / name / "echo.sock"
+    with plugin_process(socket, echo_record(lab, name), "--echo"):
+        proxy = ProxyProcess(lab.base_dir / name / "proxy" / "rp.sock", lab.containerd.address)
+        proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
+        (proxy.hook_config_dir / "echo.json").write_bytes(registration(socket, list(HOOK_NAMES), policy="Fail"))
+        with proxy:
+            yield proxy
+
+
+def echo_record(lab: ConformanceLab, name: str) -> Path:
+    """The hook calls the echo plugin of ``echo_hooked_proxy(lab, name)`` received, one JSON line each."""
+    return lab.base_dir / name / "echo-requests.jsonl"
+
+
+def run_conformance(lab: ConformanceLab, critest: Path, report_dir: Path,
+                    on_result: Callable[[str, CritestResult, Path], None] | None = None) -> dict[str, CritestResult]:
+    """critest direct, through a bare proxy and through the echo-hooked proxy, one after the other.
+
+    Reports go to ``report_dir/critest-<target>.xml``; ``on_result`` hears about each run as it ends. The
+    echo plugin's record is ``echo_record(lab, "critest-hooked")``.
+    """
+    results: dict[str, CritestResult] = {}
+    with ExitStack() as stack:
+        bare = stack.enter_context(ProxyProcess(lab.base_dir / "critest-bare" / "rp.sock", lab.containerd.address))
+        hooked = stack.enter_context(echo_hooked_proxy(lab, "critest-hooked"))
+        sockets = {"direct": Path(lab.containerd.address), "proxy": bare.listen_path, "proxy+plugin": hooked.listen_path}
+        for target in CRITEST_TARGETS:
+            report = report_dir / f"critest-{target.replace('+', '-')}.xml"
+            results[target] = run_critest_retrying(critest, sockets[target], report)
+            if on_result is not None:
+                on_result(target, results[target], report)
+    return results
