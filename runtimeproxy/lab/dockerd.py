@@ -9,8 +9,7 @@ fail; dockerd cannot cap it, so its default runtime is a small wrapper that rewr
 `oomScoreAdj` in the bundle's config.json to 0 and then runs runc.
 
 `DockerModeProxy` runs the proxy process in Docker mode, `CriDockerd` the kubelet-side CRI server in front
-of it. Also finds the third-party clients the Docker-mode tests drive (`cri-dockerd`, `crictl`): on PATH, then in
-`$RUNTIMEPROXY_TOOLS_DIR`, then in `<repo>/../shared/bin`.
+of it. The third-party clients the Docker-mode tests drive (`cri-dockerd`, `crictl`) are found by `lab.tools`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from pathlib import Path
 from runtimeproxy.lab.containerd import UNIX_PATH_MAX, _mount_points, _unmount
 from runtimeproxy.lab.process import ProxyProcess, ProxyProcessError
 
-TOOLS_DIR_ENV = "RUNTIMEPROXY_TOOLS_DIR"
 RUNC_WRAPPER_NAME = "rp-runc"
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 20.0
@@ -52,18 +50,6 @@ exec %(runc)s "$@"
 
 class DockerdError(RuntimeError):
     """The lab dockerd failed to start or answer."""
-
-
-def find_tool(name: str) -> Path | None:
-    """`name` on PATH, then in $RUNTIMEPROXY_TOOLS_DIR, then in <repo>/../shared/bin."""
-    found = shutil.which(name)
-    if found:
-        return Path(found)
-    repo = Path(__file__).resolve().parents[2]
-    for directory in (os.environ.get(TOOLS_DIR_ENV), repo.parent / "shared" / "bin"):
-        if directory and os.access(Path(directory) / name, os.X_OK):
-            return Path(directory) / name
-    return None
 
 
 def check_docker_prerequisites() -> str | None:

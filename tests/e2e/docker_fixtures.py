@@ -16,9 +16,9 @@ from runtimeproxy.lab.dockerd import (
     DockerdInstance,
     DockerModeProxy,
     check_docker_prerequisites,
-    find_tool,
 )
 from runtimeproxy.lab.images import PAUSE_IMAGE
+from runtimeproxy.lab.tools import find_tool
 
 IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
 Crictl = Callable[..., str]
