@@ -14,12 +14,12 @@ import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.cri_calls import CriCallRecorder
-from runtimeproxy.backend import Backend, BackendChannel, BackendHealth
+from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import Toggle, Toggles
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.plugins import HOOK_NAMES, PluginConfig
+from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginConfig
 
 # Status must answer even when containerd hangs.
 VERSION_TIMEOUT_SECONDS = 1.0

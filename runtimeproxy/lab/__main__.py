@@ -26,7 +26,7 @@ from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.process import ProxyProcess
-from runtimeproxy.plugins import HOOK_NAMES
+from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 T = TypeVar("T")
 IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"

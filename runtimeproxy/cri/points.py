@@ -13,22 +13,22 @@ from collections.abc import Awaitable, Callable
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from runtimeproxy.forwarding import UnaryHook, UnaryRelay
+from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint, failure_fields
-from runtimeproxy.hooks.messages import (
+from runtimeproxy.cri.messages import (
     align_sandbox_cgroup_parent,
     apply_to_container_config,
-    apply_resource_update,
     apply_to_pod_config,
     apply_to_update_request,
     container_hook_request,
     convert,
     pod_hook_request,
-    with_pod,
 )
-from runtimeproxy.hooks.recovery import BackendRecords, SkipRule
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.hooks.merge import apply_resource_update, with_pod
+from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -70,11 +70,11 @@ async def run_pre_hook(
 
 
 class RuntimeHooks:
-    def __init__(self, dispatcher: Dispatcher, store: Store, records: BackendRecords, skip: SkipRule) -> None:
-        self.dispatcher = dispatcher
-        self.store = store
+    def __init__(self, service: HookService, records: BackendRecords) -> None:
+        self.dispatcher = service.dispatcher
+        self.store = service.store
         self.records = records
-        self.skip = skip
+        self.skip = service.skip
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {
