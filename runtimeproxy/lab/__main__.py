@@ -4,7 +4,8 @@ Starts a private containerd (offline images, temporary root), the example hook
 plugin (its own process, registered for all seven hooks) and the proxy in front of
 containerd; drives a pod lifecycle through the proxy, printing every step and what
 the plugin changed; then removes everything. `--keep` leaves it all running until
-Ctrl-C, for crictl & co.
+Ctrl-C, for crictl & co. `--docker` runs the same through cri-dockerd, the proxy in
+Docker mode and a private dockerd (see lab/docker_lab.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TypeVar
 
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.docker_lab import docker_environment, docker_lab_problem, show_docker_effects
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.process import ProxyProcess
@@ -81,7 +83,7 @@ def show_plugin_effects(client: CriClient, container_id: str, pod_id: str) -> No
     print(f"    pod annotations: {dict(annotations)}")
 
 
-def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
+def pod_lifecycle(client: CriClient, log_dir: Path, show_effects: Callable[[str, str], None]) -> None:
     pod_config = client.pod_config("lab-pod", log_dir, labels={"app": "lab"})
     version = step("Version", lambda: client.runtime.Version(client.api.VersionRequest(), timeout=10))
     print(f"    runtime: {version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})")
@@ -92,7 +94,7 @@ def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
     command = ["sh", "-c", "echo LAB=$LAB EXAMPLE_PLUGIN=$EXAMPLE_PLUGIN"]
     result = step("ExecSync: echo $LAB $EXAMPLE_PLUGIN", lambda: client.exec_sync(container_id, command))
     print(f"    container says: {result.stdout.decode().strip()}")
-    show_plugin_effects(client, container_id, pod_id)
+    show_effects(container_id, pod_id)
     status = step("ContainerStatus", lambda: client.container_status(container_id))
     print(f"    state: {client.api.ContainerState.Name(status.status.state)}")
     step("StopContainer", lambda: client.stop_container(container_id))
@@ -101,32 +103,63 @@ def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
     step("RemovePodSandbox", lambda: client.remove_pod(pod_id))
 
 
+def print_plugin_requests(base: Path) -> None:
+    print("hooks the example plugin received, in order:")
+    for line in (base / "plugin-requests.jsonl").read_text().splitlines():
+        print(f"  {json.loads(line)['hook']}")
+
+
+def wait_for_ctrl_c(cri_socket: Path) -> None:
+    print(f"running; try: crictl --runtime-endpoint unix://{cri_socket} ps -a  (Ctrl-C stops)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def run_containerd(base: Path, keep: bool) -> None:
+    with lab_environment(base) as (containerd, proxy):
+        print(f"  proxy socket: {proxy.listen_path}  ->  containerd: {containerd.address}")
+        print("pod lifecycle through the proxy:")
+        with open_channel(proxy.listen_path) as channel:
+            client = CriClient(channel)
+            pod_lifecycle(client, base / "pod-logs", lambda cid, pid: show_plugin_effects(client, cid, pid))
+        print_plugin_requests(base)
+        if keep:
+            wait_for_ctrl_c(proxy.listen_path)
+
+
+def run_docker(base: Path, keep: bool) -> None:
+    with docker_environment(base, IMAGE_CACHE, start_plugin, step) as (dockerd, cri):
+        print(f"  cri-dockerd: {cri.socket}  ->  proxy (Docker mode)  ->  dockerd: {dockerd.socket}")
+        print("pod lifecycle through cri-dockerd and the proxy:")
+        (base / "pod-logs" / "app").mkdir(parents=True)  # cri-dockerd links logs there; containerd creates it
+        with open_channel(cri.socket) as channel:
+            pod_lifecycle(CriClient(channel), base / "pod-logs",
+                          lambda cid, pid: show_docker_effects(dockerd, cid, pid))
+        print_plugin_requests(base)
+        if keep:
+            wait_for_ctrl_c(cri.socket)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
+    parser.add_argument("--docker", action="store_true",
+                        help="Docker mode: cri-dockerd -> the proxy -> a private dockerd")
     args = parser.parse_args(argv)
-    problem = check_prerequisites()
+    problem = docker_lab_problem() if args.docker else check_prerequisites()
     if problem:
         print(f"lab: cannot run here: {problem}", file=sys.stderr)
         return 1
     base = Path(tempfile.mkdtemp(prefix="rp-lab-", dir="/tmp"))
     try:
         print(f"runtimeproxy lab in {base}")
-        with lab_environment(base) as (containerd, proxy):
-            print(f"  proxy socket: {proxy.listen_path}  ->  containerd: {containerd.address}")
-            print("pod lifecycle through the proxy:")
-            with open_channel(proxy.listen_path) as channel:
-                pod_lifecycle(CriClient(channel), base / "pod-logs")
-            print("hooks the example plugin received, in order:")
-            for line in (base / "plugin-requests.jsonl").read_text().splitlines():
-                print(f"  {json.loads(line)['hook']}")
-            if args.keep:
-                print(f"running; try: crictl --runtime-endpoint unix://{proxy.listen_path} ps -a  (Ctrl-C stops)")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    pass
+        if args.docker:
+            run_docker(base, args.keep)
+        else:
+            run_containerd(base, args.keep)
         print("lab finished: everything stopped and removed")
         return 0
     finally:
