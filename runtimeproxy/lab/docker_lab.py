@@ -8,9 +8,10 @@ lab and shows, with `docker inspect`, what the plugin changed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -42,8 +43,13 @@ def _answers_cri(socket: Path) -> bool:
         return False
 
 
+PluginStarter = Callable[[ExitStack, Path, Path], str]  # (stack, socket, request record) -> what it started
+Step = Callable[[str, Callable[[], Any]], Any]  # (label, action) -> action's result, timed and printed
+
+
 @contextmanager
-def docker_environment(base: Path, image_cache: Path, start_plugin, step) -> Iterator[tuple[DockerdInstance, CriDockerd]]:  # type: ignore[no-untyped-def]
+def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarter,
+                       step: Step) -> Iterator[tuple[DockerdInstance, CriDockerd]]:
     """dockerd, the example plugin, the proxy in Docker mode and cri-dockerd, stopped in reverse order."""
     with ExitStack() as stack:
         dockerd = DockerdInstance(base / "dk")
