@@ -280,3 +280,16 @@ def test_runtimeproxyctl_status_and_toggles_work_in_docker_mode(docker_lab: Dock
         assert [entry.hook for entry in plugin.seen] == ["PostStopContainer"]
     finally:
         lab.unregister(plugin, config)
+
+
+def test_a_stop_of_an_unknown_id_is_answered_by_dockerd(docker_lab: DockerLab) -> None:
+    lab = docker_lab
+    plugin, config = lab.plugin()
+    try:
+        result = subprocess.run(["docker", "-H", f"unix://{lab.proxy.listen_path}", "stop", "no-such-container"],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0
+        assert "No such container: no-such-container" in result.stderr  # dockerd's 404, not the proxy's guess
+        assert plugin.seen == []
+    finally:
+        lab.unregister(plugin, config)
