@@ -78,7 +78,7 @@ from runtimeproxy.lab.images import build_and_import  # noqa: E402
 from runtimeproxy.lab.process import ProxyProcess  # noqa: E402
 from runtimeproxy.lab.synthetic import EVENT_COUNT_KEY, RESPONSE_BYTES_KEY  # noqa: E402
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri  # noqa: E402
-from runtimeproxy.plugins import HOOK_NAMES  # noqa: E402
+from runtimeproxy.hooks.plugins import HOOK_NAMES  # noqa: E402
 
 T = TypeVar("T")
 C = TypeVar("C")

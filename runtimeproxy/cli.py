@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from runtimeproxy.docker.server import serve_docker as serve
     else:
         tune_for_large_messages()  # before gRPC allocates anything
-        from runtimeproxy.server import serve  # after logging: importing gRPC is slow
+        from runtimeproxy.cri.server import serve  # after logging: importing gRPC is slow
 
     try:
         asyncio.run(serve(options))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtimeproxy.limits import MAX_CONCURRENT_CALLS
+from runtimeproxy.cri.limits import MAX_CONCURRENT_CALLS
 
 DEFAULT_PROXY_SOCKET = Path("/var/run/koord-runtimeproxy/runtimeproxy.sock")
 DEFAULT_RUNTIME_SOCKET = Path("/var/run/containerd/containerd.sock")

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The local lab: set up a fresh machine, then run containerd + the proxy + a pod lifecycle through it.
-# Extra arguments go to `python -m runtimeproxy.lab` (e.g. --keep).
+# Extra arguments go to `python -m runtimeproxy.lab` (e.g. --keep). `bash scripts/lab.sh docker` (or --docker):
+# the same lifecycle through cri-dockerd, the proxy in Docker mode and a private dockerd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec python3 -m runtimeproxy.lab "$@"
+args=()
+for arg in "$@"; do
+  if [ "$arg" = docker ]; then args+=(--docker); else args+=("$arg"); fi
+done
+exec python3 -m runtimeproxy.lab "${args[@]}"

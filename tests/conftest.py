@@ -14,7 +14,7 @@ from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[LoopThread]:

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from runtimeproxy.hooks.stats import LatencyHistogram
-from runtimeproxy.methods import Kind, Method
+from runtimeproxy.cri.methods import Kind, Method
 
 # Image pulls take minutes: the CRI histogram reaches further than the hook one.
 CRI_LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (

@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
-from runtimeproxy.plugins import HOOK_NAMES
+from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 PROG = "runtimeproxyctl"
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from runtimeproxy import __version__
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.hooks.stats import LatencyHistogram
-from runtimeproxy.plugins import HOOK_NAMES
+from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 PREFIX = "runtimeproxy"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -95,9 +95,8 @@ class ProxyCollector(Collector):
         reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable", "1 while the backend runtime socket is "
                                       "connected and answers the liveness probe (gRPC health SERVING).",
                                       labels=["role"])
-        health = self._parts.backend_health
-        for channel in self._parts.backend.channels:
-            reachable.add_metric([channel.role], 1 if health.healthy(channel) else 0)
+        for role, _, problem in self._parts.backend_problems():
+            reachable.add_metric([role], 0 if problem else 1)
         yield reachable
         store = self._parts.hooks.store
         yield GaugeMetricFamily(f"{PREFIX}_store_pods", "Pods in the hook context store.", value=store.pod_count)

@@ -32,9 +32,8 @@ class OperatorEndpoints:
 
     def _readiness(self) -> tuple[int, str, bytes]:
         """Ready exactly when the gRPC health service says SERVING: every backend connected and answering."""
-        health = self.parts.backend_health
-        problems = [(channel, health.problem(channel)) for channel in self.parts.backend.channels]
-        down = "".join(f"{c.role} backend {c.target} {problem}\n" for c, problem in problems if problem)
+        down = "".join(f"{role} backend {endpoint} {problem}\n"
+                       for role, endpoint, problem in self.parts.backend_problems() if problem)
         if down:
             return 503, "text/plain", down.encode()
         return 200, "text/plain", b"ok\n"

@@ -14,12 +14,13 @@ import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.cri_calls import CriCallRecorder
-from runtimeproxy.backend import Backend, BackendChannel, BackendHealth
+from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
+from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import Toggle, Toggles
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.plugins import HOOK_NAMES, PluginConfig
+from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginConfig
 
 # Status must answer even when containerd hangs.
 VERSION_TIMEOUT_SECONDS = 1.0
@@ -27,14 +28,34 @@ _VERSION_PATH = "/runtime.v1.RuntimeService/Version"
 
 
 @dataclass
-class ProxyParts:
-    """The pieces of a running proxy the operator endpoints read."""
+class DockerBackend:
+    """Docker mode's one backend: dockerd's socket, reachable as the relay last found it."""
 
-    backend: Backend
+    endpoint: str
+    reachability: ReachabilityLog
+
+    @property
+    def problem(self) -> str:
+        return "unreachable" if self.reachability.reachable is False else ""
+
+
+@dataclass
+class ProxyParts:
+    """The pieces of a running proxy the operator endpoints read (CRI mode: backend channels and their
+    health; Docker mode: a DockerBackend and no health tracker)."""
+
+    backend: Backend | DockerBackend
     hooks: HookService
     started_monotonic: float
-    backend_health: BackendHealth
+    backend_health: BackendHealth | None
     cri_calls: CriCallRecorder | None = None
+
+    def backend_problems(self) -> list[tuple[str, str, str]]:
+        """(role, endpoint, problem) of every backend; problem "" when it is fine."""
+        if isinstance(self.backend, DockerBackend):
+            return [("runtime", self.backend.endpoint, self.backend.problem)]
+        assert self.backend_health is not None
+        return [(c.role, c.target, self.backend_health.problem(c) or "") for c in self.backend.channels]
 
     @property
     def uptime_seconds(self) -> float:
@@ -46,13 +67,22 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
     return admin.StatusResponse(
         version=__version__,
         uptime_seconds=parts.uptime_seconds,
-        backends=[await backend_status(channel, parts.backend_health) for channel in parts.backend.channels],
+        backends=await backend_statuses(parts),
         plugins=plugin_statuses(hooks),
         store=admin.StoreStatus(pods=hooks.store.pod_count, containers=hooks.store.container_count),
         toggles=toggle_messages(hooks.toggles),
         plugin_config_dir=str(hooks.registry.config_dir),
         plugin_config_dir_problem=hooks.registry.directory_problem(),
     )
+
+
+async def backend_statuses(parts: ProxyParts) -> list[admin.BackendStatus]:
+    if isinstance(parts.backend, DockerBackend):
+        docker = parts.backend
+        return [admin.BackendStatus(role="runtime", endpoint=docker.endpoint, runtime_name="docker",
+                                    reachable=docker.reachability.reachable is True)]
+    assert parts.backend_health is not None
+    return [await backend_status(channel, parts.backend_health) for channel in parts.backend.channels]
 
 
 async def backend_status(channel: BackendChannel, health: BackendHealth) -> admin.BackendStatus:

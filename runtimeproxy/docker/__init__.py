@@ -2,5 +2,7 @@
 
 `relay` is the reverse proxy (one client connection at a time, h11 for the framing), `tunnel` the raw
 byte pumps after a `101` upgrade, `headers` the hop-by-hop rules, `routes` and `interception` the seam
-where hooks will rewrite the five lifecycle routes, `server` the listening socket and shutdown.
+where hooks rewrite the five lifecycle routes, `hooks` the hooked calls (on the core in runtimeproxy.hooks),
+`messages` the Docker body <-> hook conversions, `engine` and `recovery` the store's refill from dockerd,
+`server` the listening socket, the operator endpoints and shutdown.
 """

@@ -3,13 +3,13 @@
 For a hooked route (`routes.HookedRoute`) the relay reads the whole (small) JSON request body, asks the
 interceptor's `before` for the body to send (or an error to answer instead, without reaching dockerd),
 forwards it, reads dockerd's whole answer and calls `after` before the client gets it. `after` never
-changes the answer. `PassThrough` is the no-op interceptor used until the hooks are wired.
+changes the answer. `PassThrough` is the no-op interceptor; `docker.hooks.DockerHooks` runs the plugins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from runtimeproxy.docker.routes import RouteMatch
 
@@ -25,6 +25,8 @@ class InterceptedCall:
     method: bytes
     target: bytes
     headers: tuple[tuple[bytes, bytes], ...]
+    # What `before` leaves for `after` of the same exchange (e.g. the hook request of a create).
+    notes: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

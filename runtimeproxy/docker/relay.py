@@ -324,16 +324,8 @@ class ClientSession:
         return b"".join(chunks)
 
     async def _whole_answer(self, upstream: Upstream) -> UpstreamAnswer:
-        while not isinstance(head := await upstream.next_event(), h11.Response):
-            pass  # 1xx before the answer
-        chunks: list[bytes] = []
-        size = 0
-        while isinstance(event := await upstream.next_event(), h11.Data):
-            size += len(event.data)
-            if size > MAX_HOOKED_BODY_BYTES:
-                raise UpstreamBroken(f"dockerd's answer is over {MAX_HOOKED_BODY_BYTES} bytes")
-            chunks.append(bytes(event.data))
-        return UpstreamAnswer(head.status_code, tuple(head.headers.raw_items()), b"".join(chunks))
+        head, body = await upstream.whole_answer(MAX_HOOKED_BODY_BYTES)
+        return UpstreamAnswer(head.status_code, tuple(head.headers.raw_items()), body)
 
     # -- the upstream connection ------------------------------------------------------------------------
 

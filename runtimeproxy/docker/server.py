@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
-from runtimeproxy.docker.interception import Interceptor, PassThrough
+from runtimeproxy.admin.operator import OperatorEndpoints
+from runtimeproxy.admin.status import DockerBackend, ProxyParts
+from runtimeproxy.docker.engine import EngineClient
+from runtimeproxy.docker.hooks import DockerHooks
+from runtimeproxy.docker.interception import Interceptor
+from runtimeproxy.docker.recovery import DockerRecords, rebuild_store
 from runtimeproxy.docker.relay import ClientSession
+from runtimeproxy.hooks.service import HookService
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
@@ -23,8 +30,13 @@ log = logging.getLogger(__name__)
 
 class DockerProxyServer:
     def __init__(self, options: ProxyOptions, interceptor: Interceptor | None = None) -> None:
+        """`interceptor` replaces the hooks (tests of the relay's seam)."""
         self.options = options
-        self.interceptor: Interceptor = interceptor or PassThrough()
+        self.hook_service = HookService(options)
+        self.records = DockerRecords(EngineClient(options.runtime_path), self.hook_service.skip)
+        self.interceptor: Interceptor = interceptor or DockerHooks(self.hook_service, self.records)
+        self._hooked = interceptor is None
+        self.operator: OperatorEndpoints | None = None
         self._server: asyncio.Server | None = None
         self._sessions: dict[asyncio.Task[None], ClientSession] = {}
         self._socket_inode: int | None = None
@@ -33,11 +45,21 @@ class DockerProxyServer:
 
     async def start(self) -> None:
         path = self.options.listen_path
+        started = time.monotonic()
         self._socket_lock = claim_socket_path(path)  # held until stop(): one proxy per socket
+        await self.hook_service.start()
+        parts = ProxyParts(DockerBackend(f"unix://{self.options.runtime_path}", self._reachability),
+                           self.hook_service, started, None)
+        self.operator = OperatorEndpoints(self.options, parts)
+        await self.operator.start()
+        if self._hooked:
+            self.hook_service.run_in_background(rebuild_store(self.records, self.hook_service.store),
+                                                "store-rebuild")
         self._server = await asyncio.start_unix_server(self._serve_client, path=str(path))
         self._socket_inode = restrict_socket(path)
-        log.info("Docker mode: listening on %s; dockerd at unix://%s (plugins are not called in Docker "
-                 "mode yet: every request is relayed unchanged)", path, self.options.runtime_path)
+        log.info("Docker mode: listening on %s; dockerd at unix://%s; plugin configs in %s (%d plugins)%s",
+                 path, self.options.runtime_path, self.options.hook_config_dir,
+                 len(self.hook_service.registry.plugins), self.operator.summary())
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -68,6 +90,10 @@ class DockerProxyServer:
             await asyncio.gather(*tasks, return_exceptions=True)
         release_socket(self.options.listen_path, self._socket_inode)
         self._socket_inode = None
+        if self.operator is not None:
+            await self.operator.stop()
+            self.operator = None
+        await self.hook_service.stop()
         if self._socket_lock is not None:
             self._socket_lock.release()
             self._socket_lock = None

@@ -31,6 +31,11 @@ class ReachabilityLog:
     def __init__(self) -> None:
         self._reachable: bool | None = None
 
+    @property
+    def reachable(self) -> bool | None:
+        """Whether the last connection attempt reached dockerd; None before the first."""
+        return self._reachable
+
     def update(self, reachable: bool, detail: str = "") -> None:
         if reachable == self._reachable:
             return
@@ -91,6 +96,19 @@ class Upstream:
                 raise UpstreamBroken(f"reading from dockerd failed: {error}") from None
             self.conn.receive_data(data)
         return event
+
+    async def whole_answer(self, limit_bytes: int) -> tuple[h11.Response, bytes]:
+        """The answer's head (after any 1xx) and its complete body; UpstreamBroken past `limit_bytes`."""
+        while not isinstance(head := await self.next_event(), h11.Response):
+            pass  # 1xx before the answer
+        chunks: list[bytes] = []
+        size = 0
+        while isinstance(event := await self.next_event(), h11.Data):
+            size += len(event.data)
+            if size > limit_bytes:
+                raise UpstreamBroken(f"dockerd's answer is over {limit_bytes} bytes")
+            chunks.append(bytes(event.data))
+        return head, b"".join(chunks)
 
     def finish_exchange(self) -> bool:
         """Ready the connection for the next request; False when it cannot be reused."""

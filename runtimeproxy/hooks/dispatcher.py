@@ -20,12 +20,12 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 
-from runtimeproxy.hooks.messages import merge_container_response, merge_pod_response
+from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.plugins import CallRefused, FailurePolicy, Plugin, PluginRegistry
+from runtimeproxy.hooks.plugins import CallRefused, FailurePolicy, Plugin, PluginRegistry
 
 log = logging.getLogger(__name__)
 

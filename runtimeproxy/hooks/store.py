@@ -4,8 +4,8 @@ StartContainer, StopContainer, UpdateContainerResources and StopPodSandbox carry
 an ID; plugins need the pod's metadata, labels, cgroup parent and the container's
 resources and environment. What RunPodSandbox and CreateContainer sent (after the
 hooks changed it) is kept here until the pod or container is removed; container resources
-follow UpdateContainerResources as the runtime applies it (hooks.messages.apply_resource_update). No disk IO:
-after a restart the store is rebuilt from the backend (see hooks.recovery).
+follow UpdateContainerResources as the runtime applies it (hooks.merge.apply_resource_update). No disk IO:
+after a restart the store is rebuilt from the backend (see the frontends' recovery).
 
 All access happens on the event loop; the lock makes it safe from other threads too.
 Both maps are bounded: past the bound the least recently used entry is dropped, and a
@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from runtimeproxy.hooks.messages import apply_resource_update
+from runtimeproxy.hooks.merge import apply_resource_update
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 DEFAULT_MAX_PODS = 16_384

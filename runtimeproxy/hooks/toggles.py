@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from runtimeproxy.plugins import CONFIG_SUFFIX, HOOK_NAMES
+from runtimeproxy.hooks.plugins import CONFIG_SUFFIX, HOOK_NAMES
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Is a plugin's answer safe to apply? Checks on what a pre-hook response would change.
 
-Only what the merge rules (hooks.messages) would take from the answer *and* that differs from the
+Only what the merge rules (hooks.merge) would take from the answer *and* that differs from the
 request is checked: an echoed value changes nothing, whatever it is (it came from the kubelet), and a
 value the merge ignores (a size <= 0, an empty cgroup parent, an empty env map) never reaches the
 runtime. Each rule is a small pure function returning why a value is bad, or None; the answer-level

@@ -10,6 +10,9 @@ Ctrl-C, for crictl & co.
 (local registry with critest's images, CNI bridge) and runs critest direct, through
 the proxy, and through the proxy with an echo plugin on all seven hooks; junit reports
 go to $RUNTIMEPROXY_REPORT_DIR (default <repo>/reports).
+
+`--docker` runs the same through cri-dockerd, the proxy in Docker mode and a private
+dockerd (see lab/docker_lab.py).
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from runtimeproxy.lab.conformance import (
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.critest import CritestResult
 from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.docker_lab import docker_environment, docker_lab_problem, show_docker_effects
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.tools import find_tool, missing_tool_message
-from runtimeproxy.plugins import HOOK_NAMES
+from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 T = TypeVar("T")
 IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"
@@ -58,15 +62,19 @@ def lab_environment(base: Path) -> Iterator[tuple[ContainerdInstance, ProxyProce
         stack.callback(containerd.stop)
         step("build + import offline OCI images", lambda: build_and_import(containerd.address, IMAGE_CACHE) and "")
         plugin_socket = base / "plugin" / "example.sock"
-        plugin = step("start the example plugin", lambda: stack.enter_context(
-            plugin_process(plugin_socket, base / "plugin-requests.jsonl", "--pod-cgroup-parent", "/runtimeproxy-lab")))
-        print(f"    plugin pid {plugin.pid}")
+        step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
         proxy = ProxyProcess(base / "proxy" / "runtimeproxy.sock", containerd.address)
         proxy.hook_config_dir.mkdir(parents=True)
         (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
         step("start koord-runtime-proxy", proxy.start)
         stack.callback(proxy.stop)
         yield containerd, proxy
+
+
+def start_plugin(stack: ExitStack, socket: Path, record: Path) -> str:
+    """The example plugin as its own process, stopped with the stack."""
+    plugin = stack.enter_context(plugin_process(socket, record, "--pod-cgroup-parent", "/runtimeproxy-lab"))
+    return f"pid {plugin.pid}"
 
 
 def show_plugin_effects(client: CriClient, container_id: str, pod_id: str) -> None:
@@ -79,7 +87,7 @@ def show_plugin_effects(client: CriClient, container_id: str, pod_id: str) -> No
     print(f"    pod annotations: {dict(annotations)}")
 
 
-def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
+def pod_lifecycle(client: CriClient, log_dir: Path, show_effects: Callable[[str, str], None]) -> None:
     pod_config = client.pod_config("lab-pod", log_dir, labels={"app": "lab"})
     version = step("Version", lambda: client.runtime.Version(client.api.VersionRequest(), timeout=10))
     print(f"    runtime: {version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})")
@@ -90,7 +98,7 @@ def pod_lifecycle(client: CriClient, log_dir: Path) -> None:
     command = ["sh", "-c", "echo LAB=$LAB EXAMPLE_PLUGIN=$EXAMPLE_PLUGIN"]
     result = step("ExecSync: echo $LAB $EXAMPLE_PLUGIN", lambda: client.exec_sync(container_id, command))
     print(f"    container says: {result.stdout.decode().strip()}")
-    show_plugin_effects(client, container_id, pod_id)
+    show_effects(container_id, pod_id)
     status = step("ContainerStatus", lambda: client.container_status(container_id))
     print(f"    state: {client.api.ContainerState.Name(status.status.state)}")
     step("StopContainer", lambda: client.stop_container(container_id))
@@ -119,13 +127,55 @@ def conformance(base: Path) -> int:
     return 1 if verdict else 0
 
 
+def print_plugin_requests(base: Path) -> None:
+    print("hooks the example plugin received, in order:")
+    for line in (base / "plugin-requests.jsonl").read_text().splitlines():
+        print(f"  {json.loads(line)['hook']}")
+
+
+def wait_for_ctrl_c(cri_socket: Path) -> None:
+    print(f"running; try: crictl --runtime-endpoint unix://{cri_socket} ps -a  (Ctrl-C stops)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
+def run_containerd(base: Path, keep: bool) -> None:
+    with lab_environment(base) as (containerd, proxy):
+        print(f"  proxy socket: {proxy.listen_path}  ->  containerd: {containerd.address}")
+        print("pod lifecycle through the proxy:")
+        with open_channel(proxy.listen_path) as channel:
+            client = CriClient(channel)
+            pod_lifecycle(client, base / "pod-logs", lambda cid, pid: show_plugin_effects(client, cid, pid))
+        print_plugin_requests(base)
+        if keep:
+            wait_for_ctrl_c(proxy.listen_path)
+
+
+def run_docker(base: Path, keep: bool) -> None:
+    with docker_environment(base, IMAGE_CACHE, start_plugin, step) as (dockerd, cri):
+        print(f"  cri-dockerd: {cri.socket}  ->  proxy (Docker mode)  ->  dockerd: {dockerd.socket}")
+        print("pod lifecycle through cri-dockerd and the proxy:")
+        (base / "pod-logs" / "app").mkdir(parents=True)  # cri-dockerd links logs there; containerd creates it
+        with open_channel(cri.socket) as channel:
+            pod_lifecycle(CriClient(channel), base / "pod-logs",
+                          lambda cid, pid: show_docker_effects(dockerd, cid, pid))
+        print_plugin_requests(base)
+        if keep:
+            wait_for_ctrl_c(cri.socket)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
     parser.add_argument("--conformance", action="store_true",
                         help="run critest direct, through the proxy and through the proxy + an echo plugin")
+    parser.add_argument("--docker", action="store_true",
+                        help="Docker mode: cri-dockerd -> the proxy -> a private dockerd")
     args = parser.parse_args(argv)
-    problem = check_prerequisites()
+    problem = docker_lab_problem() if args.docker else check_prerequisites()
     if problem:
         print(f"lab: cannot run here: {problem}", file=sys.stderr)
         return 1
@@ -134,21 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.conformance:
             return conformance(base)
         print(f"runtimeproxy lab in {base}")
-        with lab_environment(base) as (containerd, proxy):
-            print(f"  proxy socket: {proxy.listen_path}  ->  containerd: {containerd.address}")
-            print("pod lifecycle through the proxy:")
-            with open_channel(proxy.listen_path) as channel:
-                pod_lifecycle(CriClient(channel), base / "pod-logs")
-            print("hooks the example plugin received, in order:")
-            for line in (base / "plugin-requests.jsonl").read_text().splitlines():
-                print(f"  {json.loads(line)['hook']}")
-            if args.keep:
-                print(f"running; try: crictl --runtime-endpoint unix://{proxy.listen_path} ps -a  (Ctrl-C stops)")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    pass
+        if args.docker:
+            run_docker(base, args.keep)
+        else:
+            run_containerd(base, args.keep)
         print("lab finished: everything stopped and removed")
         return 0
     finally:

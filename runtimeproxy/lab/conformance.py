@@ -27,7 +27,7 @@ from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.registry import LocalRegistry, write_mirror_config
 from runtimeproxy.lab.tools import REPO_ROOT
-from runtimeproxy.plugins import HOOK_NAMES
+from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 
 # (program, Debian package) the conformance lab needs besides the plain lab's.

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import grpc
 
-from runtimeproxy.backend import PROBE_METADATA_KEY
+from runtimeproxy.cri.backend import PROBE_METADATA_KEY
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.limits import burst_options, metadata_limit_options
-from runtimeproxy.methods import Kind, cri_method_table, unknown_method
+from runtimeproxy.cri.limits import burst_options, metadata_limit_options
+from runtimeproxy.cri.methods import Kind, cri_method_table, unknown_method
 
 UnaryBehaviour = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 StreamBehaviour = Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 
 def http_get(proxy: ProxyServer, path: str) -> tuple[int, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.lab.synthetic import SyntheticBackend, install_benchmark_answers
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from adminkit import http_get, promtool_check
 from runtimeproxy.admin.http import parse_bind_address
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.synthetic import EVENT_COUNT_KEY
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 

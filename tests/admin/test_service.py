@@ -17,7 +17,7 @@ from runtimeproxy.admin.ctl import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.synthetic import SyntheticBackend
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 
 def ctl(proxy: ProxyServer, *args: str) -> tuple[int, str]:
@@ -127,7 +127,7 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="runtimeproxy.server")
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cri.server")
     assert operated.operator is not None and operated.operator.http is not None
     taken_port = operated.operator.http.bound_port
     second = start_proxy(runtime_path=operated.options.runtime_path, admin_path=operated.options.admin_path,
@@ -146,7 +146,7 @@ def test_the_start_up_line_names_the_admin_socket_and_metrics_address(
     start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="runtimeproxy.server")
+    caplog.set_level(logging.INFO, logger="runtimeproxy.cri.server")
     proxy = start_proxy(runtime_path=synthetic.path, admin_path=tmp_path / "admin.sock",
                         state_dir=tmp_path / "state", metrics_address="127.0.0.1:0")
     assert proxy.operator is not None and proxy.operator.http is not None

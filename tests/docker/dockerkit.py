@@ -9,7 +9,7 @@ from pathlib import Path
 
 import h11
 
-from runtimeproxy.docker.interception import Interceptor
+from runtimeproxy.docker.interception import Interceptor, PassThrough
 from runtimeproxy.docker.server import DockerProxyServer
 from runtimeproxy.options import ProxyOptions
 
@@ -54,10 +54,11 @@ def header_lines(head: bytes) -> list[bytes]:
 
 @contextlib.asynccontextmanager
 async def docker_proxy(tmp_path: Path, interceptor: Interceptor | None = None) -> AsyncIterator[Path]:
-    """A Docker-mode proxy on tmp_path/proxy.sock relaying to tmp_path/dockerd.sock; yields its socket."""
+    """A Docker-mode proxy on tmp_path/proxy.sock relaying to tmp_path/dockerd.sock; yields its socket.
+    Without hooks by default (the fake counts connections; the hooks' own store rebuild would add one)."""
     options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock",
-                           backend_mode="Docker")
-    proxy = DockerProxyServer(options, interceptor)
+                           backend_mode="Docker", hook_config_dir=tmp_path / "hooks")
+    proxy = DockerProxyServer(options, interceptor or PassThrough())
     await proxy.start()
     try:
         yield options.listen_path

@@ -19,7 +19,7 @@ from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.tools import find_tool, missing_tool_message
 
-from docker_fixtures import cri_dockerd, crictl_binary, docker_mode_proxy, dockerd  # noqa: F401
+from docker_fixtures import cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
 
 IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
 

@@ -53,14 +53,6 @@ def docker_mode_proxy(dockerd: DockerdInstance, workdir: Path) -> Iterator[Docke
 
 
 @pytest.fixture(scope="session")
-def crictl_binary() -> Path:
-    binary = find_tool("crictl")
-    if binary is None:
-        _missing("crictl not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin")
-    return binary  # type: ignore[return-value]
-
-
-@pytest.fixture(scope="session")
 def cri_dockerd(docker_mode_proxy: DockerModeProxy, crictl_binary: Path, workdir: Path) -> Iterator[Crictl]:
     """crictl → cri-dockerd → proxy → dockerd; yields crictl(*args) -> stdout."""
     binary = find_tool("cri-dockerd")

@@ -13,7 +13,7 @@ from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.toggles import ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, hook_names
 from runtimeproxy.lab.example_plugin import ExamplePlugin
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.plugins import HOOK_NAMES
+from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 PRE_CREATE = frozenset({"PreCreateContainer"})
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -19,8 +18,9 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from runtimeproxy.backend import BackendChannel
-from runtimeproxy.hooks.messages import container_hook_request, convert, pod_hook_request
+from runtimeproxy.cri.backend import BackendChannel
+from runtimeproxy.cri.messages import container_hook_request, convert, pod_hook_request
+from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -38,17 +38,6 @@ class BackendReadError(Exception):
     def __init__(self, message: str, code: grpc.StatusCode | None) -> None:
         super().__init__(message)
         self.code = code
-
-
-@dataclass
-class SkipRule:
-    """Pods labelled key=value get no hooks."""
-
-    key: str
-    value: str
-
-    def applies(self, labels: Any) -> bool:
-        return labels.get(self.key) == self.value
 
 
 class BackendRecords:
@@ -183,3 +172,12 @@ def _parse_config(data: Any, message_type: type[Message]) -> Any:
 def _log_miss(kind: str, object_id: str, error: BackendReadError) -> None:
     level = logging.DEBUG if error.code is grpc.StatusCode.NOT_FOUND else logging.WARNING
     log.log(level, "cannot load %s %s from the backend: %s", kind, object_id, error)
+
+
+async def rebuild_store(runtime: BackendChannel, records: BackendRecords, store: Store) -> None:
+    """After a (re)start, record what the backend already runs, once it is reachable."""
+    await runtime.channel.channel_ready()
+    try:
+        await records.rebuild(store)
+    except Exception as error:  # lazy fills on a miss still cover what this missed
+        log.warning("could not rebuild the store from the backend: %s", error)

@@ -19,7 +19,7 @@ from runtimeproxy.lab.burst import burst
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"

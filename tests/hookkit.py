@@ -1,5 +1,6 @@
 """Helpers shared by the hook unit tests (imported as a plain module: tests/hooks is on sys.path).
 
+- resources(), full_resources(), pod_request(), container_request(): sample hook messages.
 - fill(): every field of a protobuf message set to a distinct non-default value, recursively,
   so that a round trip that loses or corrupts any field shows up as an inequality.
 - ScriptedPlugin: an in-process RuntimeHookService whose answers the test chooses per hook.
@@ -21,8 +22,9 @@ from google.protobuf.message import Message
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
 from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
-from runtimeproxy.plugins import HOOK_NAMES, PluginRegistry
+from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginRegistry
 
 # --- filling messages -------------------------------------------------------------------
 
@@ -111,6 +113,47 @@ def unset_fields(message: Message, prefix: str = "") -> list[str]:
         elif getattr(message, field.name) == field.default_value:
             missing.append(path)
     return missing
+
+
+# --- sample hook requests (shared by the merge, CRI and Docker conversion tests) ---------
+
+def resources(**fields: object) -> hooks.LinuxContainerResources:
+    return hooks.LinuxContainerResources(**fields)  # type: ignore[arg-type]
+
+
+def full_resources() -> hooks.LinuxContainerResources:
+    return hooks.LinuxContainerResources(
+        cpu_period=100_000, cpu_quota=50_000, cpu_shares=1024, memory_limit_in_bytes=256 << 20,
+        oom_score_adj=500, cpuset_cpus="0-3", cpuset_mems="0",
+        hugepage_limits=[hooks.HugepageLimit(page_size="2MB", limit=4 << 20)],
+        unified={"memory.high": "200M", "cpu.weight": "100"}, memory_swap_limit_in_bytes=512 << 20,
+    )
+
+
+def pod_request() -> hooks.PodSandboxHookRequest:
+    return hooks.PodSandboxHookRequest(
+        pod_meta=hooks.PodSandboxMetadata(name="web", uid="u-1", namespace="ns", attempt=2),
+        runtime_handler="runc",
+        labels={"app": "web", "tier": "front"},
+        annotations={"a": "1", "b": "2"},
+        cgroup_parent="/kubepods/pod-u-1",
+        overhead=resources(cpu_shares=10),
+        resources=full_resources(),
+    )
+
+
+def container_request() -> hooks.ContainerResourceHookRequest:
+    return hooks.ContainerResourceHookRequest(
+        pod_meta=pod_request().pod_meta,
+        container_meta=hooks.ContainerMetadata(name="app", attempt=1, id="c-1"),
+        container_annotations={"c": "1", "d": "2"},
+        container_resources=full_resources(),
+        pod_resources=resources(cpu_shares=2048),
+        pod_annotations={"a": "1"},
+        pod_labels={"app": "web"},
+        pod_cgroup_parent="/kubepods/pod-u-1",
+        container_envs={"PATH": "/bin", "HOME": "/root"},
+    )
 
 
 # --- plugins --------------------------------------------------------------------------

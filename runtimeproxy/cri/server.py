@@ -15,14 +15,16 @@ from runtimeproxy.allocator import IdleTrimmer
 from runtimeproxy.admin.cri_calls import CriCallRecorder
 from runtimeproxy.admin.operator import OperatorEndpoints
 from runtimeproxy.admin.status import ProxyParts
-from runtimeproxy.backend import Backend, BackendChannel, BackendHealth
+from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.forwarding import UnaryHook, decoding_handler, method_handler
+from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
+from runtimeproxy.cri.points import RuntimeHooks
+from runtimeproxy.cri.recovery import BackendRecords, rebuild_store
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.limits import burst_options, metadata_limit_options
+from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
-from runtimeproxy.methods import Method, cri_method_table, cri_service_names, unknown_method
+from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
@@ -148,8 +150,12 @@ class ProxyServer:
         self.backend = Backend(
             options.runtime_path, options.effective_image_path, options.max_message_bytes
         )
-        self.hook_service = HookService(options, self.backend)
+        self.hook_service = HookService(options)
         await self.hook_service.start()
+        records = BackendRecords(self.backend.runtime, self.hook_service.skip)
+        cri_hooks = RuntimeHooks(self.hook_service, records)
+        self.hook_service.run_in_background(rebuild_store(self.backend.runtime, records, self.hook_service.store),
+                                            "store-rebuild")
         backend_health = BackendHealth()
         parts = ProxyParts(self.backend, self.hook_service, started, backend_health,
                            CriCallRecorder() if options.metrics_address else None)
@@ -163,7 +169,7 @@ class ProxyServer:
         )
         # Registered last: the own services above are matched first.
         handler = CriProxyHandler(
-            self.backend, cri_method_table(), self.hook_service.interceptors(), options.decode_all,
+            self.backend, cri_method_table(), cri_hooks.interceptors(), options.decode_all,
             parts.cri_calls,
         )
         server.add_generic_rpc_handlers((handler,))

@@ -16,9 +16,9 @@ import grpc
 import orjson
 import pytest
 
-from runtimeproxy import plugins
+from runtimeproxy.hooks import plugins
 from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.plugins import (
+from runtimeproxy.hooks.plugins import (
     HOOK_NAMES,
     MAX_CONFIG_BYTES,
     FailurePolicy,
@@ -32,7 +32,7 @@ from runtimeproxy.plugins import (
 )
 
 T = TypeVar("T")
-LOGGER = "runtimeproxy.plugins"
+LOGGER = "runtimeproxy.hooks.plugins"
 KOORDLET = (
     b'{"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Ignore", '
     b'"runtime-hooks": ["PreRunPodSandbox"]}'

@@ -28,7 +28,7 @@ import grpc
 import orjson
 
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
-from runtimeproxy.trust import TrustedOwners
+from runtimeproxy.hooks.trust import TrustedOwners
 
 log = logging.getLogger(__name__)
 

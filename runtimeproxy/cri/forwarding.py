@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import message_factory
 
-from runtimeproxy.backend import BackendChannel
-from runtimeproxy.methods import Kind, Method
+from runtimeproxy.cri.backend import BackendChannel
+from runtimeproxy.cri.methods import Kind, Method
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.server import ProxyServer
 
 VERSIONS = ["runtime.v1", "runtime.v1alpha2"]
 API = {"runtime.v1": v1, "runtime.v1alpha2": v1alpha2}

@@ -19,8 +19,8 @@ from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.kinds import tally_every_kind
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
-from runtimeproxy.methods import Kind, cri_method_table, unknown_method
-from runtimeproxy.server import ProxyServer
+from runtimeproxy.cri.methods import Kind, cri_method_table, unknown_method
+from runtimeproxy.cri.server import ProxyServer
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"

@@ -15,8 +15,8 @@ from pathlib import Path
 import grpc
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.limits import metadata_limit_options
-from runtimeproxy.methods import Method
+from runtimeproxy.cri.limits import metadata_limit_options
+from runtimeproxy.cri.methods import Method
 
 log = logging.getLogger(__name__)
 

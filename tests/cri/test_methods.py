@@ -1,4 +1,4 @@
-from runtimeproxy.methods import Kind, cri_method_table, cri_service_names, split_path, unknown_method
+from runtimeproxy.cri.methods import Kind, cri_method_table, cri_service_names, split_path, unknown_method
 
 
 def test_table_covers_both_cri_versions_and_services() -> None:

@@ -13,22 +13,23 @@ from collections.abc import Awaitable, Callable
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from runtimeproxy.forwarding import UnaryHook, UnaryRelay
+from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint, failure_fields
-from runtimeproxy.hooks.messages import (
+from runtimeproxy.cri.messages import (
     align_sandbox_cgroup_parent,
     apply_to_container_config,
-    apply_resource_update,
     apply_to_pod_config,
     apply_to_update_request,
     container_hook_request,
     convert,
     pod_hook_request,
-    with_pod,
 )
-from runtimeproxy.hooks.recovery import BackendRecords, SkipRule
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.hooks.context import HookContext, run_post_hook
+from runtimeproxy.hooks.merge import apply_resource_update
+from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -70,11 +71,11 @@ async def run_pre_hook(
 
 
 class RuntimeHooks:
-    def __init__(self, dispatcher: Dispatcher, store: Store, records: BackendRecords, skip: SkipRule) -> None:
-        self.dispatcher = dispatcher
-        self.store = store
-        self.records = records
-        self.skip = skip
+    def __init__(self, service: HookService, records: BackendRecords) -> None:
+        self.dispatcher = service.dispatcher
+        self.store = service.store
+        self.context = HookContext(service.store, records)
+        self.skip = service.skip
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {
@@ -93,38 +94,9 @@ class RuntimeHooks:
             for method, hook in by_method.items()
         }
 
-    # -- store lookups, filled from the backend on a miss ---------------------------------
-
-    async def pod(self, pod_id: str) -> PodRecord | None:
-        record = self.store.pod(pod_id)
-        if record is None and pod_id:
-            record = await self.records.load_pod(pod_id)
-            if record is not None:
-                self.store.put_pod(pod_id, record)
-        return record
-
-    async def container(self, container_id: str) -> tuple[ContainerRecord, PodRecord | None] | None:
-        record = self.store.container(container_id)
-        if record is None and container_id:
-            record = await self.records.load_container(container_id)
-            if record is None:
-                return None
-            self.store.put_container(container_id, record)
-        if record is None:
-            return None
-        return record, await self.pod(record.pod_id)
-
-    async def _post_hook(self, point: HookPoint, request_factory: Callable[[], Awaitable[Message | None]], context: Context) -> None:
-        """Post-hooks never change the outcome of the CRI call, whatever the policy."""
-        if not self.dispatcher.has_plugins(point):
-            return
-        request = await request_factory()
-        if request is None:
-            return
-        try:
-            await self.dispatcher.run(point, request, context.time_remaining())
-        except HookFailed as failure:  # only pre-hooks raise; kept for safety
-            log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
+    async def _post_hook(self, point: HookPoint, request_factory: Callable[[], Awaitable[Message | None]],
+                         context: Context) -> None:
+        await run_post_hook(self.dispatcher, point, request_factory, context.time_remaining())
 
     # -- pod calls -------------------------------------------------------------------------
 
@@ -147,12 +119,7 @@ class RuntimeHooks:
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         pod_id = (await decode(cri.StopPodSandboxRequest, data, context)).pod_sandbox_id
         response = await relay(data, context)
-
-        async def hook_request() -> Message | None:
-            record = await self.pod(pod_id)
-            return None if record is None or record.skip_hooks else record.info
-
-        await self._post_hook(points.POST_STOP_POD_SANDBOX, hook_request, context)
+        await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), context)
         return response
 
     async def remove_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
@@ -166,7 +133,7 @@ class RuntimeHooks:
 
     async def create_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         request = await decode(cri.CreateContainerRequest, data, context)
-        pod = await self.pod(request.pod_sandbox_id)
+        pod = await self.context.pod(request.pod_sandbox_id)
         if pod is None:  # the kubelet sends the pod's config along: use it
             sandbox = pod_hook_request(request.sandbox_config, "")
             pod = PodRecord(sandbox, self.skip.applies(sandbox.labels))
@@ -192,26 +159,16 @@ class RuntimeHooks:
             self.store.put_container(container_id, ContainerRecord(request.pod_sandbox_id, info))
         return response
 
-    async def _container_request(self, container_id: str) -> hooks.ContainerResourceHookRequest | None:
-        """The hook request for a known container of a pod with hooks; None otherwise."""
-        found = await self.container(container_id)
-        if found is None:
-            return None
-        record, pod = found
-        if pod is not None and pod.skip_hooks:
-            return None
-        return with_pod(record.info, pod.info if pod else None)
-
     async def start_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         container_id = (await decode(cri.StartContainerRequest, data, context)).container_id
         if self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
-            request = await self._container_request(container_id)
+            request = await self.context.container_request(container_id)
             if request is not None:
                 # StartContainer has nothing to carry changes: plugins act on the cgroups themselves.
                 await run_pre_hook(self.dispatcher, points.PRE_START_CONTAINER, request, context)
         response = await relay(data, context)
         await self._post_hook(
-            points.POST_START_CONTAINER, lambda: self._container_request(container_id), context
+            points.POST_START_CONTAINER, lambda: self.context.container_request(container_id), context
         )
         return response
 
@@ -220,7 +177,7 @@ class RuntimeHooks:
         container_id = request.container_id
         info = None
         if self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES):
-            info = await self._container_request(container_id)
+            info = await self.context.container_request(container_id)
         if info is not None:
             # Plugins see the resources the container will have: the recorded ones with the
             # kubelet's sparse update applied, not the update alone.
@@ -241,7 +198,7 @@ class RuntimeHooks:
         container_id = (await decode(cri.StopContainerRequest, data, context)).container_id
         response = await relay(data, context)
         await self._post_hook(
-            points.POST_STOP_CONTAINER, lambda: self._container_request(container_id), context
+            points.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id), context
         )
         return response
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from runtimeproxy.trust import TrustedOwners
+from runtimeproxy.hooks.trust import TrustedOwners
 
 
 def test_root_and_the_proxy_user_are_always_trusted() -> None:

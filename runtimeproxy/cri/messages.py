@@ -1,0 +1,136 @@
+"""CRI <-> hook-protocol message conversions: one function per hooked CRI request.
+
+The merge rules (what a plugin's answer changes) are the hook core's (hooks.merge);
+this module only reads CRI requests into hook requests and writes the result back.
+
+The hooked CRI requests are decoded with runtime.v1 classes whatever version the
+kubelet spoke: v1alpha2 has the same field numbers for everything used here, and
+fields v1 does not know are kept as unknown fields and written back unchanged.
+The CRI and hook LinuxContainerResources/PodSandboxMetadata/ContainerMetadata
+share their wire layout, so they convert by re-parsing bytes, field-exact.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.merge import ordered_env_names, replace_map
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+M = TypeVar("M", bound=Message)
+
+
+def convert(message: Message, target: type[M]) -> M:
+    """Re-read a message as a wire-compatible type of the other protocol."""
+    return target.FromString(message.SerializeToString())
+
+
+# --- CRI -> hook requests -------------------------------------------------------------
+
+
+def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hooks.PodSandboxHookRequest:
+    linux = config.linux
+    request = hooks.PodSandboxHookRequest(
+        pod_meta=convert(config.metadata, hooks.PodSandboxMetadata),
+        runtime_handler=runtime_handler,
+        labels=dict(config.labels),
+        annotations=dict(config.annotations),
+        cgroup_parent=linux.cgroup_parent,
+    )
+    if linux.HasField("overhead"):
+        request.overhead.CopyFrom(convert(linux.overhead, hooks.LinuxContainerResources))
+    if linux.HasField("resources"):
+        request.resources.CopyFrom(convert(linux.resources, hooks.LinuxContainerResources))
+    return request
+
+
+def container_hook_request(
+    pod: hooks.PodSandboxHookRequest, config: cri.ContainerConfig, container_id: str = ""
+) -> hooks.ContainerResourceHookRequest:
+    request = hooks.ContainerResourceHookRequest(
+        pod_meta=pod.pod_meta,
+        container_meta=hooks.ContainerMetadata(
+            name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
+        ),
+        container_annotations=dict(config.annotations),
+        pod_annotations=dict(pod.annotations),
+        pod_labels=dict(pod.labels),
+        pod_cgroup_parent=pod.cgroup_parent,
+        container_envs={kv.key: kv.value for kv in config.envs},
+    )
+    if config.linux.HasField("resources"):
+        request.container_resources.CopyFrom(
+            convert(config.linux.resources, hooks.LinuxContainerResources)
+        )
+    if pod.HasField("resources"):
+        request.pod_resources.CopyFrom(pod.resources)
+    return request
+
+
+# --- hook result -> CRI request -------------------------------------------------------
+
+
+def apply_to_pod_config(config: cri.PodSandboxConfig, pod: hooks.PodSandboxHookRequest) -> None:
+    replace_map(config.labels, pod.labels)
+    replace_map(config.annotations, pod.annotations)
+    config.linux.cgroup_parent = pod.cgroup_parent
+    if pod.HasField("resources"):
+        config.linux.resources.CopyFrom(convert(pod.resources, cri.LinuxContainerResources))
+
+
+def apply_to_container_config(
+    request: cri.CreateContainerRequest, container: hooks.ContainerResourceHookRequest, env_order: list[str]
+) -> None:
+    config = request.config
+    replace_map(config.annotations, container.container_annotations)
+    if container.HasField("container_resources"):
+        config.linux.resources.CopyFrom(
+            convert(container.container_resources, cri.LinuxContainerResources)
+        )
+    envs = container.container_envs
+    del config.envs[:]
+    config.envs.extend(cri.KeyValue(key=name, value=envs[name]) for name in ordered_env_names(envs, env_order))
+    align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
+
+
+def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_parent: str) -> bool:
+    """containerd places the container under sandbox_config's cgroup parent: make it the pod's
+    (as hooks left it). True if the request changed; a missing sandbox_config is not invented."""
+    if not cgroup_parent or not request.HasField("sandbox_config"):
+        return False
+    linux = request.sandbox_config.linux
+    if linux.cgroup_parent == cgroup_parent:
+        return False
+    linux.cgroup_parent = cgroup_parent
+    return True
+
+
+def apply_to_update_request(
+    request: cri.UpdateContainerResourcesRequest,
+    seen: hooks.ContainerResourceHookRequest,
+    changed: hooks.ContainerResourceHookRequest,
+) -> None:
+    """The kubelet's update with only what the plugins changed (`changed` against what they saw).
+
+    The plugins saw the container's effective resources, not the kubelet's sparse update, so
+    what they echoed must not be sent as if the kubelet had asked for it. A plugin's zero or
+    empty value is not sent: to containerd it means "unchanged", it cannot clear a field, and it
+    must not cancel what the kubelet asked for.
+    """
+    before, after = seen.container_resources, changed.container_resources
+    for field in after.DESCRIPTOR.fields:
+        name = field.name
+        if field.message_type is None and not field.is_repeated:
+            value = getattr(after, name)
+            if value and value != getattr(before, name):
+                setattr(request.linux, name, value)
+    for key, value in after.unified.items():
+        if before.unified.get(key) != value:
+            request.linux.unified[key] = value
+    # hugepage_limits: the merge rules keep the request's, so plugins never change them.
+    for key, value in changed.container_annotations.items():
+        if seen.container_annotations.get(key) != value:
+            request.annotations[key] = value

@@ -1,0 +1,64 @@
+"""The proxy's own questions to dockerd (list and inspect containers), over a fresh connection each.
+
+Used to fill the hook store: after a restart (list + inspect) and on a miss (inspect). Not on the
+relay's path: a client's requests never wait behind these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import h11
+
+from runtimeproxy.docker.upstream import Upstream
+
+# One inspect or list answer; a node with thousands of containers lists a few MB.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
+class EngineError(Exception):
+    """dockerd could not be asked, or did not answer 2xx with JSON."""
+
+
+class EngineClient:
+    def __init__(self, docker_socket: Path) -> None:
+        self._socket = docker_socket
+
+    async def get_json(self, target: str) -> Any:
+        """GET `target`; the decoded JSON answer. None for 404 (no such container)."""
+        try:
+            status, body = await asyncio.wait_for(self._get(target), REQUEST_TIMEOUT_SECONDS)
+        except (ConnectionError, TimeoutError) as error:
+            raise EngineError(f"GET {target}: {error or 'timed out'}") from None
+        if status == 404:
+            return None
+        if not 200 <= status < 300:
+            raise EngineError(f"GET {target}: dockerd answered {status}: {body[:200]!r}")
+        try:
+            return json.loads(body)
+        except ValueError as error:
+            raise EngineError(f"GET {target}: not JSON: {error}") from None
+
+    async def _get(self, target: str) -> tuple[int, bytes]:
+        upstream = await Upstream.connect(self._socket)
+        try:
+            await upstream.send(h11.Request(method="GET", target=target, headers=[("Host", "docker")]))
+            await upstream.send(h11.EndOfMessage())
+            head, body = await upstream.whole_answer(MAX_ANSWER_BYTES)
+            return head.status_code, body
+        finally:
+            upstream.close()
+
+    async def inspect(self, container_id: str) -> Any:
+        return await self.get_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/json")
+
+    async def list_labelled(self, label: str) -> list[str]:
+        """IDs of all containers (running or not) that carry `label`."""
+        filters = urllib.parse.quote(json.dumps({"label": [label]}))
+        found = await self.get_json(f"/containers/json?all=1&filters={filters}")
+        return [str(entry.get("Id")) for entry in found or [] if isinstance(entry, dict) and entry.get("Id")]

@@ -1,0 +1,289 @@
+"""Docker Engine API bodies <-> hook-protocol messages: one small function per hooked call.
+
+What cri-dockerd sends (see ../shared lab notes): a sandbox is a container labelled
+`io.kubernetes.docker.type=podsandbox` named `k8s_POD_<pod>_<ns>_<uid>_<attempt>`; a container is labelled
+`=container` with `io.kubernetes.sandbox.id=<sandbox id>` and named `k8s_<ctr>_<pod>_<ns>_<uid>_<attempt>`.
+Pod labels are plain labels, annotations are `annotation.<key>` labels; cgroup parent and resources are in
+`HostConfig`, the environment in `Env` (`Config.Env` in an inspect). The merge rules are the core's
+(hooks.merge); this module only reads bodies into hook requests and writes the merged result back.
+
+Writing back, a resource the hooks left zero or empty is never written: to dockerd zero means "not set",
+so it would silently drop a limit rather than keep it (the Go proxy overwrites resources with zeros).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runtimeproxy.hooks.merge import ordered_env_names
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+TYPE_LABEL = "io.kubernetes.docker.type"
+SANDBOX_TYPE = "podsandbox"
+CONTAINER_TYPE = "container"
+SANDBOX_ID_LABEL = "io.kubernetes.sandbox.id"
+ANNOTATION_PREFIX = "annotation."
+# Labels cri-dockerd adds for itself: kept in the body, never shown to plugins as pod labels.
+_SANDBOX_OWN_LABELS = frozenset({TYPE_LABEL, "io.kubernetes.container.name"})
+_NAME_PREFIX = "k8s"
+
+# Docker HostConfig / UpdateConfig field -> hook LinuxContainerResources field.
+RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("CpuPeriod", "cpu_period"),
+    ("CpuQuota", "cpu_quota"),
+    ("CpuShares", "cpu_shares"),
+    ("Memory", "memory_limit_in_bytes"),
+    ("MemorySwap", "memory_swap_limit_in_bytes"),
+    ("CpusetCpus", "cpuset_cpus"),
+    ("CpusetMems", "cpuset_mems"),
+    ("OomScoreAdj", "oom_score_adj"),  # HostConfig only (not updatable)
+)
+
+Body = dict[str, Any]
+
+
+class BodyError(ValueError):
+    """A hooked body that is not the JSON object Docker expects (it is then relayed untouched)."""
+
+
+@dataclass(frozen=True)
+class KubeName:
+    """What cri-dockerd encodes in a container's name."""
+
+    container: str  # "POD" for a sandbox
+    pod: str
+    namespace: str
+    uid: str
+    attempt: int
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def parse_body(data: bytes) -> Body:
+    try:
+        body = json.loads(data)
+    except ValueError as error:
+        raise BodyError(f"body is not JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise BodyError("body is not a JSON object")
+    return body
+
+
+def create_name(query: str) -> str:
+    """The `name` of a `POST /containers/create?name=…`; "" when there is none."""
+    values = urllib.parse.parse_qs(query).get("name")
+    return values[0] if values else ""
+
+
+def parse_kube_name(name: str) -> KubeName | None:
+    """`k8s_<ctr>_<pod>_<ns>_<uid>_<attempt>` (a `_<random>` suffix after a name clash is allowed)."""
+    parts = name.lstrip("/").split("_")
+    if len(parts) not in (6, 7) or parts[0] != _NAME_PREFIX:
+        return None
+    try:
+        attempt = int(parts[5])
+    except ValueError:
+        return None
+    return KubeName(parts[1], parts[2], parts[3], parts[4], attempt)
+
+
+def docker_type(labels: Mapping[str, str]) -> str:
+    """`podsandbox`, `container`, or "" for a container Kubernetes did not create."""
+    return labels.get(TYPE_LABEL, "")
+
+
+def _map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise BodyError(f"{what} is not a map of strings")
+    return value
+
+
+def _host_config(body: Mapping[str, Any]) -> dict[str, Any]:
+    host_config = body.get("HostConfig") or {}
+    if not isinstance(host_config, dict):
+        raise BodyError("HostConfig is not an object")
+    return host_config
+
+
+def annotations_of(labels: Mapping[str, str]) -> dict[str, str]:
+    return {key[len(ANNOTATION_PREFIX):]: value for key, value in labels.items() if key.startswith(ANNOTATION_PREFIX)}
+
+
+def pod_labels_of(labels: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in labels.items()
+            if not key.startswith(ANNOTATION_PREFIX) and key not in _SANDBOX_OWN_LABELS}
+
+
+def envs_of(env: Any) -> dict[str, str]:
+    """`["K=V", …]` as a map in order; an entry without `=` is not an assignment and is left out."""
+    if env is None:
+        return {}
+    if not isinstance(env, list) or not all(isinstance(entry, str) for entry in env):
+        raise BodyError("Env is not a list of strings")
+    pairs = (entry.partition("=") for entry in env)
+    return {name: value for name, sep, value in pairs if sep}
+
+
+def resources_of(fields: Mapping[str, Any]) -> hooks.LinuxContainerResources:
+    """The resources a HostConfig (or an UpdateConfig) sets; absent or zero fields stay unset."""
+    resources = hooks.LinuxContainerResources()
+    for docker_name, hook_name in RESOURCE_FIELDS:
+        value = fields.get(docker_name)
+        if value:
+            try:
+                setattr(resources, hook_name, value)
+            except (TypeError, ValueError):
+                raise BodyError(f"{docker_name} has the wrong type: {value!r}") from None
+    return resources
+
+
+def pod_hook_request(name: KubeName, labels: Mapping[str, str], host_config: Mapping[str, Any]) -> hooks.PodSandboxHookRequest:
+    request = hooks.PodSandboxHookRequest(
+        pod_meta=hooks.PodSandboxMetadata(name=name.pod, namespace=name.namespace, uid=name.uid, attempt=name.attempt),
+        labels=pod_labels_of(labels),
+        annotations=annotations_of(labels),
+        cgroup_parent=host_config.get("CgroupParent") or "",
+    )
+    request.resources.CopyFrom(resources_of(host_config))
+    return request
+
+
+def container_hook_request(
+    pod: hooks.PodSandboxHookRequest, name: KubeName, labels: Mapping[str, str], env: Any,
+    host_config: Mapping[str, Any], container_id: str = "",
+) -> hooks.ContainerResourceHookRequest:
+    request = hooks.ContainerResourceHookRequest(
+        pod_meta=pod.pod_meta,
+        container_meta=hooks.ContainerMetadata(name=name.container, attempt=name.attempt, id=container_id),
+        container_annotations=annotations_of(labels),
+        pod_annotations=dict(pod.annotations),
+        pod_labels=dict(pod.labels),
+        pod_cgroup_parent=pod.cgroup_parent,
+        container_envs=envs_of(env),
+    )
+    request.container_resources.CopyFrom(resources_of(host_config))
+    if pod.HasField("resources"):
+        request.pod_resources.CopyFrom(pod.resources)
+    return request
+
+
+# --- create: the body as dockerd receives it ------------------------------------------------------
+
+
+def sandbox_create_request(name: KubeName, body: Body) -> hooks.PodSandboxHookRequest:
+    return pod_hook_request(name, _map(body.get("Labels"), "Labels"), _host_config(body))
+
+
+def container_create_request(pod: hooks.PodSandboxHookRequest, name: KubeName, body: Body) -> hooks.ContainerResourceHookRequest:
+    return container_hook_request(pod, name, _map(body.get("Labels"), "Labels"), body.get("Env"), _host_config(body))
+
+
+def apply_resources(host_config: dict[str, Any], resources: hooks.LinuxContainerResources) -> None:
+    """Write the resources the hooks left non-zero; a zero or empty value never overwrites one."""
+    for docker_name, hook_name in RESOURCE_FIELDS:
+        value = getattr(resources, hook_name)
+        if value and host_config.get(docker_name) != value:
+            host_config[docker_name] = value
+
+
+def _labels_with_annotations(labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, str]:
+    kept = {key: value for key, value in labels.items() if not key.startswith(ANNOTATION_PREFIX)}
+    kept.update((ANNOTATION_PREFIX + key, value) for key, value in annotations.items())
+    return kept
+
+
+def apply_to_sandbox_body(body: Body, pod: hooks.PodSandboxHookRequest) -> None:
+    labels = {key: value for key, value in _map(body.get("Labels"), "Labels").items() if key in _SANDBOX_OWN_LABELS}
+    labels.update(pod.labels)
+    body["Labels"] = _labels_with_annotations(labels, pod.annotations)
+    host_config = body.setdefault("HostConfig", {})
+    if pod.cgroup_parent:
+        host_config["CgroupParent"] = pod.cgroup_parent
+    apply_resources(host_config, pod.resources)
+
+
+def apply_to_container_body(body: Body, container: hooks.ContainerResourceHookRequest) -> None:
+    body["Labels"] = _labels_with_annotations(_map(body.get("Labels"), "Labels"), container.container_annotations)
+    original = body.get("Env") or []
+    envs = container.container_envs
+    names = ordered_env_names(envs, [entry.partition("=")[0] for entry in original if "=" in entry])
+    body["Env"] = [f"{name}={envs[name]}" for name in names] + [entry for entry in original if "=" not in entry]
+    host_config = body.setdefault("HostConfig", {})
+    if container.pod_cgroup_parent:
+        host_config["CgroupParent"] = container.pod_cgroup_parent
+    apply_resources(host_config, container.container_resources)
+
+
+# --- update ---------------------------------------------------------------------------------------
+
+
+def update_resources(body: Body) -> hooks.LinuxContainerResources:
+    """What a `POST /containers/{id}/update` asks for (zero = unchanged, as in CRI)."""
+    return resources_of(body)
+
+
+def apply_to_update_body(
+    body: Body, seen: hooks.ContainerResourceHookRequest, changed: hooks.ContainerResourceHookRequest
+) -> None:
+    """Only what the plugins changed (against the effective resources they saw), and never a zero."""
+    before, after = seen.container_resources, changed.container_resources
+    for docker_name, hook_name in RESOURCE_FIELDS:
+        if docker_name == "OomScoreAdj":
+            continue  # dockerd cannot update it
+        value = getattr(after, hook_name)
+        if value and value != getattr(before, hook_name):
+            body[docker_name] = value
+
+
+# --- inspect (recovery) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """The parts of `GET /containers/{id}/json` the hooks need."""
+
+    container_id: str
+    name: KubeName
+    labels: dict[str, str]
+    env: list[str]
+    host_config: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return docker_type(self.labels)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.labels.get(SANDBOX_ID_LABEL, "")
+
+
+def inspected(data: Any) -> Inspected | None:
+    """None for a container Kubernetes did not create (or an answer of an unexpected shape)."""
+    if not isinstance(data, dict):
+        return None
+    config = data.get("Config") or {}
+    try:
+        labels = _map(config.get("Labels"), "Labels")
+        host_config = _host_config(data)
+    except BodyError:
+        return None
+    name = parse_kube_name(str(data.get("Name") or ""))
+    if name is None or not docker_type(labels):
+        return None
+    return Inspected(str(data.get("Id") or ""), name, labels, list(config.get("Env") or []), host_config)
+
+
+def pod_from_inspect(found: Inspected) -> hooks.PodSandboxHookRequest:
+    return pod_hook_request(found.name, found.labels, found.host_config)
+
+
+def container_from_inspect(found: Inspected, pod: hooks.PodSandboxHookRequest | None) -> hooks.ContainerResourceHookRequest:
+    return container_hook_request(pod or hooks.PodSandboxHookRequest(), found.name, found.labels, found.env,
+                                  found.host_config, found.container_id)

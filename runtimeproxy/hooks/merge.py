@@ -1,0 +1,143 @@
+"""The merge rules of the hook protocol, in one place for both frontends.
+
+What a plugin's answer changes in a hook request (koordlet's semantics: it echoes the
+request back and edits fields), how a container's request takes its pod's current
+context, and what a resource update leaves of a container's resources. Knows hook
+messages only: no CRI, no Docker, no transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+
+def replace_map(target: MutableMapping[str, str], source: Mapping[str, str]) -> None:
+    target.clear()
+    target.update(source)
+
+
+def with_pod(
+    container: hooks.ContainerResourceHookRequest, pod: hooks.PodSandboxHookRequest | None
+) -> hooks.ContainerResourceHookRequest:
+    """A copy of a container's hook request with the pod context as it is now."""
+    request = hooks.ContainerResourceHookRequest()
+    request.CopyFrom(container)
+    if pod is not None:
+        request.pod_meta.CopyFrom(pod.pod_meta)
+        replace_map(request.pod_annotations, pod.annotations)
+        replace_map(request.pod_labels, pod.labels)
+        request.pod_cgroup_parent = pod.cgroup_parent
+        if pod.HasField("resources"):
+            request.pod_resources.CopyFrom(pod.resources)
+    return request
+
+
+# --- merge rules: a plugin response folded into the hook request ------------------------
+
+
+def merge_resources(
+    into: hooks.LinuxContainerResources, update: hooks.LinuxContainerResources
+) -> None:
+    """koordlet echoes the whole request back and edits fields; these are its semantics."""
+    for name in ("cpu_period", "cpu_shares", "memory_limit_in_bytes", "memory_swap_limit_in_bytes"):
+        value = getattr(update, name)
+        if value > 0:
+            setattr(into, name, value)
+    if update.cpu_quota != 0:
+        into.cpu_quota = update.cpu_quota
+    into.oom_score_adj = update.oom_score_adj
+    into.cpuset_cpus = update.cpuset_cpus
+    into.cpuset_mems = update.cpuset_mems
+    into.unified.update(update.unified)
+    # hugepage_limits: always the request's.
+
+
+def _merge_map(into: MutableMapping[str, str], update: Mapping[str, str]) -> None:
+    into.update(update)  # response keys win; nothing is deleted
+
+
+def merged_envs(current: Mapping[str, str], update: Mapping[str, str]) -> dict[str, str]:
+    """A non-empty env map replaces the set: known names keep their order, new ones follow."""
+    if not update:
+        return dict(current)
+    kept = {name: update[name] for name in current if name in update}
+    kept.update((name, update[name]) for name in sorted(update) if name not in current)
+    return kept
+
+
+def ordered_env_names(envs: Mapping[str, str], env_order: list[str]) -> list[str]:
+    """The names of the merged envs in the order to write them back: the original order, then new
+    names sorted. A name listed twice originally appears once (its last value is what runtimes use)."""
+    ordered = [name for name in dict.fromkeys(env_order) if name in envs]
+    original = set(env_order)
+    return ordered + sorted(name for name in envs if name not in original)
+
+
+def merge_pod_response(
+    request: hooks.PodSandboxHookRequest, response: hooks.PodSandboxHookResponse
+) -> hooks.PodSandboxHookRequest:
+    merged = hooks.PodSandboxHookRequest()
+    merged.CopyFrom(request)
+    _merge_map(merged.labels, response.labels)
+    _merge_map(merged.annotations, response.annotations)
+    if response.cgroup_parent:
+        merged.cgroup_parent = response.cgroup_parent
+    if response.HasField("resources"):
+        merge_resources(merged.resources, response.resources)
+    return merged
+
+
+def merge_container_response(
+    request: hooks.ContainerResourceHookRequest, response: hooks.ContainerResourceHookResponse
+) -> hooks.ContainerResourceHookRequest:
+    merged = hooks.ContainerResourceHookRequest()
+    merged.CopyFrom(request)
+    _merge_map(merged.container_annotations, response.container_annotations)
+    if response.HasField("container_resources"):
+        merge_resources(merged.container_resources, response.container_resources)
+    if response.pod_cgroup_parent:
+        merged.pod_cgroup_parent = response.pod_cgroup_parent
+    if response.container_envs:
+        envs = merged_envs(request.container_envs, response.container_envs)
+        merged.ClearField("container_envs")
+        merged.container_envs.update(envs)
+    return merged
+
+
+# --- what an UpdateContainerResources leaves -------------------------------------------------
+
+_UPDATED_WHEN_NONZERO = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes",
+                         "cpuset_cpus", "cpuset_mems")
+
+
+def apply_resource_update(
+    current: hooks.LinuxContainerResources, update: hooks.LinuxContainerResources
+) -> hooks.LinuxContainerResources:
+    """The container's resources after containerd applied `update` to `current`.
+
+    containerd 1.6 (CRI UpdateContainerResources -> opts.WithResources on the container's spec)
+    applies field by field, zero or empty meaning "unchanged": CPU period, quota and shares,
+    memory limit and cpusets when non-zero; swap when non-zero, and a new memory limit without
+    swap moves a swap limit that followed the memory limit (containerd sets swap = limit when
+    the swap controller exists); unified keys merged; hugepage limits added per page size.
+    oom_score_adj is never updated (it belongs to the process, set at creation).
+    """
+    result = hooks.LinuxContainerResources()
+    result.CopyFrom(current)
+    for name in _UPDATED_WHEN_NONZERO:
+        value = getattr(update, name)
+        if value:
+            setattr(result, name, value)
+    if update.memory_swap_limit_in_bytes:
+        result.memory_swap_limit_in_bytes = update.memory_swap_limit_in_bytes
+    elif update.memory_limit_in_bytes and current.memory_swap_limit_in_bytes and \
+            current.memory_swap_limit_in_bytes == current.memory_limit_in_bytes:
+        result.memory_swap_limit_in_bytes = update.memory_limit_in_bytes
+    result.unified.update(update.unified)
+    pages = {limit.page_size: limit.limit for limit in current.hugepage_limits}
+    pages.update((limit.page_size, limit.limit) for limit in update.hugepage_limits)
+    del result.hugepage_limits[:]
+    result.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit) for size, limit in pages.items())
+    return result

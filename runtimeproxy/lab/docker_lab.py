@@ -1,0 +1,82 @@
+"""`python -m runtimeproxy.lab --docker`: the lab in Docker mode.
+
+kubelet's path through cri-dockerd: CRI client → cri-dockerd → the proxy (Docker mode) → a private dockerd,
+with the example plugin registered for all seven hooks. Drives the same pod lifecycle as the containerd
+lab and shows, with `docker inspect`, what the plugin changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.docker_images import build_docker_archives
+from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites, find_tool
+from runtimeproxy.lab.example_plugin import registration
+from runtimeproxy.lab.images import PAUSE_IMAGE
+
+VERSION_TIMEOUT_SECONDS = 5.0
+
+
+def docker_lab_problem() -> str | None:
+    """None when this machine can run the Docker lab, else why not."""
+    problems = [check_docker_prerequisites()]
+    problems += [f"{tool} not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin"
+                 for tool in ("cri-dockerd",) if find_tool(tool) is None]
+    return "; ".join(p for p in problems if p) or None
+
+
+def _answers_cri(socket: Path) -> bool:
+    try:
+        with open_channel(socket) as channel:
+            client = CriClient(channel)
+            client.runtime.Version(client.api.VersionRequest(), timeout=VERSION_TIMEOUT_SECONDS)
+        return True
+    except grpc.RpcError:
+        return False
+
+
+PluginStarter = Callable[[ExitStack, Path, Path], str]  # (stack, socket, request record) -> what it started
+Step = Callable[[str, Callable[[], Any]], Any]  # (label, action) -> action's result, timed and printed
+
+
+@contextmanager
+def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarter,
+                       step: Step) -> Iterator[tuple[DockerdInstance, CriDockerd]]:
+    """dockerd, the example plugin, the proxy in Docker mode and cri-dockerd, stopped in reverse order."""
+    with ExitStack() as stack:
+        dockerd = DockerdInstance(base / "dk")
+        step("start dockerd (private root)", dockerd.start)
+        stack.callback(dockerd.stop)
+        step("load offline images into dockerd", lambda: dockerd.load_images(build_docker_archives(image_cache)))
+        plugin_socket = base / "plugin" / "example.sock"
+        step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
+        proxy = DockerModeProxy(base / "proxy" / "runtimeproxy.sock", dockerd.socket)
+        proxy.hook_config_dir.mkdir(parents=True)
+        (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
+        step("start koord-runtime-proxy (Docker mode)", proxy.start)
+        stack.callback(proxy.stop)
+        binary = find_tool("cri-dockerd")
+        assert binary is not None
+        cri = CriDockerd(binary, base / "cridk", proxy.listen_path, PAUSE_IMAGE)
+        step("start cri-dockerd (in front of the proxy)", lambda: cri.start(ready=lambda: _answers_cri(cri.socket)))
+        stack.callback(cri.stop)
+        yield dockerd, cri
+
+
+def show_docker_effects(dockerd: DockerdInstance, container_id: str, pod_id: str) -> None:
+    container = json.loads(dockerd.docker("inspect", container_id).stdout)[0]
+    sandbox = json.loads(dockerd.docker("inspect", pod_id).stdout)[0]
+    host_config = container["HostConfig"]
+    print(f"    docker inspect: CpuShares={host_config['CpuShares']} Memory={host_config['Memory']} "
+          f"CgroupParent={host_config['CgroupParent']}")
+    print(f"    env: {[entry for entry in container['Config']['Env'] if not entry.startswith('PATH=')]}")
+    annotations = {k: v for k, v in sandbox["Config"]["Labels"].items() if k.startswith("annotation.")}
+    print(f"    sandbox annotation labels: {annotations}")

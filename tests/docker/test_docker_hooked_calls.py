@@ -1,0 +1,118 @@
+"""DockerHooks (the Docker frontend's hooked calls) driven directly: a real hook core and in-process plugins;
+dockerd is absent (store misses find nothing), which these cases do not need."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from hookkit import ScriptedPlugin, refresh_on_loop, register
+from runtimeproxy.docker.engine import EngineClient
+from runtimeproxy.docker.hooks import HOOK_FAILED_STATUS, DockerHooks
+from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
+from runtimeproxy.docker.recovery import DockerRecords
+from runtimeproxy.docker.routes import hooked_route
+from runtimeproxy.hooks.service import HookService
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.options import ProxyOptions
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+SANDBOX_CREATE = b"/v1.41/containers/create?name=k8s_POD_web_ns_u-1_0"
+SANDBOX_BODY = {"Labels": {"io.kubernetes.docker.type": "podsandbox", "app": "web"},
+                "HostConfig": {"CgroupParent": "/kubepods", "CpuShares": 2}}
+
+
+class Bench:
+    def __init__(self, loop: LoopThread, base: Path) -> None:
+        self.loop = loop
+        self.base = base
+        options = ProxyOptions(listen_path=base / "rp.sock", runtime_path=base / "absent-dockerd.sock",
+                               backend_mode="Docker", hook_config_dir=base / "hookserver.d")
+        self.service = HookService(options)
+        self.hooks = DockerHooks(self.service, DockerRecords(EngineClient(options.runtime_path), self.service.skip))
+        self.plugins: list[ScriptedPlugin] = []
+
+    def plugin(self, plugin: ScriptedPlugin, hooks_: tuple[str, ...], policy: str = "Ignore") -> ScriptedPlugin:
+        socket = self.base / f"plugin{len(self.plugins)}.sock"
+        self.loop.run(plugin.start(socket))
+        self.plugins.append(plugin)
+        register(self.service.registry.config_dir, f"{len(self.plugins)}-scripted.json", socket, hooks_, policy)
+        refresh_on_loop(self.loop, self.service.registry)
+        return plugin
+
+    def call(self, method: bytes, target: bytes) -> InterceptedCall:
+        match = hooked_route(method, target)
+        assert match is not None
+        return InterceptedCall(match, method, target, ())
+
+    def before(self, call: InterceptedCall, body: dict) -> bytes | ErrorReply:
+        return self.loop.run(self.hooks.before(call, json.dumps(body).encode()))
+
+    def after(self, call: InterceptedCall, status: int, body: bytes = b"") -> None:
+        self.loop.run(self.hooks.after(call, UpstreamAnswer(status, (), body)))
+
+    def close(self) -> None:
+        self.loop.run(self.service.stop())
+        for plugin in self.plugins:
+            self.loop.run(plugin.stop())
+
+
+@pytest.fixture
+def docker_bench(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Bench]:
+    bench = Bench(loop_thread, tmp_path)
+    yield bench
+    bench.close()
+
+
+def test_a_fail_policy_failure_is_a_docker_error_naming_plugin_and_hook(docker_bench: Bench) -> None:
+    async def refuse(request: hooks.PodSandboxHookRequest, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not on this node")
+
+    docker_bench.plugin(ScriptedPlugin({"PreRunPodSandbox": refuse}), ("PreRunPodSandbox",), policy="Fail")
+    outcome = docker_bench.before(docker_bench.call(b"POST", SANDBOX_CREATE), SANDBOX_BODY)
+    assert isinstance(outcome, ErrorReply) and outcome.status == HOOK_FAILED_STATUS
+    assert "1-scripted.json" in outcome.message and "PreRunPodSandbox" in outcome.message
+    assert "not on this node" in outcome.message
+
+
+def test_a_sandbox_create_is_rewritten_and_recorded_under_the_new_id(docker_bench: Bench) -> None:
+    def move(request: hooks.PodSandboxHookRequest, context: object) -> hooks.PodSandboxHookResponse:
+        return hooks.PodSandboxHookResponse(cgroup_parent="/kubepods/be", annotations={"hooked": "yes"})
+
+    plugin = docker_bench.plugin(ScriptedPlugin({"PreRunPodSandbox": move}), ("PreRunPodSandbox",))
+    call = docker_bench.call(b"POST", SANDBOX_CREATE)
+    sent = json.loads(docker_bench.before(call, SANDBOX_BODY))  # type: ignore[arg-type]
+    assert sent["HostConfig"] == {"CgroupParent": "/kubepods/be", "CpuShares": 2}
+    assert sent["Labels"]["annotation.hooked"] == "yes"
+    (seen,) = plugin.seen_by("PreRunPodSandbox")
+    assert seen.pod_meta.name == "web" and dict(seen.labels) == {"app": "web"}
+    docker_bench.after(call, 201, b'{"Id":"s-1","Warnings":[]}')
+    record = docker_bench.service.store.pod("s-1")
+    assert record is not None and record.info.cgroup_parent == "/kubepods/be"
+
+
+def test_a_container_kubernetes_did_not_create_gets_no_hooks(docker_bench: Bench) -> None:
+    plugin = docker_bench.plugin(ScriptedPlugin(), ("PreRunPodSandbox", "PreCreateContainer"), policy="Fail")
+    body = {"Image": "busybox", "Labels": {"owner": "me"}, "HostConfig": {}}
+    call = docker_bench.call(b"POST", b"/containers/create?name=mine")
+    assert docker_bench.before(call, body) == json.dumps(body).encode()
+    docker_bench.after(call, 201, b'{"Id":"m-1"}')
+    assert plugin.seen == [] and len(docker_bench.service.store) == 0
+
+
+def test_a_body_that_is_not_json_is_relayed_untouched(docker_bench: Bench) -> None:
+    docker_bench.plugin(ScriptedPlugin(), ("PreRunPodSandbox",), policy="Fail")
+    call = docker_bench.call(b"POST", SANDBOX_CREATE)
+    assert docker_bench.loop.run(docker_bench.hooks.before(call, b"{broken")) == b"{broken"
+
+
+def test_stop_and_remove_of_an_unknown_id_leave_the_answer_to_dockerd(docker_bench: Bench) -> None:
+    plugin = docker_bench.plugin(ScriptedPlugin(), ("PostStopContainer", "PostStopPodSandbox"))
+    docker_bench.after(docker_bench.call(b"POST", b"/v1.41/containers/nope/stop"), 404, b'{"message":"No such container: nope"}')
+    docker_bench.after(docker_bench.call(b"POST", b"/v1.41/containers/gone/stop"), 204)  # dockerd unreachable here
+    docker_bench.after(docker_bench.call(b"DELETE", b"/v1.41/containers/nope"), 404)
+    assert plugin.seen == []
