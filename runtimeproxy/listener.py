@@ -15,6 +15,7 @@ import fcntl
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 SOCKET_MODE = 0o660
@@ -65,12 +66,22 @@ class SocketLock:
         self._fd = None
 
 
+# The holder writes its pid just after taking the lock: a loser that lost by a hair waits this long for it.
+HOLDER_PID_WAIT_SECONDS = 1.0
+
+
 def _holder_pid(fd: int) -> str:
-    try:
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-    except OSError:
-        return "unknown"
-    return text if text.isdigit() else "unknown"
+    deadline = time.monotonic() + HOLDER_PID_WAIT_SECONDS
+    while True:
+        try:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        except OSError:
+            return "unknown"
+        if text.isdigit():
+            return text
+        if time.monotonic() > deadline:
+            return "unknown"
+        time.sleep(0.01)
 
 
 def lock_socket_path(socket_path: Path) -> SocketLock:
