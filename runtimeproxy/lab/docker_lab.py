@@ -18,7 +18,8 @@ import grpc
 from runtimeproxy.hooks.plugins import HOOK_NAMES
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.docker_images import build_docker_archives
-from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites, find_tool
+from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites
+from runtimeproxy.lab.tools import find_tool
 from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.images import PAUSE_IMAGE
 

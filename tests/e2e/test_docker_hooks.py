@@ -19,7 +19,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, find_tool
+from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy
+from runtimeproxy.lab.tools import find_tool
 from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from runtimeproxy.lab.loop import LoopThread
