@@ -68,7 +68,7 @@ import grpc  # noqa: E402
 from google import protobuf  # noqa: E402
 
 from gopeers import build_benchgo, run_client  # noqa: E402
-from procfs import CpuUsage, memory_mb  # noqa: E402
+from procfs import CpuUsage, memory_mb, threads_cpu_seconds  # noqa: E402
 from report import CaseReport, render, render_markdown  # noqa: E402
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites  # noqa: E402
 from runtimeproxy.lab.cri import CriClient, open_channel  # noqa: E402
@@ -98,6 +98,8 @@ CPU_TARGET_CONCURRENCY = 16
 HOT_PATH_CPU_LIMIT = 1.1  # proxy CPU per call over the minimal aio relay's
 RSS_SETTLED_LIMIT = 2.0  # proxy RSS after large messages (settled) over its idle RSS
 SETTLE_SECONDS = 2.0
+PLUGIN_STARTUP_LIMIT = 1.15  # pod startup through the proxy with a no-op plugin on all hooks, over direct
+CHILD_EXIT_SECONDS = 0.2
 SOCAT_BUFFER_BYTES = 1 << 20  # socat's default 8 KiB per read/write makes it the slowest hop for MBs
 SETTLE_CALLS = 1000
 # A kubelet's calls on a steady node (pkg/kubelet: PLEG relist, runtime status, stats, pod syncs).
@@ -112,13 +114,14 @@ class Scale:
     large_calls: Mapping[int, int]  # calls per run, per size in MB
     pods: int  # pods (one running container each) for the kubelet steady state
     kubelet_seconds: float  # measured window per hop
+    idle_seconds: float  # one window for every hop's idle CPU
     lifecycles: int  # pod lifecycles per peer
 
 
 QUICK = Scale(rounds=1, seconds=0.5, warmup_seconds=0.3, large_calls={4: 4, 16: 3, 48: 2}, pods=20,
-              kubelet_seconds=5.0, lifecycles=3)
+              kubelet_seconds=5.0, idle_seconds=3.0, lifecycles=3)
 FULL = Scale(rounds=3, seconds=2.0, warmup_seconds=0.5, large_calls={4: 20, 16: 10, 48: 4}, pods=110,
-             kubelet_seconds=30.0, lifecycles=15)
+             kubelet_seconds=20.0, idle_seconds=10.0, lifecycles=15)
 
 
 # --- processes ------------------------------------------------------------------------------------------
@@ -132,6 +135,7 @@ class Peer:
     socket: Path
     pid: int
     idle_rss_mb: float = 0.0
+    forks: bool = False  # serves each connection in a child process (socat)
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -242,6 +246,8 @@ class Lab:
         """One client run against `peer`, with the CPU the hop process spent per call it served."""
         before = CpuUsage.of_tree(peer.pid)
         result = run_client(self.benchgo, peer.socket, method, self.request_file(request), **options)
+        if peer.forks:
+            time.sleep(CHILD_EXIT_SECONDS)  # the child ends and is reaped: its CPU moves into cutime
         used = CpuUsage.of_tree(peer.pid).minus(before)
         served = result["calls"] + result["errors"] + result["warmup_calls"]
         result["cpu_us"] = used.cpu * 1e6 / served if served else float("nan")
@@ -304,8 +310,10 @@ class Lab:
         if socat is None:
             raise RuntimeError("socat is not installed (apt-get install -y socat)")
         socket = self.base / f"{name}.sock"
-        return self._served("socat", socket, [socat, f"-b{SOCAT_BUFFER_BYTES}", f"UNIX-LISTEN:{socket},fork",
+        peer = self._served("socat", socket, [socat, f"-b{SOCAT_BUFFER_BYTES}", f"UNIX-LISTEN:{socket},fork",
                                               f"UNIX-CONNECT:{upstream.socket}"])
+        peer.forks = True
+        return peer
 
     @property
     def containerd(self) -> Peer:
@@ -415,10 +423,9 @@ def case_small(lab: Lab, scale: Scale, report: CaseReport) -> None:
     peers = synthetic_peers(lab, report, with_echo=True)
     results: dict[int, dict[str, dict[str, Any]]] = {}
     for concurrency in SMALL_CONCURRENCY:
-        results[concurrency] = alternate(
-            peers, lambda peer: lab.client(peer, VERSION, VERSION_REQUEST, concurrency=concurrency, seconds=scale.seconds),
-            scale.rounds,
-            warmup=lambda peer: lab.client(peer, VERSION, VERSION_REQUEST, concurrency=concurrency, seconds=scale.warmup_seconds))
+        def run(peer: Peer, seconds: float = scale.seconds, concurrency: int = concurrency) -> Metrics:
+            return lab.client(peer, VERSION, VERSION_REQUEST, concurrency=concurrency, seconds=seconds)
+        results[concurrency] = alternate(peers, run, scale.rounds, warmup=lambda peer: run(peer, scale.warmup_seconds))
     report.raw["results"] = {f"c{c}": result for c, result in results.items()}
     serial, busy = results[1], results[CPU_TARGET_CONCURRENCY]
     report.row("Version p50, c=1", "us", column(serial, "p50_us"))
@@ -546,7 +553,8 @@ def kubelet_schedule(pods: NodePods, second: int) -> list[tuple[str, bytes]]:
     for index in range(first, last):
         pod_id, container_id = pods.pods[index % count]
         by_pod = cri.ContainerFilter(pod_sandbox_id=pod_id)
-        calls += [(RUNTIME + "PodSandboxStatus", cri.PodSandboxStatusRequest(pod_sandbox_id=pod_id).SerializeToString()),
+        calls += [(RUNTIME + "PodSandboxStatus",
+                   cri.PodSandboxStatusRequest(pod_sandbox_id=pod_id).SerializeToString()),
                   (RUNTIME + "ListContainers", cri.ListContainersRequest(filter=by_pod).SerializeToString()),
                   (RUNTIME + "ContainerStatus",
                    cri.ContainerStatusRequest(container_id=container_id).SerializeToString())]
@@ -554,10 +562,13 @@ def kubelet_schedule(pods: NodePods, second: int) -> list[tuple[str, bytes]]:
 
 
 def steady_state(peer: Peer, pods: NodePods, seconds: float) -> Metrics:
-    """Play the kubelet's schedule through `peer` for `seconds`: the hop's CPU % of one core."""
+    """Play the kubelet's schedule through `peer` for `seconds`: the hop's CPU % of one core.
+
+    CPU from the threads' schedstat (ns): a 20 s window of ~1 % is too little for 10 ms ticks.
+    """
     with open_channel(peer.socket) as channel:
         callables: dict[str, Any] = {}
-        before, started = CpuUsage.of_tree(peer.pid), time.monotonic()
+        before, started = threads_cpu_seconds(peer.pid), time.monotonic()
         calls = 0
         for second in range(int(seconds)):
             for method, request in kubelet_schedule(pods, second):
@@ -566,9 +577,8 @@ def steady_state(peer: Peer, pods: NodePods, seconds: float) -> Metrics:
                 calls += 1
             time.sleep(max(0.0, started + second + 1 - time.monotonic()))
         elapsed = time.monotonic() - started
-        used = CpuUsage.of_tree(peer.pid).minus(before)
-    return {"cpu_percent": used.cpu / elapsed * 100, "calls_per_s": calls / elapsed,
-            "cpu_us_per_call": used.cpu * 1e6 / calls}
+        used = threads_cpu_seconds(peer.pid) - before
+    return {"cpu_percent": used / elapsed * 100, "calls_per_s": calls / elapsed, "cpu_us_per_call": used * 1e6 / calls}
 
 
 def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Peer]:
@@ -599,10 +609,20 @@ def case_kubelet(lab: Lab, scale: Scale, report: CaseReport) -> None:
             started = time.perf_counter()
             pods.remove(client)
             report.notes.append(f"removed them in {time.perf_counter() - started:.1f} s")
-    report.raw["result"] = result
+    idle = idle_cpu_percent(peers, scale.idle_seconds)
+    report.raw.update(result=result, idle_cpu_percent=idle)
     report.row(f"kubelet steady state, {scale.pods} pods", "calls/s", column(result, "calls_per_s"))
     report.row("CPU of one core, kubelet steady state", "%", column(result, "cpu_percent"),
                note="direct: containerd's own CPU, for scale")
+    report.row("CPU of one core, idle (no calls)", "%", idle)
+
+
+def idle_cpu_percent(peers: list[Peer], seconds: float) -> dict[str, float | None]:
+    """Each process's CPU % of one core over one window in which nobody calls (all measured at once)."""
+    before, started = {peer.name: threads_cpu_seconds(peer.pid) for peer in peers}, time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - started
+    return {peer.name: (threads_cpu_seconds(peer.pid) - before[peer.name]) / elapsed * 100 for peer in peers}
 
 
 # --- case: pod startup with a plugin on all hooks ---------------------------------------------------------
@@ -648,8 +668,12 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
         result = alternate(peers, lambda peer: pod_lifecycle(clients[peer.name], log_root), scale.lifecycles)
     counts = lab.plugin_counts()
     report.raw.update(result=result, plugin_calls=counts)
-    report.row("pod startup (Run, Create, Start), median", "ms", column(result, "startup_ms"),
-               note="plugin: the proxy with a no-op plugin on all seven hooks")
+    row = report.row("pod startup (Run, Create, Start), median", "ms", column(result, "startup_ms"),
+                     note="plugin: the proxy with a no-op plugin on all seven hooks")
+    ratio = row.ratio("plugin", "direct")
+    if ratio is not None:
+        report.target(row, f"startup with a plugin on all hooks <= {PLUGIN_STARTUP_LIMIT}x direct",
+                      ratio <= PLUGIN_STARTUP_LIMIT, f"{ratio:.2f}x")
     report.row("pod lifecycle (7 calls), median", "ms", column(result, "total_ms"))
     steps = "; ".join(f"{step} " + "/".join(f"{result[peer.name][step + '_ms']:.0f}" for peer in peers)
                       for step in LIFECYCLE_STEPS)
