@@ -425,7 +425,8 @@ def case_small(lab: Lab, scale: Scale, report: CaseReport) -> None:
     for concurrency in SMALL_CONCURRENCY:
         def run(peer: Peer, seconds: float = scale.seconds, concurrency: int = concurrency) -> Metrics:
             return lab.client(peer, VERSION, VERSION_REQUEST, concurrency=concurrency, seconds=seconds)
-        results[concurrency] = alternate(peers, run, scale.rounds, warmup=lambda peer: run(peer, scale.warmup_seconds))
+        results[concurrency] = alternate(peers, run, scale.rounds,
+                                         warmup=lambda peer: run(peer, scale.warmup_seconds))
     report.raw["results"] = {f"c{c}": result for c, result in results.items()}
     serial, busy = results[1], results[CPU_TARGET_CONCURRENCY]
     report.row("Version p50, c=1", "us", column(serial, "p50_us"))
@@ -443,6 +444,16 @@ def case_small(lab: Lab, scale: Scale, report: CaseReport) -> None:
         report.target(row, f"proxy CPU/call <= {HOT_PATH_CPU_LIMIT}x the minimal aio relay's",
                       ratio <= HOT_PATH_CPU_LIMIT, f"{ratio:.2f}x")
     report.row("RSS after the small calls", "MB", {peer.name: memory_mb(peer.pid) for peer in peers})
+    headroom = row_ratio(busy, "direct", "proxy", "calls_per_s")
+    if headroom is not None:
+        report.notes.append(f"direct (client + Go backend alone) does {headroom:.0f}x the proxy's calls/s at "
+                            f"c={CPU_TARGET_CONCURRENCY}: neither the client nor the backend limits the hops")
+
+
+def row_ratio(result: Mapping[str, Mapping[str, Any]], peer: str, anchor: str, key: str) -> float | None:
+    if peer not in result or anchor not in result or not result[anchor][key]:
+        return None
+    return float(result[peer][key] / result[anchor][key])
 
 
 def throughput_target(report: CaseReport, row: Any, results: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> None:
@@ -578,7 +589,8 @@ def steady_state(peer: Peer, pods: NodePods, seconds: float) -> Metrics:
             time.sleep(max(0.0, started + second + 1 - time.monotonic()))
         elapsed = time.monotonic() - started
         used = threads_cpu_seconds(peer.pid) - before
-    return {"cpu_percent": used / elapsed * 100, "calls_per_s": calls / elapsed, "cpu_us_per_call": used * 1e6 / calls}
+    return {"cpu_percent": used / elapsed * 100, "calls_per_s": calls / elapsed,
+            "cpu_us_per_call": used * 1e6 / calls}
 
 
 def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Peer]:

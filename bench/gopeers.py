@@ -21,6 +21,9 @@ CACHE = Path.home() / ".cache" / "runtimeproxy" / "benchgo"
 DEBIAN_GOPATH = Path("/usr/share/gocode")
 INSTALL_HINT = "apt-get install -y golang-go golang-google-grpc-dev golang-google-protobuf-dev"
 CLIENT_TIMEOUT_SECONDS = 600
+# Every kubelet CRI call carries a deadline (--runtime-request-timeout, 2 minutes by default), and a
+# relay that honours deadlines pays for it: so every call of the client carries one too.
+KUBELET_TIMEOUT_SECONDS = 120.0
 
 
 class GoPeerError(RuntimeError):
@@ -56,10 +59,11 @@ def build_benchgo(cache: Path = CACHE) -> Path:
 
 def run_client(binary: Path, socket: Path, method: str, request_file: Path | None, *, concurrency: int = 1,
                seconds: float | None = None, count: int | None = None, warmup: int = 0,
+               timeout: float = KUBELET_TIMEOUT_SECONDS,
                metadata: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One benchgo client run: its JSON result (calls, errors, calls_per_s, p50_us, p99_us, ...)."""
     argv = [str(binary), "client", "-socket", str(socket), "-method", method,
-            "-concurrency", str(concurrency), "-warmup", str(warmup)]
+            "-concurrency", str(concurrency), "-warmup", str(warmup), "-timeout", str(timeout)]
     if request_file is not None:
         argv += ["-request", str(request_file)]
     argv += ["-count", str(count)] if count else ["-seconds", str(seconds or 1.0)]

@@ -44,6 +44,7 @@ type caller struct {
 	method   string
 	request  []byte
 	ctx      context.Context
+	timeout  time.Duration // per call, as the kubelet sets one on every call; 0: none
 	errors   int64
 	mu       sync.Mutex
 	firstErr string
@@ -51,8 +52,14 @@ type caller struct {
 }
 
 func (c *caller) call() bool {
+	ctx := c.ctx
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	var response []byte
-	if err := c.conn.Invoke(c.ctx, c.method, &c.request, &response); err != nil {
+	if err := c.conn.Invoke(ctx, c.method, &c.request, &response); err != nil {
 		if atomic.AddInt64(&c.errors, 1) == 1 {
 			c.mu.Lock()
 			c.firstErr = err.Error()
@@ -73,11 +80,12 @@ func runClient(args []string) error {
 	seconds := flags.Float64("seconds", 1, "measure this long (unless -count)")
 	count := flags.Int64("count", 0, "measure exactly this many calls")
 	warmup := flags.Int64("warmup", 0, "calls before measuring (sequential)")
+	timeout := flags.Float64("timeout", 0, "deadline of each call in seconds (0: none)")
 	var pairs metadataFlags
 	flags.Var(&pairs, "metadata", "key=value sent with every call (repeatable)")
 	flags.Parse(args)
 
-	c := &caller{method: *method, ctx: context.Background()}
+	c := &caller{method: *method, ctx: context.Background(), timeout: time.Duration(*timeout * float64(time.Second))}
 	if *requestFile != "" {
 		data, err := os.ReadFile(*requestFile)
 		if err != nil {
