@@ -94,6 +94,7 @@ VERSION_RESPONSE = cri.VersionResponse(version="0.1.0", runtime_name="benchgo", 
 
 SMALL_CONCURRENCY = (1, 16, 64)
 LARGE_SIZES_MB = (4, 16, 48)
+DECODE_ALL_SIZE_MB = 16
 CPU_TARGET_CONCURRENCY = 16
 HOT_PATH_CPU_LIMIT = 1.1  # proxy CPU per call over the minimal aio relay's
 RSS_SETTLED_LIMIT = 2.0  # proxy RSS after large messages (settled) over its idle RSS
@@ -284,16 +285,26 @@ class Lab:
                     "socat": self._socat}
         return self._once(key, lambda: starters[kind](key.replace(" ", "-"), upstream))
 
-    def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning") -> Peer:
+    def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning",
+               extra_args: tuple[str, ...] = ()) -> Peer:
         directory = self.base / name
         directory.mkdir()
         proxy = ProxyProcess(directory / "rp.sock", upstream.socket, hook_config_dir=hook_dir or directory / "hooks",
-                             extra_args=[f"--log-level={log_level}"])
+                             extra_args=[f"--log-level={log_level}", *extra_args])
         self.stack.callback(quietly, f"proxy {name}", proxy.stop)
         proxy.start()
         assert proxy.pid is not None
         self._started[f"process {name}"] = proxy
         return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid))
+
+    @property
+    def decode_all_proxy(self) -> Peer:
+        """The rejected design (--benchmark-decode-all: every message decoded and re-encoded), for scale."""
+        def start() -> Peer:
+            peer = self._proxy("decode-all", self.backend, extra_args=("--benchmark-decode-all",))
+            peer.name = "decode-all"
+            return peer
+        return self._once("decode-all proxy", start)
 
     def _aio_relay(self, name: str, upstream: Peer) -> Peer:
         socket = self.base / f"{name}.sock"
@@ -474,10 +485,12 @@ def case_large(lab: Lab, scale: Scale, report: CaseReport) -> None:
     peers = synthetic_peers(lab, report, with_echo=False)
     for mb in LARGE_SIZES_MB:  # the backend builds each canned answer on first use: not measured
         lab.client(lab.backend, LIST_CONTAINERS, sized_request(mb * MB), count=1)
+    decode_all = available(lab, report, {"decode-all": lambda: lab.decode_all_proxy})
     for mb in LARGE_SIZES_MB:
         def run(peer: Peer, calls: int = scale.large_calls[mb], request: bytes = sized_request(mb * MB)) -> Metrics:
             return lab.client(peer, LIST_CONTAINERS, request, count=calls)
-        result = alternate(peers, run, scale.rounds, warmup=lambda peer: run(peer, 1))
+        compared = peers + decode_all if mb == DECODE_ALL_SIZE_MB else peers
+        result = alternate(compared, run, scale.rounds, warmup=lambda peer: run(peer, 1))
         report.raw[f"{mb}MB"] = result
         row = report.row(f"ListContainers {mb} MB p50", "ms", column(result, "p50_us", 1e-3))
         if mb == 16 and row.values.get("go-relay"):

@@ -11,8 +11,9 @@ from typing import Any
 
 # Column order. direct: no hop; proxy: runtimeproxy; aio-relay: the minimal grpcio aio relay;
 # go-relay: grpc-go raw relay (koord-runtime-proxy's engine); socat: L4 byte relay; echo-hop:
-# a bare Python grpc.aio server answering itself (one Python server hop, no upstream).
-PEERS = ("direct", "proxy", "aio-relay", "go-relay", "socat", "echo-hop", "plugin")
+# a bare Python grpc.aio server answering itself (one Python server hop, no upstream); plugin: the
+# proxy with a no-op plugin on all hooks; decode-all: the proxy decoding and re-encoding every message.
+PEERS = ("direct", "proxy", "aio-relay", "go-relay", "socat", "echo-hop", "plugin", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's.
 RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"))
 
@@ -100,12 +101,12 @@ def render_case(report: CaseReport, metric_width: int = 40) -> list[str]:
     lines = [f"== {report.title}  [{report.seconds:.1f} s]"]
     peers, ratios = columns_used(report.rows), ratios_used(report.rows)
     if report.rows:
-        header = f"{'metric':<{metric_width}} {'unit':<8}" + "".join(f" {peer:>9}" for peer in peers)
+        header = f"{'metric':<{metric_width}} {'unit':<8}" + "".join(f" {peer:>10}" for peer in peers)
         header += "".join(f" {'/' + anchor.split('-')[0]:>8}" for _, anchor in ratios)
         lines.append(header + "  target")
     for row in report.rows:
         line = f"{row.metric:<{metric_width}} {row.unit:<8}"
-        line += "".join(f" {number(row.values.get(peer)):>9}" for peer in peers)
+        line += "".join(f" {number(row.values.get(peer)):>10}" for peer in peers)
         line += "".join(f" {ratio_text(row.ratio(*pair)):>8}" for pair in ratios)
         lines.append(f"{line}  {row.target}".rstrip())
         if row.note:
