@@ -17,10 +17,13 @@ Peers, each its own process, all in one run:
   echo-hop   a bare Python grpc.aio server answering itself (runtimeproxy.lab.synthetic): what one
              Python server hop costs, with no upstream call
   plugin     the proxy with a no-op plugin (bench/noop_plugin.py) on all seven hooks
+  decode-all the proxy with --benchmark-decode-all (every message decoded and re-encoded: the
+             rejected design), at 16 MB
 
 Cases (--cases picks some):
   small    Version: p50/p99 at concurrency 1, calls/s at 1, 16, 64; CPU per call in each hop process
   large    ListContainers of 4, 16, 48 MB: p50, CPU per call; RSS idle, right after, settled
+           (the answer's size is asked for in the request, so even the minimal relay gets it right)
   kubelet  a kubelet's steady state on a node with N pods (real containerd): each hop's CPU % of one core
   startup  pod startup (RunPodSandbox, CreateContainer, StartContainer) and the whole lifecycle, real
            containerd: direct, proxy, proxy + no-op plugin on all seven hooks, go-relay
@@ -812,7 +815,7 @@ def write_json(path: Path, meta: dict[str, Any], scale: Scale, reports: list[Cas
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short runs: the whole thing in about a minute")
+    parser.add_argument("--quick", action="store_true", help="short runs: the whole thing in about 1.5 minutes")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results (%(default)s)")
     parser.add_argument("--markdown", action="store_true", help="also print the rows as one markdown table")
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: %(default)s")
