@@ -124,7 +124,7 @@ class Scale:
 
 QUICK = Scale(rounds=1, seconds=0.5, warmup_seconds=0.3, large_calls={4: 4, 16: 3, 48: 2}, pods=20,
               kubelet_seconds=5.0, idle_seconds=3.0, lifecycles=3)
-FULL = Scale(rounds=3, seconds=2.0, warmup_seconds=0.5, large_calls={4: 20, 16: 10, 48: 4}, pods=110,
+FULL = Scale(rounds=5, seconds=2.0, warmup_seconds=0.5, large_calls={4: 20, 16: 10, 48: 4}, pods=110,
              kubelet_seconds=20.0, idle_seconds=10.0, lifecycles=15)
 
 
