@@ -1,0 +1,182 @@
+// The client role: unary calls with pre-encoded request bytes from N goroutines over one
+// connection (as the kubelet has one), printing one JSON object with latencies and calls/s.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+type metadataFlags []string
+
+func (m *metadataFlags) String() string     { return strings.Join(*m, ",") }
+func (m *metadataFlags) Set(v string) error { *m = append(*m, v); return nil }
+
+// result is what the client prints; latencies in microseconds.
+type result struct {
+	Calls         int64   `json:"calls"`
+	Errors        int64   `json:"errors"`
+	FirstError    string  `json:"first_error,omitempty"`
+	WarmupCalls   int64   `json:"warmup_calls"`
+	Concurrency   int     `json:"concurrency"`
+	Seconds       float64 `json:"seconds"`
+	CallsPerS     float64 `json:"calls_per_s"`
+	P50us         float64 `json:"p50_us"`
+	P90us         float64 `json:"p90_us"`
+	P99us         float64 `json:"p99_us"`
+	MaxUs         float64 `json:"max_us"`
+	ResponseBytes int     `json:"response_bytes"`
+}
+
+type caller struct {
+	conn     *grpc.ClientConn
+	method   string
+	request  []byte
+	ctx      context.Context
+	timeout  time.Duration // per call, as the kubelet sets one on every call; 0: none
+	errors   int64
+	mu       sync.Mutex
+	firstErr string
+	lastSize int64
+}
+
+func (c *caller) call() bool {
+	ctx := c.ctx
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	var response []byte
+	if err := c.conn.Invoke(ctx, c.method, &c.request, &response); err != nil {
+		if atomic.AddInt64(&c.errors, 1) == 1 {
+			c.mu.Lock()
+			c.firstErr = err.Error()
+			c.mu.Unlock()
+		}
+		return false
+	}
+	atomic.StoreInt64(&c.lastSize, int64(len(response)))
+	return true
+}
+
+func runClient(args []string) error {
+	flags := flag.NewFlagSet("client", flag.ExitOnError)
+	socket := flags.String("socket", "", "server socket")
+	method := flags.String("method", "", "full method path")
+	requestFile := flags.String("request", "", "file with the encoded request (empty: no bytes)")
+	concurrency := flags.Int("concurrency", 1, "goroutines calling at once")
+	seconds := flags.Float64("seconds", 1, "measure this long (unless -count)")
+	count := flags.Int64("count", 0, "measure exactly this many calls")
+	warmup := flags.Int64("warmup", 0, "calls before measuring (sequential)")
+	timeout := flags.Float64("timeout", 0, "deadline of each call in seconds (0: none)")
+	var pairs metadataFlags
+	flags.Var(&pairs, "metadata", "key=value sent with every call (repeatable)")
+	flags.Parse(args)
+
+	c := &caller{method: *method, ctx: context.Background(), timeout: time.Duration(*timeout * float64(time.Second))}
+	if *requestFile != "" {
+		data, err := os.ReadFile(*requestFile)
+		if err != nil {
+			return err
+		}
+		c.request = data
+	}
+	for _, pair := range pairs {
+		key, value, _ := strings.Cut(pair, "=")
+		c.ctx = metadata.AppendToOutgoingContext(c.ctx, key, value)
+	}
+	conn, err := dialUnix(*socket)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	c.conn = conn
+	for i := int64(0); i < *warmup; i++ {
+		c.call()
+	}
+	warmupErrors := atomic.SwapInt64(&c.errors, 0)
+	if warmupErrors == *warmup && *warmup > 0 {
+		return fmt.Errorf("every warm-up call failed: %s", c.firstErr)
+	}
+	latencies, elapsed := measure(c, *concurrency, *seconds, *count)
+	out := summarize(latencies, elapsed)
+	out.Errors, out.FirstError = atomic.LoadInt64(&c.errors), c.firstErr
+	out.WarmupCalls, out.Concurrency = *warmup, *concurrency
+	out.ResponseBytes = int(atomic.LoadInt64(&c.lastSize))
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// measure runs the goroutines until the time is up (or the count is done); successful calls' latencies.
+func measure(c *caller, concurrency int, seconds float64, count int64) ([]time.Duration, time.Duration) {
+	perWorker := make([][]time.Duration, concurrency)
+	remaining := count
+	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	var wg sync.WaitGroup
+	started := time.Now()
+	for w := 0; w < concurrency; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for {
+				if count > 0 {
+					if atomic.AddInt64(&remaining, -1) < 0 {
+						return
+					}
+				} else if time.Now().After(deadline) {
+					return
+				}
+				before := time.Now()
+				if c.call() {
+					perWorker[w] = append(perWorker[w], time.Since(before))
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	elapsed := time.Since(started)
+	var all []time.Duration
+	for _, latencies := range perWorker {
+		all = append(all, latencies...)
+	}
+	return all, elapsed
+}
+
+func summarize(latencies []time.Duration, elapsed time.Duration) result {
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	out := result{Calls: int64(len(latencies)), Seconds: elapsed.Seconds()}
+	if len(latencies) == 0 {
+		return out
+	}
+	out.CallsPerS = float64(len(latencies)) / elapsed.Seconds()
+	out.P50us = micros(nearestRank(latencies, 50))
+	out.P90us = micros(nearestRank(latencies, 90))
+	out.P99us = micros(nearestRank(latencies, 99))
+	out.MaxUs = micros(latencies[len(latencies)-1])
+	return out
+}
+
+// nearestRank is the nearest-rank percentile of sorted values (the same rule as bench.py's).
+func nearestRank(sorted []time.Duration, q float64) time.Duration {
+	rank := int(float64(len(sorted))*q/100 + 0.999999999)
+	if rank < 1 {
+		rank = 1
+	}
+	if rank > len(sorted) {
+		rank = len(sorted)
+	}
+	return sorted[rank-1]
+}
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

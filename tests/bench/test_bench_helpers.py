@@ -1,0 +1,75 @@
+"""The benchmark's pure helpers: percentiles, the table, the kubelet schedule, /proc reading, the
+Go source digest. Benchmarks themselves never run in tests."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH_DIR))
+
+import bench  # noqa: E402
+from gopeers import source_digest  # noqa: E402
+from procfs import CpuUsage, memory_mb  # noqa: E402
+from report import CaseReport, Row, number, percentile, render, render_markdown  # noqa: E402
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile([7.0], 1) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_ratio_needs_both_figures() -> None:
+    row = Row("m", "us", {"direct": 100.0, "proxy": 250.0, "go-relay": None})
+    assert row.ratio("proxy", "direct") == 2.5
+    assert row.ratio("proxy", "go-relay") is None
+    assert row.ratio("proxy", "aio-relay") is None
+
+
+def test_number_keeps_about_three_figures() -> None:
+    assert [number(v) for v in (None, 41234.5, 12.34, 1.234, 0.1234)] == ["-", "41,234", "12.3", "1.23", "0.123"]
+
+
+def test_table_shows_only_the_peers_a_case_measured() -> None:
+    report = CaseReport("small", "1. small calls")
+    row = report.row("Version p50, c=1", "us", {"direct": 100.0, "proxy": 700.0, "aio-relay": 690.0})
+    report.target(row, "proxy <= 1.1x aio", True, "1.01x")
+    text = render([report], ["header"])
+    assert "go-relay" not in text and "socat" not in text
+    assert "7.00x" in text and "1.01x" in text
+    assert "targets:" in text and "met" in text
+    markdown = render_markdown([report])
+    assert markdown.splitlines()[0].startswith("| case | metric | unit | direct | proxy | aio-relay |")
+    assert "| small | Version p50, c=1 | us | 100 | 700 | 690 | 7.00x | 1.01x | met: 1.01x" in markdown
+
+
+def test_kubelet_schedule_on_110_pods_is_about_nine_calls_a_second() -> None:
+    pods = bench.NodePods([(f"pod{n}", f"ctr{n}") for n in range(110)])
+    minute = [bench.kubelet_schedule(pods, second) for second in range(60)]
+    synced = {request for second in minute for method, request in second if method.endswith("/ContainerStatus")}
+    assert len(synced) == 110  # every pod once a minute
+    assert 7.5 <= sum(len(second) for second in minute) / 60 <= 10
+
+
+def test_cpu_and_memory_of_this_process() -> None:
+    usage = CpuUsage.of_tree(os.getpid())
+    assert usage.cpu > 0 and usage.minor_faults > 0
+    assert usage.minus(usage).cpu == 0
+    assert memory_mb(os.getpid()) > 1
+
+
+def test_go_digest_follows_the_sources(tmp_path: Path) -> None:
+    (tmp_path / "a.go").write_text("package main\n")
+    first = source_digest(tmp_path)
+    assert source_digest(tmp_path) == first
+    (tmp_path / "a.go").write_text("package main // changed\n")
+    assert source_digest(tmp_path) != first
