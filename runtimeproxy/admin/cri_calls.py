@@ -57,7 +57,6 @@ class CriCallRecorder:
         return grpc.stream_stream_rpc_method_handler(self._stream(key, handler.stream_stream))
 
     def _single(self, key: MethodKey, behaviour: Callable[..., Any]) -> Callable[..., Any]:
-        pending = self._pending
         clock = time.perf_counter
 
         async def counted(request: object, context: grpc.aio.ServicerContext) -> bytes:
@@ -67,9 +66,7 @@ class CriCallRecorder:
             except BaseException:  # an abort has set the code; a cancel leaves none
                 self._append((key, context.code() or grpc.StatusCode.CANCELLED, clock() - started))
                 raise
-            pending.append((key, None, clock() - started))
-            if len(pending) > _FOLD_AFTER_CALLS:
-                self.fold()
+            self._append((key, None, clock() - started))
             return response
 
         return counted

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import urllib.error
 import urllib.request
 
-import pytest
-
 from runtimeproxy.cri.server import ProxyServer
+
+from machinekit import require_command
 
 
 def http_get(proxy: ProxyServer, path: str) -> tuple[int, str]:
@@ -25,10 +23,7 @@ def http_get(proxy: ProxyServer, path: str) -> tuple[int, str]:
 
 def promtool_check(exposition: str) -> str:
     """`promtool check metrics` output; skips (or fails, when e2e is required) without promtool."""
-    if shutil.which("promtool") is None:
-        if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
-            pytest.fail("promtool (Debian package prometheus) is not installed; run scripts/setup.sh")
-        pytest.skip("promtool (Debian package prometheus) is not installed")
+    require_command("promtool", "prometheus")
     result = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr

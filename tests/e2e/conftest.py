@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,11 +16,9 @@ from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
-from runtimeproxy.lab.tools import find_tool, missing_tool_message
 
 from docker_fixtures import cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
-
-IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
+from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,7 +31,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _require_lab() -> None:
     reason = check_prerequisites()
     if reason is not None:
-        _skip_or_fail(f"cannot run the e2e suite: {reason}")
+        skip_or_fail(f"cannot run the e2e suite: {reason}")
 
 
 @pytest.fixture(scope="session")
@@ -120,29 +117,14 @@ def cleanup_pods(direct_channel: grpc.Channel) -> Iterator[list[str]]:
 CONFORMANCE_SUMMARY: list[str] = []  # lines for the terminal summary, whatever -s says
 
 
-def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-def _require_tool(name: str) -> Path:
-    """crictl/critest from PATH or the shared tools dir; missing: fail in CI, skip elsewhere."""
-    path = find_tool(name)
-    if path is None:
-        _skip_or_fail(missing_tool_message(name))
-    assert path is not None
-    return path
-
-
 @pytest.fixture(scope="session")
 def crictl_binary() -> Path:
-    return _require_tool("crictl")
+    return require_tool("crictl")
 
 
 @pytest.fixture(scope="session")
 def critest_binary() -> Path:
-    return _require_tool("critest")
+    return require_tool("critest")
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +143,7 @@ def conformance_summary() -> list[str]:
 def conformance_lab() -> Iterator[ConformanceLab]:
     reason = conformance_prerequisites()
     if reason:
-        _skip_or_fail(f"cannot run the conformance lab: {reason}")
+        skip_or_fail(f"cannot run the conformance lab: {reason}")
     base = Path(tempfile.mkdtemp(prefix="rp-conf-", dir="/tmp"))
     lab = ConformanceLab(base)
     try:

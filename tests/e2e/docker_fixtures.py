@@ -3,7 +3,6 @@ front of it, and cri-dockerd (the kubelet's side) in front of the proxy. Importe
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,23 +17,17 @@ from runtimeproxy.lab.dockerd import (
     check_docker_prerequisites,
 )
 from runtimeproxy.lab.images import PAUSE_IMAGE
-from runtimeproxy.lab.tools import find_tool
 
-IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
+from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
+
 Crictl = Callable[..., str]
-
-
-def _missing(reason: str) -> None:
-    if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
-        pytest.fail(f"cannot run the Docker-mode e2e tests: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
 def dockerd(workdir: Path) -> Iterator[DockerdInstance]:
     reason = check_docker_prerequisites()
     if reason:
-        _missing(reason)
+        skip_or_fail(f"cannot run the Docker-mode e2e tests: {reason}")
     instance = DockerdInstance(workdir / "dk")
     instance.start()
     try:
@@ -55,10 +48,7 @@ def docker_mode_proxy(dockerd: DockerdInstance, workdir: Path) -> Iterator[Docke
 @pytest.fixture(scope="session")
 def cri_dockerd(docker_mode_proxy: DockerModeProxy, crictl_binary: Path, workdir: Path) -> Iterator[Crictl]:
     """crictl → cri-dockerd → proxy → dockerd; yields crictl(*args) -> stdout."""
-    binary = find_tool("cri-dockerd")
-    if binary is None:
-        _missing("cri-dockerd not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin")
-    server = CriDockerd(binary, workdir / "cridk", docker_mode_proxy.listen_path, PAUSE_IMAGE)  # type: ignore[arg-type]
+    server = CriDockerd(require_tool("cri-dockerd"), workdir / "cridk", docker_mode_proxy.listen_path, PAUSE_IMAGE)
 
     def crictl(*args: str, input_text: str | None = None) -> str:
         endpoint = f"unix://{server.socket}"

@@ -21,7 +21,7 @@ from runtimeproxy.lab.docker_images import build_docker_archives
 from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
-from docker_fixtures import IMAGE_CACHE
+from machinekit import IMAGE_CACHE
 
 STREAM_WAIT_SECONDS = 30.0
 

@@ -20,13 +20,14 @@ import grpc
 import pytest
 
 from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy
-from runtimeproxy.lab.tools import find_tool
 from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.plugins import HOOK_NAMES
+
+from machinekit import require_tool
 
 HOST_NETWORK = {"network": 2}
 MiB = 1024 * 1024
@@ -127,9 +128,7 @@ def docker_lab(dockerd: DockerdInstance, crictl_binary: Path, workdir: Path,
     proxy = DockerModeProxy(base / "rp.sock", dockerd.socket, extra_args=["--log-level=debug"])
     proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
     proxy.start()
-    binary = find_tool("cri-dockerd")
-    assert binary is not None
-    cri = CriDockerd(binary, base / "cridk", proxy.listen_path, PAUSE_IMAGE)
+    cri = CriDockerd(require_tool("cri-dockerd"), base / "cridk", proxy.listen_path, PAUSE_IMAGE)
     lab = DockerLab(dockerd, proxy, crictl_binary, cri, loop_thread, base)
     cri.start(ready=lambda: lab.crictl("version", check=False).returncode == 0)
     try:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,6 +25,8 @@ from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.example_plugin import ExamplePlugin, registration
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.process import ProxyProcess
+
+from machinekit import require_command
 
 _serial = itertools.count()
 PROMETHEUS_START_TIMEOUT_SECONDS = 60.0
@@ -146,12 +146,7 @@ def prometheus_query(port: int, query: str) -> list[dict]:
 
 @pytest.fixture
 def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("RUNTIMEPROXY_REQUIRE_E2E"):
-            pytest.fail("prometheus (Debian package) is not installed; run scripts/setup.sh")
-        pytest.skip("prometheus (Debian package) is not installed")
-    return binary
+    return require_command("prometheus", "prometheus")
 
 
 def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
