@@ -22,7 +22,11 @@ async def run_until_signalled(proxy: Stoppable, grace_seconds: float) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_requested.set)
-    await proxy.start()
+    try:
+        await proxy.start()
+    except BaseException:
+        await proxy.stop(0)  # a failed start gives back what it took (sockets, their lock files)
+        raise
     try:
         await stop_requested.wait()
         log.info("stopping: finishing in-flight calls for up to %.1fs", grace_seconds)

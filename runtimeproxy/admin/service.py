@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from runtimeproxy.admin.status import ProxyParts, status, toggle_messages
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.toggles import ToggleError, hook_names
-from runtimeproxy.listener import claim_socket_path, release_socket
+from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -60,16 +60,25 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
 
 class AdminServer:
-    """Owns the admin socket and its gRPC server."""
+    """Owns the admin socket, its lock file (`<socket>.lock`, like the main socket's) and its gRPC server."""
 
     def __init__(self, path: Path, parts: ProxyParts) -> None:
         self.path = path
         self._parts = parts
         self._server: grpc.aio.Server | None = None
         self._inode: int | None = None
+        self._lock: SocketLock | None = None
 
     async def start(self) -> None:
-        claim_socket_path(self.path)
+        self._lock = claim_socket_path(self.path)  # held until stop(): one admin API per socket
+        try:
+            await self._serve()
+        except BaseException:
+            await self.stop()  # a failed start gives the socket and its lock back
+            raise
+        log.debug("admin API (runtimeproxyctl) on %s", self.path)  # the start-up line stays one line
+
+    async def _serve(self) -> None:
         server = grpc.aio.server()
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self._parts), server)
         health_servicer = health.aio.HealthServicer()
@@ -83,13 +92,16 @@ class AdminServer:
         finally:
             os.umask(previous_umask)
         await server.start()
+        self._server = server
         os.chmod(self.path, ADMIN_SOCKET_MODE)
         self._inode = os.stat(self.path).st_ino
-        self._server = server
-        log.debug("admin API (runtimeproxyctl) on %s", self.path)  # the start-up line stays one line
 
     async def stop(self) -> None:
         if self._server is not None:
             await self._server.stop(0.5)
             self._server = None
+        if self._lock is not None:  # only a socket we claimed is ours to remove
             release_socket(self.path, self._inode)
+            self._inode = None
+            self._lock.release()
+            self._lock = None

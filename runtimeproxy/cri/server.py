@@ -218,8 +218,9 @@ class ProxyServer:
             task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
-        release_socket(self.options.listen_path, self._socket_inode)
-        if self._socket_lock is not None:
+        if self._socket_lock is not None:  # only a socket we claimed is ours to remove
+            release_socket(self.options.listen_path, self._socket_inode)
+            self._socket_inode = None
             self._socket_lock.release()
             self._socket_lock = None
         if self.hook_service is not None:

@@ -88,13 +88,13 @@ class DockerProxyServer:
             for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        release_socket(self.options.listen_path, self._socket_inode)
-        self._socket_inode = None
         if self.operator is not None:
             await self.operator.stop()
             self.operator = None
         await self.hook_service.stop()
-        if self._socket_lock is not None:
+        if self._socket_lock is not None:  # only a socket we claimed is ours to remove
+            release_socket(self.options.listen_path, self._socket_inode)
+            self._socket_inode = None
             self._socket_lock.release()
             self._socket_lock = None
 

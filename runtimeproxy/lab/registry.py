@@ -24,6 +24,8 @@ from runtimeproxy.lab.images import MEDIA_MANIFEST, ImageBlobs, sha256_digest
 REGISTRY_HOST = "127.0.0.1"
 REGISTRY_START_TIMEOUT_SECONDS = 20.0
 HTTP_TIMEOUT_SECONDS = 30.0
+# What `docker push` (dockerd 20.10) uploads; asked for so the registry answers that manifest's digest.
+MEDIA_DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 
 
 class RegistryError(RuntimeError):
@@ -158,3 +160,9 @@ class LocalRegistry:
                                             {"Content-Type": MEDIA_MANIFEST})
             if status != 201:
                 raise RegistryError(f"manifest {repository}:{tag}: {status} {body[:200]!r}")
+
+    def manifest_digest(self, repository: str, tag: str) -> str | None:
+        """The digest the registry has for ``repository:tag`` (Docker's or OCI's manifest), None if unknown."""
+        status, headers, _ = self._request("HEAD", f"/v2/{repository}/manifests/{tag}",
+                                           headers={"Accept": f"{MEDIA_DOCKER_MANIFEST}, {MEDIA_MANIFEST}"})
+        return headers.get("Docker-Content-Digest") if status == 200 else None

@@ -17,7 +17,7 @@ from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
 
-from docker_fixtures import cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
+from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
 from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
 
 

@@ -1,8 +1,10 @@
 """Session fixtures for Docker mode: a private dockerd with the lab images, the proxy in Docker mode in
-front of it, and cri-dockerd (the kubelet's side) in front of the proxy. Imported by conftest.py."""
+front of it, and cri-dockerd (the kubelet's side) in front of the proxy (imported by conftest.py); and
+`Docker`, the docker CLI against one socket."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +23,25 @@ from runtimeproxy.lab.images import PAUSE_IMAGE
 from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
 
 Crictl = Callable[..., str]
+
+
+class Docker:
+    """The docker CLI against one socket."""
+
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+
+    def argv(self, *args: str) -> list[str]:
+        return [shutil.which("docker") or "docker", "-H", f"unix://{self.socket}", *args]
+
+    def run(self, *args: str, input_text: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=120, input=input_text)
+        if check:
+            assert result.returncode == 0, f"docker {' '.join(args)} via {self.socket}: {result.stderr}"
+        return result
+
+    def out(self, *args: str, input_text: str | None = None) -> str:
+        return self.run(*args, input_text=input_text).stdout
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +92,13 @@ def _answers(crictl: Crictl) -> bool:
     except AssertionError:
         return False
     return True
+
+
+@pytest.fixture
+def both(dockerd: DockerdInstance, docker_mode_proxy: DockerModeProxy) -> Iterator[list[Docker]]:
+    """[through the proxy, direct]; containers named by the test are removed afterwards."""
+    clients = [Docker(docker_mode_proxy.listen_path), Docker(dockerd.socket)]
+    yield clients
+    stale = dockerd.docker("ps", "-aq", "--filter", "label=rp-test", check=False).stdout.decode().split()
+    if stale:
+        dockerd.docker("rm", "-f", *stale, check=False)

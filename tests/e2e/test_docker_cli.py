@@ -6,53 +6,21 @@ Real parts: a private dockerd (Debian's docker.io), the proxy process, the docke
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from runtimeproxy.lab.docker_images import build_docker_archives
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
+from runtimeproxy.lab.dockerd import DockerModeProxy
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
+from docker_fixtures import Docker
 from machinekit import IMAGE_CACHE
 
 STREAM_WAIT_SECONDS = 30.0
-
-
-class Docker:
-    """The docker CLI against one socket."""
-
-    def __init__(self, socket: Path) -> None:
-        self.socket = socket
-
-    def argv(self, *args: str) -> list[str]:
-        return [shutil.which("docker") or "docker", "-H", f"unix://{self.socket}", *args]
-
-    def run(self, *args: str, input_text: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=120, input=input_text)
-        if check:
-            assert result.returncode == 0, f"docker {' '.join(args)} via {self.socket}: {result.stderr}"
-        return result
-
-    def out(self, *args: str, input_text: str | None = None) -> str:
-        return self.run(*args, input_text=input_text).stdout
-
-
-@pytest.fixture
-def both(dockerd: DockerdInstance, docker_mode_proxy: DockerModeProxy) -> Iterator[list[Docker]]:
-    """[through the proxy, direct]; containers named by the test are removed afterwards."""
-    clients = [Docker(docker_mode_proxy.listen_path), Docker(dockerd.socket)]
-    yield clients
-    stale = dockerd.docker("ps", "-aq", "--filter", "label=rp-test", check=False).stdout.decode().split()
-    if stale:
-        dockerd.docker("rm", "-f", *stale, check=False)
 
 
 def _name(kind: str) -> str:

@@ -1,0 +1,96 @@
+"""The proxy process gives back its sockets and their lock files on every way it stops, in both modes.
+
+Real processes (`python -m runtimeproxy`) with private paths; no backend is needed: the proxy starts and
+serves without one. A path over the unix socket limit (107 bytes) is the start-up failure that comes after
+the socket's lock was taken.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.lab.process import ProxyProcess
+
+MODES = ["Containerd", "Docker"]
+LISTENING_WAIT_SECONDS = 30.0
+TOO_LONG_DIR_NAME = "x" * 110  # a socket below it is over the 107-byte limit
+
+
+def _proxy(tmp_path: Path, mode: str, listen_dir: Path | None = None, admin_dir: Path | None = None) -> ProxyProcess:
+    proxy = ProxyProcess((listen_dir or tmp_path / "main") / "rp.sock", tmp_path / "absent.sock",
+                         hook_config_dir=tmp_path / "hooks", log_path=tmp_path / "proxy.log",
+                         extra_args=[f"--backend-runtime-mode={mode}"])
+    proxy.admin_path = (admin_dir or tmp_path / "admin") / "admin.sock"  # a directory of its own
+    return proxy
+
+
+def _wait_listening(proxy: ProxyProcess) -> None:
+    """Until the start-up line is logged (it comes after the admin endpoint started or failed)."""
+    deadline = time.monotonic() + LISTENING_WAIT_SECONDS
+    while "listening on" not in proxy.log_path.read_text(errors="replace"):
+        assert proxy.returncode() is None, proxy.log_tail()
+        assert time.monotonic() < deadline, proxy.log_tail()
+        time.sleep(0.05)
+
+
+def _failed_start(proxy: ProxyProcess) -> tuple[int, str]:
+    """Run a proxy that is expected to fail its start; its exit code and log (bounded: stop() ends it)."""
+    proxy.spawn()
+    deadline = time.monotonic() + LISTENING_WAIT_SECONDS
+    while proxy.returncode() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proxy.stop(), proxy.log_path.read_text()
+
+
+def _leftovers(*directories: Path) -> list[Path]:
+    return sorted(path for directory in directories if directory.is_dir() for path in directory.iterdir())
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_signal_removes_both_sockets_and_their_locks(tmp_path: Path, mode: str, signum: int) -> None:
+    proxy = _proxy(tmp_path, mode)
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert proxy.listen_path.is_socket() and proxy.admin_path.is_socket()
+    assert proxy.pid is not None
+    os.kill(proxy.pid, signum)
+    assert proxy.stop() == 0, proxy.log_tail()
+    assert _leftovers(proxy.listen_path.parent, proxy.admin_path.parent) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_start_after_the_lock_leaves_no_lock(tmp_path: Path, mode: str) -> None:
+    proxy = _proxy(tmp_path, mode, listen_dir=tmp_path / TOO_LONG_DIR_NAME)
+    code, log = _failed_start(proxy)
+    assert code == 1 and "cannot start" in log
+    assert _leftovers(proxy.listen_path.parent, proxy.admin_path.parent) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_admin_socket_that_fails_to_start_gives_its_lock_back_at_once(tmp_path: Path, mode: str) -> None:
+    proxy = _proxy(tmp_path, mode, admin_dir=tmp_path / TOO_LONG_DIR_NAME)
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert "admin API not available" in proxy.log_path.read_text()
+    assert _leftovers(proxy.admin_path.parent) == []  # while the proxy goes on serving
+    assert proxy.stop() == 0, proxy.log_tail()
+    assert _leftovers(proxy.listen_path.parent) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_refused_second_proxy_leaves_the_first_ones_sockets_and_locks(tmp_path: Path, mode: str) -> None:
+    first = _proxy(tmp_path, mode)
+    first.spawn()
+    _wait_listening(first)
+    second = _proxy(tmp_path / "second", mode, listen_dir=first.listen_path.parent)
+    code, log = _failed_start(second)  # its failed start must not remove what the first one holds
+    assert code == 1 and "served by another running process" in log
+    names = [path.name for path in _leftovers(first.listen_path.parent, first.admin_path.parent)]
+    assert names == ["admin.sock", "admin.sock.lock", "rp.sock", "rp.sock.lock"]
+    assert first.stop() == 0, first.log_tail()
