@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.http import BindAddressError, parse_bind_address
-from runtimeproxy.allocator import tune_for_large_messages
+from runtimeproxy.allocator import reexec_with_huge_pages, tune_for_large_messages
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.listener import SocketInUseError
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
@@ -185,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.backend_mode == "Docker":
         from runtimeproxy.docker.server import serve_docker as serve
     else:
+        if argv is None:  # the process's own command line, not an embedding caller
+            reexec_with_huge_pages()  # returns only where that changes nothing
         tune_for_large_messages()  # before gRPC allocates anything
         from runtimeproxy.cri.server import serve  # after logging: importing gRPC is slow
 
