@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """runtimeproxy benchmark: the proxy beside its anchors, driven by a compiled client.
 
-    python3 bench/bench.py [--quick] [--json PATH] [--cases small,large,kubelet,startup]
+    python3 bench/bench.py [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker]
 
 Load side: `benchgo client` (bench/go, built by this script with Debian's Go; see gopeers.py):
 raw bytes, one HTTP/2 connection, N goroutines. It gets about 10x the calls/s a Python client
 does, so the client is never what limits a figure.
 
 Peers, each its own process, all in one run:
-  direct     the instant backend itself (`benchgo backend`; real containerd in the containerd cases)
+  direct     the instant backend itself (`benchgo backend`; real containerd in the containerd cases,
+             a private real dockerd in the Docker case)
   proxy      runtimeproxy (`python -m runtimeproxy`, this checkout)
   aio-relay  the smallest grpcio aio relay (bench/aio_relay.py): the floor for a Python relay
   go-relay   `benchgo relay`: grpc-go UnknownServiceHandler + pass-through codec, the engine
              koord-runtime-proxy forwards with
   socat      an L4 byte relay (no HTTP/2 at all): the floor of any extra hop
+  go-proxy   `benchgo httpproxy`: net/http/httputil.ReverseProxy between unix sockets (101 upgrades
+             included), roughly what koord-runtime-proxy's Docker mode is; Docker case only
   echo-hop   a bare Python grpc.aio server answering itself (runtimeproxy.lab.synthetic): what one
              Python server hop costs, with no upstream call
   plugin     the proxy with a no-op plugin (bench/noop_plugin.py) on all seven hooks
@@ -27,14 +30,25 @@ Cases (--cases picks some):
   kubelet  a kubelet's steady state on a node with N pods (real containerd): each hop's CPU % of one core
   startup  pod startup (RunPodSandbox, CreateContainer, StartContainer) and the whole lifecycle, real
            containerd: direct, proxy, proxy + no-op plugin on all seven hooks, go-relay
+  docker   Docker mode against a private real dockerd with N pod-sandbox containers (a few running) and
+           one busybox container to exec into, driven by `benchgo dockerclient` (HTTP/1.1, keep-alive,
+           N goroutines): list (GET /containers/json?all=1) and inspect (cycling through the N) p50/p99
+           at 1, calls/s at 1 and 16; an exec round trip (create, start with the 101 upgrade and the raw
+           stream to EOF, inspect until exited) p50/p99 at 1, calls/s at 4; CPU per call in each hop and
+           in the client. Peers: direct (dockerd), proxy (--backend-runtime-mode=Docker), go-proxy, socat.
+           No plugin peer: no hook fires on list, inspect or exec. It takes about 2.3 minutes (mostly
+           exec round trips, ~70 ms of runc each), so it is not in the default set: ask for it with
+           --cases docker (or --cases all).
 
 Figures are medians over the rounds; in each round every peer runs once, in turn, so drifting load
 hits all alike. CPU per call comes from utime+stime in /proc/PID/stat of the hop process (and its
-children, for socat) over a run, divided by the calls it served. MB = 2**20 bytes. Ratio columns are
-the proxy's figure over direct's, the aio relay's and the Go relay's. Targets are printed met or
-MISSED, never asserted. Results also go to JSON (bench/results/latest.json) with machine, date,
-commit and command. Every process and temporary directory is removed at the end, also on failure
-or Ctrl-C; a failing case prints its error and the run goes on.
+children, for socat) over a run, divided by the calls it served; in the Docker case, for hops that do
+not fork, from their threads' schedstat (ns), as an exec run is too few calls for 10 ms ticks. MB =
+2**20 bytes. Ratio columns are the proxy's figure over direct's, the aio relay's, the Go relay's and
+the Go reverse proxy's. Targets are printed met or MISSED, never asserted. Results also go to JSON
+(bench/results/latest.json) with machine, date, commit and command. Every process and temporary
+directory is removed at the end, also on failure or Ctrl-C; a failing case prints its error and the
+run goes on.
 """
 
 from __future__ import annotations
@@ -70,11 +84,19 @@ sys.path.insert(0, str(BENCH_DIR))
 import grpc  # noqa: E402
 from google import protobuf  # noqa: E402
 
-from gopeers import build_benchgo, run_client  # noqa: E402
+from docker_node import RUNNING_SANDBOXES, DockerNode  # noqa: E402
+from gopeers import build_benchgo, run_client, run_docker_client  # noqa: E402
 from procfs import CpuUsage, memory_mb, threads_cpu_seconds  # noqa: E402
 from report import CaseReport, render, render_markdown  # noqa: E402
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites  # noqa: E402
 from runtimeproxy.lab.cri import CriClient, open_channel  # noqa: E402
+from runtimeproxy.lab.docker_images import build_docker_archives  # noqa: E402
+from runtimeproxy.lab.dockerd import (  # noqa: E402
+    DockerdInstance,
+    DockerModeProxy,
+    check_docker_prerequisites,
+    docker_api_ping,
+)
 from runtimeproxy.lab.example_plugin import registration  # noqa: E402
 from runtimeproxy.lab.images import build_and_import  # noqa: E402
 from runtimeproxy.lab.process import ProxyProcess  # noqa: E402
@@ -105,6 +127,7 @@ SETTLE_SECONDS = 2.0
 PLUGIN_STARTUP_LIMIT = 1.15  # pod startup through the proxy with a no-op plugin on all hooks, over direct
 CHILD_EXIT_SECONDS = 0.2
 SOCAT_BUFFER_BYTES = 1 << 20  # socat's default 8 KiB per read/write makes it the slowest hop for MBs
+SOCAT_BACKLOG = 128  # socat's default listen backlog of 5 refuses 16 HTTP clients connecting at once
 SETTLE_CALLS = 1000
 # A kubelet's calls on a steady node (pkg/kubelet: PLEG relist, runtime status, stats, pod syncs).
 RELIST_PERIOD_S, STATUS_PERIOD_S, STATS_PERIOD_S, POD_SYNC_PERIOD_S = 1, 5, 10, 60
@@ -120,12 +143,17 @@ class Scale:
     kubelet_seconds: float  # measured window per hop
     idle_seconds: float  # one window for every hop's idle CPU
     lifecycles: int  # pod lifecycles per peer
+    docker_containers: int  # pod-sandbox containers in the Docker case's dockerd
+    docker_seconds: float  # per list or inspect run
+    exec_calls: int  # exec round trips per run at concurrency 1 (twice as many at EXEC_CONCURRENCY)
 
 
 QUICK = Scale(rounds=1, seconds=0.5, warmup_seconds=0.3, large_calls={4: 4, 16: 3, 48: 2}, pods=20,
-              kubelet_seconds=5.0, idle_seconds=3.0, lifecycles=3)
+              kubelet_seconds=5.0, idle_seconds=3.0, lifecycles=3, docker_containers=20, docker_seconds=0.3,
+              exec_calls=4)
 FULL = Scale(rounds=5, seconds=2.0, warmup_seconds=0.5, large_calls={4: 20, 16: 10, 48: 4}, pods=110,
-             kubelet_seconds=20.0, idle_seconds=10.0, lifecycles=15)
+             kubelet_seconds=20.0, idle_seconds=10.0, lifecycles=15, docker_containers=100, docker_seconds=0.6,
+             exec_calls=15)
 
 
 # --- processes ------------------------------------------------------------------------------------------
@@ -140,6 +168,7 @@ class Peer:
     pid: int
     idle_rss_mb: float = 0.0
     forks: bool = False  # serves each connection in a child process (socat)
+    http: bool = False  # speaks the Docker Engine API (HTTP/1.1), not gRPC
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
@@ -228,11 +257,12 @@ class Lab:
         self.stack.callback(quietly, name, lambda: stop_process(proc))
         return proc
 
-    def _served(self, name: str, socket: Path, argv: list[str]) -> Peer:
-        """Spawn a server process and wait until Version answers through it."""
+    def _served(self, name: str, socket: Path, argv: list[str], http: bool = False) -> Peer:
+        """Spawn a server process and wait until Version (HTTP: dockerd's /_ping) answers through it."""
         proc = self._spawn(name, argv)
-        wait_until(lambda: answers_version(socket), name, 30, proc)
-        return Peer(name, socket, proc.pid, settled_rss(proc.pid))
+        ready = docker_api_ping if http else answers_version
+        wait_until(lambda: ready(socket), name, 30, proc)
+        return Peer(name, socket, proc.pid, settled_rss(proc.pid), http=http)
 
     @property
     def benchgo(self) -> Path:
@@ -248,13 +278,26 @@ class Lab:
 
     def client(self, peer: Peer, method: str, request: bytes, **options: Any) -> Metrics:
         """One client run against `peer`, with the CPU the hop process spent per call it served."""
-        before = CpuUsage.of_tree(peer.pid)
-        result = run_client(self.benchgo, peer.socket, method, self.request_file(request), **options)
+        return self._measured(peer, lambda: run_client(self.benchgo, peer.socket, method,
+                                                       self.request_file(request), **options))
+
+    def docker_client(self, peer: Peer, op: str, ids_file: Path | None, **options: Any) -> Metrics:
+        """One Docker client run (list, inspect, exec) against `peer`, with the hop's CPU per call."""
+        return self._measured(peer, lambda: run_docker_client(self.benchgo, peer.socket, op, ids_file, **options))
+
+    def _measured(self, peer: Peer, run: Callable[[], dict[str, Any]]) -> Metrics:
+        """`run`, with the CPU the hop process spent per call: utime+stime of its tree (10 ms ticks), or for
+        a Docker-case hop that does not fork, its threads' schedstat (ns): an exec run is too few calls
+        for ticks."""
+        precise = peer.http and not peer.forks
+        before, before_s = CpuUsage.of_tree(peer.pid), threads_cpu_seconds(peer.pid) if precise else 0.0
+        result = run()
         if peer.forks:
             time.sleep(CHILD_EXIT_SECONDS)  # the child ends and is reaped: its CPU moves into cutime
         used = CpuUsage.of_tree(peer.pid).minus(before)
+        cpu = threads_cpu_seconds(peer.pid) - before_s if precise else used.cpu
         served = result["calls"] + result["errors"] + result["warmup_calls"]
-        result["cpu_us"] = used.cpu * 1e6 / served if served else float("nan")
+        result["cpu_us"] = cpu * 1e6 / served if served else float("nan")
         result["system_us"] = used.system * 1e6 / served if served else float("nan")
         result["faults"] = used.minor_faults / served if served else float("nan")
         return result
@@ -282,23 +325,29 @@ class Lab:
         return self._once("echo-hop", start)
 
     def hop(self, kind: str, upstream: Peer, label: str = "") -> Peer:
-        """A relay of `kind` (proxy, aio-relay, go-relay, socat) in front of `upstream`."""
+        """A relay of `kind` (proxy, aio-relay, go-relay, socat; go-proxy for HTTP) in front of `upstream`."""
         key = f"{kind} {label or upstream.name}"
         starters = {"proxy": self._proxy, "aio-relay": self._aio_relay, "go-relay": self._go_relay,
-                    "socat": self._socat}
+                    "socat": self._socat, "go-proxy": self._go_proxy}
         return self._once(key, lambda: starters[kind](key.replace(" ", "-"), upstream))
 
     def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning",
                extra_args: tuple[str, ...] = ()) -> Peer:
+        """The proxy in front of `upstream`: CRI mode, or Docker mode in front of an HTTP peer (dockerd)."""
         directory = self.base / name
         directory.mkdir()
-        proxy = ProxyProcess(directory / "rp.sock", upstream.socket, hook_config_dir=hook_dir or directory / "hooks",
-                             extra_args=[f"--log-level={log_level}", *extra_args])
+        arguments = [f"--log-level={log_level}", *extra_args]
+        proxy: ProxyProcess
+        if upstream.http:
+            proxy = DockerModeProxy(directory / "rp.sock", upstream.socket, extra_args=arguments)
+        else:
+            hooks = hook_dir or directory / "hooks"
+            proxy = ProxyProcess(directory / "rp.sock", upstream.socket, hook_config_dir=hooks, extra_args=arguments)
         self.stack.callback(quietly, f"proxy {name}", proxy.stop)
         proxy.start()
         assert proxy.pid is not None
         self._started[f"process {name}"] = proxy
-        return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid))
+        return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid), http=upstream.http)
 
     @property
     def decode_all_proxy(self) -> Peer:
@@ -324,10 +373,35 @@ class Lab:
         if socat is None:
             raise RuntimeError("socat is not installed (apt-get install -y socat)")
         socket = self.base / f"{name}.sock"
-        peer = self._served("socat", socket, [socat, f"-b{SOCAT_BUFFER_BYTES}", f"UNIX-LISTEN:{socket},fork",
-                                              f"UNIX-CONNECT:{upstream.socket}"])
+        listen = f"UNIX-LISTEN:{socket},fork,backlog={SOCAT_BACKLOG}"
+        peer = self._served("socat", socket, [socat, f"-b{SOCAT_BUFFER_BYTES}", listen,
+                                              f"UNIX-CONNECT:{upstream.socket}"], http=upstream.http)
         peer.forks = True
         return peer
+
+    def _go_proxy(self, name: str, upstream: Peer) -> Peer:
+        socket = self.base / f"{name}.sock"
+        return self._served("go-proxy", socket, [str(self.benchgo), "httpproxy", "-listen", str(socket),
+                                                 "-backend", str(upstream.socket)], http=True)
+
+    @property
+    def dockerd(self) -> Peer:
+        """A private real dockerd with the lab images loaded; the "direct" peer of the Docker case."""
+        def start() -> Peer:
+            problem = check_docker_prerequisites()
+            if problem:
+                raise RuntimeError(f"cannot run dockerd here: {problem}")
+            instance = DockerdInstance(self.base / "dk")
+            self.stack.callback(quietly, "dockerd", instance.stop)  # removes every container, unmounts
+            instance.start()
+            instance.load_images(build_docker_archives(IMAGE_CACHE))
+            pid = int((instance.base_dir / "dockerd.pid").read_text())
+            return Peer("direct", instance.socket, pid, memory_mb(pid), http=True)
+        return self._once("dockerd", start)
+
+    def docker_node(self, containers: int) -> DockerNode:
+        """The Docker case's containers in the lab dockerd (made once)."""
+        return self._once("docker node", lambda: DockerNode.create(self.dockerd.socket, containers))
 
     @property
     def containerd(self) -> Peer:
@@ -710,6 +784,122 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
                         f"PreUpdateContainerResources is in no lifecycle): {json.dumps(counts, sort_keys=True)}")
 
 
+# --- case: Docker mode against a real dockerd ------------------------------------------------------------
+
+DOCKER_READS = ("list", "inspect")
+DOCKER_CONCURRENCY = (1, 16)
+EXEC_CONCURRENCY = 4
+# Exec round trip p50 through the proxy over the Go reverse proxy's: against direct every hop, socat
+# included, measured up to 1.2x on a loaded machine, so the anchor that pays the same hop is the yardstick.
+EXEC_GO_PROXY_LIMIT = 1.1
+
+
+def docker_peers(lab: Lab, report: CaseReport) -> list[Peer]:
+    dockerd = lab.dockerd
+    return available(lab, report, {
+        "direct": lambda: dockerd,
+        "proxy": lambda: lab.hop("proxy", dockerd, "dockerd"),
+        "go-proxy": lambda: lab.hop("go-proxy", dockerd, "dockerd"),
+        "socat": lambda: lab.hop("socat", dockerd, "dockerd"),
+    })
+
+
+Results = dict[str, dict[str, Any]]  # per peer: medians and runs (alternate's result)
+
+
+def case_docker(lab: Lab, scale: Scale, report: CaseReport) -> None:
+    started = time.perf_counter()
+    node = lab.docker_node(scale.docker_containers)
+    sandboxes, exec_target = node.write_ids(lab.base)
+    report.notes.append(f"{len(node.sandbox_ids)} pod-sandbox containers (pause image, Kubernetes labels), "
+                        f"{RUNNING_SANDBOXES} of them running, + 1 busybox exec target: made in "
+                        f"{time.perf_counter() - started:.1f} s")
+    peers = docker_peers(lab, report)
+    reads = {op: {concurrency: measure_docker_reads(lab, scale, peers, op, sandboxes, concurrency)
+                  for concurrency in DOCKER_CONCURRENCY} for op in DOCKER_READS}
+    execs = {concurrency: measure_execs(lab, scale, peers, exec_target, concurrency)
+             for concurrency in (1, EXEC_CONCURRENCY)}
+    report.raw.update(reads={f"{op}_c{c}": result for op, by_c in reads.items() for c, result in by_c.items()},
+                      execs={f"c{c}": result for c, result in execs.items()})
+    for op in DOCKER_READS:
+        docker_read_rows(report, op, reads[op])
+    exec_rows(report, execs)
+    busiest = {f"{op} c={max(DOCKER_CONCURRENCY)}": reads[op][max(DOCKER_CONCURRENCY)] for op in DOCKER_READS}
+    busiest[f"exec c={EXEC_CONCURRENCY}"] = execs[EXEC_CONCURRENCY]
+    client_rows(report, busiest)
+    docker_answer_notes(report, {f"{op} c={c}": result for op, by_c in reads.items() for c, result in by_c.items()}
+                        | {f"exec c={c}": result for c, result in execs.items()})
+    report.notes.append(f"answers: list {reads['list'][1]['direct']['response_bytes'] / 1024:.0f} KiB, inspect "
+                        f"{reads['inspect'][1]['direct']['response_bytes'] / 1024:.1f} KiB, exec output stream "
+                        f"{int(execs[1]['direct']['response_bytes'])} bytes")
+
+
+def measure_docker_reads(lab: Lab, scale: Scale, peers: list[Peer], op: str, ids: Path, concurrency: int) -> Results:
+    def read(peer: Peer, seconds: float = scale.docker_seconds) -> Metrics:
+        return lab.docker_client(peer, op, ids, concurrency=concurrency, seconds=seconds)
+    return alternate(peers, read, scale.rounds, warmup=lambda peer: read(peer, scale.warmup_seconds))
+
+
+def measure_execs(lab: Lab, scale: Scale, peers: list[Peer], target: Path, concurrency: int) -> Results:
+    calls = scale.exec_calls if concurrency == 1 else 2 * scale.exec_calls
+
+    def execute(peer: Peer, calls: int = calls) -> Metrics:
+        return lab.docker_client(peer, "exec", target, concurrency=concurrency, count=calls)
+    return alternate(peers, execute, scale.rounds, warmup=lambda peer: execute(peer, 2))
+
+
+def docker_read_rows(report: CaseReport, op: str, result: Mapping[int, Results]) -> None:
+    serial, busy = result[1], result[max(DOCKER_CONCURRENCY)]
+    report.row(f"{op} p50, c=1", "us", column(serial, "p50_us"))
+    report.row(f"{op} p99, c=1", "us", column(serial, "p99_us"))
+    for concurrency, by_peer in result.items():
+        report.row(f"{op} calls/s, c={concurrency}", "calls/s", column(by_peer, "calls_per_s"))
+    report.row(f"{op}: CPU per call in the hop, c=1", "us", column(serial, "cpu_us"))
+    report.row(f"{op}: CPU per call in the hop, c={max(DOCKER_CONCURRENCY)}", "us", column(busy, "cpu_us"),
+               note="direct: dockerd's own threads, for scale" if op == DOCKER_READS[0] else "")
+
+
+def exec_rows(report: CaseReport, result: Mapping[int, Results]) -> None:
+    serial, busy = result[1], result[EXEC_CONCURRENCY]
+    row = report.row("exec round trip p50, c=1", "ms", column(serial, "p50_us", 1e-3),
+                     note="exec create + start (101, raw stream to EOF) + inspect until exited: `echo x`")
+    ratio = row.ratio("proxy", "go-proxy")
+    if ratio is not None:
+        report.target(row, f"exec p50 through the proxy <= {EXEC_GO_PROXY_LIMIT}x the Go reverse proxy's",
+                      ratio <= EXEC_GO_PROXY_LIMIT, f"{ratio:.2f}x")
+    report.row("exec round trip p99, c=1", "ms", column(serial, "p99_us", 1e-3))
+    report.row("exec round trips/s, c=1", "calls/s", column(serial, "calls_per_s"))
+    report.row(f"exec round trips/s, c={EXEC_CONCURRENCY}", "calls/s", column(busy, "calls_per_s"))
+    report.row("exec: CPU per round trip in the hop, c=1", "us", column(serial, "cpu_us"))
+    report.row(f"exec: CPU per round trip in the hop, c={EXEC_CONCURRENCY}", "us", column(busy, "cpu_us"),
+               note="socat's CPU comes in 10 ms ticks (its per-connection children), the others' in ns")
+
+
+def client_rows(report: CaseReport, busiest: Mapping[str, Results]) -> None:
+    """The load side's own CPU per call beside the hops': the client is not what limits a figure."""
+    for index, (label, result) in enumerate(busiest.items()):
+        report.row(f"client CPU per call, {label}", "us", column(result, "client_cpu_us"),
+                   note="" if index else "benchgo dockerclient's own CPU, driving each peer")
+    shares = [f"{label} {result['proxy']['client_cpu_us'] / result['proxy']['cpu_us']:.2f}"
+              for label, result in busiest.items() if result.get("proxy", {}).get("cpu_us")]
+    if shares:
+        report.notes.append("the client's own CPU per call over the proxy's, driving it: " + ", ".join(shares))
+
+
+def docker_answer_notes(report: CaseReport, results: Mapping[str, Results]) -> None:
+    """Failed calls, and exec round trips that took more than one inspect, per measurement."""
+    for label, by_peer in results.items():
+        polls = {name: sum(int(run.get("extra_requests", 0)) for run in metrics["runs"])
+                 for name, metrics in by_peer.items()}
+        if any(polls.values()):
+            report.notes.append(f"{label}: extra exec inspects (dockerd still said running): {polls}")
+        failed = {name: sum(int(run["errors"]) for run in metrics["runs"]) for name, metrics in by_peer.items()}
+        firsts = {name: next((run["first_error"] for run in by_peer[name]["runs"] if run.get("first_error")), "")
+                  for name, count in failed.items() if count}
+        if firsts:
+            report.notes.append(f"{label}: failed calls {failed}; e.g. {firsts}")
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -722,7 +912,9 @@ CASES = {case.name: case for case in (
     Case("large", "2. large responses (ListContainers), instant Go backend", case_large),
     Case("kubelet", "3. a kubelet's steady state, real containerd", case_kubelet),
     Case("startup", "4. pod startup and lifecycle, real containerd", case_startup),
+    Case("docker", "5. Docker mode: list, inspect, exec, real dockerd", case_docker),
 )}
+DEFAULT_CASES = ("small", "large", "kubelet", "startup")  # docker takes ~2 more minutes: ask for it
 
 
 # --- running and reporting -------------------------------------------------------------------------------
@@ -818,9 +1010,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="short runs: the whole thing in about 1.5 minutes")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results (%(default)s)")
     parser.add_argument("--markdown", action="store_true", help="also print the rows as one markdown table")
-    parser.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of: %(default)s")
+    parser.add_argument("--cases", default=",".join(DEFAULT_CASES),
+                        help=f"comma-separated subset of {', '.join(CASES)}, or all (default: %(default)s)")
     args = parser.parse_args(argv)
     args.case_names = [name.strip() for name in args.cases.split(",") if name.strip()]
+    if args.case_names == ["all"]:
+        args.case_names = list(CASES)
     unknown = [name for name in args.case_names if name not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")

@@ -1,4 +1,5 @@
-"""The compiled peers (bench/go: benchgo client, relay, backend): building them and running the client.
+"""The compiled peers (bench/go: benchgo client, relay, backend, dockerclient, httpproxy): building them and
+running the clients.
 
 benchgo is built with Debian's Go toolchain in GOPATH mode against Debian's grpc-go sources
 (golang-go, golang-google-grpc-dev): offline, no module download. The binary is cached per
@@ -62,14 +63,28 @@ def run_client(binary: Path, socket: Path, method: str, request_file: Path | Non
                timeout: float = KUBELET_TIMEOUT_SECONDS,
                metadata: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One benchgo client run: its JSON result (calls, errors, calls_per_s, p50_us, p99_us, ...)."""
-    argv = [str(binary), "client", "-socket", str(socket), "-method", method,
-            "-concurrency", str(concurrency), "-warmup", str(warmup), "-timeout", str(timeout)]
+    argv = [str(binary), "client", "-socket", str(socket), "-method", method, "-timeout", str(timeout)]
     if request_file is not None:
         argv += ["-request", str(request_file)]
-    argv += ["-count", str(count)] if count else ["-seconds", str(seconds or 1.0)]
     for key, value in (metadata or {}).items():
         argv += ["-metadata", f"{key}={value}"]
+    return _run(argv, socket, concurrency, seconds, count, warmup)
+
+
+def run_docker_client(binary: Path, socket: Path, op: str, ids_file: Path | None, *, concurrency: int = 1,
+                      seconds: float | None = None, count: int | None = None, warmup: int = 0) -> dict[str, Any]:
+    """One benchgo dockerclient run (op: list, inspect or exec), with the same JSON result as run_client."""
+    argv = [str(binary), "dockerclient", "-socket", str(socket), "-op", op]
+    if ids_file is not None:
+        argv += ["-ids", str(ids_file)]
+    return _run(argv, socket, concurrency, seconds, count, warmup)
+
+
+def _run(argv: list[str], socket: Path, concurrency: int, seconds: float | None, count: int | None,
+         warmup: int) -> dict[str, Any]:
+    argv = [*argv, "-concurrency", str(concurrency), "-warmup", str(warmup)]
+    argv += ["-count", str(count)] if count else ["-seconds", str(seconds or 1.0)]
     finished = subprocess.run(argv, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_SECONDS)
     if finished.returncode != 0:
-        raise GoPeerError(f"benchgo client on {socket.name}: {finished.stderr.strip()[-500:]}")
+        raise GoPeerError(f"benchgo {argv[1]} on {socket.name}: {finished.stderr.strip()[-500:]}")
     return json.loads(finished.stdout)

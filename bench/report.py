@@ -10,12 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Column order. direct: no hop; proxy: runtimeproxy; aio-relay: the minimal grpcio aio relay;
-# go-relay: grpc-go raw relay (koord-runtime-proxy's engine); socat: L4 byte relay; echo-hop:
-# a bare Python grpc.aio server answering itself (one Python server hop, no upstream); plugin: the
-# proxy with a no-op plugin on all hooks; decode-all: the proxy decoding and re-encoding every message.
-PEERS = ("direct", "proxy", "aio-relay", "go-relay", "socat", "echo-hop", "plugin", "decode-all")
-# Ratio columns: the proxy's figure over each anchor's.
-RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"))
+# go-relay: grpc-go raw relay (koord-runtime-proxy's engine); go-proxy: Go's httputil.ReverseProxy
+# (Docker mode's counterpart); socat: L4 byte relay; echo-hop: a bare Python grpc.aio server answering
+# itself (one Python server hop, no upstream); plugin: the proxy with a no-op plugin on all hooks;
+# decode-all: the proxy decoding and re-encoding every message.
+PEERS = ("direct", "proxy", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin", "decode-all")
+# Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
+RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"), ("proxy", "go-proxy"))
+RATIO_HEADS = {"direct": "/direct", "aio-relay": "/aio", "go-relay": "/go", "go-proxy": "/go-http"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -102,7 +104,7 @@ def render_case(report: CaseReport, metric_width: int = 40) -> list[str]:
     peers, ratios = columns_used(report.rows), ratios_used(report.rows)
     if report.rows:
         header = f"{'metric':<{metric_width}} {'unit':<8}" + "".join(f" {peer:>10}" for peer in peers)
-        header += "".join(f" {'/' + anchor.split('-')[0]:>8}" for _, anchor in ratios)
+        header += "".join(f" {RATIO_HEADS[anchor]:>8}" for _, anchor in ratios)
         lines.append(header + "  target")
     for row in report.rows:
         line = f"{row.metric:<{metric_width}} {row.unit:<8}"

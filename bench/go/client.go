@@ -1,5 +1,6 @@
 // The client role: unary calls with pre-encoded request bytes from N goroutines over one
 // connection (as the kubelet has one), printing one JSON object with latencies and calls/s.
+// measure and summarize are shared with the Docker client role (dockerclient.go).
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,17 +39,47 @@ type result struct {
 	P99us         float64 `json:"p99_us"`
 	MaxUs         float64 `json:"max_us"`
 	ResponseBytes int     `json:"response_bytes"`
+	// The client's own CPU (user + system) per measured call: set beside the hop's to show that the
+	// client is not what limits a figure.
+	ClientCPUus float64 `json:"client_cpu_us"`
+	// Requests beyond an operation's fixed ones (exec: inspects while dockerd still said running).
+	ExtraRequests int64 `json:"extra_requests,omitempty"`
+}
+
+// callable is one call of whatever a client role drives; false when it failed (recorded in errorLog).
+type callable interface {
+	call() bool
+}
+
+// errorLog counts failed calls and keeps the first one's message.
+type errorLog struct {
+	errors   int64
+	mu       sync.Mutex
+	firstErr string
+}
+
+func (e *errorLog) record(err error) bool {
+	if atomic.AddInt64(&e.errors, 1) == 1 {
+		e.mu.Lock()
+		e.firstErr = err.Error()
+		e.mu.Unlock()
+	}
+	return false
+}
+
+func (e *errorLog) first() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.firstErr
 }
 
 type caller struct {
+	errorLog
 	conn     *grpc.ClientConn
 	method   string
 	request  []byte
 	ctx      context.Context
 	timeout  time.Duration // per call, as the kubelet sets one on every call; 0: none
-	errors   int64
-	mu       sync.Mutex
-	firstErr string
 	lastSize int64
 }
 
@@ -60,12 +92,7 @@ func (c *caller) call() bool {
 	}
 	var response []byte
 	if err := c.conn.Invoke(ctx, c.method, &c.request, &response); err != nil {
-		if atomic.AddInt64(&c.errors, 1) == 1 {
-			c.mu.Lock()
-			c.firstErr = err.Error()
-			c.mu.Unlock()
-		}
-		return false
+		return c.record(err)
 	}
 	atomic.StoreInt64(&c.lastSize, int64(len(response)))
 	return true
@@ -76,10 +103,7 @@ func runClient(args []string) error {
 	socket := flags.String("socket", "", "server socket")
 	method := flags.String("method", "", "full method path")
 	requestFile := flags.String("request", "", "file with the encoded request (empty: no bytes)")
-	concurrency := flags.Int("concurrency", 1, "goroutines calling at once")
-	seconds := flags.Float64("seconds", 1, "measure this long (unless -count)")
-	count := flags.Int64("count", 0, "measure exactly this many calls")
-	warmup := flags.Int64("warmup", 0, "calls before measuring (sequential)")
+	load := addLoadFlags(flags)
 	timeout := flags.Float64("timeout", 0, "deadline of each call in seconds (0: none)")
 	var pairs metadataFlags
 	flags.Var(&pairs, "metadata", "key=value sent with every call (repeatable)")
@@ -103,23 +127,64 @@ func runClient(args []string) error {
 	}
 	defer conn.Close()
 	c.conn = conn
-	for i := int64(0); i < *warmup; i++ {
-		c.call()
+	out, err := warmUpAndMeasure(c, &c.errorLog, load)
+	if err != nil {
+		return err
 	}
-	warmupErrors := atomic.SwapInt64(&c.errors, 0)
-	if warmupErrors == *warmup && *warmup > 0 {
-		return fmt.Errorf("every warm-up call failed: %s", c.firstErr)
-	}
-	latencies, elapsed := measure(c, *concurrency, *seconds, *count)
-	out := summarize(latencies, elapsed)
-	out.Errors, out.FirstError = atomic.LoadInt64(&c.errors), c.firstErr
-	out.WarmupCalls, out.Concurrency = *warmup, *concurrency
 	out.ResponseBytes = int(atomic.LoadInt64(&c.lastSize))
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
+// loadFlags are how every client role loads its peer.
+type loadFlags struct {
+	concurrency   *int
+	seconds       *float64
+	count, warmup *int64
+}
+
+func addLoadFlags(flags *flag.FlagSet) loadFlags {
+	return loadFlags{
+		concurrency: flags.Int("concurrency", 1, "goroutines calling at once"),
+		seconds:     flags.Float64("seconds", 1, "measure this long (unless -count)"),
+		count:       flags.Int64("count", 0, "measure exactly this many calls"),
+		warmup:      flags.Int64("warmup", 0, "calls before measuring (sequential)"),
+	}
+}
+
+// warmUpAndMeasure makes the warm-up calls one after another (their errors are forgotten unless all
+// failed), then measures; the result lacks only ResponseBytes.
+func warmUpAndMeasure(c callable, log *errorLog, load loadFlags) (result, error) {
+	warmup, concurrency := *load.warmup, *load.concurrency
+	for i := int64(0); i < warmup; i++ {
+		c.call()
+	}
+	warmupErrors := atomic.SwapInt64(&log.errors, 0)
+	if warmupErrors == warmup && warmup > 0 {
+		return result{}, fmt.Errorf("every warm-up call failed: %s", log.first())
+	}
+	cpuBefore := cpuSeconds()
+	latencies, elapsed := measure(c, concurrency, *load.seconds, *load.count)
+	cpuUsed := cpuSeconds() - cpuBefore
+	out := summarize(latencies, elapsed)
+	if out.Calls > 0 {
+		out.ClientCPUus = cpuUsed * 1e6 / float64(out.Calls)
+	}
+	out.Errors, out.FirstError = atomic.LoadInt64(&log.errors), log.first()
+	out.WarmupCalls, out.Concurrency = warmup, concurrency
+	return out, nil
+}
+
+// cpuSeconds is this process's user + system CPU time so far.
+func cpuSeconds() float64 {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		return 0
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano()).Seconds()
+}
+
 // measure runs the goroutines until the time is up (or the count is done); successful calls' latencies.
-func measure(c *caller, concurrency int, seconds float64, count int64) ([]time.Duration, time.Duration) {
+func measure(c callable, concurrency int, seconds float64, count int64) ([]time.Duration, time.Duration) {
 	perWorker := make([][]time.Duration, concurrency)
 	remaining := count
 	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))

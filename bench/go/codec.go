@@ -1,10 +1,12 @@
-// Raw-bytes codec and the connection settings shared by the client, relay and backend.
+// Raw-bytes codec and the connection settings shared by the roles: gRPC (client, relay, backend)
+// and HTTP/1.1 (dockerclient, httpproxy).
 package main
 
 import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -62,4 +64,18 @@ func listenUnix(path string) (net.Listener, error) {
 func rawServer(handler grpc.StreamHandler) *grpc.Server {
 	return grpc.NewServer(grpc.CustomCodec(rawCodec{}), grpc.UnknownServiceHandler(handler),
 		grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
+}
+
+// unixTransport is an HTTP/1.1 transport to a unix socket keeping up to `connections` idle
+// keep-alive connections.
+func unixTransport(socket string, connections int) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConns:        connections,
+		MaxIdleConnsPerHost: connections,
+		DisableCompression:  true,
+	}
 }

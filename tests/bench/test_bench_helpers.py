@@ -1,5 +1,6 @@
 """The benchmark's pure helpers: percentiles, the table, the kubelet schedule, /proc reading, the
-Go source digest. Benchmarks themselves never run in tests."""
+Go source digest, the case selection, the Docker case's containers. Benchmarks themselves never run in
+tests."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH_DIR))
 
 import bench  # noqa: E402
+from docker_node import sandbox_body, sandbox_name  # noqa: E402
 from gopeers import source_digest  # noqa: E402
 from procfs import CpuUsage, memory_mb  # noqa: E402
 from report import CaseReport, Row, number, percentile, render, render_markdown  # noqa: E402
+from runtimeproxy.docker.messages import docker_type, inspected, pod_labels_of  # noqa: E402
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -73,3 +76,29 @@ def test_go_digest_follows_the_sources(tmp_path: Path) -> None:
     assert source_digest(tmp_path) == first
     (tmp_path / "a.go").write_text("package main // changed\n")
     assert source_digest(tmp_path) != first
+
+
+def test_docker_case_is_picked_by_name_or_all_but_not_by_default() -> None:
+    assert "docker" not in bench.parse_args([]).case_names
+    assert bench.parse_args(["--cases", "docker"]).case_names == ["docker"]
+    assert bench.parse_args(["--cases", "all"]).case_names == list(bench.CASES)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--cases", "dockr"])
+
+
+def test_docker_table_heads_the_go_reverse_proxy_ratio() -> None:
+    report = CaseReport("docker", "5. Docker mode")
+    report.row("inspect p50, c=1", "us", {"direct": 400.0, "proxy": 1000.0, "go-proxy": 500.0, "socat": 450.0})
+    text = render([report], ["header"])
+    assert "go-proxy" in text and "/go-http" in text and "2.00x" in text and "2.50x" in text
+
+
+def test_docker_node_sandboxes_look_like_cri_dockerd_ones_to_the_proxy() -> None:
+    body = sandbox_body(7)
+    found = inspected({"Id": "c1", "Name": "/" + sandbox_name(7), "Config": {"Labels": body["Labels"]},
+                       "HostConfig": body["HostConfig"]})
+    assert found is not None and docker_type(found.labels) == "podsandbox"
+    assert (found.name.container, found.name.pod, found.name.namespace) == ("POD", "bench-7", "default")
+    assert pod_labels_of(found.labels) == {"app": "bench", "io.kubernetes.pod.name": "bench-7",
+                                           "io.kubernetes.pod.namespace": "default",
+                                           "io.kubernetes.pod.uid": found.name.uid}
