@@ -8,14 +8,13 @@ with dockerd (`DockerdInstance.stop` removes every container).
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtimeproxy.lab.dockerd import UnixHTTPConnection
 from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 API_PREFIX = "/v1.41"
@@ -29,20 +28,9 @@ class EngineApiError(RuntimeError):
     """dockerd did not answer a setup request as expected."""
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path) -> None:
-        super().__init__("docker", timeout=REQUEST_TIMEOUT_SECONDS)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(REQUEST_TIMEOUT_SECONDS)
-        self.sock.connect(str(self._path))
-
-
 def engine_call(docker_socket: Path, method: str, path: str, body: Any = None) -> Any:
     """One Engine API request on a fresh connection; the decoded JSON answer (None when empty)."""
-    connection = _UnixHTTPConnection(docker_socket)
+    connection = UnixHTTPConnection(docker_socket, REQUEST_TIMEOUT_SECONDS)
     try:
         payload = None if body is None else json.dumps(body).encode()
         connection.request(method, API_PREFIX + path, body=payload, headers={"Content-Type": "application/json"})

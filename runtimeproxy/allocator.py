@@ -120,7 +120,7 @@ def tune_for_large_messages(
     mmap_threshold: int = MMAP_THRESHOLD_BYTES, trim_threshold: int = TRIM_THRESHOLD_BYTES
 ) -> bool:
     """Apply the thresholds and the arena count; False (and nothing changed) off glibc or when the environment sets them."""
-    if any(key in os.environ for key in _ENVIRONMENT_KEYS):
+    if operator_set_malloc():
         return False
     mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is None:  # not glibc (e.g. musl)
@@ -132,6 +132,11 @@ def tune_for_large_messages(
     log.debug("malloc: mmap threshold %d, trim threshold %d, %d arena (%s)", mmap_threshold, trim_threshold,
               ARENA_COUNT, "applied" if applied else "refused")
     return applied
+
+
+def operator_set_malloc() -> bool:
+    """The environment sets some glibc malloc setting: then the proxy changes none."""
+    return any(key in os.environ for key in _ENVIRONMENT_KEYS)
 
 
 def huge_page_tunables() -> str:
@@ -166,7 +171,7 @@ def wants_huge_pages_reexec() -> bool:
     Not when the operator set any malloc setting, not off glibc or below 2.35, and only in
     THP's "madvise" mode ("always" gives the heap huge pages anyway, "never" refuses them).
     """
-    if any(key in os.environ for key in _ENVIRONMENT_KEYS):
+    if operator_set_malloc():
         return False
     version = _glibc_version()
     return version is not None and version >= HUGETLB_MIN_GLIBC and transparent_huge_page_mode() == "madvise"

@@ -9,9 +9,13 @@ import pytest
 from runtimeproxy import allocator
 
 
-def test_applies_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in allocator._ENVIRONMENT_KEYS:
         monkeypatch.delenv(key, raising=False)
+
+
+def test_applies_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    _clean_environment(monkeypatch)
     assert allocator.tune_for_large_messages() is True
 
 
@@ -48,11 +52,6 @@ def test_the_trimmer_skips_a_heap_with_little_free(monkeypatch: pytest.MonkeyPat
     calls[0] += 1
     trimmer.look()
     assert not trimmer.look()
-
-
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in allocator._ENVIRONMENT_KEYS:
-        monkeypatch.delenv(key, raising=False)
 
 
 def test_huge_page_tunables_carry_the_same_thresholds() -> None:

@@ -14,6 +14,7 @@ of it. The third-party clients the Docker-mode tests drive (`cri-dockerd`, `cric
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import signal
@@ -176,6 +177,19 @@ class DockerdInstance(_Daemon):
             except OSError:
                 pass
 
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a unix socket (dockerd's, or the proxy's in Docker mode); `timeout` bounds connect and reads."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        super().__init__("docker", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(str(self._path))
 
 
 def docker_api_ping(socket_path: Path, timeout: float = 2.0) -> bool:

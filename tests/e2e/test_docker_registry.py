@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
+from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy, UnixHTTPConnection
 from runtimeproxy.lab.images import FileEntry, layer_tar
 from runtimeproxy.lab.registry import REGISTRY_HOST, LocalRegistry
 
@@ -145,19 +145,6 @@ def test_push_and_pull_through_the_proxy(both: list[Docker], pushed: str, regist
     assert inspected[0] == inspected[1] and inspected[0][0]["RepoDigests"] == [f"{repository}@{digest}"]
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP/1.1 to a unix socket: dockerd's or the proxy's."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__("docker", timeout=STREAM_WAIT_SECONDS)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(str(self._path))
-
-
 def _status_line(response: http.client.HTTPResponse) -> str:
     """The next progress message's status ("" at the end of the stream)."""
     try:
@@ -174,7 +161,7 @@ def test_pull_progress_reaches_the_client_while_the_pull_runs(
     _forget(proxied, pushed)
     image, tag = pushed.rsplit(":", 1)
     auth = base64.urlsafe_b64encode(b"{}").decode()  # what the CLI sends without a login
-    connection = _UnixConnection(docker_mode_proxy.listen_path)
+    connection = UnixHTTPConnection(docker_mode_proxy.listen_path, STREAM_WAIT_SECONDS)
     gate.hold()
     try:
         connection.request("POST", f"/{API_VERSION}/images/create?fromImage={urllib.parse.quote(image, safe='')}"
