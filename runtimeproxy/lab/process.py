@@ -1,4 +1,8 @@
-"""The proxy as a real process (`python -m runtimeproxy`), for the lab, e2e tests and benchmarks."""
+"""The proxy as a real process, for the lab, e2e tests and benchmarks.
+
+By default it is this interpreter's `python -m runtimeproxy`; `command` names another build of the same
+command line (an installed wheel's `koord-runtime-proxy`, the single-file binary, a command in a chroot).
+"""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ class ProxyProcess:
         hook_config_dir: Path | None = None,
         log_path: Path | None = None,
         extra_args: list[str] | None = None,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.listen_path = listen_path
         self.runtime_path = str(runtime_path)
@@ -35,12 +41,14 @@ class ProxyProcess:
         self.log_path = log_path or listen_path.with_suffix(".log")
         self.admin_path = listen_path.parent / "admin.sock"
         self.extra_args = extra_args or []
+        self.command = command or [sys.executable, "-m", "runtimeproxy"]
+        self.cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def argv(self) -> list[str]:
         return [
-            sys.executable, "-m", "runtimeproxy",
+            *self.command,
             f"--koord-runtimeproxy-endpoint={self.listen_path}",
             f"--remote-runtime-service-endpoint={self.runtime_path}",
             f"--runtime-hook-config-dir={self.hook_config_dir}",
@@ -63,7 +71,7 @@ class ProxyProcess:
         """Start the process without waiting for it to listen."""
         self.hook_config_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
 
     def returncode(self) -> int | None:
         """The exit code once the process has exited; None while it runs (or was never started)."""
