@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests;
+# python3-venv: the README's node install (a virtualenv of Debian's python3), run as written by the tests;
 # docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
-debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io
+debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io python3-venv
   docker-registry util-linux procps iproute2 iptables)
 missing=()
 for package in "${debian_packages[@]}"; do

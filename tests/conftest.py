@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +16,9 @@ from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.cri.server import ProxyServer
+
+from machinekit import missing_client_skips
+from packagekit import PACKAGE_WORKDIR
 
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[LoopThread]:
@@ -75,3 +79,22 @@ def client(proxy: ProxyServer) -> Iterator[grpc.Channel]:
     channel = open_channel(proxy.options.listen_path)
     yield channel
     channel.close()
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    return longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say it when tests did not run because a third-party CRI client is not installed."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    counts = missing_client_skips([_skip_reason(report) for report in skipped])
+    if counts:
+        terminalreporter.section("Skipped: third-party CRI clients not installed")
+        for message, count in counts.items():
+            terminalreporter.write_line(f"{count} test(s) skipped: {message}")
+
+
+def pytest_sessionfinish() -> None:
+    shutil.rmtree(PACKAGE_WORKDIR, ignore_errors=True)  # the wheel and virtualenvs tests/packagekit.py made

@@ -1,5 +1,9 @@
-"""What a test needs from the machine, in one place: a missing part fails the run in CI
-(RUNTIMEPROXY_REQUIRE_E2E set) and skips the test elsewhere, with a message saying what is missing."""
+"""What a test needs from the machine, in one place.
+
+A part the project installs itself (scripts/setup.sh) that is missing fails the run in CI
+(RUNTIMEPROXY_REQUIRE_E2E set) and skips the test elsewhere. A third-party CRI client (crictl, critest,
+cri-dockerd) that no registry here carries skips, in CI too, with a message saying which tool and how to
+install it (unless RUNTIMEPROXY_REQUIRE_CLIENTS is set); the run's summary lists those skips (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import pytest
 from runtimeproxy.lab.tools import find_tool, missing_tool_message
 
 REQUIRE_E2E_ENV = "RUNTIMEPROXY_REQUIRE_E2E"
+# Set by a CI that installed crictl/critest/cri-dockerd: then a missing one fails instead of skipping.
+REQUIRE_CLIENTS_ENV = "RUNTIMEPROXY_REQUIRE_CLIENTS"
 # Offline lab images, built once and reused across runs.
 IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
 
@@ -23,13 +29,29 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+# Every skip for a missing third-party client starts with this, so the summary can count them.
+MISSING_CLIENT_SKIP = "third-party CRI client missing"
+
+
 def require_tool(name: str) -> Path:
-    """A third-party client (crictl, critest, cri-dockerd): on PATH or in the shared tools directory."""
+    """A third-party client (crictl, critest, cri-dockerd) on PATH or in $RUNTIMEPROXY_TOOLS_DIR; skips without."""
     path = find_tool(name)
     if path is None:
-        skip_or_fail(missing_tool_message(name))
-    assert path is not None
+        reason = f"{MISSING_CLIENT_SKIP}: {missing_tool_message(name)}"
+        if os.environ.get(REQUIRE_CLIENTS_ENV):
+            pytest.fail(reason)
+        pytest.skip(reason)
     return path
+
+
+def missing_client_skips(skip_reasons: list[str]) -> dict[str, int]:
+    """How many tests each missing client's skip message stands behind: {message: count}."""
+    counts: dict[str, int] = {}
+    for reason in skip_reasons:
+        _, marker, message = reason.partition(f"{MISSING_CLIENT_SKIP}: ")
+        if marker:
+            counts[message] = counts.get(message, 0) + 1
+    return counts
 
 
 def require_command(name: str, debian_package: str) -> str:

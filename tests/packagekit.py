@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,13 +24,21 @@ def _run(argv: list[str], cwd: Path | None = None, timeout: float = 600) -> str:
     return done.stdout
 
 
+# Not copied into the build: what a build leaves behind (a stale build/lib would leak into the wheel).
+_NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+                                     "reports", "results")
+
+
 @functools.cache
 def built_wheel() -> Path:
-    """The wheel `pip wheel .` builds from this checkout (no dependencies)."""
+    """The wheel `pip wheel .` builds from a clean copy of this checkout (no dependencies)."""
+    source = PACKAGE_WORKDIR / "source"
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(REPO_ROOT, source, ignore=_NOT_SOURCE)
     out = PACKAGE_WORKDIR / "wheel"
     out.mkdir(parents=True, exist_ok=True)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--disable-pip-version-check",
-          "-q", "-w", str(out), str(REPO_ROOT)])
+          "-q", "-w", str(out), str(source)])
     wheels = sorted(out.glob("runtimeproxy-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
@@ -52,3 +61,37 @@ def installed_wheel() -> Path:
     bin_dir = make_virtualenv(PACKAGE_WORKDIR / "venv")
     _run([str(bin_dir / "pip"), "install", "--disable-pip-version-check", "-q", str(built_wheel())])
     return bin_dir
+
+
+# The README's node install, run as written (tests/test_packaging.py): the lines of the block after this marker
+# that name the install prefix.
+README_INSTALL_MARKER = "<!-- node-install:"
+README_INSTALL_PREFIX = "/opt/koord-runtime-proxy"
+
+
+def readme_install_lines() -> list[str]:
+    """The shell lines of the README's node install block that name the install prefix."""
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text[text.index(README_INSTALL_MARKER):]
+    block = block[block.index("```sh\n") + len("```sh\n"):]
+    block = block[:block.index("```")]
+    return [line for line in block.splitlines() if README_INSTALL_PREFIX in line]
+
+
+def install_as_readme(prefix: Path, python_dir: str = "/usr/bin") -> list[tuple[str, str]]:
+    """Run the README's install lines with prefix for /opt/koord-runtime-proxy, Debian's python3 first on PATH,
+    in a clean copy of the checkout; returns (line, output) for each."""
+    source = PACKAGE_WORKDIR / "readme-source"
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.copytree(REPO_ROOT, source, ignore=_NOT_SOURCE)
+    environment = {**os.environ, "PATH": f"{python_dir}:{os.environ.get('PATH', '')}"}
+    environment.pop("PYTHONPATH", None)
+    outputs = []
+    for line in readme_install_lines():
+        command = line.replace(README_INSTALL_PREFIX, str(prefix))
+        done = subprocess.run(["sh", "-ec", command], cwd=source, env=environment, capture_output=True, text=True,
+                              timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"README line {line!r} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        outputs.append((line, done.stdout))
+    return outputs

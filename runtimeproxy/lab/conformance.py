@@ -26,7 +26,6 @@ from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.registry import LocalRegistry, write_mirror_config
-from runtimeproxy.lab.tools import REPO_ROOT
 from runtimeproxy.hooks.plugins import HOOK_NAMES
 
 
@@ -104,7 +103,7 @@ REPORT_DIR_ENV = "RUNTIMEPROXY_REPORT_DIR"
 def report_dir() -> Path:
     """Where junit reports go: ``$RUNTIMEPROXY_REPORT_DIR``, else ``<repo>/reports``."""
     configured = os.environ.get(REPORT_DIR_ENV)
-    return Path(configured) if configured else REPO_ROOT / "reports"
+    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "reports"
 
 
 def conformance_verdict(results: dict[str, CritestResult]) -> str | None:

@@ -19,7 +19,7 @@ from runtimeproxy.hooks.plugins import HOOK_NAMES
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.docker_images import build_docker_archives
 from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites
-from runtimeproxy.lab.tools import find_tool
+from runtimeproxy.lab.tools import find_tool, missing_tool_message
 from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.images import PAUSE_IMAGE
 
@@ -29,8 +29,7 @@ VERSION_TIMEOUT_SECONDS = 5.0
 def docker_lab_problem() -> str | None:
     """None when this machine can run the Docker lab, else why not."""
     problems = [check_docker_prerequisites()]
-    problems += [f"{tool} not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin"
-                 for tool in ("cri-dockerd",) if find_tool(tool) is None]
+    problems += [missing_tool_message(tool) for tool in ("cri-dockerd",) if find_tool(tool) is None]
     return "; ".join(p for p in problems if p) or None
 
 

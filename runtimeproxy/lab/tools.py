@@ -1,7 +1,8 @@
-"""Where the third-party CRI clients (crictl, critest) are: PATH first, then the shared tools directory.
+"""Where the third-party CRI clients are (crictl, critest, cri-dockerd): on PATH, else in the directory
+``RUNTIMEPROXY_TOOLS_DIR`` names.
 
-Debian packages neither, and nothing here can download them, so prebuilt upstream binaries sit in
-``../shared/bin`` beside the repository (``RUNTIMEPROXY_TOOLS_DIR`` points elsewhere).
+They are Go programs that no package registry this project installs from carries, so nothing here installs
+them: where they are missing, what needs them says so (which tool, how to get it) and the rest goes on.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ import shutil
 from pathlib import Path
 
 TOOLS_DIR_ENV = "RUNTIMEPROXY_TOOLS_DIR"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_TOOLS_DIR = REPO_ROOT.parent / "shared" / "bin"
-RELEASES_URL = "https://github.com/kubernetes-sigs/cri-tools/releases"
+# Where each client's release binaries are published, and the version the project was measured with.
+RELEASES = {
+    "crictl": ("https://github.com/kubernetes-sigs/cri-tools/releases", "v1.32.0"),
+    "critest": ("https://github.com/kubernetes-sigs/cri-tools/releases", "v1.32.0"),
+    "cri-dockerd": ("https://github.com/Mirantis/cri-dockerd/releases", "v0.3.1"),
+}
 
 
 def tools_dirs() -> list[Path]:
-    """Directories searched after PATH, in order."""
+    """Directories searched after PATH."""
     configured = os.environ.get(TOOLS_DIR_ENV)
-    return [Path(configured)] if configured else [SHARED_TOOLS_DIR]
+    return [Path(configured)] if configured else []
 
 
 def find_tool(name: str) -> Path | None:
@@ -35,6 +39,8 @@ def find_tool(name: str) -> Path | None:
 
 
 def missing_tool_message(name: str) -> str:
-    where = ", ".join(str(d) for d in tools_dirs())
-    return (f"{name} not found on PATH nor in {where} (set {TOOLS_DIR_ENV} to its directory; "
-            f"upstream builds: {RELEASES_URL})")
+    """One line: which tool is missing, where it was looked for, and how to install it."""
+    where = "PATH" + "".join(f" nor {d}" for d in tools_dirs())
+    releases, version = RELEASES.get(name, ("its project's release page", "a recent release"))
+    return (f"{name} not found on {where}; install it from {releases} ({version} was tested) on PATH "
+            f"or in the directory ${TOOLS_DIR_ENV} names")

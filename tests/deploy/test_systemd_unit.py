@@ -12,7 +12,7 @@ import pytest
 from runtimeproxy.cli import parse_options
 
 UNIT = Path(__file__).resolve().parents[2] / "deploy" / "koord-runtime-proxy.service"
-INSTALLED_BINARY = "/usr/local/bin/koord-runtime-proxy"
+INSTALLED_BINARY = "/opt/koord-runtime-proxy/bin/koord-runtime-proxy"
 
 
 def exec_start() -> list[str]:

@@ -1,4 +1,5 @@
-"""Finding crictl/critest: PATH first, then the shared tools dir (or the directory the env var names)."""
+"""Finding crictl/critest/cri-dockerd: PATH first, then the directory the env var names; a missing one is
+named with where to get it."""
 
 from __future__ import annotations
 
@@ -32,8 +33,17 @@ def test_env_var_names_the_tools_dir(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert tools.find_tool("nothing-like-this") is None
 
 
-def test_default_is_shared_bin_beside_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_env_var_only_path_is_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(tools.TOOLS_DIR_ENV, raising=False)
-    assert tools.tools_dirs() == [tools.REPO_ROOT.parent / "shared" / "bin"]
-    message = tools.missing_tool_message("critest")
-    assert tools.TOOLS_DIR_ENV in message and tools.RELEASES_URL in message
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert tools.tools_dirs() == []
+    assert tools.find_tool("crictl") is None
+
+
+@pytest.mark.parametrize("name", ["crictl", "critest", "cri-dockerd"])
+def test_the_missing_message_says_where_to_get_the_tool(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(tools.TOOLS_DIR_ENV, "/opt/cri-tools")
+    message = tools.missing_tool_message(name)
+    releases, version = tools.RELEASES[name]
+    assert message.startswith(f"{name} not found on PATH nor /opt/cri-tools")
+    assert releases in message and version in message and tools.TOOLS_DIR_ENV in message

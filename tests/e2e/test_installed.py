@@ -1,0 +1,92 @@
+"""The package as a user installs it carries a pod lifecycle: the built wheel in a fresh virtualenv outside the
+checkout, its `koord-runtime-proxy` in front of a real containerd with a plugin on all seven hooks, and its
+`runtimeproxyctl` reading the proxy's status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy import __version__
+from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.lab.containerd import ContainerdInstance
+from runtimeproxy.lab.cri import CriClient, open_channel
+from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, registration
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.lab.process import ProxyProcess
+
+from packagekit import installed_wheel
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def installed_bin() -> Path:
+    return installed_wheel()
+
+
+@pytest.fixture
+def plugin(loop_thread: LoopThread, workdir: Path) -> Iterator[tuple[ExamplePlugin, Path]]:
+    plugin = ExamplePlugin()
+    socket = workdir / "installed-plugin.sock"
+    loop_thread.run(plugin.start(socket))
+    yield plugin, socket
+    loop_thread.run(plugin.stop())
+
+
+@pytest.fixture
+def installed_proxy(installed_bin: Path, containerd: ContainerdInstance, workdir: Path,
+                    plugin: tuple[ExamplePlugin, Path]) -> Iterator[ProxyProcess]:
+    proxy = ProxyProcess(workdir / "installed" / "rp.sock", containerd.address,
+                         command=[str(installed_bin / "koord-runtime-proxy")], cwd=Path("/"))
+    proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
+    (proxy.hook_config_dir / "10-example.json").write_bytes(registration(plugin[1], list(HOOK_NAMES), "Fail"))
+    proxy.start()
+    yield proxy
+    assert proxy.stop() == 0, proxy.log_tail()
+
+
+def runtimeproxyctl(installed_bin: Path, proxy: ProxyProcess, *args: str) -> str:
+    done = subprocess.run([str(installed_bin / "runtimeproxyctl"), f"--admin-endpoint={proxy.admin_path}", *args],
+                          cwd="/", capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_installed_proxy_runs_a_hooked_pod_lifecycle(
+    installed_bin: Path, installed_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path,
+    cleanup_pods: list[str],
+) -> None:
+    assert installed_proxy.pid is not None
+    interpreter = Path(f"/proc/{installed_proxy.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    assert interpreter.startswith(str(installed_bin)), interpreter  # the virtualenv's, not this checkout's
+
+    with open_channel(installed_proxy.listen_path) as channel:
+        client = CriClient(channel)
+        pod_config = client.pod_config("installed", log_dir)
+        pod_id = client.run_pod(pod_config)
+        cleanup_pods.append(pod_id)
+        container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
+        client.start_container(container_id)
+        env = client.exec_sync(container_id, ["env"]).stdout.decode().split()
+        assert "EXAMPLE_PLUGIN=hello" in env
+        status = client.container_status(container_id, verbose=True)
+        spec = json.loads(status.info["info"])["runtimeSpec"]
+        assert spec["linux"]["resources"]["memory"]["limit"] == 128 * MiB
+        assert status.status.annotations[ANNOTATION] == "PreCreateContainer"
+        client.stop_container(container_id)
+        client.remove_container(container_id)
+        client.stop_pod(pod_id)
+        client.remove_pod(pod_id)
+
+    assert [seen.hook for seen in plugin[0].seen] == [
+        "PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer", "PostStopContainer",
+        "PostStopPodSandbox"]
+    status = json.loads(runtimeproxyctl(installed_bin, installed_proxy, "status", "-o", "json"))
+    assert status["version"] == __version__
+    (registered,) = status["plugins"]
+    assert registered["file"] == "10-example.json"

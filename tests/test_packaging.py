@@ -1,0 +1,86 @@
+"""The package as a user installs it: the wheel holds every module of the source tree and the protos, and the
+README's node install works as written with Debian 12's own python3, from outside the checkout.
+
+(The installed commands carrying a real pod lifecycle: tests/e2e/test_installed.py.)
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy import __version__
+
+from machinekit import skip_or_fail
+from packagekit import (
+    PACKAGE_WORKDIR, REPO_ROOT, built_wheel, install_as_readme, installed_wheel, readme_install_lines, wheel_names,
+)
+
+PACKAGE_DIR = REPO_ROOT / "runtimeproxy"
+PROTOS_DIR = REPO_ROOT / "protos"
+DEBIAN_PYTHON = Path("/usr/bin/python3")
+
+
+def source_modules() -> set[str]:
+    """Every .py (and typing file) of the runtime package, as wheel member names."""
+    files = [path for pattern in ("*.py", "*.pyi", "py.typed") for path in PACKAGE_DIR.rglob(pattern)]
+    return {str(path.relative_to(REPO_ROOT)) for path in files if "__pycache__" not in path.parts}
+
+
+def test_the_wheel_holds_every_module_of_the_source_tree() -> None:
+    in_wheel = wheel_names(built_wheel())
+    missing = sorted(source_modules() - in_wheel)
+    assert not missing, f"modules of the source tree missing from the wheel (a package without __init__.py?): {missing}"
+
+
+def test_every_source_directory_with_modules_is_a_package() -> None:
+    directories = {path.parent for path in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in path.parts}
+    assert sorted(str(d) for d in directories if not (d / "__init__.py").is_file()) == []
+
+
+def test_the_wheel_carries_the_protos_and_nothing_but_the_package() -> None:
+    in_wheel = wheel_names(built_wheel())
+    protos = {f"runtimeproxy/protos/{path.relative_to(PROTOS_DIR)}" for path in PROTOS_DIR.rglob("*.proto")}
+    assert "runtimeproxy/protos/hooks/runtime/v1alpha1/api.proto" in protos
+    assert protos <= in_wheel
+    outside = sorted(name for name in in_wheel
+                     if not name.startswith(("runtimeproxy/", f"runtimeproxy-{__version__}.dist-info/")))
+    assert outside == []
+
+
+def test_the_readme_install_block_is_what_this_test_runs() -> None:
+    lines = readme_install_lines()
+    assert lines[0] == "python3 -m venv /opt/koord-runtime-proxy"
+    assert "/opt/koord-runtime-proxy/bin/pip install ." in lines
+    unit = (REPO_ROOT / "deploy" / "koord-runtime-proxy.service").read_text()
+    assert "ExecStart=/opt/koord-runtime-proxy/bin/koord-runtime-proxy " in unit
+
+
+def test_the_readme_node_install_works_as_written_with_debians_python() -> None:
+    if not DEBIAN_PYTHON.is_file():
+        skip_or_fail(f"{DEBIAN_PYTHON} (Debian's python3) is not installed")
+    if subprocess.run([str(DEBIAN_PYTHON), "-c", "import ensurepip, venv"], capture_output=True).returncode != 0:
+        skip_or_fail("Debian's python3-venv is not installed; run scripts/setup.sh")
+    prefix = PACKAGE_WORKDIR / "opt-koord-runtime-proxy"
+    shutil.rmtree(prefix, ignore_errors=True)
+    outputs = dict(install_as_readme(prefix))
+    assert outputs["/opt/koord-runtime-proxy/bin/koord-runtime-proxy --version"].strip().endswith(__version__)
+    assert outputs["/opt/koord-runtime-proxy/bin/runtimeproxyctl --version"] == f"runtimeproxyctl {__version__}\n"
+    # The commands run the virtualenv's interpreter (Debian's python3), and import the installed package.
+    assert (prefix / "bin" / "koord-runtime-proxy").read_text().startswith(f"#!{prefix}/bin/python")
+    where = subprocess.run([str(prefix / "bin" / "python"), "-c", "import runtimeproxy.cri, sys; "
+                            "print(runtimeproxy.cri.__file__); print(sys.base_prefix)"],
+                           cwd="/", capture_output=True, text=True, check=True).stdout.split()
+    assert where[0].startswith(f"{prefix}/lib/python3") and where[1] == "/usr"
+    assert list(prefix.glob("lib/python3*/site-packages/runtimeproxy/protos/hooks/runtime/v1alpha1/api.proto"))
+
+
+@pytest.mark.parametrize("command", ["koord-runtime-proxy", "runtimeproxyctl"])
+def test_installed_commands_answer_help_outside_the_checkout(command: str) -> None:
+    done = subprocess.run([str(installed_wheel() / command), "--help"], cwd="/", capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
