@@ -177,8 +177,14 @@ def unary_unary_handler(
             return await hook(request, context, relay)
         except (grpc.aio.AbortError, asyncio.CancelledError):
             raise
-        except Exception as error:  # a hook bug must not become a crash or an opaque UNKNOWN
-            await abort_internal(context, method, error)
+        except Exception as error:
+            if context.done():
+                # The caller's deadline passed (or it left) while the call was hooked, so answering failed
+                # inside grpc: nobody is waiting for an answer, and this is no proxy fault.
+                log.info("%s ended before its answer could be sent (the caller's deadline passed or it left): %s",
+                         method.path, type(error).__name__)
+                raise
+            await abort_internal(context, method, error)  # a hook bug: never a crash or an opaque UNKNOWN
             raise
 
     return grpc.unary_unary_rpc_method_handler(hooked)

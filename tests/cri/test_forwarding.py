@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
 import time
@@ -388,3 +389,45 @@ def test_a_failed_call_carries_the_backend_initial_metadata_too(metadata_client:
         metadata_client.unary_unary(FAILING_PATH)(b"", timeout=10)
     assert raised.value.code() is grpc.StatusCode.NOT_FOUND
     _assert_backend_metadata(raised.value)  # type: ignore[arg-type]
+
+
+def test_a_deadline_that_passes_during_a_hooked_call_costs_one_quiet_line(
+    loop_thread: LoopThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller's deadline passes while a hook works (here: a loop busy past it, so grpc cannot cancel the
+    handler first); the hook's abort then fails inside grpc. Before: a 25-line ERROR traceback, twice."""
+    from types import SimpleNamespace
+
+    from runtimeproxy.cri.forwarding import unary_unary_handler
+
+    method = cri_method_table()["/runtime.v1.RuntimeService/RunPodSandbox"]
+
+    async def hook(data: bytes, context: grpc.aio.ServicerContext, relay: object) -> bytes:
+        await asyncio.sleep(0)
+        time.sleep(0.3)  # past the caller's deadline without giving grpc a chance to cancel us
+        await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the backend's deadline passed too")
+        return b""
+
+    socket = tmp_path / "hooked.sock"
+
+    async def serve() -> grpc.aio.Server:
+        unused = SimpleNamespace(channel=grpc.aio.insecure_channel(f"unix:{tmp_path / 'nobody.sock'}"))
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            method.service, {method.name: unary_unary_handler(method, unused, hook)}),))  # type: ignore[arg-type]
+        server.add_insecure_port(f"unix:{socket}")
+        await server.start()
+        return server
+
+    server = loop_thread.run(serve())
+    try:
+        with caplog.at_level("DEBUG"), open_channel(socket) as channel:
+            with pytest.raises(grpc.RpcError) as raised:
+                channel.unary_unary(method.path)(b"", timeout=0.1)
+            assert raised.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            time.sleep(0.5)  # let the handler finish after its caller left
+    finally:
+        loop_thread.run(server.stop(0))
+    ours = [r for r in caplog.records if r.name.startswith("runtimeproxy")]
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+    assert len(ours) <= 1, [r.getMessage() for r in ours]
