@@ -399,6 +399,9 @@ class PluginRegistry:
         self._dir_state: str | None = None
         self._dir_problem: str | None = None
         self._closed = False
+        # Scans are numbered as they start; a scan that finishes after a newer one was installed is stale.
+        self._scans_started = 0
+        self._scan_installed = 0
 
     @property
     def plugins(self) -> tuple[Plugin, ...]:
@@ -425,14 +428,20 @@ class PluginRegistry:
         """Scan the directory once off the event loop; True if the plugins changed."""
         if self._closed:
             return False
+        serial = self._next_scan()
         files = await asyncio.to_thread(self._scan)
-        return self._install(files)
+        return self._install(files, serial)
 
     def refresh(self) -> bool:
         """reload() in the calling thread: blocks on file IO."""
         if self._closed:
             return False
-        return self._install(self._scan())
+        serial = self._next_scan()
+        return self._install(self._scan(), serial)
+
+    def _next_scan(self) -> int:
+        self._scans_started += 1
+        return self._scans_started
 
     async def run(self) -> None:
         """reload() every poll_interval until cancelled; no error ends the loop."""
@@ -475,9 +484,11 @@ class PluginRegistry:
                 log.info("plugin %s removed", name)
         return files
 
-    def _install(self, files: dict[str, _ConfigFile] | None) -> bool:
-        if files is None or self._closed:
+    def _install(self, files: dict[str, _ConfigFile] | None, serial: int) -> bool:
+        # A scan that read the directory before the installed one did must not bring older contents back.
+        if files is None or self._closed or serial < self._scan_installed:
             return False
+        self._scan_installed = serial
         self._files = files
         configs = [state.config for state in files.values() if state.config is not None]
         # Compared with what is installed, so that a failed _apply is retried on the next poll.

@@ -240,6 +240,31 @@ def harness(
     loop_thread.run(harness.registry.close())
 
 
+def test_a_scan_that_finishes_after_a_newer_one_changes_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll that read the directory before a file appeared, but finished after a scan that saw it, must not
+    unregister it (seen: a Fail plugin skipped for one poll interval on a loaded machine)."""
+    slow_scan_started, slow_scan_may_finish = threading.Event(), threading.Event()
+    real_scan = harness.registry._scan
+    stale_listing = real_scan()  # the directory as the slow scan saw it: empty
+
+    def slow_scan():  # type: ignore[no-untyped-def]
+        slow_scan_started.set()
+        slow_scan_may_finish.wait(10)
+        return stale_listing
+
+    monkeypatch.setattr(harness.registry, "_scan", slow_scan)
+    stale = asyncio.run_coroutine_threadsafe(harness.registry.reload(), harness.loop.loop)
+    assert slow_scan_started.wait(10)
+    monkeypatch.setattr(harness.registry, "_scan", real_scan)
+    harness.write("koordlet.json", KOORDLET)
+    assert harness.refresh() is True
+    slow_scan_may_finish.set()
+    assert stale.result(10) is False
+    assert harness.names("PreRunPodSandbox") == ["koordlet.json"]
+
+
 def test_added_changed_and_deleted_files_are_picked_up(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
