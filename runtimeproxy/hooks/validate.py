@@ -266,7 +266,8 @@ def resources_problem(field: str, current: hooks.LinuxContainerResources,
     for name, taken, reason in checks:
         if taken and reason and getattr(answer, name) != getattr(current, name):
             return Problem(f"{field}.{name}", reason)
-    return _memory_swap_problem(field, current, answer) or _map_problem(f"{field}.unified", current.unified, answer.unified, unified_key_problem)
+    return (_memory_swap_problem(field, current, answer)
+            or _map_problem(f"{field}.unified", current.unified, answer.unified, unified_key_problem))
 
 
 def _cgroup_parent_change_problem(field: str, current: str, answer: str) -> Problem | None:
