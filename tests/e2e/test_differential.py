@@ -33,7 +33,7 @@ from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import API_MODULES, CriClient, open_channel
 from runtimeproxy.lab.differential import (Outcome, StreamWatch, differing_paths, is_success, normalized,
                                            outcome_of)
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, FileEntry, import_images, oci_layout_tar
+from runtimeproxy.lab.images import BUSYBOX_IMAGE, LAB_IMAGES, FileEntry, import_images, oci_layout_tar
 from runtimeproxy.lab.streaming import Session, open_attach, port_forward_once, run_exec
 
 UNKNOWN_ID = "0" * 64
@@ -450,11 +450,14 @@ def test_every_method_answers_through_the_proxy_as_directly(
     run_side(direct)
     run_side(proxied)
 
-    assert differences(direct, proxied) == []
+    found = differences(direct, proxied)
+    assert not found, "\n".join(found)
     succeeded = {step.method for step, outcome in direct.outcomes if is_success(outcome)}
     unimplemented = {step.method for step, outcome in direct.outcomes
                      if outcome.get("error", {}).get("code") == "UNIMPLEMENTED"}
     assert unimplemented == NOT_IMPLEMENTED[api_version]
+    listed = next(outcome["ok"] for step, outcome in direct.outcomes if step.method == "ListImages")
+    assert set(LAB_IMAGES) <= {tag for image in listed["images"] for tag in image["repo_tags"]}
     assert succeeded == {step.method for step in steps_for(api_version)} - unimplemented - set(ONLY_ERRORS_HERE)
     hooks = echo_hooks(through.echo_record) - hooks_before
     if through.echo_record is not None:
