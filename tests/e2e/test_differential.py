@@ -345,8 +345,9 @@ def run_side(side: Side) -> None:
         side.outcomes.append((step, outcome))
         if is_success(outcome) and step.keep is not None:
             step.keep(side, outcome["ok"])
-        if is_success(outcome) and step.follow is not None:
-            side.outcomes.append((step, step.follow(side, outcome["ok"])))
+        if step.follow is not None:  # always a second outcome, so both sides' lists stay aligned
+            followed = step.follow(side, outcome["ok"]) if is_success(outcome) else {"not followed": "the call failed"}
+            side.outcomes.append((step, followed))
 
 
 def differences(direct: Side, proxied: Side) -> list[str]:
