@@ -37,11 +37,54 @@ def with_pod(
 # --- merge rules: a plugin response folded into the hook request ------------------------
 
 
+# --- swap: memory_swap_limit_in_bytes is memory + swap (cgroup v1 memory.memsw.limit_in_bytes) --------
+#
+# What the kubelet sends on cgroup v1 (NoSwap, the only behaviour there since 1.28; before, with the NodeSwap
+# gate): swap = memory limit, "no swap"; UnlimitedSwap (1.22-1.27): -1; without the gate before 1.28: 0, unset,
+# and containerd then sets swap = memory itself. cri-dockerd always sends MemorySwap = Memory. The runtimes refuse
+# swap < memory: runc fails StartContainer (memory.memsw.limit_in_bytes: invalid argument), dockerd the create.
+
+SWAP_UNSET = 0  # containerd: swap = memory limit; dockerd: 2 x memory limit
+SWAP_UNLIMITED = -1
+
+
+def swap_following_memory(memory: int, swap: int, new_memory: int) -> int:
+    """The swap limit that keeps the request's meaning when its memory limit becomes `new_memory`.
+
+    The swap allowance (swap - memory) is kept: "no swap" (swap == memory) stays no swap, a real allowance
+    stays the same size. An unset (0) or unlimited (-1) swap limit stays so, and so does one that had no
+    meaning to keep (no memory limit, or already below the memory limit).
+    """
+    if swap <= 0 or memory <= 0 or swap < memory or new_memory <= 0:
+        return swap
+    return swap + (new_memory - memory)
+
+
+def plugin_set_swap(request: hooks.LinuxContainerResources, answer: hooks.LinuxContainerResources) -> bool:
+    """A plugin sets swap by answering a positive value other than the request's (an echo is no choice)."""
+    swap = answer.memory_swap_limit_in_bytes
+    return swap > 0 and swap != request.memory_swap_limit_in_bytes
+
+
+def merged_memory_and_swap(
+    request: hooks.LinuxContainerResources, answer: hooks.LinuxContainerResources
+) -> tuple[int, int]:
+    """Memory and swap limits once `answer` is merged into `request`: a positive memory limit is taken;
+    swap is the plugin's if it set it, else it follows the new memory limit (swap_following_memory)."""
+    memory = answer.memory_limit_in_bytes if answer.memory_limit_in_bytes > 0 else request.memory_limit_in_bytes
+    if plugin_set_swap(request, answer):
+        return memory, answer.memory_swap_limit_in_bytes
+    return memory, swap_following_memory(
+        request.memory_limit_in_bytes, request.memory_swap_limit_in_bytes, memory)
+
+
 def merge_resources(
     into: hooks.LinuxContainerResources, update: hooks.LinuxContainerResources
 ) -> None:
-    """koordlet echoes the whole request back and edits fields; these are its semantics."""
-    for name in ("cpu_period", "cpu_shares", "memory_limit_in_bytes", "memory_swap_limit_in_bytes"):
+    """koordlet echoes the whole request back and edits fields; these are its semantics, plus
+    swap following a new memory limit (koordlet raises memory and echoes the old swap)."""
+    into.memory_limit_in_bytes, into.memory_swap_limit_in_bytes = merged_memory_and_swap(into, update)
+    for name in ("cpu_period", "cpu_shares"):
         value = getattr(update, name)
         if value > 0:
             setattr(into, name, value)
@@ -120,9 +163,10 @@ def apply_resource_update(
     containerd 1.6 (CRI UpdateContainerResources -> opts.WithResources on the container's spec)
     applies field by field, zero or empty meaning "unchanged": CPU period, quota and shares,
     memory limit and cpusets when non-zero; swap when non-zero, and a new memory limit without
-    swap moves a swap limit that followed the memory limit (containerd sets swap = limit when
-    the swap controller exists); unified keys merged; hugepage limits added per page size.
-    oom_score_adj is never updated (it belongs to the process, set at creation).
+    swap sets swap = that limit, whatever swap was (containerd 1.6.20 on cgroup v1: an allowance or
+    -1 is lost too); unified keys merged; hugepage limits added per page size. oom_score_adj is
+    never updated (it belongs to the process, set at creation). dockerd keeps swap on a memory-only
+    update (and refuses memory above it), but cri-dockerd always sends MemorySwap with Memory.
     """
     result = hooks.LinuxContainerResources()
     result.CopyFrom(current)
@@ -132,8 +176,7 @@ def apply_resource_update(
             setattr(result, name, value)
     if update.memory_swap_limit_in_bytes:
         result.memory_swap_limit_in_bytes = update.memory_swap_limit_in_bytes
-    elif update.memory_limit_in_bytes and current.memory_swap_limit_in_bytes and \
-            current.memory_swap_limit_in_bytes == current.memory_limit_in_bytes:
+    elif update.memory_limit_in_bytes:
         result.memory_swap_limit_in_bytes = update.memory_limit_in_bytes
     result.unified.update(update.unified)
     pages = {limit.page_size: limit.limit for limit in current.hugepage_limits}

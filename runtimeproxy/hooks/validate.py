@@ -6,6 +6,11 @@ value the merge ignores (a size <= 0, an empty cgroup parent, an empty env map) 
 runtime. Each rule is a small pure function returning why a value is bad, or None; the answer-level
 functions return the first Problem, naming the response field.
 
+Swap: memory and swap are checked as the merge leaves them (swap follows a new memory limit unless the plugin
+set it, hooks.merge), so koordlet's "raise memory, echo swap" passes; a swap limit that would end below the
+memory limit (other than 0, unset, and -1, unlimited) is refused naming the plugin's swap field if it set one,
+else its memory field: runc would fail StartContainer or the update, dockerd the create, with an opaque error.
+
 Cgroup parents: containerd 1.6 turns the pod's cgroup parent into the container's cgroups path: a
 parent whose last element ends in ".slice" becomes runc's systemd form "<that slice>:cri-containerd:<id>",
 anything else is joined as a path (so "../../x" or "x" land relative to wherever runc runs). The kubelet
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.merge import SWAP_UNLIMITED, SWAP_UNSET, merged_memory_and_swap, plugin_set_swap
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 OOM_SCORE_ADJ_MIN = -1000
@@ -225,6 +231,27 @@ def _map_problem(field: str, current: Mapping[str, str], answer: Mapping[str, st
     return None
 
 
+def swap_problem(memory: int, swap: int) -> str | None:
+    """memory_swap_limit_in_bytes is memory + swap: below the memory limit runc and dockerd refuse it."""
+    if memory <= 0 or swap in (SWAP_UNSET, SWAP_UNLIMITED) or swap >= memory:
+        return None
+    return (f"the swap limit (memory + swap) would be {swap}, below the memory limit {memory}; it must be at "
+            f"least the memory limit, {SWAP_UNSET} (unset) or {SWAP_UNLIMITED} (unlimited)")
+
+
+def _memory_swap_problem(field: str, current: hooks.LinuxContainerResources,
+                         answer: hooks.LinuxContainerResources) -> Problem | None:
+    """Memory and swap as the merge leaves them (swap follows a new memory limit unless the plugin set it)."""
+    sets_swap = plugin_set_swap(current, answer)
+    changes_memory = answer.memory_limit_in_bytes > 0 and answer.memory_limit_in_bytes != current.memory_limit_in_bytes
+    if not (sets_swap or changes_memory):
+        return None
+    reason = swap_problem(*merged_memory_and_swap(current, answer))
+    if reason is None:
+        return None
+    return Problem(f"{field}.{'memory_swap_limit_in_bytes' if sets_swap else 'memory_limit_in_bytes'}", reason)
+
+
 def resources_problem(field: str, current: hooks.LinuxContainerResources,
                       answer: hooks.LinuxContainerResources) -> Problem | None:
     """The fields merge_resources takes: sizes and CPU values when > 0 (quota when != 0), the rest always."""
@@ -239,7 +266,8 @@ def resources_problem(field: str, current: hooks.LinuxContainerResources,
     for name, taken, reason in checks:
         if taken and reason and getattr(answer, name) != getattr(current, name):
             return Problem(f"{field}.{name}", reason)
-    return _map_problem(f"{field}.unified", current.unified, answer.unified, unified_key_problem)
+    return (_memory_swap_problem(field, current, answer)
+            or _map_problem(f"{field}.unified", current.unified, answer.unified, unified_key_problem))
 
 
 def _cgroup_parent_change_problem(field: str, current: str, answer: str) -> Problem | None:

@@ -119,12 +119,20 @@ def conformance_verdict(results: dict[str, CritestResult]) -> str | None:
 
 @contextmanager
 def echo_hooked_proxy(lab: ConformanceLab, name: str) -> Iterator[ProxyProcess]:
-    """A proxy in front of the lab's containerd with the example plugin in echo mode registered for all seven
+    """``echo_hooked_proxy_in(lab.base_dir / name, ...)`` in front of the lab's containerd;
+    ``echo_record(lab, name)`` gets one JSON line per hook call."""
+    with echo_hooked_proxy_in(lab.base_dir / name, lab.containerd.address) as proxy:
+        yield proxy
+
+
+@contextmanager
+def echo_hooked_proxy_in(directory: Path, runtime_address: str) -> Iterator[ProxyProcess]:
+    """A proxy in front of ``runtime_address`` with the example plugin in echo mode registered for all seven
     hooks, policy Fail: every hooked call is decoded, sent to the plugin, merged back, and fails if the
-    plugin fails. Both live in ``lab.base_dir/name``; ``echo_record(lab, name)`` gets one JSON line per hook call."""
-    socket = lab.base_dir / name / "echo.sock"
-    with plugin_process(socket, echo_record(lab, name), "--echo"):
-        proxy = ProxyProcess(lab.base_dir / name / "proxy" / "rp.sock", lab.containerd.address)
+    plugin fails. Both live in ``directory``; ``echo_record_in(directory)`` gets one JSON line per hook call."""
+    socket = directory / "echo.sock"
+    with plugin_process(socket, echo_record_in(directory), "--echo"):
+        proxy = ProxyProcess(directory / "proxy" / "rp.sock", runtime_address)
         proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
         (proxy.hook_config_dir / "echo.json").write_bytes(registration(socket, list(HOOK_NAMES), policy="Fail"))
         with proxy:
@@ -133,7 +141,12 @@ def echo_hooked_proxy(lab: ConformanceLab, name: str) -> Iterator[ProxyProcess]:
 
 def echo_record(lab: ConformanceLab, name: str) -> Path:
     """The hook calls the echo plugin of ``echo_hooked_proxy(lab, name)`` received, one JSON line each."""
-    return lab.base_dir / name / "echo-requests.jsonl"
+    return echo_record_in(lab.base_dir / name)
+
+
+def echo_record_in(directory: Path) -> Path:
+    """The hook calls the echo plugin of ``echo_hooked_proxy_in(directory, ...)`` received, one JSON line each."""
+    return directory / "echo-requests.jsonl"
 
 
 def run_conformance(lab: ConformanceLab, critest: Path, report_dir: Path,

@@ -3,7 +3,7 @@
 Like koordlet it echoes each request back with a few edits:
 - PreRunPodSandbox: adds an annotation; sets the pod's cgroup parent if configured.
 - PreCreateContainer: sets CPU shares and a memory limit, adds an env var and an annotation.
-- PreUpdateContainerResources: adds the annotation (keeps the requested resources).
+- PreUpdateContainerResources: adds the annotation (keeps the requested resources, or sets a memory limit).
 - every other hook: answers with an empty response.
 With ``--echo`` it edits nothing: every hook answers with the whole request echoed back (each response
 field from the request field of the same name), as koordlet does for a pod it leaves alone.
@@ -44,6 +44,9 @@ class ExampleSettings:
     memory_limit_in_bytes: int = 128 * 1024 * 1024
     envs: dict[str, str] = field(default_factory=lambda: {"EXAMPLE_PLUGIN": "hello"})
     pod_cgroup_parent: str = ""
+    # PreUpdateContainerResources: 0 echoes the resources; else sets this memory limit, as koordlet does
+    # (echoing swap: the proxy's merge makes swap follow).
+    update_memory_limit_in_bytes: int = 0
     echo: bool = False  # answer with the request echoed back unchanged instead of the edits above
     # Fault injection for tests: answer every hook with this status, or not at all.
     fail_with: grpc.StatusCode | None = None
@@ -125,10 +128,13 @@ class ExamplePlugin(hooks_grpc.RuntimeHookServiceServicer):
 
     async def PreUpdateContainerResourcesHook(self, request: hooks.ContainerResourceHookRequest, context: Context) -> hooks.ContainerResourceHookResponse:
         def answer() -> hooks.ContainerResourceHookResponse:
-            return hooks.ContainerResourceHookResponse(
+            response = hooks.ContainerResourceHookResponse(
                 container_annotations={**request.container_annotations, ANNOTATION: "PreUpdateContainerResources"},
                 container_resources=request.container_resources,
             )
+            if self.settings.update_memory_limit_in_bytes:
+                response.container_resources.memory_limit_in_bytes = self.settings.update_memory_limit_in_bytes
+            return response
 
         return await self._handle("PreUpdateContainerResources", request, context, answer)
 

@@ -104,9 +104,11 @@ def test_apply_to_update_request_sends_only_the_plugins_changes() -> None:
                                       oom_score_adj=500, unified={"memory.high": "300M"}),
         container_annotations={"v": "2"}))
     apply_to_update_request(request, info, changed)
-    # cpuset and oom_score_adj were echoed, cpu.weight not answered: none of them is sent.
+    # cpuset and oom_score_adj were echoed, cpu.weight not answered: none of them is sent. Swap followed the
+    # new memory limit (256 MiB of allowance kept) and is sent with it.
     assert request.linux == cri.LinuxContainerResources(
-        cpu_shares=4, memory_limit_in_bytes=64 << 20, unified={"memory.high": "300M"})
+        cpu_shares=4, memory_limit_in_bytes=64 << 20, memory_swap_limit_in_bytes=320 << 20,
+        unified={"memory.high": "300M"})
     assert dict(request.annotations) == {"u": "1", "v": "2"}
 
 

@@ -82,6 +82,53 @@ def test_echoing_the_resources_changes_nothing() -> None:
     assert merged(full_resources(), full_resources()) == full_resources()
 
 
+# --- swap follows a plugin's memory limit -----------------------------------------------------
+
+MiB = 1 << 20
+
+
+def memory_swap(request: tuple[int, int], answer: tuple[int, int]) -> tuple[int, int]:
+    result = merged(resources(memory_limit_in_bytes=request[0], memory_swap_limit_in_bytes=request[1]),
+                    resources(memory_limit_in_bytes=answer[0], memory_swap_limit_in_bytes=answer[1]))
+    return result.memory_limit_in_bytes, result.memory_swap_limit_in_bytes
+
+
+@pytest.mark.parametrize("request_, answer, expected", [
+    # the reproduction: the kubelet's "no swap" (swap == memory), koordlet raises memory, echoes swap
+    ((64 * MiB, 64 * MiB), (96 * MiB, 64 * MiB), (96 * MiB, 96 * MiB)),
+    ((64 * MiB, 64 * MiB), (96 * MiB, 0), (96 * MiB, 96 * MiB)),  # a plugin that leaves swap unset
+    ((64 * MiB, 64 * MiB), (32 * MiB, 64 * MiB), (32 * MiB, 32 * MiB)),  # lowered: still no swap
+    ((64 * MiB, 0), (96 * MiB, 0), (96 * MiB, 0)),  # no swap limit: none added (the runtime's default)
+    ((64 * MiB, -1), (96 * MiB, -1), (96 * MiB, -1)),  # unlimited stays unlimited
+    ((64 * MiB, 100 * MiB), (96 * MiB, 100 * MiB), (96 * MiB, 132 * MiB)),  # a real allowance keeps its size
+    ((0, 0), (96 * MiB, 0), (96 * MiB, 0)),  # no memory limit before: nothing to follow
+    ((64 * MiB, 64 * MiB), (64 * MiB, 64 * MiB), (64 * MiB, 64 * MiB)),  # an echo changes nothing
+])
+def test_swap_follows_a_new_memory_limit_keeping_the_requests_meaning(
+    request_: tuple[int, int], answer: tuple[int, int], expected: tuple[int, int]
+) -> None:
+    assert memory_swap(request_, answer) == expected
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ((96 * MiB, 200 * MiB), (96 * MiB, 200 * MiB)),  # the plugin set swap: its value, not the rule's
+    ((0, 200 * MiB), (64 * MiB, 200 * MiB)),
+    ((96 * MiB, 32 * MiB), (96 * MiB, 32 * MiB)),  # taken as answered; validation refuses it first
+])
+def test_a_swap_limit_the_plugin_set_is_taken(answer: tuple[int, int], expected: tuple[int, int]) -> None:
+    assert memory_swap((64 * MiB, 64 * MiB), answer) == expected
+
+
+def test_a_container_response_follows_the_same_rule() -> None:
+    request = container_request()
+    request.container_resources.memory_limit_in_bytes = 64 * MiB
+    request.container_resources.memory_swap_limit_in_bytes = 64 * MiB
+    response = hooks.ContainerResourceHookResponse(container_resources=request.container_resources)
+    response.container_resources.memory_limit_in_bytes = 96 * MiB
+    result = merge_container_response(request, response).container_resources
+    assert (result.memory_limit_in_bytes, result.memory_swap_limit_in_bytes) == (96 * MiB, 96 * MiB)
+
+
 # --- pod responses ------------------------------------------------------------------------
 
 
@@ -205,7 +252,7 @@ def test_a_shares_only_update_keeps_everything_else() -> None:
 
 
 @pytest.mark.parametrize("name, value", [
-    ("cpu_period", 50_000), ("cpu_quota", -1), ("cpu_shares", 2), ("memory_limit_in_bytes", 96 << 20),
+    ("cpu_period", 50_000), ("cpu_quota", -1), ("cpu_shares", 2),
     ("cpuset_cpus", "7"), ("cpuset_mems", "1"), ("memory_swap_limit_in_bytes", 1 << 30),
 ])
 def test_each_non_zero_field_is_applied_alone(name: str, value: object) -> None:
@@ -230,16 +277,19 @@ def test_unified_keys_merge_and_hugepages_replace_per_page_size() -> None:
                                             hooks.HugepageLimit(page_size="1GB", limit=1 << 30)]
 
 
-def test_swap_that_followed_the_memory_limit_keeps_following_it() -> None:
-    following = resources(memory_limit_in_bytes=96 << 20, memory_swap_limit_in_bytes=96 << 20)
-    assert apply_resource_update(following, resources(memory_limit_in_bytes=128 << 20)) == \
+@pytest.mark.parametrize("swap", [96 << 20, 200 << 20, -1, 0])
+def test_a_memory_only_update_sets_swap_to_the_memory_limit(swap: int) -> None:
+    # containerd 1.6.20 on cgroup v1 (probed): whatever swap was, an allowance and -1 included.
+    current = resources(memory_limit_in_bytes=96 << 20, memory_swap_limit_in_bytes=swap)
+    assert apply_resource_update(current, resources(memory_limit_in_bytes=128 << 20)) == \
         resources(memory_limit_in_bytes=128 << 20, memory_swap_limit_in_bytes=128 << 20)
-    own = resources(memory_limit_in_bytes=96 << 20, memory_swap_limit_in_bytes=200 << 20)
-    assert apply_resource_update(own, resources(memory_limit_in_bytes=128 << 20)) == \
-        resources(memory_limit_in_bytes=128 << 20, memory_swap_limit_in_bytes=200 << 20)
-    unset = resources(memory_limit_in_bytes=96 << 20)
-    assert apply_resource_update(unset, resources(memory_limit_in_bytes=128 << 20)) == \
-        resources(memory_limit_in_bytes=128 << 20)
+
+
+def test_an_update_with_swap_takes_it() -> None:
+    current = resources(memory_limit_in_bytes=96 << 20, memory_swap_limit_in_bytes=96 << 20)
+    assert apply_resource_update(current, resources(memory_limit_in_bytes=128 << 20,
+                                                    memory_swap_limit_in_bytes=-1)) == \
+        resources(memory_limit_in_bytes=128 << 20, memory_swap_limit_in_bytes=-1)
 
 
 def test_apply_resource_update_leaves_its_inputs_alone() -> None:

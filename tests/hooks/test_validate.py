@@ -204,6 +204,59 @@ def test_values_the_merge_ignores_or_that_are_fine_pass(changes: dict) -> None:
     assert container_problem(**changes) is None
 
 
+# --- swap: memory + swap never below memory -------------------------------------------------------
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("memory, swap, bad", [
+    (96 * MiB, 96 * MiB, False), (96 * MiB, 200 * MiB, False), (96 * MiB, 0, False), (96 * MiB, -1, False),
+    (0, 64 * MiB, False), (96 * MiB, 64 * MiB, True), (96 * MiB, -5, True),
+])
+def test_swap_problem(memory: int, swap: int, bad: bool) -> None:
+    assert (validate.swap_problem(memory, swap) is not None) is bad
+
+
+def no_swap_request() -> hooks.ContainerResourceHookRequest:
+    request = container_request()
+    request.container_resources.memory_limit_in_bytes = 64 * MiB
+    request.container_resources.memory_swap_limit_in_bytes = 64 * MiB
+    return request
+
+
+def test_raising_memory_and_echoing_swap_is_valid_swap_follows() -> None:
+    request = no_swap_request()
+    response = echo(request)
+    response.container_resources.memory_limit_in_bytes = 96 * MiB
+    assert answer_problem(request, response) is None
+
+
+def test_a_swap_limit_the_plugin_set_below_memory_is_refused_naming_swap() -> None:
+    request = no_swap_request()
+    response = echo(request)
+    response.container_resources.memory_limit_in_bytes = 96 * MiB
+    response.container_resources.memory_swap_limit_in_bytes = 80 * MiB
+    problem = answer_problem(request, response)
+    assert problem is not None and problem.field == "container_resources.memory_swap_limit_in_bytes"
+    assert f"would be {80 * MiB}, below the memory limit {96 * MiB}" in problem.reason
+
+
+def test_memory_raised_above_a_swap_that_cannot_follow_is_refused_naming_memory() -> None:
+    request = container_request()
+    request.container_resources.memory_limit_in_bytes = 0  # no memory limit: a swap limit alone has no allowance
+    request.container_resources.memory_swap_limit_in_bytes = 64 * MiB
+    response = echo(request)
+    response.container_resources.memory_limit_in_bytes = 96 * MiB
+    problem = answer_problem(request, response)
+    assert problem is not None and problem.field == "container_resources.memory_limit_in_bytes"
+
+
+def test_a_request_already_below_memory_is_not_the_plugins_fault_when_echoed() -> None:
+    request = no_swap_request()
+    request.container_resources.memory_swap_limit_in_bytes = 32 * MiB
+    assert answer_problem(request, echo(request)) is None
+
+
 def test_pod_answers() -> None:
     request = hooks.PodSandboxHookRequest(labels={"app": "web"}, annotations={"a": "1"}, cgroup_parent=KUBEPODS,
                                           resources=hooks.LinuxContainerResources(cpu_shares=2))

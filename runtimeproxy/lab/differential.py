@@ -1,0 +1,171 @@
+"""Comparing what a CRI runtime answers directly with what it answers through the proxy.
+
+An *outcome* is one call's answer as plain data, so two of them compare with ``==`` and print readably:
+``{"ok": <the response as a dict>}``, ``{"stream": [<each streamed message>]}`` or
+``{"error": {"code": "NOT_FOUND", "details": "..."}}``. Proto field names are kept; JSON documents a runtime
+packs into an ``info`` map (containerd's verbose status) are parsed, so a mask can reach inside them.
+
+Two runs of the same sequence create different objects, so before comparing, ``normalized`` replaces each
+side's own tokens (the IDs it was given, the names it chose) by placeholders and masks the paths that differ
+by nature (timestamps, pids, counters). A mask replaces a value by ``"<masked>"`` rather than dropping it:
+a field present on one side only is still a difference.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+Outcome = dict[str, Any]
+MASKED = "<masked>"
+INFO_MAP = "info"  # containerd's verbose answers: {"info": "<JSON document>"}
+
+
+def answer(message: Message) -> Any:
+    """A response as plain data: proto field names, enum names, int64 as strings, info JSON parsed."""
+    return _parse_info(json_format.MessageToDict(message, preserving_proto_field_name=True))
+
+
+def _parse_info(value: Any) -> Any:
+    if isinstance(value, dict):
+        parsed = {}
+        for key, item in value.items():
+            if key == INFO_MAP and isinstance(item, dict):
+                parsed[key] = {name: _json_or_text(text) for name, text in item.items()}
+            else:
+                parsed[key] = _parse_info(item)
+        return parsed
+    if isinstance(value, list):
+        return [_parse_info(item) for item in value]
+    return value
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def failure(error: grpc.RpcError) -> Outcome:
+    return {"error": {"code": error.code().name, "details": error.details()}}
+
+
+def outcome_of(call: Callable[[], Any]) -> Outcome:
+    """Run one unary or server-streaming call and capture its answer or its error."""
+    try:
+        result = call()
+        if isinstance(result, Message):
+            return {"ok": answer(result)}
+        return {"stream": [answer(message) for message in result]}
+    except grpc.RpcError as error:
+        return failure(error)
+
+
+def is_success(outcome: Outcome) -> bool:
+    return "error" not in outcome
+
+
+class StreamWatch:
+    """A server stream (GetContainerEvents) read in the background while other calls cause what it reports."""
+
+    def __init__(self, call: Callable[..., Any], request: Message, timeout: float = 300) -> None:
+        self._stream = call(request, timeout=timeout)
+        self._messages: list[Message] = []
+        self._error: grpc.RpcError | None = None
+        self._thread = threading.Thread(target=self._read, name="stream-watch", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for message in self._stream:
+                self._messages.append(message)
+        except grpc.RpcError as error:
+            self._error = error
+
+    def finish(self) -> Outcome:
+        """Stop watching: what arrived, or how the stream failed (our own cancel is not a failure)."""
+        self._stream.cancel()
+        self._thread.join(10)
+        if self._error is not None and self._error.code() is not grpc.StatusCode.CANCELLED:
+            return failure(self._error)
+        return {"stream": [answer(message) for message in self._messages]}
+
+
+def substituted(value: Any, tokens: Mapping[str, str]) -> Any:
+    """``value`` with every occurrence of each token (in strings, at any depth) replaced by its placeholder;
+    longer tokens first, so a token containing another is replaced whole."""
+    ordered = sorted(tokens.items(), key=lambda item: len(item[0]), reverse=True)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            for token, placeholder in ordered:
+                item = item.replace(token, placeholder)
+            return item
+        if isinstance(item, dict):
+            return {walk(key): walk(sub) for key, sub in item.items()}
+        if isinstance(item, list):
+            return [walk(sub) for sub in item]
+        return item
+
+    return walk(value)
+
+
+def masked(value: Any, paths: Iterable[str]) -> Any:
+    """``value`` with each dotted path's value (if present) replaced by ``MASKED``; ``*`` matches every list
+    item or every map key at that level. Paths start below the outcome's kind ("status.created_at")."""
+    for path in paths:
+        value = _mask(value, path.split("."))
+    return value
+
+
+def _mask(value: Any, parts: list[str]) -> Any:
+    if not parts:
+        return MASKED
+    head, rest = parts[0], parts[1:]
+    if isinstance(value, list) and head == "*":
+        return [_mask(item, rest) for item in value]
+    if isinstance(value, dict):
+        keys = list(value) if head == "*" else [head] if head in value else []
+        return {key: _mask(item, rest) if key in keys else item for key, item in value.items()}
+    return value
+
+
+def unordered(value: Any, fields: Iterable[str]) -> Any:
+    """``value`` with the lists under these top-level fields sorted (runtimes list in map order)."""
+    if not isinstance(value, dict):
+        return value
+    copy = dict(value)
+    for name in fields:
+        if isinstance(copy.get(name), list):
+            copy[name] = sorted(copy[name], key=lambda item: json.dumps(item, sort_keys=True))
+    return copy
+
+
+def normalized(outcome: Outcome, tokens: Mapping[str, str], mask: Iterable[str] = (),
+               unordered_fields: Iterable[str] = ()) -> Outcome:
+    """One side's outcome ready to compare: tokens replaced, lists sorted, masked paths hidden.
+    Masks and sorting apply to answers and to every streamed message, never to errors."""
+    outcome = substituted(outcome, tokens)
+    if "ok" in outcome:
+        return {"ok": masked(unordered(outcome["ok"], unordered_fields), mask)}
+    if "stream" in outcome:
+        return {"stream": [masked(unordered(item, unordered_fields), mask) for item in outcome["stream"]]}
+    return outcome
+
+
+def differing_paths(expected: Any, got: Any, path: str = "") -> list[str]:
+    """Where two plain-data values differ, one line per leaf: ``path: expected != got``."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return [line for key in sorted(set(expected) | set(got), key=str)
+                for line in differing_paths(expected.get(key, "<absent>"), got.get(key, "<absent>"), f"{path}.{key}")]
+    if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
+        return [line for index, (a, b) in enumerate(zip(expected, got))
+                for line in differing_paths(a, b, f"{path}.{index}")]
+    return [] if expected == got else [f"{path.lstrip('.') or '<top>'}: {expected!r} != {got!r}"]

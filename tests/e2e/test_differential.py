@@ -1,0 +1,468 @@
+"""The differential suite: every CRI method containerd 1.6 serves, directly and through the proxy, compared.
+
+``STEPS`` is the table: an ordered sequence of calls (the lifecycle of a host-network pod with one container,
+with reads, streaming URLs followed, errors provoked on the way), each naming its method, how to build its
+request and what differs by nature in its answer (the mask). The sequence runs twice per API version and
+variant, once directly against containerd and once through the proxy (bare, or with an echo plugin on all
+seven hooks, policy Fail), with distinct pod names; the answers are then compared step by step after
+replacing each side's own IDs and names by placeholders. Errors are compared by code and message.
+
+``test_the_table_covers_every_method`` makes a method added to the compiled descriptors a failure until the
+table calls it; methods containerd 1.6.20 does not implement are called too and listed in NOT_IMPLEMENTED
+(their UNIMPLEMENTED answers must match like any other).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.lab.conformance import echo_hooked_proxy_in, echo_record_in
+from runtimeproxy.lab.containerd import ContainerdInstance
+from runtimeproxy.lab.cri import API_MODULES, CriClient, open_channel
+from runtimeproxy.lab.differential import (Outcome, StreamWatch, differing_paths, is_success, normalized,
+                                           outcome_of)
+from runtimeproxy.lab.images import BUSYBOX_IMAGE, LAB_IMAGES, FileEntry, import_images, oci_layout_tar
+from runtimeproxy.lab.streaming import Session, open_attach, port_forward_once, run_exec
+
+UNKNOWN_ID = "0" * 64
+REMOVABLE_IMAGE = "localhost/runtimeproxy/removable:1.0"  # imported by each side, removed through CRI
+SERVICES = ("RuntimeService", "ImageService")
+PORT_FORWARD_PING = b"ping"
+PORT_FORWARD_REPLY = b"pong:" + PORT_FORWARD_PING
+
+# containerd 1.6.20 answers UNIMPLEMENTED to these (checked: the direct answer must be UNIMPLEMENTED).
+NOT_IMPLEMENTED = {
+    "v1": {"RuntimeConfig", "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors",
+           "ListPodSandboxMetrics", "UpdatePodSandboxResources", "StreamPodSandboxes", "StreamContainers",
+           "StreamContainerStats", "StreamPodSandboxStats", "StreamPodSandboxMetrics", "StreamImages"},
+    "v1alpha2": set(),
+}
+# Implemented, but this lab can only make them fail (compared as errors all the same).
+ONLY_ERRORS_HERE = {"PullImage": "the e2e containerd has no registry to pull from"}
+
+
+# -- one side of the comparison ---------------------------------------------------------------------------
+
+@dataclass
+class Side:
+    """One run of the sequence: its client, the names it chose, the IDs it was given, what it got."""
+
+    name: str  # "direct" or "proxy"
+    client: CriClient
+    tag: str  # unique per run: pod name, uid and log dir derive from it
+    log_dir: Path
+    removable_image_tar: Path
+    containerd: ContainerdInstance
+    forward_port: int
+    cleanup_pods: list[str]  # the cleanup_pods fixture: removed directly whatever the outcome
+    pod_id: str = ""
+    container_id: str = ""
+    tokens: dict[str, str] = field(default_factory=dict)  # what this side chose or got -> placeholder
+    outcomes: list[tuple[Step, Outcome]] = field(default_factory=list)
+    events: StreamWatch | None = None
+
+    def __post_init__(self) -> None:
+        self.pod_config = self.client.pod_config(self.tag, self.log_dir, uid=f"uid-{self.tag}",
+                                                 labels={"suite": "differential"}, cgroup_parent="/runtimeproxy-diff")
+        self.tokens.update({self.tag: "<pod-name>", f"uid-{self.tag}": "<pod-uid>", str(self.log_dir): "<log-dir>"})
+
+    @property
+    def api(self) -> Any:
+        return self.client.api
+
+    def remember(self, value: str, placeholder: str) -> None:
+        if value:
+            self.tokens[value] = placeholder
+
+
+Request = Callable[[Side], Message]
+Keep = Callable[[Side, dict[str, Any]], None]
+Follow = Callable[[Side, dict[str, Any]], Outcome]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call of the sequence. ``request`` builds it (and may prepare what it needs); ``keep`` remembers IDs
+    from a successful answer; ``follow`` turns a successful answer into a second outcome (a streaming URL
+    followed); ``mask`` names the paths that differ by nature; ``unordered`` the top-level lists to sort."""
+
+    method: str
+    label: str
+    request: Request
+    mask: tuple[str, ...] = ()
+    unordered: tuple[str, ...] = ()
+    keep: Keep | None = None
+    follow: Follow | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}[{self.label}]"
+
+
+# -- what the steps keep and follow ---------------------------------------------------------------------------
+
+def keep_pod(side: Side, answer: dict[str, Any]) -> None:
+    side.pod_id = answer["pod_sandbox_id"]
+    side.cleanup_pods.append(side.pod_id)
+    side.remember(side.pod_id, "<pod-id>")
+
+
+def keep_pod_pid(side: Side, answer: dict[str, Any]) -> None:
+    # The sandbox's namespaces are named by its pid in every container's runtime spec.
+    side.remember(f"/proc/{answer['info']['info']['pid']}/", "/proc/<pod-pid>/")
+
+
+def keep_container(side: Side, answer: dict[str, Any]) -> None:
+    side.container_id = answer["container_id"]
+    side.remember(side.container_id, "<container-id>")
+
+
+def _session(session: Session) -> Outcome:
+    handshake = session.handshake
+    return {"ok": {
+        "status": handshake.status,
+        "reason": handshake.reason,
+        "headers": {name: value for name, value in handshake.headers.items() if name not in ("date", "sec-websocket-accept")},
+        "body": handshake.body.decode(errors="replace"),
+        "channels": {str(channel): data.decode(errors="replace") for channel, data in sorted(session.channels.items())},
+    }}
+
+
+def _url_token(side: Side, url: str) -> None:
+    prefix, token = url.rsplit("/", 1)
+    side.remember(f"{prefix.rsplit('/', 1)[1]}/{token}", f"{prefix.rsplit('/', 1)[1]}/<token>")
+
+
+def follow_exec(side: Side, answer: dict[str, Any]) -> Outcome:
+    _url_token(side, answer["url"])
+    return _session(run_exec(answer["url"]))
+
+
+def follow_attach(side: Side, answer: dict[str, Any]) -> Outcome:
+    _url_token(side, answer["url"])
+    return _session(open_attach(answer["url"]))
+
+
+def follow_port_forward(side: Side, answer: dict[str, Any]) -> Outcome:
+    _url_token(side, answer["url"])
+    return _session(port_forward_once(answer["url"], side.forward_port, PORT_FORWARD_PING, len(PORT_FORWARD_REPLY)))
+
+
+def import_removable_image(side: Side) -> Message:
+    import_images(side.containerd.address, {REMOVABLE_IMAGE: side.removable_image_tar})
+    return side.api.RemoveImageRequest(image=side.api.ImageSpec(image=REMOVABLE_IMAGE))
+
+
+# -- masks: what differs by nature -------------------------------------------------------------------------
+
+POD_STATUS_MASK = ("status.created_at", "info.info.pid")
+CONTAINER_STATUS_MASK = ("status.created_at", "status.started_at", "status.finished_at", "info.info.pid")
+CPU = ("cpu.timestamp", "cpu.usage_core_nano_seconds", "cpu.usage_nano_cores")
+MEMORY = ("memory.timestamp", "memory.working_set_bytes", "memory.available_bytes", "memory.usage_bytes",
+          "memory.rss_bytes", "memory.page_faults", "memory.major_page_faults")
+WRITABLE_LAYER = ("writable_layer.timestamp", "writable_layer.used_bytes", "writable_layer.inodes_used")
+CONTAINER_STATS = (*CPU, *MEMORY, *WRITABLE_LAYER)
+POD_STATS = tuple(f"linux.{path}" for path in (*CPU, *MEMORY, "process.timestamp", "process.process_count")) + tuple(
+    f"linux.containers.*.{path}" for path in CONTAINER_STATS)
+FS_USAGE = ("timestamp", "used_bytes", "inodes_used")
+
+
+def _prefixed(prefix: str, paths: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{prefix}.{path}" for path in paths)
+
+
+# -- the table ---------------------------------------------------------------------------------------------
+
+def _api(name: str, **fields: Any) -> Request:
+    return lambda side: getattr(side.api, name)(**fields)
+
+
+def _on_container(name: str, **fields: Any) -> Request:
+    return lambda side: getattr(side.api, name)(container_id=side.container_id, **fields)
+
+
+def _on_pod(name: str, **fields: Any) -> Request:
+    return lambda side: getattr(side.api, name)(pod_sandbox_id=side.pod_id, **fields)
+
+
+def _image(name: str, image: str, **fields: Any) -> Request:
+    return lambda side: getattr(side.api, name)(image=side.api.ImageSpec(image=image), **fields)
+
+
+def _unknown(method: str, request: str, id_field: str) -> Step:
+    return Step(method, "unknown id", _api(request, **{id_field: UNKNOWN_ID}))
+
+
+STEPS: tuple[Step, ...] = (
+    # the runtime and its images
+    Step("Version", "", _api("VersionRequest", version="0.1.0")),
+    Step("Status", "verbose", _api("StatusRequest", verbose=True)),
+    Step("RuntimeConfig", "", _api("RuntimeConfigRequest")),
+    Step("UpdateRuntimeConfig", "empty", lambda side: side.api.UpdateRuntimeConfigRequest(
+        runtime_config=side.api.RuntimeConfig())),
+    Step("ImageFsInfo", "", _api("ImageFsInfoRequest"), mask=_prefixed("image_filesystems.*", FS_USAGE)),
+    Step("ListImages", "", _api("ListImagesRequest"), unordered=("images",)),
+    Step("StreamImages", "", _api("StreamImagesRequest")),
+    Step("ImageStatus", "lab busybox", _image("ImageStatusRequest", BUSYBOX_IMAGE, verbose=True)),
+    Step("ImageStatus", "unknown image", _image("ImageStatusRequest", "localhost/runtimeproxy/absent:1.0")),
+    Step("ImageStatus", "no image", _api("ImageStatusRequest")),
+    Step("PullImage", "locally imported name, no registry", _image("PullImageRequest", BUSYBOX_IMAGE)),
+    Step("PullImage", "invalid reference", _image("PullImageRequest", "Not A Reference!")),
+    Step("RemoveImage", "imported image", import_removable_image),
+    Step("ImageStatus", "removed image", _image("ImageStatusRequest", REMOVABLE_IMAGE)),
+    Step("RemoveImage", "unknown image", _image("RemoveImageRequest", "localhost/runtimeproxy/absent:1.0")),
+    # a pod and its container, from creation to removal
+    Step("RunPodSandbox", "no metadata", _api("RunPodSandboxRequest")),
+    Step("RunPodSandbox", "host network", lambda side: side.api.RunPodSandboxRequest(config=side.pod_config),
+         keep=keep_pod),
+    Step("PodSandboxStatus", "ready, verbose", _on_pod("PodSandboxStatusRequest", verbose=True), mask=POD_STATUS_MASK,
+         keep=keep_pod_pid),
+    Step("ListPodSandbox", "by id", lambda side: side.api.ListPodSandboxRequest(
+        filter=side.api.PodSandboxFilter(id=side.pod_id)), mask=("items.*.created_at",)),
+    Step("ListPodSandbox", "by label, ready", lambda side: side.api.ListPodSandboxRequest(filter=side.api.PodSandboxFilter(
+        label_selector={"suite": "differential"}, state=side.api.PodSandboxStateValue(state=side.api.SANDBOX_READY))),
+        mask=("items.*.created_at",)),
+    Step("StreamPodSandboxes", "", _api("StreamPodSandboxesRequest")),
+    Step("CreateContainer", "unknown pod", lambda side: side.api.CreateContainerRequest(
+        pod_sandbox_id=UNKNOWN_ID, config=side.client.container_config("box"), sandbox_config=side.pod_config)),
+    Step("CreateContainer", "busybox", lambda side: side.api.CreateContainerRequest(
+        pod_sandbox_id=side.pod_id, config=side.client.container_config("box", envs={"GREETING": "hello"}),
+        sandbox_config=side.pod_config), keep=keep_container),
+    Step("ContainerStatus", "created", _on_container("ContainerStatusRequest"), mask=CONTAINER_STATUS_MASK),
+    Step("StartContainer", "", _on_container("StartContainerRequest")),
+    Step("ContainerStatus", "running, verbose", _on_container("ContainerStatusRequest", verbose=True),
+         mask=CONTAINER_STATUS_MASK),
+    Step("ListContainers", "in the pod", lambda side: side.api.ListContainersRequest(
+        filter=side.api.ContainerFilter(pod_sandbox_id=side.pod_id)), mask=("containers.*.created_at",)),
+    Step("StreamContainers", "", _api("StreamContainersRequest")),
+    Step("UpdateContainerResources", "cpu shares and memory", lambda side: side.api.UpdateContainerResourcesRequest(
+        container_id=side.container_id, linux=side.api.LinuxContainerResources(
+            cpu_shares=256, memory_limit_in_bytes=256 * 1024 * 1024), annotations={"updated": "yes"})),
+    Step("ContainerStatus", "updated", _on_container("ContainerStatusRequest"), mask=CONTAINER_STATUS_MASK),
+    Step("ReopenContainerLog", "", _on_container("ReopenContainerLogRequest")),
+    Step("ExecSync", "stdout, stderr, exit 3", _on_container(
+        "ExecSyncRequest", cmd=["sh", "-c", "echo $GREETING; echo oops >&2; exit 3"], timeout=20)),
+    Step("ExecSync", "env", _on_container("ExecSyncRequest", cmd=["env"], timeout=20)),
+    Step("Exec", "followed over websocket", _on_container(
+        "ExecRequest", cmd=["sh", "-c", "echo out; echo err >&2; exit 3"], stdout=True, stderr=True), follow=follow_exec),
+    Step("Attach", "handshake", _on_container("AttachRequest", stdout=True, stderr=True), follow=follow_attach),
+    Step("PortForward", "ping through", lambda side: side.api.PortForwardRequest(
+        pod_sandbox_id=side.pod_id, port=[side.forward_port]), follow=follow_port_forward),
+    Step("ContainerStats", "", _on_container("ContainerStatsRequest"), mask=_prefixed("stats", CONTAINER_STATS)),
+    Step("ListContainerStats", "in the pod", lambda side: side.api.ListContainerStatsRequest(
+        filter=side.api.ContainerStatsFilter(pod_sandbox_id=side.pod_id)), mask=_prefixed("stats.*", CONTAINER_STATS)),
+    Step("StreamContainerStats", "", _api("StreamContainerStatsRequest")),
+    Step("PodSandboxStats", "", _on_pod("PodSandboxStatsRequest"), mask=_prefixed("stats", POD_STATS)),
+    Step("ListPodSandboxStats", "by id", lambda side: side.api.ListPodSandboxStatsRequest(
+        filter=side.api.PodSandboxStatsFilter(id=side.pod_id)), mask=_prefixed("stats.*", POD_STATS)),
+    Step("StreamPodSandboxStats", "", _api("StreamPodSandboxStatsRequest")),
+    Step("CheckpointContainer", "", _on_container("CheckpointContainerRequest", location="/tmp/rp-diff-checkpoint.tar")),
+    Step("ListMetricDescriptors", "", _api("ListMetricDescriptorsRequest")),
+    Step("ListPodSandboxMetrics", "", _api("ListPodSandboxMetricsRequest")),
+    Step("StreamPodSandboxMetrics", "", _api("StreamPodSandboxMetricsRequest")),
+    Step("UpdatePodSandboxResources", "", _on_pod("UpdatePodSandboxResourcesRequest")),
+    Step("StopContainer", "", _on_container("StopContainerRequest", timeout=0)),
+    Step("ContainerStatus", "exited", _on_container("ContainerStatusRequest"), mask=CONTAINER_STATUS_MASK),
+    Step("StartContainer", "exited", _on_container("StartContainerRequest")),
+    Step("RemoveContainer", "", _on_container("RemoveContainerRequest")),
+    Step("RemoveContainer", "again", _on_container("RemoveContainerRequest")),
+    Step("StopPodSandbox", "", _on_pod("StopPodSandboxRequest")),
+    Step("PodSandboxStatus", "not ready", _on_pod("PodSandboxStatusRequest"), mask=POD_STATUS_MASK),
+    Step("RemovePodSandbox", "", _on_pod("RemovePodSandboxRequest")),
+    Step("RemovePodSandbox", "again", _on_pod("RemovePodSandboxRequest")),
+    Step("UpdateRuntimeConfig", "pod cidr", lambda side: side.api.UpdateRuntimeConfigRequest(
+        runtime_config=side.api.RuntimeConfig(network_config=side.api.NetworkConfig(pod_cidr="10.88.0.0/16")))),
+    # unknown IDs: the same NotFound (or OK) with the same message
+    _unknown("PodSandboxStatus", "PodSandboxStatusRequest", "pod_sandbox_id"),
+    _unknown("StopPodSandbox", "StopPodSandboxRequest", "pod_sandbox_id"),
+    _unknown("RemovePodSandbox", "RemovePodSandboxRequest", "pod_sandbox_id"),
+    _unknown("ContainerStatus", "ContainerStatusRequest", "container_id"),
+    _unknown("StartContainer", "StartContainerRequest", "container_id"),
+    _unknown("StopContainer", "StopContainerRequest", "container_id"),
+    _unknown("RemoveContainer", "RemoveContainerRequest", "container_id"),
+    _unknown("UpdateContainerResources", "UpdateContainerResourcesRequest", "container_id"),
+    _unknown("ReopenContainerLog", "ReopenContainerLogRequest", "container_id"),
+    _unknown("ExecSync", "ExecSyncRequest", "container_id"),
+    _unknown("Exec", "ExecRequest", "container_id"),
+    _unknown("Attach", "AttachRequest", "container_id"),
+    _unknown("PortForward", "PortForwardRequest", "pod_sandbox_id"),
+    _unknown("ContainerStats", "ContainerStatsRequest", "container_id"),
+    _unknown("PodSandboxStats", "PodSandboxStatsRequest", "pod_sandbox_id"),
+    # opened before the first step, read in the background until here
+    Step("GetContainerEvents", "during the sequence", _api("GetEventsRequest"),
+         mask=("*.created_at", "*.pod_sandbox_status.created_at", "*.containers_statuses.*.created_at",
+               "*.containers_statuses.*.started_at", "*.containers_statuses.*.finished_at")),
+)
+STREAM_WATCHED = "GetContainerEvents"
+
+
+def methods_of(version: str) -> dict[str, Any]:
+    """{method name: its descriptor} for both CRI services of ``version``."""
+    api, _ = API_MODULES[version]
+    return {method.name: method for service in SERVICES
+            for method in api.DESCRIPTOR.services_by_name[service].methods}
+
+
+def steps_for(version: str) -> list[Step]:
+    methods = methods_of(version)
+    return [step for step in STEPS if step.method in methods]
+
+
+# -- running one side -----------------------------------------------------------------------------------------
+
+def _invoke(side: Side, step: Step) -> Outcome:
+    method = methods_of(side.client.version)[step.method]
+    if step.method == STREAM_WATCHED and side.events is not None:
+        return side.events.finish()
+    stub = side.client.runtime if method.containing_service.name == "RuntimeService" else side.client.images
+    request = step.request(side)
+    return outcome_of(lambda: _call(getattr(stub, step.method), request, method.server_streaming))
+
+
+def _call(rpc: Any, request: Message, streaming: bool) -> Any:
+    return list(rpc(request, timeout=60)) if streaming else rpc(request, timeout=60)
+
+
+def run_side(side: Side) -> None:
+    """The whole sequence on one side; every outcome lands in ``side.outcomes``."""
+    steps = steps_for(side.client.version)
+    if STREAM_WATCHED in methods_of(side.client.version):
+        side.events = StreamWatch(side.client.runtime.GetContainerEvents, side.api.GetEventsRequest())
+    for step in steps:
+        outcome = _invoke(side, step)
+        side.outcomes.append((step, outcome))
+        if is_success(outcome) and step.keep is not None:
+            step.keep(side, outcome["ok"])
+        if step.follow is not None:  # always a second outcome, so both sides' lists stay aligned
+            followed = step.follow(side, outcome["ok"]) if is_success(outcome) else {"not followed": "the call failed"}
+            side.outcomes.append((step, followed))
+
+
+def differences(direct: Side, proxied: Side) -> list[str]:
+    """Where the normalized outcomes differ, one line per differing value: ``step: path: direct != proxy``."""
+    assert [step.name for step, _ in direct.outcomes] == [step.name for step, _ in proxied.outcomes]
+    found = []
+    for (step, expected), (_, got) in zip(direct.outcomes, proxied.outcomes):
+        expected = normalized(expected, direct.tokens, step.mask, step.unordered)
+        got = normalized(got, proxied.tokens, step.mask, step.unordered)
+        found += [f"{step.name}: {line}" for line in differing_paths(expected, got)]
+    return found
+
+
+# -- fixtures ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Through:
+    """How the proxied side reaches containerd: a channel, and the echo plugin's record if hooked."""
+
+    variant: str
+    channel: grpc.Channel
+    echo_record: Path | None = None
+
+
+@pytest.fixture(scope="module")
+def echo_proxy_channel(containerd: ContainerdInstance, workdir: Path) -> Iterator[tuple[grpc.Channel, Path]]:
+    directory = workdir / "diff-echo"
+    with echo_hooked_proxy_in(directory, containerd.address) as proxy:
+        channel = open_channel(proxy.listen_path)
+        yield channel, echo_record_in(directory)
+        channel.close()
+
+
+@pytest.fixture(params=["proxy", "proxy+echo"])
+def through(request: pytest.FixtureRequest) -> Through:
+    if request.param == "proxy":
+        return Through("proxy", request.getfixturevalue("proxied_channel"))
+    channel, record = request.getfixturevalue("echo_proxy_channel")
+    return Through("proxy+echo", channel, record)
+
+
+@pytest.fixture(scope="module")
+def removable_image_tar(workdir: Path) -> Path:
+    path = workdir / "removable-image.tar"
+    path.write_bytes(oci_layout_tar(REMOVABLE_IMAGE, [FileEntry("removable", 0o644, b"removable\n")], {"Cmd": ["true"]}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def forward_port() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that answers each connection's first bytes with ``pong:<bytes>``: the target
+    of PortForward (a host-network pod shares the host's 127.0.0.1)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            with connection:
+                connection.sendall(b"pong:" + connection.recv(1024))
+
+    threading.Thread(target=serve, name="port-forward-target", daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def echo_hooks(record: Path | None) -> Counter[str]:
+    if record is None or not record.exists():
+        return Counter()
+    return Counter(orjson.loads(line)["hook"] for line in record.read_bytes().splitlines())
+
+
+# -- the tests ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", sorted(API_MODULES))
+def test_the_table_covers_every_method(version: str) -> None:
+    methods = set(methods_of(version))
+    called = {step.method for step in steps_for(version)}
+    assert methods - called == set(), "methods no step calls"
+    assert NOT_IMPLEMENTED[version] <= methods
+    every_version = set().union(*(methods_of(v) for v in API_MODULES))
+    assert {step.method for step in STEPS} <= every_version, "steps naming no method"
+
+
+def test_every_method_answers_through_the_proxy_as_directly(
+    api_version: str, through: Through, direct_channel: grpc.Channel, containerd: ContainerdInstance,
+    workdir: Path, removable_image_tar: Path, forward_port: int, cleanup_pods: list[str],
+    conformance_summary: list[str],
+) -> None:
+    def side(name: str, channel: grpc.Channel) -> Side:
+        tag = f"diff-{api_version}-{through.variant.replace('+', '-')}-{name}"
+        log_dir = workdir / "diff-logs" / tag
+        log_dir.mkdir(parents=True, exist_ok=True)
+        return Side(name, CriClient(channel, api_version), tag, log_dir, removable_image_tar, containerd, forward_port,
+                    cleanup_pods)
+
+    hooks_before = echo_hooks(through.echo_record)
+    direct, proxied = side("direct", direct_channel), side("proxy", through.channel)
+    run_side(direct)
+    run_side(proxied)
+
+    found = differences(direct, proxied)
+    assert not found, "\n".join(found)
+    succeeded = {step.method for step, outcome in direct.outcomes if is_success(outcome)}
+    unimplemented = {step.method for step, outcome in direct.outcomes
+                     if outcome.get("error", {}).get("code") == "UNIMPLEMENTED"}
+    assert unimplemented == NOT_IMPLEMENTED[api_version]
+    listed = next(outcome["ok"] for step, outcome in direct.outcomes if step.method == "ListImages")
+    assert set(LAB_IMAGES) <= {tag for image in listed["images"] for tag in image["repo_tags"]}
+    assert succeeded == {step.method for step in steps_for(api_version)} - unimplemented - set(ONLY_ERRORS_HERE)
+    hooks = echo_hooks(through.echo_record) - hooks_before
+    if through.echo_record is not None:
+        assert set(hooks) == set(HOOK_NAMES), hooks
+    conformance_summary.append(
+        f"differential {api_version} x {through.variant}: {len({step.method for step in steps_for(api_version)})} methods, "
+        f"{len(proxied.outcomes)} outcomes equal to direct" + (f", echo plugin hooks: {dict(hooks)}" if hooks else ""))
