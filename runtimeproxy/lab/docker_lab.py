@@ -20,7 +20,7 @@ from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.docker_images import build_docker_archives
 from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites
 from runtimeproxy.lab.tools import find_tool
-from runtimeproxy.lab.example_plugin import registration
+from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.images import PAUSE_IMAGE
 
 VERSION_TIMEOUT_SECONDS = 5.0
@@ -32,6 +32,28 @@ def docker_lab_problem() -> str | None:
     problems += [f"{tool} not found on PATH, in $RUNTIMEPROXY_TOOLS_DIR or in ../shared/bin"
                  for tool in ("cri-dockerd",) if find_tool(tool) is None]
     return "; ".join(p for p in problems if p) or None
+
+
+@contextmanager
+def hooked_docker_proxy(base: Path, docker_socket: Path, *plugin_args: str,
+                        policy: str = "Ignore") -> Iterator[tuple[DockerModeProxy, Path]]:
+    """The example plugin as its own process (`plugin_args`: e.g. `--echo`) registered for all seven hooks
+    with `policy`, and a Docker-mode proxy in front of `docker_socket`, both in `base`; yields the proxy and
+    the plugin's record (one JSON line per hook call)."""
+    socket, record = base / "plugin.sock", base / "plugin-requests.jsonl"
+    with plugin_process(socket, record, *plugin_args):
+        proxy = DockerModeProxy(base / "proxy" / "rp.sock", docker_socket, extra_args=["--log-level=debug"])
+        proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
+        (proxy.hook_config_dir / "example.json").write_bytes(registration(socket, list(HOOK_NAMES), policy))
+        with proxy:
+            yield proxy, record
+
+
+def recorded_hooks(record: Path) -> list[str]:
+    """The hooks a plugin's record lists, in the order they were called."""
+    if not record.exists():
+        return []
+    return [json.loads(line)["hook"] for line in record.read_text().splitlines()]
 
 
 def _answers_cri(socket: Path) -> bool:
