@@ -9,6 +9,8 @@ Pod labels are plain labels, annotations are `annotation.<key>` labels; cgroup p
 
 Writing back, a resource the hooks left zero or empty is never written: to dockerd zero means "not set",
 so it would silently drop a limit rather than keep it (the Go proxy overwrites resources with zeros).
+cri-dockerd asks for no swap with MemorySwap = Memory; a plugin that changes only the memory limit takes the
+swap limit along (dockerd refuses a Memory above MemorySwap, so the create would fail).
 """
 
 from __future__ import annotations
@@ -209,6 +211,20 @@ def apply_to_sandbox_body(body: Body, pod: hooks.PodSandboxHookRequest) -> None:
     apply_resources(host_config, pod.resources)
 
 
+def keep_no_swap(fields: dict[str, Any], before: hooks.LinuxContainerResources,
+                 after: hooks.LinuxContainerResources) -> None:
+    """Swap follows a changed memory limit when the request asked for no swap and plugins left swap alone.
+
+    `after` records the swap limit written, so the store says what dockerd runs."""
+    asked_no_swap = before.memory_swap_limit_in_bytes > 0 and \
+        before.memory_swap_limit_in_bytes == before.memory_limit_in_bytes
+    memory = after.memory_limit_in_bytes
+    if asked_no_swap and memory and memory != before.memory_limit_in_bytes and \
+            after.memory_swap_limit_in_bytes == before.memory_swap_limit_in_bytes:
+        fields["MemorySwap"] = memory
+        after.memory_swap_limit_in_bytes = memory
+
+
 def apply_to_container_body(body: Body, container: hooks.ContainerResourceHookRequest) -> None:
     body["Labels"] = _labels_with_annotations(_map(body.get("Labels"), "Labels"), container.container_annotations)
     original = body.get("Env") or []
@@ -218,7 +234,9 @@ def apply_to_container_body(body: Body, container: hooks.ContainerResourceHookRe
     host_config = body.setdefault("HostConfig", {})
     if container.pod_cgroup_parent:
         host_config["CgroupParent"] = container.pod_cgroup_parent
+    asked = resources_of(host_config)
     apply_resources(host_config, container.container_resources)
+    keep_no_swap(host_config, asked, container.container_resources)
 
 
 # --- update ---------------------------------------------------------------------------------------
