@@ -86,18 +86,27 @@ class CriDockerdReplay:
              ok: tuple[int, ...] = ()) -> Exchange:
         """One request as cri-dockerd writes it; raises ReplayError unless the answer is 2xx (or in `ok`)."""
         data = shapes.go_json(body) if body is not None else None
-        connection = self._connection
-        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-        for name, value in shapes.headers(method, data):
-            connection.putheader(name, value)
-        connection.endheaders(data)
-        answer = connection.getresponse()
+        try:
+            answer = self._round_trip(method, target, data)
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # The server closed the kept-alive connection while it was idle (a restart): like Go's
+            # transport, send again on a new connection.
+            self._connection.close()
+            answer = self._round_trip(method, target, data)
         exchange = Exchange(call, method, target, answer.status,
                             tuple((name.lower(), value) for name, value in answer.getheaders()), answer.read())
         self.exchanges.append(exchange)
         if not (200 <= exchange.status < 300 or exchange.status in ok):
             raise ReplayError(exchange)
         return exchange
+
+    def _round_trip(self, method: str, target: str, data: bytes | None) -> http.client.HTTPResponse:
+        connection = self._connection
+        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        for name, value in shapes.headers(method, data):
+            connection.putheader(name, value)
+        connection.endheaders(data)
+        return connection.getresponse()
 
     # -- CRI calls, as cri-dockerd makes them --------------------------------------------------------
 
