@@ -13,7 +13,8 @@ from pathlib import Path
 TOOLS_DIR_ENV = "RUNTIMEPROXY_TOOLS_DIR"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_TOOLS_DIR = REPO_ROOT.parent / "shared" / "bin"
-RELEASES_URL = "https://github.com/kubernetes-sigs/cri-tools/releases"
+RELEASES_URL = "https://github.com/kubernetes-sigs/cri-tools/releases"  # crictl, critest
+OTHER_RELEASES_URLS = {"cri-dockerd": "https://github.com/Mirantis/cri-dockerd/releases"}
 
 
 def tools_dirs() -> list[Path]:
@@ -37,4 +38,4 @@ def find_tool(name: str) -> Path | None:
 def missing_tool_message(name: str) -> str:
     where = ", ".join(str(d) for d in tools_dirs())
     return (f"{name} not found on PATH nor in {where} (set {TOOLS_DIR_ENV} to its directory; "
-            f"upstream builds: {RELEASES_URL})")
+            f"upstream builds: {OTHER_RELEASES_URLS.get(name, RELEASES_URL)})")

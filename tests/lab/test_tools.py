@@ -37,3 +37,7 @@ def test_default_is_shared_bin_beside_the_repository(monkeypatch: pytest.MonkeyP
     assert tools.tools_dirs() == [tools.REPO_ROOT.parent / "shared" / "bin"]
     message = tools.missing_tool_message("critest")
     assert tools.TOOLS_DIR_ENV in message and tools.RELEASES_URL in message
+
+
+def test_the_message_for_cri_dockerd_names_its_own_releases() -> None:
+    assert tools.OTHER_RELEASES_URLS["cri-dockerd"] in tools.missing_tool_message("cri-dockerd")
