@@ -12,7 +12,7 @@ the proxy, and through the proxy with an echo plugin on all seven hooks; junit r
 go to $RUNTIMEPROXY_REPORT_DIR (default <repo>/reports).
 
 `--docker` runs the same through cri-dockerd, the proxy in Docker mode and a private
-dockerd (see lab/docker_lab.py).
+dockerd (see lab/docker_lab.py); without cri-dockerd it replays cri-dockerd's requests itself.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from runtimeproxy.lab.conformance import (
 from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.critest import CritestResult
 from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.docker_lab import docker_environment, docker_lab_problem, show_docker_effects
+from runtimeproxy.lab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.process import ProxyProcess
@@ -155,6 +155,12 @@ def run_containerd(base: Path, keep: bool) -> None:
 
 
 def run_docker(base: Path, keep: bool) -> None:
+    if find_tool("cri-dockerd") is None:
+        print(f"lab: {missing_tool_message('cri-dockerd')}; replaying cri-dockerd's requests instead")
+        print("cri-dockerd's requests for a pod's life, replayed through the proxy:")
+        replay_lifecycle(base, IMAGE_CACHE, start_plugin, step)
+        print_plugin_requests(base)
+        return
     with docker_environment(base, IMAGE_CACHE, start_plugin, step) as (dockerd, cri):
         print(f"  cri-dockerd: {cri.socket}  ->  proxy (Docker mode)  ->  dockerd: {dockerd.socket}")
         print("pod lifecycle through cri-dockerd and the proxy:")

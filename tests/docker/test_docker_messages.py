@@ -200,3 +200,17 @@ def test_inspect_reads_back_what_create_sent() -> None:
 ])
 def test_inspect_of_a_container_kubernetes_did_not_create_is_none(data: object) -> None:
     assert inspected(data) is None
+
+
+def test_a_plugin_raising_the_memory_limit_takes_cri_dockerds_no_swap_along() -> None:
+    """cri-dockerd sends MemorySwap = Memory (no swap); dockerd refuses a Memory above MemorySwap, so a plugin
+    that only raises the memory limit (as koordlet does) must raise the swap limit with it."""
+    body = {"Labels": {"io.kubernetes.sandbox.id": "s-1"}, "HostConfig": {"Memory": 64 * MiB, "MemorySwap": 64 * MiB}}
+    request = container_create_request(hooks.PodSandboxHookRequest(), CONTAINER_NAME, body)
+    raised = hooks.LinuxContainerResources()
+    raised.CopyFrom(request.container_resources)
+    raised.memory_limit_in_bytes = 128 * MiB
+    changed = merge_container_response(request, hooks.ContainerResourceHookResponse(container_resources=raised))
+    apply_to_container_body(body, changed)
+    assert (body["HostConfig"]["Memory"], body["HostConfig"]["MemorySwap"]) == (128 * MiB, 128 * MiB)
+    assert changed.container_resources.memory_swap_limit_in_bytes == 128 * MiB  # what the store records
