@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -13,6 +14,7 @@ from runtimeproxy import __version__
 from runtimeproxy.admin.http import BindAddressError, parse_bind_address
 from runtimeproxy.allocator import reexec_with_huge_pages, tune_for_large_messages
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
+from runtimeproxy.klogflags import KlogSettings, add_klog_flags, klog_settings
 from runtimeproxy.listener import SocketInUseError
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.options import (
@@ -27,6 +29,9 @@ from runtimeproxy.options import (
     DEFAULT_SKIP_LABEL_VALUE,
     DEFAULT_STATE_DIR,
     ProxyOptions,
+    default_admin_socket,
+    default_metrics_address,
+    default_state_dir,
 )
 
 PROG = "koord-runtime-proxy"
@@ -46,6 +51,11 @@ def _endpoint(value: str) -> Path:
         return parse_unix_endpoint(value)
     except EndpointError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _endpoint_or_off(value: str) -> Path | None:
+    """A socket path, or None for an empty value (that endpoint off)."""
+    return _endpoint(value) if value else None
 
 
 def _choice(choices: Sequence[str]) -> Callable[[str], str]:
@@ -124,9 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(parser, "max-request-bytes", type=_positive_int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
           help="largest request message accepted from a client; larger ones get RESOURCE_EXHAUSTED "
           "(default: %(default)s, the kubelet's own limit)")
-    _flag(parser, "log-level", type=_choice(LOG_LEVELS), default="info", metavar="LEVEL",
-          help=f"one of {', '.join(LOG_LEVELS)} (default: %(default)s)")
+    _flag(parser, "log-level", type=_choice(LOG_LEVELS), default=None, metavar="LEVEL",
+          help=f"one of {', '.join(LOG_LEVELS)} (default: info; the Go binary's -v=N: 4 and up is debug)")
     _operator_flags(parser)
+    add_klog_flags(parser)
     # Benchmark only (bench/): compare the raw-bytes path with decoding every message.
     parser.add_argument("--benchmark-decode-all", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--version", "-version", action="version", version=f"{PROG} {__version__}")
@@ -146,20 +157,32 @@ def _operator_flags(parser: argparse.ArgumentParser) -> None:
     """runtimeproxyctl's socket, the toggle state, metrics and the log format (runtimeproxy.admin)."""
     _flag(parser, "log-format", type=_choice(LOG_FORMATS), default="text", metavar="FORMAT",
           help="text, or json: one object per line (default: %(default)s)")
-    _flag(parser, "admin-endpoint", type=_endpoint, default=DEFAULT_ADMIN_SOCKET, metavar="PATH",
-          help="unix socket (mode 0600) of the admin API runtimeproxyctl talks to (default: %(default)s)")
-    _flag(parser, "state-dir", type=Path, default=DEFAULT_STATE_DIR, metavar="DIR",
-          help="where the per-node plugin/hook toggles are kept (default: %(default)s)")
-    _flag(parser, "metrics-bind-address", type=_metrics_address, default=DEFAULT_METRICS_ADDRESS,
-          metavar="HOST:PORT", help="serves /metrics, /healthz, /readyz; empty disables (default: %(default)s)")
+    _flag(parser, "admin-endpoint", type=_endpoint_or_off, default=argparse.SUPPRESS, metavar="PATH",
+          help=f"unix socket (mode 0600) of the admin API runtimeproxyctl talks to; empty disables (default: "
+          f"{DEFAULT_ADMIN_SOCKET} for the default CRI socket, else <CRI socket stem>-admin.sock beside it)")
+    _flag(parser, "state-dir", type=Path, default=argparse.SUPPRESS, metavar="DIR",
+          help=f"where the per-node plugin/hook toggles are kept (default: {DEFAULT_STATE_DIR} for the default "
+          f"CRI socket, else {DEFAULT_STATE_DIR}/proxies/<CRI socket path, escaped>)")
+    _flag(parser, "metrics-bind-address", type=_metrics_address, default=argparse.SUPPRESS,
+          metavar="HOST:PORT", help=f"serves /metrics, /healthz, /readyz; empty disables (default: "
+          f"{DEFAULT_METRICS_ADDRESS} for the default CRI socket, else off)")
 
 
-def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]:
+@dataclass(frozen=True)
+class CommandLine:
+    options: ProxyOptions
+    level: str
+    klog: KlogSettings
+
+
+def parse_command_line(argv: Sequence[str] | None = None) -> CommandLine:
     parser = build_parser()
     args = parser.parse_args(argv)
     docker_mode = args.backend_runtime_mode == "Docker"
+    listen_path = args.koord_runtimeproxy_endpoint
+    klog = klog_settings(args)
     options = ProxyOptions(
-        listen_path=args.koord_runtimeproxy_endpoint,
+        listen_path=listen_path,
         runtime_path=args.remote_runtime_service_endpoint
         or (DEFAULT_DOCKER_SOCKET if docker_mode else DEFAULT_RUNTIME_SOCKET),
         image_path=args.remote_image_service_endpoint,
@@ -171,17 +194,23 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
         shutdown_grace_seconds=args.shutdown_grace_seconds,
         max_request_bytes=args.max_request_bytes,
         decode_all=args.benchmark_decode_all,
-        admin_path=args.admin_endpoint,
-        state_dir=args.state_dir,
-        metrics_address=args.metrics_bind_address or None,
+        admin_path=getattr(args, "admin_endpoint", default_admin_socket(listen_path)),
+        state_dir=getattr(args, "state_dir", default_state_dir(listen_path)),
+        metrics_address=getattr(args, "metrics_bind_address", default_metrics_address(listen_path)) or None,
         log_format=args.log_format,
     )
-    return options, args.log_level
+    return CommandLine(options, args.log_level or klog.level or "info", klog)
+
+
+def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]:
+    command_line = parse_command_line(argv)
+    return command_line.options, command_line.level
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    options, level = parse_options(argv)
-    configure_logging(level, options.log_format)
+    command_line = parse_command_line(argv)
+    options, klog = command_line.options, command_line.klog
+    configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
     if options.backend_mode == "Docker":
         from runtimeproxy.docker.server import serve_docker as serve
     else:
@@ -190,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tune_for_large_messages()  # before gRPC allocates anything
         from runtimeproxy.cri.server import serve  # after logging: importing gRPC is slow
 
+    for warning in klog.warnings:  # after the re-exec: once
+        log.warning("%s", warning)
     try:
         asyncio.run(serve(options))
     except SocketInUseError as error:

@@ -84,8 +84,9 @@ def _holder_pid(fd: int) -> str:
         time.sleep(0.01)
 
 
-def lock_socket_path(socket_path: Path) -> SocketLock:
-    """Take the socket's lock file for this process's life, or raise SocketInUseError naming the holder."""
+def lock_socket_path(socket_path: Path, in_use: str = "is served by another running process") -> SocketLock:
+    """Take the lock file beside socket_path (a socket, or any file one process owns) for this process's life,
+    or raise SocketInUseError: "<socket_path> <in_use> (pid N holds <lock>)"."""
     path = lock_path_for(socket_path)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
@@ -95,8 +96,7 @@ def lock_socket_path(socket_path: Path) -> SocketLock:
             holder = _holder_pid(fd)
             os.close(fd)
             raise SocketInUseError(
-                f"{socket_path} is served by another running process (pid {holder} holds {path}); "
-                "refusing to take it over"
+                f"{socket_path} {in_use} (pid {holder} holds {path}); refusing to take it over"
             ) from None
         try:
             same_file = os.fstat(fd).st_ino == path.stat().st_ino

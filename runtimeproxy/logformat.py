@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import logging
 import sys
+from pathlib import Path
 
 import orjson
 
@@ -36,7 +37,16 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
-def configure_logging(level: str, log_format: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
-    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler], force=True)
+def configure_logging(level: str, log_format: str = "text", log_file: Path | None = None,
+                      also_stderr: bool = True) -> None:
+    """Log lines to stderr, or to log_file (appending; and stderr too when also_stderr)."""
+    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    handlers: list[logging.Handler] = []
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_file))
+    if log_file is None or also_stderr:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=handlers, force=True)

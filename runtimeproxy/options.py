@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from runtimeproxy.cri.limits import MAX_CONCURRENT_CALLS
 
@@ -23,6 +24,27 @@ DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 DEFAULT_ADMIN_SOCKET = Path("/var/run/koord-runtimeproxy/admin.sock")
 DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
+
+
+# A proxy serving another CRI socket than the default (a second proxy on the node: Docker mode beside CRI
+# mode, a test instance) gets operator endpoints of its own, so it never shares the first one's toggles.
+def default_admin_socket(listen_path: Path) -> Path:
+    """The admin socket beside the CRI socket: <stem>-admin.sock, or the well-known one for the default."""
+    if listen_path == DEFAULT_PROXY_SOCKET:
+        return DEFAULT_ADMIN_SOCKET
+    return listen_path.with_name(f"{listen_path.stem}-admin.sock")
+
+
+def default_state_dir(listen_path: Path) -> Path:
+    """The toggle state: the well-known directory for the default socket, else one named after the socket."""
+    if listen_path == DEFAULT_PROXY_SOCKET:
+        return DEFAULT_STATE_DIR
+    return DEFAULT_STATE_DIR / "proxies" / quote(str(listen_path), safe="")
+
+
+def default_metrics_address(listen_path: Path) -> str:
+    """The well-known port for the default socket; off for any other (one port cannot serve two proxies)."""
+    return DEFAULT_METRICS_ADDRESS if listen_path == DEFAULT_PROXY_SOCKET else ""
 
 
 @dataclass(frozen=True)

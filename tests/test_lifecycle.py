@@ -48,7 +48,9 @@ def _failed_start(proxy: ProxyProcess) -> tuple[int, str]:
 
 
 def _leftovers(*directories: Path) -> list[Path]:
-    return sorted(path for directory in directories if directory.is_dir() for path in directory.iterdir())
+    """What is left beside the sockets; the state directory persists by design, but not its lock."""
+    found = [path for directory in directories if directory.is_dir() for path in directory.iterdir()]
+    return sorted(path for path in found if path.name != "state" or any(path.iterdir()))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -92,5 +94,21 @@ def test_a_refused_second_proxy_leaves_the_first_ones_sockets_and_locks(tmp_path
     code, log = _failed_start(second)  # its failed start must not remove what the first one holds
     assert code == 1 and "served by another running process" in log
     names = [path.name for path in _leftovers(first.listen_path.parent, first.admin_path.parent)]
-    assert names == ["admin.sock", "admin.sock.lock", "rp.sock", "rp.sock.lock"]
+    assert names == ["admin.sock", "admin.sock.lock", "rp.sock", "rp.sock.lock", "state"]
+    assert (first.listen_path.parent / "state" / "toggles.json.lock").is_file()  # the first one's state lock
+    assert first.stop() == 0, first.log_tail()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_second_proxy_on_the_same_state_dir_is_refused_naming_it(tmp_path: Path, mode: str) -> None:
+    """Two proxies on one node (CRI and Docker side by side) never share toggles: the second is refused."""
+    first = _proxy(tmp_path, mode)
+    first.spawn()
+    _wait_listening(first)
+    second = _proxy(tmp_path / "second", mode, admin_dir=tmp_path / "second-admin")
+    second.extra_args.append(f"--state-dir={first.listen_path.parent / 'state'}")  # the first one's
+    code, log = _failed_start(second)
+    assert code == 1
+    assert f"{first.listen_path.parent / 'state' / 'toggles.json'} belongs to another running proxy (pid {first.pid}" \
+        in log and "give each proxy its own --state-dir" in log
     assert first.stop() == 0, first.log_tail()

@@ -12,13 +12,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 from runtimeproxy.hooks.dispatcher import Dispatcher
 from runtimeproxy.hooks.plugins import PluginRegistry
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
-from runtimeproxy.hooks.toggles import Toggles
+from runtimeproxy.hooks.toggles import STATE_FILE_NAME, Toggles
+from runtimeproxy.listener import SocketInUseError, SocketLock, lock_socket_path
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
@@ -31,11 +33,14 @@ class HookService:
             options.hook_config_dir, trusted_uids=options.hook_config_trusted_uids
         )
         self.store = Store()
+        self.state_dir = options.state_dir
         self.toggles = Toggles(options.state_dir)
         self.dispatcher = Dispatcher(self.registry, self.toggles)
         self._tasks: list[asyncio.Task[None]] = []
+        self._state_lock: SocketLock | None = None
 
     async def start(self) -> None:
+        self._state_lock = claim_state_dir(self.state_dir)
         self.toggles.load()  # before the first call: a disabled plugin stays disabled
         await self.registry.reload()  # plugins present at start are in force for the first call
         self._tasks = [asyncio.create_task(self.registry.run(), name="plugin-configs")]
@@ -52,3 +57,20 @@ class HookService:
                 await task
         self._tasks = []
         await self.registry.close()
+        if self._state_lock is not None:
+            self._state_lock.release()
+            self._state_lock = None
+
+
+def claim_state_dir(state_dir: Path | None) -> SocketLock | None:
+    """The toggle state is one proxy's alone: a lock beside its file, held for the process's life.
+
+    Two proxies sharing a state directory would load each other's toggles and overwrite each other's writes.
+    """
+    if state_dir is None:
+        return None
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        return lock_socket_path(state_dir / STATE_FILE_NAME, in_use="belongs to another running proxy")
+    except SocketInUseError as error:
+        raise SocketInUseError(f"{error}; give each proxy its own --state-dir") from None
