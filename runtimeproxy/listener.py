@@ -6,6 +6,15 @@ atomic: an exclusive flock on a lock file beside the socket (`<socket>.lock`), h
 the process's life, is taken before the socket is looked at. Two proxies started at
 the same instant cannot both pass; the loser learns the holder's pid from the file.
 A socket that accepts connections is refused too (a server that takes no lock).
+
+The proxy usually runs as root, so whatever it creates or truncates beside its socket must be
+out of other users' reach: the socket's directory must pass the trust rule of plugin config
+directories along its whole chain (`hooks.trust`: owned by root or the proxy's user, not
+writable by group or others, and likewise every directory above it, sticky ones excepted),
+and the lock file is opened without following a link and used only if it is a regular file
+of the proxy's own user with no other hard link. A planted `rp.sock.lock -> /etc/...` is
+refused with one line naming it, never followed or removed: whoever could plant it is the
+operator's problem, and the proxy must not guess which of the two files is the real one.
 """
 
 from __future__ import annotations
@@ -18,13 +27,25 @@ import stat
 import time
 from pathlib import Path
 
+from runtimeproxy.hooks.trust import TrustedOwners
+
 SOCKET_MODE = 0o660
 LOCK_FILE_MODE = 0o600
 LOCK_SUFFIX = ".lock"
+# Directories the proxy creates for its sockets: what the trust rule accepts, whatever the umask.
+SOCKET_DIR_MODE = 0o755
+# O_NOFOLLOW: a planted link is refused, never followed; O_NONBLOCK and O_NOCTTY: a FIFO or a
+# terminal planted there is never waited on or adopted before fstat() refuses it.
+_LOCK_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                    | os.O_CLOEXEC)
 
 
 class SocketInUseError(RuntimeError):
     """The listen path is served by another live process, or is not a socket."""
+
+
+class UnsafeSocketPath(RuntimeError):
+    """The socket's directory or lock file is one that someone else could have planted or swapped."""
 
 
 def _accepts_connections(path: Path) -> bool:
@@ -58,7 +79,7 @@ class SocketLock:
         if self._fd is None:
             return
         try:
-            if os.fstat(self._fd).st_ino == self.path.stat().st_ino:
+            if os.fstat(self._fd).st_ino == os.lstat(self.path).st_ino:
                 self.path.unlink()
         except FileNotFoundError:
             pass
@@ -89,7 +110,7 @@ def lock_socket_path(socket_path: Path, in_use: str = "is served by another runn
     or raise SocketInUseError: "<socket_path> <in_use> (pid N holds <lock>)"."""
     path = lock_path_for(socket_path)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -99,7 +120,7 @@ def lock_socket_path(socket_path: Path, in_use: str = "is served by another runn
                 f"{socket_path} {in_use} (pid {holder} holds {path}); refusing to take it over"
             ) from None
         try:
-            same_file = os.fstat(fd).st_ino == path.stat().st_ino
+            same_file = os.fstat(fd).st_ino == os.lstat(path).st_ino
         except FileNotFoundError:
             same_file = False
         if same_file:
@@ -110,12 +131,67 @@ def lock_socket_path(socket_path: Path, in_use: str = "is served by another runn
     return SocketLock(path, fd)
 
 
+def _open_lock_file(path: Path) -> int:
+    """Open (or create) the lock file, refusing anything but a regular file of our own with one link."""
+    try:
+        fd = os.open(path, _LOCK_OPEN_FLAGS, LOCK_FILE_MODE)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UnsafeSocketPath(
+                f"refusing to use {path}: it is a symbolic link (to {_link_target(path)}), and a lock "
+                "file is never followed; remove it after finding out who put it there"
+            ) from None
+        raise
+    problem = _lock_file_problem(os.fstat(fd))
+    if problem is not None:
+        os.close(fd)
+        raise UnsafeSocketPath(f"refusing to use {path}: it {problem}; remove it after finding out who put it there")
+    return fd
+
+
+def _lock_file_problem(status: os.stat_result) -> str | None:
+    if not stat.S_ISREG(status.st_mode):
+        return f"is not a regular file (file type {stat.S_IFMT(status.st_mode):o})"
+    if status.st_uid != os.geteuid():
+        return f"is owned by uid {status.st_uid}, not by this proxy's user (uid {os.geteuid()})"
+    if status.st_nlink != 1:
+        return f"has {status.st_nlink} hard links (another name of the same file could be anything)"
+    return None
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def _make_socket_directory(directory: Path) -> None:
+    """Create the missing directories as 0755 (not as the umask says) and check the whole chain."""
+    missing, existing = [], directory
+    while not os.path.lexists(existing):
+        missing.append(existing)
+        existing = existing.parent
+    for created in reversed(missing):
+        try:
+            created.mkdir(mode=SOCKET_DIR_MODE)
+        except FileExistsError:
+            pass  # made meanwhile: judged below like any existing one
+    problem = TrustedOwners.with_extra().directory_chain_problem(directory)
+    if problem is not None:
+        raise UnsafeSocketPath(
+            f"refusing to serve a socket in {directory}: {problem}; anyone who can write there could "
+            "plant a link as its lock file or swap the socket"
+        )
+
+
 def claim_socket_path(path: Path) -> SocketLock:
     """Make the directory, take the lock and remove a stale socket file; refuse if the socket is live.
 
     The returned lock must be held (and released at exit) for as long as the socket is served.
+    Raises UnsafeSocketPath for a directory or lock file that someone else could have planted.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_socket_directory(path.parent)
     lock = lock_socket_path(path)
     try:
         _remove_stale_socket(path)

@@ -1,4 +1,5 @@
-"""The proxy process gives back its sockets and their lock files on every way it stops, in both modes.
+"""The proxy process gives back its sockets and their lock files on every way it stops, in both modes,
+and never follows a lock file someone planted as a link nor serves from a directory others can write.
 
 Real processes (`python -m runtimeproxy`) with private paths; no backend is needed: the proxy starts and
 serves without one. A path over the unix socket limit (107 bytes) is the start-up failure that comes after
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.lab.process import ProxyProcess
+from runtimeproxy.listener import lock_path_for
 
 MODES = ["Containerd", "Docker"]
 LISTENING_WAIT_SECONDS = 30.0
@@ -112,3 +114,56 @@ def test_a_second_proxy_on_the_same_state_dir_is_refused_naming_it(tmp_path: Pat
     assert f"{first.listen_path.parent / 'state' / 'toggles.json'} belongs to another running proxy (pid {first.pid}" \
         in log and "give each proxy its own --state-dir" in log
     assert first.stop() == 0, first.log_tail()
+
+
+def _planted_link(lock: Path, tmp_path: Path) -> Path:
+    """`lock` as a symbolic link to a root-owned file (what the proxy, as root, must never truncate)."""
+    target = tmp_path / "precious"
+    target.write_text("precious\n")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.symlink_to(target)
+    return target
+
+
+def _only_line(log: str) -> str:
+    """The one line a refused start logs (and nothing else)."""
+    (line,) = log.splitlines()
+    return line
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_lock_file_planted_as_a_link_stops_the_start_in_one_line_and_its_target_is_untouched(
+    tmp_path: Path, mode: str,
+) -> None:
+    proxy = _proxy(tmp_path, mode)
+    lock = lock_path_for(proxy.listen_path)
+    target = _planted_link(lock, tmp_path)
+    code, log = _failed_start(proxy)
+    assert code == 1, log
+    assert target.read_text() == "precious\n"
+    assert f"cannot start: refusing to use {lock}: it is a symbolic link (to {target})" in _only_line(log)
+    assert _leftovers(proxy.listen_path.parent) == [lock]  # left for the operator to look at
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_socket_directory_others_can_write_stops_the_start_naming_it(tmp_path: Path, mode: str) -> None:
+    proxy = _proxy(tmp_path, mode)
+    proxy.listen_path.parent.mkdir()
+    os.chmod(proxy.listen_path.parent, 0o777)
+    code, log = _failed_start(proxy)
+    assert code == 1, log
+    assert (f"cannot start: refusing to serve a socket in {proxy.listen_path.parent}: directory "
+            f"{proxy.listen_path.parent} is writable by group or others (mode 0777)") in _only_line(log)
+    assert _leftovers(proxy.listen_path.parent) == []
+
+
+def test_an_admin_lock_planted_as_a_link_costs_only_the_admin_api(tmp_path: Path) -> None:
+    proxy = _proxy(tmp_path, "Containerd")
+    lock = lock_path_for(proxy.admin_path)
+    target = _planted_link(lock, tmp_path)
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert f"admin API not available (runtimeproxyctl will not work): refusing to use {lock}" in proxy.log_tail()
+    assert target.read_text() == "precious\n"
+    assert proxy.stop() == 0, proxy.log_tail()
+    assert _leftovers(proxy.admin_path.parent) == [lock]

@@ -7,11 +7,14 @@ import pytest
 
 from runtimeproxy.listener import (
     SocketInUseError,
+    UnsafeSocketPath,
     claim_socket_path,
     lock_path_for,
     release_socket,
     restrict_socket,
 )
+
+NOBODY = 65534
 
 
 def _bound_socket(path: Path, listening: bool) -> socket.socket:
@@ -100,3 +103,88 @@ def test_a_refused_claim_leaves_the_lock_free(tmp_path: Path) -> None:
         claim_socket_path(path)
     path.unlink()
     claim_socket_path(path).release()
+
+
+# --- planted lock files and untrusted directories (issue 17) ---------------------------
+
+def _precious(tmp_path: Path) -> Path:
+    target = tmp_path / "precious"
+    target.write_text("precious\n")
+    os.chmod(target, 0o644)
+    return target
+
+
+def test_a_lock_file_planted_as_a_symbolic_link_is_refused_and_its_target_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "proxy.sock"
+    path.parent.mkdir()
+    target = _precious(tmp_path)
+    lock_path_for(path).symlink_to(target)
+    with pytest.raises(UnsafeSocketPath, match=f"refusing to use {lock_path_for(path)}: it is a symbolic link "
+                                               f"\\(to {target}\\)"):
+        claim_socket_path(path)
+    assert target.read_text() == "precious\n" and lock_path_for(path).is_symlink()
+
+
+def test_a_dangling_symbolic_link_is_not_followed_to_create_its_target(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "proxy.sock"
+    path.parent.mkdir()
+    lock_path_for(path).symlink_to(tmp_path / "created-by-root")
+    with pytest.raises(UnsafeSocketPath, match="symbolic link"):
+        claim_socket_path(path)
+    assert not (tmp_path / "created-by-root").exists()
+
+
+@pytest.mark.parametrize("plant", ["hard link", "fifo", "foreign owner"])
+def test_a_lock_path_that_is_not_a_regular_file_of_ours_is_refused_untouched(tmp_path: Path, plant: str) -> None:
+    path = tmp_path / "run" / "proxy.sock"
+    path.parent.mkdir()
+    lock = lock_path_for(path)
+    target = _precious(tmp_path)
+    if plant == "hard link":
+        os.link(target, lock)
+        problem = "has 2 hard links"
+    elif plant == "fifo":
+        os.mkfifo(lock)  # opening it must not block the start
+        problem = "is not a regular file"
+    else:
+        lock.write_text("precious\n")
+        os.chown(lock, NOBODY, NOBODY)
+        problem = f"is owned by uid {NOBODY}, not by this proxy's user"
+    with pytest.raises(UnsafeSocketPath, match=problem):
+        claim_socket_path(path)
+    assert target.read_text() == "precious\n"
+    if plant != "fifo":
+        assert lock.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777], ids=lambda mode: f"{mode:04o}")
+def test_a_socket_directory_others_can_write_is_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "run" / "proxy.sock"
+    path.parent.mkdir()
+    os.chmod(path.parent, mode)
+    with pytest.raises(UnsafeSocketPath, match=f"refusing to serve a socket in {path.parent}: directory "
+                                               f"{path.parent} is writable by group or others \\(mode {mode:04o}\\)"):
+        claim_socket_path(path)
+    assert list(path.parent.iterdir()) == []  # no lock file created there
+
+
+def test_a_socket_directory_of_another_user_or_below_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "up" / "run" / "proxy.sock"
+    path.parent.mkdir(parents=True)
+    os.chown(path.parent, NOBODY, NOBODY)
+    with pytest.raises(UnsafeSocketPath, match=f"directory {path.parent} is owned by uid {NOBODY}"):
+        claim_socket_path(path)
+    os.chown(path.parent, 0, 0)
+    os.chmod(tmp_path / "up", 0o777)
+    with pytest.raises(UnsafeSocketPath, match=f"directory {tmp_path / 'up'} is writable by group or others"):
+        claim_socket_path(path)
+
+
+def test_missing_directories_are_created_0755_whatever_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "proxy.sock"
+    previous = os.umask(0o002)
+    try:
+        claim_socket_path(path).release()
+    finally:
+        os.umask(previous)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a", tmp_path / "a" / "b")] == [0o755, 0o755]

@@ -233,7 +233,7 @@ class CallRefused(Exception):
 
 
 class SocketNotTrusted(CallRefused):
-    """The plugin's socket belongs to an untrusted user."""
+    """The plugin's socket, or a directory or link on its path, could be swapped by an untrusted user."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
 
@@ -265,10 +265,10 @@ class PluginChannel:
         return self._channel is not None
 
     def open(self) -> grpc.aio.Channel:
-        """The channel for one call, after checking who owns the socket; raises CallRefused."""
+        """The channel for one call, once only trusted users can change its socket path; raises CallRefused."""
         if self.closed:
             raise ChannelClosed(f"the channel to {grpc_target(self.endpoint)} is closed: plugin unregistered")
-        self._check_socket_owner()
+        self._check_socket_path()
         if self._channel is None:
             log.debug("connecting to plugin endpoint %s", grpc_target(self.endpoint))
             self._channel = grpc.aio.insecure_channel(
@@ -296,14 +296,28 @@ class PluginChannel:
         except Exception:  # noqa: BLE001
             log.exception("closing the channel to plugin endpoint %s failed", grpc_target(self.endpoint))
 
-    def _check_socket_owner(self) -> None:
+    def _check_socket_path(self) -> None:
+        """Refuse the call unless only trusted users can change what a connect() to the endpoint reaches.
+
+        gRPC connects by path, on its own schedule (the first call, after an idle timeout, after
+        the plugin restarted), so checking the socket found now says nothing about the one it will
+        connect to. The path walk does (see `trust`): once every directory on the way is one that
+        no untrusted user can write, nobody but a trusted user can swap the socket between this check
+        and any connect that follows, or create it while it is missing. A channel whose path stops
+        being trusted is dropped, so a connection made while it was not is never reused.
+        """
         try:
-            status = os.stat(self.endpoint)  # follows links: the socket connect() would reach
-        except OSError:
-            return  # missing or unreachable: the call itself reports it (UNAVAILABLE)
-        problem = self._owners.owner_problem(f"socket {self.endpoint}", status)
+            problem = self._owners.socket_path_problem(self.endpoint)
+        except OSError as error:
+            self._drop_current()
+            raise CallRefused(f"socket {self.endpoint} cannot be reached: {error.strerror or error}") from None
         if problem is not None:
+            self._drop_current()
             raise SocketNotTrusted(problem)
+
+    def _drop_current(self) -> None:
+        if self._channel is not None:
+            self.drop(self._channel)
 
 
 def plugin_channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
