@@ -20,13 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TypeVar
+
+from google.protobuf import json_format
 
 from runtimeproxy.lab.conformance import (
     ConformanceLab, conformance_prerequisites, conformance_verdict, report_dir, run_conformance,
@@ -35,7 +39,7 @@ from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
 from runtimeproxy.lab.critest import CritestResult
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
-from runtimeproxy.lab.images import build_and_import
+from runtimeproxy.lab.images import LAB_IMAGES, build_and_import
 from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.tools import find_tool, missing_tool_message
@@ -133,8 +137,29 @@ def print_plugin_requests(base: Path) -> None:
         print(f"  {json.loads(line)['hook']}")
 
 
-def wait_for_ctrl_c(cri_socket: Path) -> None:
-    print(f"running; try: crictl --runtime-endpoint unix://{cri_socket} ps -a  (Ctrl-C stops)")
+def write_crictl_samples(base: Path, client: CriClient) -> tuple[Path, Path]:
+    """A pod and a container config as crictl reads them (CRI's JSON field names, numeric enums)."""
+    pod = client.pod_config("demo", base / "pod-logs" / "demo", labels={"app": "demo"}, uid="demo-uid-1")
+    container = client.container_config("demo", envs={"FROM": "crictl"})
+    paths = base / "pod.json", base / "container.json"
+    for path, message in zip(paths, (pod, container)):
+        document = json_format.MessageToDict(message, preserving_proto_field_name=True, use_integers_for_enums=True)
+        path.write_text(json.dumps(document, indent=2) + "\n")
+    return paths
+
+
+def wait_until_stopped(cri_socket: Path, admin_socket: Path | None, base: Path) -> None:
+    """--keep: say what is running and how to use it, then wait for Ctrl-C or SIGTERM."""
+    with open_channel(cri_socket) as channel:
+        pod_json, container_json = write_crictl_samples(base, CriClient(channel))
+    crictl = f"crictl --runtime-endpoint unix://{cri_socket} --image-endpoint unix://{cri_socket}"
+    print(f"running until Ctrl-C or SIGTERM. CRI socket: {cri_socket}"
+          + (f"; admin socket: {admin_socket} (runtimeproxyctl --admin-endpoint {admin_socket} status)"
+             if admin_socket else ""))
+    print(f"images: {', '.join(LAB_IMAGES)}")
+    print(f"try:  {crictl} runp {pod_json}")
+    print(f"      {crictl} create POD_ID {container_json} {pod_json}")
+    print(f"      {crictl} start CONTAINER_ID; {crictl} ps -a")
     try:
         while True:
             time.sleep(3600)
@@ -151,7 +176,7 @@ def run_containerd(base: Path, keep: bool) -> None:
             pod_lifecycle(client, base / "pod-logs", lambda cid, pid: show_plugin_effects(client, cid, pid))
         print_plugin_requests(base)
         if keep:
-            wait_for_ctrl_c(proxy.listen_path)
+            wait_until_stopped(proxy.listen_path, proxy.admin_path, base)
 
 
 def run_docker(base: Path, keep: bool) -> None:
@@ -170,7 +195,7 @@ def run_docker(base: Path, keep: bool) -> None:
                           lambda cid, pid: show_docker_effects(dockerd, cid, pid))
         print_plugin_requests(base)
         if keep:
-            wait_for_ctrl_c(cri.socket)
+            wait_until_stopped(cri.socket, None, base)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,19 +210,27 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"lab: cannot run here: {problem}", file=sys.stderr)
         return 1
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
     base = Path(tempfile.mkdtemp(prefix="rp-lab-", dir="/tmp"))
     try:
         if args.conformance:
             return conformance(base)
-        print(f"runtimeproxy lab in {base}")
+        print(f"runtimeproxy lab in {base}", flush=True)
         if args.docker:
             run_docker(base, args.keep)
         else:
             run_containerd(base, args.keep)
         print("lab finished: everything stopped and removed")
         return 0
+    except KeyboardInterrupt:
+        print("lab interrupted: everything stopped and removed")
+        return 130
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
