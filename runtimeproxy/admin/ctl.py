@@ -23,6 +23,7 @@ import orjson
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from runtimeproxy import __version__
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"per request (default: {DEFAULT_TIMEOUT_SECONDS:g})")
     parser = _Parser(prog=PROG, parents=[common], allow_abbrev=False,
                      description="Inspect a running runtimeproxy and toggle its hook plugins on this node.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     commands.add_parser("status", parents=[common], help="version, backends, plugins and their calls, toggles")
     for name, verb in (("disable", "turn off"), ("enable", "turn on again")):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from runtimeproxy import __version__
 from runtimeproxy.admin.ctl import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from runtimeproxy.lab.cri import open_channel
@@ -171,3 +172,10 @@ def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: 
 
     config_dir.chmod(0o755)
     wait_for(operated, lambda s: s["plugin_config_dir_problem"] == "")
+
+
+def test_ctl_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == EXIT_OK
+    assert capsys.readouterr().out.strip() == f"runtimeproxyctl {__version__}"
