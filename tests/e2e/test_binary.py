@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 from collections.abc import Iterator
@@ -211,7 +212,8 @@ def test_frozen_reexec_keeps_one_child_and_one_extraction(
     binaries: Path, containerd: ContainerdInstance, workdir: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On the host (where /sys says whether huge pages help): the CRI-mode re-exec with GLIBC_TUNABLES
-    happens in the bootloader's child, which stays the bootloader's only child and reuses its extraction."""
+    happens in the bootloader's child, which stays the bootloader's only child and reuses its extraction;
+    SIGTERM to both, as systemd sends it, stops the proxy cleanly and removes the extraction."""
     base = workdir / "frozen-reexec"
     tmp = base / "tmp"
     tmp.mkdir(parents=True)
@@ -228,8 +230,11 @@ def test_frozen_reexec_keeps_one_child_and_one_extraction(
         assert reexecuted == wants_huge_pages_reexec()
         assert len(list(tmp.glob(f"{EXTRACTION_PREFIX}*"))) == 1
         assert "GLIBC_TUNABLES" not in _environment(proxy.pid)
+        # systemd's KillMode=control-group signals every process of the unit: the child gets SIGTERM
+        # directly and once more forwarded by the bootloader (ProxyProcess.stop signals the bootloader).
+        os.kill(python_pid, signal.SIGTERM)
     finally:
-        code = proxy.stop()  # SIGTERM to the bootloader, as systemd sends it: forwarded to the child
+        code = proxy.stop()
     assert code == 0, proxy.log_tail()
     assert list(tmp.glob(f"{EXTRACTION_PREFIX}*")) == []
     assert not proxy.listen_path.exists()
