@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,7 +82,8 @@ def synthetic_backend(base: Path) -> Iterator[Path]:
         backend.wait(10)
 
 
-def time_until_serving(command: list[str], backend: Path, base: Path, on_serving=None) -> float:
+def time_until_serving(command: list[str], backend: Path, base: Path,
+                       on_serving: Callable[[], None] | None = None) -> float:
     """Seconds from spawn until health answers SERVING; `on_serving` runs while the proxy serves."""
     proxy = ProxyProcess(base / "rp.sock", backend, command=command)
     started = time.monotonic()
@@ -124,7 +125,7 @@ def elf_files(directory: Path) -> list[Path]:
     return found
 
 
-def median_of(runs: int, measure) -> float:
+def median_of(runs: int, measure: Callable[[], float]) -> float:
     return statistics.median(measure() for _ in range(runs))
 
 

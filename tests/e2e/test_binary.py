@@ -20,7 +20,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from runtimeproxy import __version__
