@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests;
 # python3-venv: the README's node install (a virtualenv of Debian's python3), run as written by the tests;
 # docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
+# binutils: objdump, which PyInstaller needs for scripts/build_binary.sh (and the glibc figure in bench/).
 debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io python3-venv
-  docker-registry util-linux procps iproute2 iptables)
+  docker-registry util-linux procps iproute2 iptables binutils)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
