@@ -127,11 +127,14 @@ class DockerHooks:
     # -- create ----------------------------------------------------------------------------------------
 
     async def before_create(self, call: InterceptedCall, data: bytes) -> bytes:
+        name = parse_kube_name(create_name(call.match.query))
+        if name is None:  # known from the query alone: the body is not even decoded
+            log.debug("create %s: not created by Kubernetes (no hooks)", call.match.query)
+            return data
         body = await parse_body(data)
         labels = body.get("Labels") or {}
         kind = docker_type(labels) if isinstance(labels, dict) else ""
-        name = parse_kube_name(create_name(call.match.query))
-        if name is None or kind not in (SANDBOX_TYPE, CONTAINER_TYPE):
+        if kind not in (SANDBOX_TYPE, CONTAINER_TYPE):
             log.debug("create %s: not created by Kubernetes (no hooks)", call.match.query)
             return data  # not created by Kubernetes: no hooks, not recorded
         if kind == SANDBOX_TYPE:
