@@ -35,7 +35,6 @@ def _answer(socket_path: Path, request: bytes) -> tuple[int, bytes]:
         connection.settimeout(WAIT_SECONDS)
         connection.connect(str(socket_path))
         connection.sendall(request)
-        connection.shutdown(socket.SHUT_WR) if request.startswith(b"GET") else None
         data = b""
         while b"\r\n\r\n" not in data or not _complete(data):
             chunk = connection.recv(65536)
