@@ -25,6 +25,7 @@ import asyncio
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 import os
 import sys
@@ -89,7 +90,12 @@ def release_free_memory() -> bool:
 
 
 class IdleTrimmer:
-    """Trims the heap once calls have been served and then none started for an interval."""
+    """Trims the heap once calls have been served and then none started for an interval.
+
+    Reference cycles are collected first: asyncio keeps a failed write's error in a cycle with that
+    write's frames (and their callers' buffers), and an idle process allocates too little to trigger
+    the full collection that would free them.
+    """
 
     def __init__(self, calls_started: Callable[[], int]) -> None:
         self._calls_started = calls_started
@@ -102,6 +108,7 @@ class IdleTrimmer:
         if busy or now == self._trimmed_at:
             return False
         self._trimmed_at = now
+        gc.collect()
         free = free_heap_bytes()
         if free is not None and free < TRIM_WORTHWHILE_BYTES:
             return False

@@ -2,7 +2,10 @@
 
 Hop-by-hop headers describe one connection, so they are dropped, together with every header the
 `Connection` header names; an upgrade keeps `Connection: Upgrade` and `Upgrade`, as Go's ReverseProxy
-does. Framing is re-decided per hop by h11: we only say "chunked" or keep `Content-Length`.
+does. Framing is re-decided per hop by h11: we only say "chunked" or keep `Content-Length`. Framing
+headers are never dropped because `Connection` names them (the body would lose its length), and a
+forwarded message has exactly one: with both, `Transfer-Encoding` wins (RFC 9112 §6.3) and
+`Content-Length` is removed, which is also how dockerd (Go's net/http) reads such a request.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ HOP_BY_HOP_HEADERS = frozenset({
     b"connection", b"proxy-connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization",
     b"te", b"trailer", b"transfer-encoding", b"upgrade",
 })
+# Never dropped for being named in `Connection`: the message's length depends on them.
+FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 RAW_STREAM_TYPES = (b"application/vnd.docker.raw-stream", b"application/vnd.docker.multiplexed-stream")
 
 
@@ -47,7 +52,7 @@ def is_chunked(headers: Iterable[Header]) -> bool:
 def end_to_end(headers: Iterable[Header]) -> list[Header]:
     """`headers` without hop-by-hop ones, names and order as received."""
     headers = list(headers)
-    named = _tokens(headers, b"connection")
+    named = _tokens(headers, b"connection") - FRAMING_HEADERS
     return [(key, value) for key, value in headers
             if key.lower() not in HOP_BY_HOP_HEADERS and key.lower() not in named]
 
@@ -64,8 +69,9 @@ def forwarded_request_headers(headers: Iterable[Header], body_length: int | None
     kept = end_to_end(headers)
     if header_value(kept, b"host") is None:
         kept.insert(0, (b"Host", b""))  # HTTP/1.0 clients may omit it; dockerd's HTTP/1.1 needs one
-    if body_length is not None:
+    if body_length is not None or is_chunked(headers):
         kept = [(k, v) for k, v in kept if k.lower() != b"content-length"]
+    if body_length is not None:
         kept.append((b"Content-Length", str(body_length).encode()))
     elif is_chunked(headers):
         kept.append((b"Transfer-Encoding", b"chunked"))
@@ -79,6 +85,8 @@ def forwarded_response_headers(headers: Iterable[Header], status: int) -> list[H
     (chunked for HTTP/1.1, close-delimited for HTTP/1.0)."""
     headers = list(headers)
     kept = end_to_end(headers)
+    if is_chunked(headers):  # h11 read it chunked; a Content-Length beside that is no length at all
+        kept = [(k, v) for k, v in kept if k.lower() != b"content-length"]
     if status == 101:
         kept += upgrade_headers(headers)
     return kept

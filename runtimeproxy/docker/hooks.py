@@ -17,12 +17,12 @@ reaches dockerd. Post-hooks run after dockerd answered 2xx/304 and never change 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 
 from google.protobuf.message import Message
 
+from runtimeproxy.docker.bodies import parse_body, serialize_body
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
 from runtimeproxy.docker.messages import (
     CONTAINER_TYPE,
@@ -37,7 +37,6 @@ from runtimeproxy.docker.messages import (
     container_create_request,
     create_name,
     docker_type,
-    parse_body,
     parse_kube_name,
     sandbox_create_request,
     update_resources,
@@ -104,7 +103,7 @@ class DockerHooks:
         if not _succeeded(answer):
             return
         if route is HookedRoute.CREATE:
-            self.after_create(call, answer)
+            await self.after_create(call, answer)
         elif route is HookedRoute.START:
             if self.store.pod(container_id) is None:  # a sandbox's start is part of RunPodSandbox
                 await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id))
@@ -128,11 +127,14 @@ class DockerHooks:
     # -- create ----------------------------------------------------------------------------------------
 
     async def before_create(self, call: InterceptedCall, data: bytes) -> bytes:
-        body = parse_body(data)
+        name = parse_kube_name(create_name(call.match.query))
+        if name is None:  # known from the query alone: the body is not even decoded
+            log.debug("create %s: not created by Kubernetes (no hooks)", call.match.query)
+            return data
+        body = await parse_body(data)
         labels = body.get("Labels") or {}
         kind = docker_type(labels) if isinstance(labels, dict) else ""
-        name = parse_kube_name(create_name(call.match.query))
-        if name is None or kind not in (SANDBOX_TYPE, CONTAINER_TYPE):
+        if kind not in (SANDBOX_TYPE, CONTAINER_TYPE):
             log.debug("create %s: not created by Kubernetes (no hooks)", call.match.query)
             return data  # not created by Kubernetes: no hooks, not recorded
         if kind == SANDBOX_TYPE:
@@ -146,7 +148,7 @@ class DockerHooks:
             changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, info)
             if changed != info:
                 apply_to_sandbox_body(body, changed)  # type: ignore[arg-type]
-                data = json.dumps(body).encode()
+                data = await serialize_body(body, len(data))
                 info = changed  # type: ignore[assignment]
         call.notes[_POD_NOTE] = PodRecord(info, skip)
         return data
@@ -167,15 +169,15 @@ class DockerHooks:
                 (body.get("HostConfig") or {}).get("CgroupParent") != changed.pod_cgroup_parent
             if changed != info or moved:
                 apply_to_container_body(body, changed)
-                data = json.dumps(body).encode()
+                data = await serialize_body(body, len(data))
                 info = changed
         call.notes[_CONTAINER_NOTE] = (sandbox_id, info)
         return data
 
-    def after_create(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+    async def after_create(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
         try:
-            container_id = json.loads(answer.body).get("Id", "")
-        except (ValueError, AttributeError):
+            container_id = (await parse_body(answer.body)).get("Id", "")
+        except BodyError:
             log.warning("cannot read the new container's ID from dockerd's answer")
             return
         if not container_id:
@@ -196,7 +198,7 @@ class DockerHooks:
                 await self._pre_hook(points.PRE_START_CONTAINER, request)
 
     async def before_update(self, call: InterceptedCall, data: bytes) -> bytes:
-        body = parse_body(data)
+        body = await parse_body(data)
         update = update_resources(body)
         call.notes[_UPDATE_NOTE] = update
         if not self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES):
@@ -211,7 +213,7 @@ class DockerHooks:
             return data
         apply_to_update_body(body, info, changed)  # type: ignore[arg-type]
         call.notes[_UPDATE_NOTE] = update_resources(body)
-        return json.dumps(body).encode()
+        return await serialize_body(body, len(data))
 
     async def after_stop(self, container_id: str) -> None:
         if not (self.dispatcher.has_plugins(points.POST_STOP_POD_SANDBOX)

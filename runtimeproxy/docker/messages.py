@@ -13,7 +13,6 @@ so it would silently drop a limit rather than keep it (the Go proxy overwrites r
 
 from __future__ import annotations
 
-import json
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,16 +61,6 @@ class KubeName:
 
 
 # --- reading -------------------------------------------------------------------------------------
-
-
-def parse_body(data: bytes) -> Body:
-    try:
-        body = json.loads(data)
-    except ValueError as error:
-        raise BodyError(f"body is not JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise BodyError("body is not a JSON object")
-    return body
 
 
 def create_name(query: str) -> str:

@@ -6,7 +6,8 @@ while both sides keep the connection alive), stream the request body up and the 
 chunk, each write awaiting the peer (backpressure), nothing buffered whole. A `101` answer turns the
 connection into a raw tunnel (`tunnel`), and so does dockerd's `200` + raw stream to an exec start or
 attach that did not ask for an upgrade (older clients). Hooked routes (`routes`) take the `interception` seam instead:
-whole JSON bodies, rewritten before and reported after. dockerd unreachable → `503`, dockerd hanging
+whole JSON bodies, rewritten before and reported after; a client that hangs up while the pre step runs
+(a plugin call) cancels it, and nothing reaches dockerd. dockerd unreachable → `503`, dockerd hanging
 up before answering → `502`, both with Docker's `{"message": ...}` body. A client that goes away while
 its answer streams (`events`, `logs -f`) closes the upstream connection, which ends the stream there.
 """
@@ -17,8 +18,9 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import h11
 
@@ -44,9 +46,11 @@ from runtimeproxy.docker.upstream import (
     ReachabilityLog,
     Upstream,
     UpstreamBroken,
+    forget_stream_error,
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ClientGone(ConnectionError):
@@ -63,12 +67,15 @@ class ClientSession:
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         docker_socket: Path, interceptor: Interceptor, reachability: ReachabilityLog,
+        on_request: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_request` is told of each request as it starts (the idle trimmer counts them)."""
         self._reader = reader
         self._writer = writer
         self._docker_socket = docker_socket
         self._interceptor = interceptor
         self._reachability = reachability
+        self._on_request = on_request
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._upstream: Upstream | None = None
         self._client_reader: asyncio.Task[None] | None = None
@@ -84,11 +91,13 @@ class ClientSession:
                 if not isinstance(event, h11.Request):
                     return  # ConnectionClosed: the client is done
                 self.idle = False
+                self._on_request()
                 if not await self._exchange(event) or not self._start_next_cycle():
                     return
                 self.idle = True
         except h11.RemoteProtocolError as error:
-            await self._answer_error(error.error_status_hint, f"malformed HTTP request: {error}", close=True)
+            if not self._reader.at_eof():  # a client that hung up mid-request is not answered
+                await self._answer_error(error.error_status_hint, f"malformed HTTP request: {error}", close=True)
         except (ClientGone, _Abandon, ConnectionError):
             pass
         finally:
@@ -96,6 +105,7 @@ class ClientSession:
             self._close_upstream()
             with contextlib.suppress(RuntimeError):
                 self._writer.close()
+            forget_stream_error(self._reader)
 
     # -- the client side --------------------------------------------------------------------------------
 
@@ -170,6 +180,9 @@ class ClientSession:
             answer.result()
         except UpstreamBroken as error:
             return await self._answer_error(502, str(error), close=True)
+        except h11.LocalProtocolError as error:  # the body does not fit the framing forwarded
+            self._drop_upstream()
+            return await self._answer_error(400, f"cannot forward this request: {error}", close=True)
         finally:
             answer.cancel()
             await self._stop_client_reader()
@@ -273,13 +286,18 @@ class ClientSession:
     # -- hooked routes ----------------------------------------------------------------------------------
 
     async def _hooked_exchange(self, request: h11.Request, match: RouteMatch) -> bool:
+        self._hijack_possible = False
         body = await self._whole_request_body()
         if body is None:
             return await self._answer_error(
                 413, f"request body over {MAX_HOOKED_BODY_BYTES} bytes on a hooked route", close=True)
         call = InterceptedCall(match, request.method, request.target, tuple(request.headers.raw_items()))
         try:
-            outcome = await self._interceptor.before(call, body)
+            outcome = await self._while_client_waits(self._interceptor.before(call, body))
+        except ClientGone:
+            log.info("client gone during the pre step for %s: call abandoned, nothing sent to dockerd",
+                     match.route.value)
+            raise
         except Exception as error:
             log.exception("pre step for %s failed", match.route.value)
             outcome = ErrorReply(500, f"runtimeproxy: {match.route.value}: {error}")
@@ -309,19 +327,37 @@ class ClientSession:
             h11.Data(data=answer.body), h11.EndOfMessage())
         return upstream.finish_exchange() or self._drop_upstream()
 
+    async def _while_client_waits(self, step: Awaitable[T]) -> T:
+        """Run `step` while watching the client: if it hangs up first, `step` is cancelled and ClientGone
+        raised (as a Go server cancels the request's context)."""
+        work = asyncio.ensure_future(step)
+        watch = asyncio.create_task(self._watch_client())
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and watch.done() and watch.exception() is not None:
+                raise ClientGone("client closed the connection")
+            return await work  # the watch ended without EOF (its buffer is full): keep waiting
+        finally:
+            for task in (work, watch):
+                task.cancel()
+            await asyncio.gather(work, watch, return_exceptions=True)
+
     async def _whole_request_body(self) -> bytes | None:
         """The complete request body, or None (body left unread) when it exceeds the limit."""
         if self._conn.they_are_waiting_for_100_continue:
             await self._send(h11.InformationalResponse(status_code=100, headers=[]))
         chunks: list[bytes] = []
         size = 0
-        while not isinstance(event := await self._client_event(), h11.EndOfMessage):
-            assert isinstance(event, h11.Data)
-            size += len(event.data)
-            if size > MAX_HOOKED_BODY_BYTES:
-                return None
-            chunks.append(bytes(event.data))
-        return b"".join(chunks)
+        try:
+            while not isinstance(event := await self._client_event(), h11.EndOfMessage):
+                assert isinstance(event, h11.Data)
+                size += len(event.data)
+                if size > MAX_HOOKED_BODY_BYTES:
+                    return None
+                chunks.append(bytes(event.data))
+            return b"".join(chunks)
+        finally:
+            chunks.clear()  # a traceback that keeps this frame must not keep the body
 
     async def _whole_answer(self, upstream: Upstream) -> UpstreamAnswer:
         head, body = await upstream.whole_answer(MAX_HOOKED_BODY_BYTES)

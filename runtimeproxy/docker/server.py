@@ -3,7 +3,8 @@
 The socket is claimed with the same rules as CRI mode (`runtimeproxy.listener`). On SIGTERM/SIGINT the
 proxy stops accepting, closes idle keep-alive connections, lets exchanges in flight finish for the grace
 period (long streams such as `events` or an attached terminal are cut after it), removes its socket and
-exits 0.
+exits 0. As in CRI mode, freed memory goes back to the kernel once requests stop for a moment
+(`allocator.IdleTrimmer`): a burst of large hooked bodies does not leave the process big.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import time
 
+from runtimeproxy.allocator import IdleTrimmer
 from runtimeproxy.admin.operator import OperatorEndpoints
 from runtimeproxy.admin.status import DockerBackend, ProxyParts
 from runtimeproxy.docker.engine import EngineClient
@@ -42,6 +44,8 @@ class DockerProxyServer:
         self._socket_inode: int | None = None
         self._socket_lock: SocketLock | None = None
         self._reachability = ReachabilityLog()
+        self.requests_started = 0  # read by the idle trimmer
+        self._trimmer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         path = self.options.listen_path
@@ -57,6 +61,8 @@ class DockerProxyServer:
                                                 "store-rebuild")
         self._server = await asyncio.start_unix_server(self._serve_client, path=str(path))
         self._socket_inode = restrict_socket(path)
+        trimmer = IdleTrimmer(lambda: self.requests_started)
+        self._trimmer = asyncio.create_task(trimmer.run(), name="idle-trimmer")
         log.info("Docker mode: listening on %s; dockerd at unix://%s; plugin configs in %s (%d plugins)%s",
                  path, self.options.runtime_path, self.options.hook_config_dir,
                  len(self.hook_service.registry.plugins), self.operator.summary())
@@ -64,7 +70,8 @@ class DockerProxyServer:
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        session = ClientSession(reader, writer, self.options.runtime_path, self.interceptor, self._reachability)
+        session = ClientSession(reader, writer, self.options.runtime_path, self.interceptor, self._reachability,
+                                self._count_request)
         self._sessions[task] = session
         try:
             await session.run()
@@ -72,6 +79,9 @@ class DockerProxyServer:
             log.exception("Docker relay: connection failed")
         finally:
             self._sessions.pop(task, None)
+
+    def _count_request(self) -> None:
+        self.requests_started += 1
 
     async def stop(self, grace: float | None = None) -> None:
         grace = self.options.shutdown_grace_seconds if grace is None else grace
@@ -88,6 +98,10 @@ class DockerProxyServer:
             for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            await asyncio.gather(self._trimmer, return_exceptions=True)
+            self._trimmer = None
         if self.operator is not None:
             await self.operator.stop()
             self.operator = None

@@ -46,6 +46,19 @@ class ReachabilityLog:
         self._reachable = reachable
 
 
+def forget_stream_error(reader: asyncio.StreamReader) -> None:
+    """Drop the traceback and context of the error asyncio keeps on a closed stream.
+
+    That error sits in a reference cycle with the frame of the write or read that failed, and through that
+    frame's callers (and the error that was being handled then) with whole request bodies: only a full
+    garbage collection would free them, and an idle proxy allocates too little to trigger one.
+    """
+    error = reader.exception()
+    while error is not None:
+        error.__traceback__ = None
+        error.__context__, error = None, error.__context__
+
+
 class Upstream:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -120,3 +133,4 @@ class Upstream:
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop may already be closed at shutdown
             self.writer.close()
+        forget_stream_error(self.reader)

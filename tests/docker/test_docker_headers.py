@@ -37,3 +37,18 @@ def test_upgrade_keeps_connection_and_upgrade() -> None:
     assert forwarded_response_headers(answer, 101) == answer
     assert forwarded_response_headers(answer, 200) == answer[:1]
     assert not asks_upgrade([(b"Upgrade", b"tcp")])
+
+
+def test_framing_headers_named_in_connection_are_kept() -> None:
+    sized = [(b"Host", b""), (b"Connection", b"Content-Length, X-Trace"), (b"Content-Length", b"3"), (b"X-Trace", b"1")]
+    assert forwarded_request_headers(sized) == [(b"Host", b""), (b"Content-Length", b"3")]
+    chunked = [(b"Host", b""), (b"Connection", b"Transfer-Encoding"), (b"Transfer-Encoding", b"chunked")]
+    assert forwarded_request_headers(chunked) == [(b"Host", b""), (b"Transfer-Encoding", b"chunked")]
+
+
+def test_with_both_framing_headers_only_transfer_encoding_is_forwarded() -> None:
+    both = [(b"Host", b""), (b"Content-Length", b"5"), (b"Transfer-Encoding", b"chunked")]
+    assert forwarded_request_headers(both) == [(b"Host", b""), (b"Transfer-Encoding", b"chunked")]
+    assert forwarded_request_headers(both, body_length=9) == [(b"Host", b""), (b"Content-Length", b"9")]
+    answer = [(b"Content-Length", b"5"), (b"Transfer-Encoding", b"chunked"), (b"Content-Type", b"text/plain")]
+    assert forwarded_response_headers(answer, 200) == [(b"Content-Type", b"text/plain")]

@@ -136,3 +136,41 @@ def test_hijack_routes() -> None:
     assert is_hijack_route(b"POST", b"/containers/abc/attach?stream=1&stdin=1")
     assert not is_hijack_route(b"POST", b"/v1.41/containers/abc/start")
     assert not is_hijack_route(b"GET", b"/v1.41/exec/abc/json")
+
+
+class HeldInterceptor:
+    """A pre step that waits (like a slow plugin call) until cancelled; records that it was."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
+        self.started.set()
+        try:
+            await asyncio.sleep(3 * WAIT_SECONDS)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return body
+
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+        return None
+
+
+def test_a_client_hanging_up_during_the_pre_step_cancels_it_and_nothing_reaches_dockerd(tmp_path: Path) -> None:
+    bodies: list[tuple[bytes, bytes]] = []
+    held = HeldInterceptor()
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", _capturing_dockerd(bodies)) as fake, \
+                docker_proxy(tmp_path, held) as proxy:
+            _, writer = await asyncio.open_unix_connection(str(proxy))
+            writer.write(_create_request(b'{"Labels":{}}'))
+            await asyncio.wait_for(held.started.wait(), WAIT_SECONDS)
+            writer.close()
+            await asyncio.wait_for(held.cancelled.wait(), WAIT_SECONDS)
+            assert fake.connections == 0
+
+    asyncio.run(scenario())
+    assert bodies == []

@@ -19,7 +19,6 @@ from runtimeproxy.docker.messages import (
     create_name,
     envs_of,
     inspected,
-    parse_body,
     parse_kube_name,
     pod_from_inspect,
     sandbox_create_request,
@@ -73,12 +72,6 @@ def test_parse_kube_name(name: str, expected: KubeName | None) -> None:
 def test_create_name_reads_the_query() -> None:
     assert create_name("name=k8s_POD_web_ns_u-1_2&platform=") == "k8s_POD_web_ns_u-1_2"
     assert create_name("") == ""
-
-
-@pytest.mark.parametrize("data", [b"not json", b"[1]", b'"x"'])
-def test_parse_body_refuses_what_is_not_an_object(data: bytes) -> None:
-    with pytest.raises(BodyError):
-        parse_body(data)
 
 
 def test_envs_of_keeps_order_and_leaves_out_bare_names() -> None:

@@ -263,3 +263,86 @@ def test_hijack_without_upgrade_becomes_a_raw_stream_too(tmp_path: Path) -> None
             assert await asyncio.wait_for(reader.read(), WAIT_SECONDS) == b"echo:hi\n"
 
     run(scenario())
+
+
+def _recording_dockerd(received: list[tuple[bytes, bytes]]):  # type: ignore[no-untyped-def]
+    """Reads one request with h11 (as dockerd would frame it), records head and body, answers 201."""
+    import h11
+
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await read_head(reader)
+        conn = h11.Connection(h11.SERVER)
+        conn.receive_data(head + await reader.read(65536))
+        body = b""
+        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                conn.receive_data(await asyncio.wait_for(reader.read(65536), WAIT_SECONDS))
+            elif isinstance(event, h11.Data):
+                body += event.data
+        received.append((head, body))
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    return dockerd
+
+
+@pytest.mark.parametrize("framing, expected", [
+    (b"Connection: Content-Length\r\nContent-Length: 12\r\n\r\n{\"Name\":\"v\"}", b"Content-Length: 12"),
+    (b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\nc\r\n{\"Name\":\"v\"}\r\n0\r\n\r\n",
+     b"Transfer-Encoding: chunked"),
+], ids=["connection-names-content-length", "content-length-and-chunked"])
+def test_the_body_crosses_with_exactly_one_framing_header(tmp_path: Path, framing: bytes, expected: bytes) -> None:
+    received: list[tuple[bytes, bytes]] = []
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", _recording_dockerd(received)), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            response, _ = await exchange(reader, writer, b"POST /v1.41/volumes/create HTTP/1.1\r\nHost: \r\n" + framing)
+            assert response.status_code == 201
+
+    run(scenario())
+    [(head, body)] = received
+    framing_lines = [line for line in header_lines(head)
+                     if line.lower().startswith((b"content-length", b"transfer-encoding"))]
+    assert (framing_lines, body) == ([expected], b'{"Name":"v"}')
+
+
+def test_a_session_ended_by_an_aborted_upload_is_freed_without_the_cycle_collector(tmp_path: Path) -> None:
+    """An aborted 15 MiB hooked upload: nothing of the session may sit in a reference cycle (an idle
+    process rarely runs the full collection that would free it)."""
+    import gc
+    import weakref
+
+    from runtimeproxy.docker.interception import PassThrough
+
+    async def scenario() -> None:
+        options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock",
+                               backend_mode="Docker", hook_config_dir=tmp_path / "hooks")
+        proxy = DockerProxyServer(options, PassThrough())
+        await proxy.start()
+        try:
+            _, writer = await asyncio.open_unix_connection(str(options.listen_path))
+            writer.write(b"POST /v1.41/containers/create HTTP/1.1\r\nHost: \r\nContent-Length: %d\r\n\r\n"
+                         % (16 * 1024 * 1024))
+            for _ in range(15):
+                writer.write(b"x" * (1024 * 1024))
+                await writer.drain()
+            while not proxy._sessions:
+                await asyncio.sleep(0.01)
+            [(task, session)] = proxy._sessions.items()
+            freed = weakref.ref(session)
+            del session
+            writer.close()
+            await asyncio.wait_for(task, WAIT_SECONDS)
+            del task
+            await asyncio.sleep(0)
+            assert freed() is None
+        finally:
+            await proxy.stop(0)
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(scenario())
+    finally:
+        gc.enable()

@@ -1,0 +1,101 @@
+"""Hooked bodies decoded and encoded off the event loop (docker.bodies), and what does not decode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from dockerkit import WAIT_SECONDS, FakeDockerd, exchange, read_head
+
+from runtimeproxy.docker import bodies
+from runtimeproxy.docker.bodies import C_CODEC_MAX_BYTES, decode_body, encode_body
+from runtimeproxy.docker.messages import BodyError
+from runtimeproxy.docker.server import DockerProxyServer
+from runtimeproxy.options import ProxyOptions
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"Image":"busybox","X":' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("data", [b"not json", b"[1]", b'"x"', b'{"a":"\xff"}', _nested(990), _nested(9_999),
+                                  _nested(1_000_000)],
+                         ids=["not-json", "array", "string", "not-utf8", "depth-990", "depth-9999", "depth-1e6"])
+def test_what_is_not_a_json_object_hooks_can_read_is_a_body_error(data: bytes) -> None:
+    with pytest.raises(BodyError):  # never a RecursionError: that is a 500 with a traceback
+        decode_body(data)
+
+
+def test_large_bodies_decode_and_encode_as_small_ones_do() -> None:
+    body = {"Image": "busybox", "Labels": {f"k{i}": "v" * 50 for i in range(5_000)}, "Env": ["A=\u00e9"],
+            "HostConfig": {"CpuShares": 2, "Memory": 1 << 30, "Nested": [[{"x": None, "y": 1.5, "z": True}]]}}
+    data = json.dumps(body).encode()
+    assert len(data) > C_CODEC_MAX_BYTES
+    assert decode_body(data) == body
+    assert json.loads(encode_body(body, len(data))) == body
+
+
+def _options(tmp_path: Path) -> ProxyOptions:
+    return ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock",
+                        backend_mode="Docker", hook_config_dir=tmp_path / "hooks")
+
+
+async def _answering_dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """`[]` to the store's list, `201` to a create, `OK` to anything else."""
+    while True:
+        try:
+            head = await read_head(reader)
+        except asyncio.IncompleteReadError:
+            return
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        await reader.readexactly(length)
+        body = b"[]" if b"/containers/json" in head else b'{"Id":"c1"}' if b"/create" in head else b"OK"
+        status = b"201 Created" if b"/create" in head else b"200 OK"
+        writer.write(b"HTTP/1.1 %s\r\nContent-Length: %d\r\n\r\n%s" % (status, len(body), body))
+        await writer.drain()
+
+
+def test_other_clients_are_served_while_a_hooked_body_is_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decode is held until a `_ping` on another connection was answered: on the event loop the
+    `_ping` could not be answered before the decode ended (ordering, not durations)."""
+    entered, released = threading.Event(), threading.Event()
+    order: list[str] = []
+    decode = bodies.decode_body
+
+    def held_decode(data: bytes) -> object:
+        entered.set()
+        released.wait(WAIT_SECONDS)
+        order.append("decode finished")
+        return decode(data)
+
+    monkeypatch.setattr(bodies, "decode_body", held_decode)
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", _answering_dockerd):
+            proxy = DockerProxyServer(_options(tmp_path))  # the real hooks: every create body is decoded
+            await proxy.start()
+            try:
+                body = json.dumps({"Image": "pause", "Labels": {"io.kubernetes.docker.type": "podsandbox"}}).encode()
+                creator = await asyncio.open_unix_connection(str(proxy.options.listen_path))
+                create = asyncio.create_task(exchange(*creator, (
+                    b"POST /v1.41/containers/create?name=k8s_POD_web_ns_u-1_0 HTTP/1.1\r\nHost: \r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body))))
+                assert await asyncio.to_thread(entered.wait, WAIT_SECONDS)
+                pinger = await asyncio.open_unix_connection(str(proxy.options.listen_path))
+                response, answer = await exchange(*pinger, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
+                assert (response.status_code, answer) == (200, b"OK")
+                order.append("ping answered")
+                released.set()
+                response, _ = await asyncio.wait_for(create, WAIT_SECONDS)
+                assert response.status_code == 201
+            finally:
+                released.set()
+                await proxy.stop(0)
+
+    asyncio.run(asyncio.wait_for(scenario(), 3 * WAIT_SECONDS))
+    assert order[:2] == ["ping answered", "decode finished"]  # (the answer is decoded too)
