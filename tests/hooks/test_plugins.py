@@ -810,3 +810,9 @@ def test_a_file_that_becomes_untrusted_keeps_the_version_read_while_trusted(
     harness.refresh()
     assert harness.registry.plugins == (good,)
     assert "its last good version stays in force" in warnings_about(caplog, "koordlet.json")[0]
+
+
+def test_a_deeply_nested_config_is_a_config_problem_not_a_crash() -> None:
+    """orjson before 3.10 overflowed the C stack on ~1,000,000 nested brackets (a 1 MiB file holds that)."""
+    with pytest.raises(PluginConfigError):
+        parse_plugin_config("deep.json", b"[" * (MAX_CONFIG_BYTES // 2) + b"]" * (MAX_CONFIG_BYTES // 2))
