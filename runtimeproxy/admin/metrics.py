@@ -31,6 +31,7 @@ class ProxyCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._cri_calls()
+        yield from self._docker_requests()
         yield from self._hook_calls()
         yield from self._plugins()
         yield from self._backend_and_store()
@@ -52,6 +53,24 @@ class ProxyCollector(Collector):
             for (service, method), histogram in sorted(recorder.latency.items()):
                 _add_histogram(latency, [service, method], histogram)
         yield calls
+        yield latency
+
+    def _docker_requests(self) -> Iterator[Metric]:
+        recorder = self._parts.docker_requests
+        if recorder is None:
+            return
+        requests = CounterMetricFamily(f"{PREFIX}_docker_requests", "Docker Engine API requests relayed (Docker "
+                                       "mode), by route and HTTP status (none: no answer was given).",
+                                       labels=["route", "status"])
+        latency = HistogramMetricFamily(f"{PREFIX}_docker_request_duration_seconds",
+                                        "Time to answer a Docker Engine API request, hooks included; a stream or "
+                                        "tunnel counts until it ends.", labels=["route"])
+        recorder.fold()
+        for (route, status), count in sorted(recorder.calls.items()):
+            requests.add_metric([route, status], count)
+        for (route,), histogram in sorted(recorder.latency.items()):
+            _add_histogram(latency, [route], histogram)
+        yield requests
         yield latency
 
     def _hook_calls(self) -> Iterator[Metric]:

@@ -14,7 +14,9 @@ import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.cri_calls import CriCallRecorder
+from runtimeproxy.admin.docker_requests import DockerRequestRecorder
 from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
+from runtimeproxy.docker.engine import EngineClient, EngineError
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import Toggle, Toggles
@@ -33,6 +35,7 @@ class DockerBackend:
 
     endpoint: str
     reachability: ReachabilityLog
+    engine: EngineClient | None = None  # asked for dockerd's version
 
     @property
     def problem(self) -> str:
@@ -49,6 +52,7 @@ class ProxyParts:
     started_monotonic: float
     backend_health: BackendHealth | None
     cri_calls: CriCallRecorder | None = None
+    docker_requests: DockerRequestRecorder | None = None
 
     def backend_problems(self) -> list[tuple[str, str, str]]:
         """(role, endpoint, problem) of every backend; problem "" when it is fine."""
@@ -79,8 +83,15 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
 async def backend_statuses(parts: ProxyParts) -> list[admin.BackendStatus]:
     if isinstance(parts.backend, DockerBackend):
         docker = parts.backend
-        return [admin.BackendStatus(role="runtime", endpoint=docker.endpoint, runtime_name="docker",
-                                    reachable=docker.reachability.reachable is True)]
+        answer = admin.BackendStatus(role="runtime", endpoint=docker.endpoint, runtime_name="docker",
+                                     reachable=docker.reachability.reachable is True)
+        if docker.engine is not None:
+            try:
+                answer.runtime_version = await docker.engine.version(VERSION_TIMEOUT_SECONDS)
+                answer.reachable = True
+            except EngineError:
+                pass
+        return [answer]
     assert parts.backend_health is not None
     return [await backend_status(channel, parts.backend_health) for channel in parts.backend.channels]
 

@@ -29,10 +29,10 @@ class EngineClient:
     def __init__(self, docker_socket: Path) -> None:
         self._socket = docker_socket
 
-    async def get_json(self, target: str) -> Any:
+    async def get_json(self, target: str, timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
         """GET `target`; the decoded JSON answer. None for 404 (no such container)."""
         try:
-            status, body = await asyncio.wait_for(self._get(target), REQUEST_TIMEOUT_SECONDS)
+            status, body = await asyncio.wait_for(self._get(target), timeout)
         except (ConnectionError, TimeoutError) as error:
             raise EngineError(f"GET {target}: {error or 'timed out'}") from None
         if status == 404:
@@ -53,6 +53,13 @@ class EngineClient:
             return head.status_code, body
         finally:
             upstream.close()
+
+    async def version(self, timeout: float) -> str:
+        """dockerd's version and API version ("20.10.24 (API 1.41)"); raises EngineError."""
+        answer = await self.get_json("/version", timeout)
+        if not isinstance(answer, dict):
+            raise EngineError(f"GET /version: unexpected answer {answer!r:.200}")
+        return f"{answer.get('Version', '?')} (API {answer.get('ApiVersion', '?')})"
 
     async def inspect(self, container_id: str) -> Any:
         return await self.get_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/json")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -68,14 +69,18 @@ class ClientSession:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         docker_socket: Path, interceptor: Interceptor, reachability: ReachabilityLog,
         on_request: Callable[[], None] = lambda: None,
+        on_answered: Callable[[bytes, bytes, int | None, float], None] | None = None,
     ) -> None:
-        """`on_request` is told of each request as it starts (the idle trimmer counts them)."""
+        """`on_request` is told of each request as it starts (the idle trimmer counts them); `on_answered` of
+        each one's method, target, answer status (None: none was given) and seconds (the metrics)."""
         self._reader = reader
         self._writer = writer
         self._docker_socket = docker_socket
         self._interceptor = interceptor
         self._reachability = reachability
         self._on_request = on_request
+        self._on_answered = on_answered
+        self._answer_status: int | None = None
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._upstream: Upstream | None = None
         self._client_reader: asyncio.Task[None] | None = None
@@ -92,7 +97,7 @@ class ClientSession:
                     return  # ConnectionClosed: the client is done
                 self.idle = False
                 self._on_request()
-                if not await self._exchange(event) or not self._start_next_cycle():
+                if not await self._answered_exchange(event) or not self._start_next_cycle():
                     return
                 self.idle = True
         except h11.RemoteProtocolError as error:
@@ -122,6 +127,8 @@ class ClientSession:
 
     async def _send(self, *events: h11.Event) -> None:
         """Frame `events` and write them in one go (one syscall for a small answer), awaiting the client."""
+        if events and isinstance(events[0], h11.Response):
+            self._answer_status = events[0].status_code
         data = b"".join(self._conn.send(event) or b"" for event in events)
         if data:
             try:
@@ -151,6 +158,16 @@ class ClientSession:
         return False
 
     # -- one exchange -----------------------------------------------------------------------------------
+
+    async def _answered_exchange(self, request: h11.Request) -> bool:
+        """_exchange, told to on_answered however it ends."""
+        if self._on_answered is None:
+            return await self._exchange(request)
+        started, self._answer_status = time.perf_counter(), None
+        try:
+            return await self._exchange(request)
+        finally:
+            self._on_answered(request.method, request.target, self._answer_status, time.perf_counter() - started)
 
     async def _exchange(self, request: h11.Request) -> bool:
         """Relay one request and its answer; returns whether the connection may carry another."""
@@ -265,6 +282,7 @@ class ClientSession:
 
     async def _tunnel(self, upstream: Upstream, head: bytes) -> NoReturn:
         """Write `head`, then carry raw bytes both ways until both sides are done; the connection ends."""
+        self._answer_status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else None
         await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
         try:
             self._writer.write(head)

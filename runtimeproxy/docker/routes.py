@@ -57,3 +57,32 @@ def hooked_route(method: bytes, target: bytes) -> RouteMatch | None:
 def is_hijack_route(method: bytes, target: bytes) -> bool:
     """exec start and attach: the answer may turn the connection into a raw byte stream."""
     return method == b"POST" and _HIJACK_PATH.fullmatch(_split(target)[0]) is not None
+
+
+# Metric labels of the Engine API routes (a fixed table: IDs and image names never become labels); "*" is the
+# route's verb, taken from a closed list.
+_ROUTE_LABELS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(rf"{_VERSION}{pattern}"), label) for pattern, label in (
+    (r"/_ping", "/_ping"), (r"/version", "/version"), (r"/info", "/info"), (r"/events", "/events"),
+    (r"/containers/json", "/containers/json"), (r"/containers/create", "/containers/create"),
+    (r"/containers/[^/]+/(json|start|stop|update|attach|exec|logs|stats|wait|kill|restart|top|resize|rename|pause|unpause|archive|changes|export)",
+     "/containers/{id}/*"),
+    (r"/containers/[^/]+", "/containers/{id}"),
+    (r"/exec/[^/]+/(start|json|resize)", "/exec/{id}/*"),
+    (r"/images/(json|create|load|get|search|prune)", "/images/*"),
+    (r"/images/.+/(json|push|tag|history|get)", "/images/{name}/*"),
+    (r"/images/.+", "/images/{name}"),
+    (r"/(networks|volumes|system|plugins|build|auth|distribution|swarm|nodes|services|tasks|secrets|configs)(/.*)?",
+     "/*/..."),
+))
+OTHER_ROUTE = "other"
+
+
+def route_label(method: bytes, target: bytes) -> str:
+    """`METHOD /route/{id}/verb`, from a fixed table; "other" for anything it does not name."""
+    path = _split(target)[0]
+    for pattern, label in _ROUTE_LABELS:
+        match = pattern.fullmatch(path)
+        if match:
+            verb = match.group(1) if match.groups() else ""
+            return f"{method.decode('latin-1')} {label.replace('*', verb)}"
+    return OTHER_ROUTE

@@ -14,6 +14,7 @@ import logging
 import time
 
 from runtimeproxy.allocator import IdleTrimmer
+from runtimeproxy.admin.docker_requests import DockerRequestRecorder
 from runtimeproxy.admin.operator import OperatorEndpoints
 from runtimeproxy.admin.status import DockerBackend, ProxyParts
 from runtimeproxy.docker.engine import EngineClient
@@ -35,7 +36,8 @@ class DockerProxyServer:
         """`interceptor` replaces the hooks (tests of the relay's seam)."""
         self.options = options
         self.hook_service = HookService(options)
-        self.records = DockerRecords(EngineClient(options.runtime_path), self.hook_service.skip)
+        self.engine = EngineClient(options.runtime_path)
+        self.records = DockerRecords(self.engine, self.hook_service.skip)
         self.interceptor: Interceptor = interceptor or DockerHooks(self.hook_service, self.records)
         self._hooked = interceptor is None
         self.operator: OperatorEndpoints | None = None
@@ -45,6 +47,7 @@ class DockerProxyServer:
         self._socket_lock: SocketLock | None = None
         self._reachability = ReachabilityLog()
         self.requests_started = 0  # read by the idle trimmer
+        self._requests = DockerRequestRecorder() if options.metrics_address else None
         self._trimmer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -52,8 +55,8 @@ class DockerProxyServer:
         started = time.monotonic()
         self._socket_lock = claim_socket_path(path)  # held until stop(): one proxy per socket
         await self.hook_service.start()
-        parts = ProxyParts(DockerBackend(f"unix://{self.options.runtime_path}", self._reachability),
-                           self.hook_service, started, None)
+        backend = DockerBackend(f"unix://{self.options.runtime_path}", self._reachability, self.engine)
+        parts = ProxyParts(backend, self.hook_service, started, None, docker_requests=self._requests)
         self.operator = OperatorEndpoints(self.options, parts)
         await self.operator.start()
         if self._hooked:
@@ -71,7 +74,7 @@ class DockerProxyServer:
         task = asyncio.current_task()
         assert task is not None
         session = ClientSession(reader, writer, self.options.runtime_path, self.interceptor, self._reachability,
-                                self._count_request)
+                                self._count_request, self._requests.request_done if self._requests else None)
         self._sessions[task] = session
         try:
             await session.run()

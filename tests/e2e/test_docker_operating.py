@@ -1,0 +1,58 @@
+"""Docker mode is not dark: request metrics by route and status, and `runtimeproxyctl status` naming dockerd's
+version, with the real dockerd and the docker CLI (Debian's docker.io) through the proxy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
+
+from docker_fixtures import Docker
+from test_operating import free_port
+
+
+@pytest.fixture
+def metered_proxy(dockerd: DockerdInstance, workdir: Path) -> Iterator[tuple[DockerModeProxy, int]]:
+    port = free_port()
+    proxy = DockerModeProxy(workdir / "dkmetered" / "rp.sock", dockerd.socket,
+                            extra_args=[f"--metrics-bind-address=127.0.0.1:{port}"])
+    proxy.start()
+    yield proxy, port
+    assert proxy.stop() == 0, proxy.log_tail()
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read().decode()
+
+
+def test_requests_are_counted_by_route_and_status(metered_proxy: tuple[DockerModeProxy, int]) -> None:
+    proxy, port = metered_proxy
+    docker = Docker(proxy.listen_path)
+    docker.out("version")
+    docker.out("ps", "-a")
+    assert docker.run("inspect", "no-such-container", check=False).returncode != 0
+    text = scrape(port)
+    assert 'runtimeproxy_docker_requests_total{route="GET /containers/json",status="200"} 1.0' in text
+    assert 'runtimeproxy_docker_requests_total{route="GET /containers/{id}/json",status="404"}' in text
+    assert 'runtimeproxy_docker_request_duration_seconds_count{route="GET /containers/json"} 1.0' in text
+    assert "no-such-container" not in text  # IDs and names never become labels
+    assert "runtimeproxy_cri_calls_total{" not in text  # no CRI series in Docker mode
+
+
+def test_status_names_dockerds_version(metered_proxy: tuple[DockerModeProxy, int], dockerd: DockerdInstance) -> None:
+    proxy, _ = metered_proxy
+    server = json.loads(Docker(dockerd.socket).out("version", "--format", "{{json .Server}}"))
+    done = subprocess.run([sys.executable, "-m", "runtimeproxy.admin.ctl", f"--admin-endpoint={proxy.admin_path}",
+                           "status", "-o", "json"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    (backend,) = json.loads(done.stdout)["backends"]
+    assert backend["runtime_name"] == "docker" and backend["reachable"] is True
+    assert backend["runtime_version"] == f"{server['Version']} (API {server['ApiVersion']})"
