@@ -356,14 +356,14 @@ def _map_problem(field: str, current: Mapping[str, str], answer: Mapping[str, st
     for key, value in changed:
         if reason := _entry_problem(rules, current, key, value):
             return Problem(f"{field}[{quoted(key)}]", reason)
-    added = map_bytes(dict(changed))
-    if added > ANSWER_MAP_MAX_BYTES:
-        return Problem(field, f"the answer adds {added} bytes of keys and values, over {ANSWER_MAP_MAX_BYTES}")
     if rules.total_max_bytes is not None and changed:
         before, after = map_bytes(current), map_bytes({**current, **answer})
         if after > rules.total_max_bytes and after > before:  # never blame the plugin for the kubelet's size
             return Problem(field, f"would be {after} bytes of keys and values, over {rules.total_max_bytes} "
                                   "(Kubernetes' limit for one object)")
+    added = map_bytes(dict(changed))
+    if added > ANSWER_MAP_MAX_BYTES:
+        return Problem(field, f"the answer adds {added} bytes of keys and values, over {ANSWER_MAP_MAX_BYTES}")
     return None
 
 
