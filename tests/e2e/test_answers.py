@@ -13,6 +13,8 @@ driven with cri-dockerd-shaped bodies over raw HTTP (no cri-dockerd needed).
 
 from __future__ import annotations
 
+import json
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -225,8 +227,7 @@ def docker_lab(dockerd: DockerdInstance, workdir: Path, loop_thread: LoopThread)
 
 
 def created_by_test(api: DockerApi) -> list[str]:
-    import json
-    import urllib.parse
+    """Containers carrying test_swap's sandbox_body label (each test's own uid as its value)."""
     filters = urllib.parse.quote(json.dumps({"label": ["rp-swap-test"]}))
     return [container["Id"] for container in api.call("GET", f"/containers/json?all=1&filters={filters}")[1]]
 
