@@ -5,6 +5,13 @@ config it was created with (as JSON with proto field names) — after our hooks 
 it, since that is what we sent. So cgroup parent, resources and envs survive a proxy
 restart (the Go reference loses them). Current container resources come from
 ContainerStatus.resources, which follows UpdateContainerResources.
+
+A verbose status holds the config twice (config and OCI spec), so a container with a large environment
+has one over the 16 MiB containerd sends by default (its grpc max_send_message_size): containerd answers
+RESOURCE_EXHAUSTED whatever the proxy's own receive limit. Such an object is still recorded, from its plain
+status (metadata, labels, annotations, current resources; the pod ID from ListContainers): every object the
+runtime lists gets a record, so its post-hooks run after a restart, without what only the config had
+(envs, and a pod's cgroup parent and resources).
 """
 
 from __future__ import annotations
@@ -72,17 +79,46 @@ class BackendRecords:
             log.exception("cannot load pod %s from the backend", pod_id)
             return None
 
-    async def load_container(self, container_id: str) -> ContainerRecord | None:
+    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
+        """`pod_id` (from a list) spares a ListContainers when the verbose status is too large."""
         try:
-            return await self._load_container(container_id)
+            return await self._load_container(container_id, pod_id)
         except Exception:
             log.exception("cannot load container %s from the backend", container_id)
             return None
 
+    async def _status(self, kind: str, object_id: str, method: str, request: Message,
+                      response_type: type[M]) -> M:
+        """The verbose status; the plain one when the verbose one is too large for the runtime to send."""
+        try:
+            return await self._call(method, request, response_type)
+        except BackendReadError as error:
+            if error.code is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            log.info("the verbose status of %s %s is too large to be had (%s); recording it from its plain status, "
+                     "without what only its config has", kind, object_id, error)
+        plain = type(request)()
+        plain.CopyFrom(request)
+        plain.verbose = False  # type: ignore[attr-defined]
+        return await self._call(method, plain, response_type)
+
+    async def _pod_of(self, container_id: str) -> str:
+        """The container's pod ID from a list ("" if it cannot be had: the record still serves its own hooks)."""
+        try:
+            found = await self._call(
+                "ListContainers",
+                cri.ListContainersRequest(filter=cri.ContainerFilter(id=container_id)),
+                cri.ListContainersResponse,
+            )
+        except BackendReadError as error:
+            log.warning("cannot find the pod of container %s: %s", container_id, error)
+            return ""
+        return found.containers[0].pod_sandbox_id if found.containers else ""
+
     async def _load_pod(self, pod_id: str) -> PodRecord | None:
         try:
-            status = await self._call(
-                "PodSandboxStatus",
+            status = await self._status(
+                "pod", pod_id, "PodSandboxStatus",
                 cri.PodSandboxStatusRequest(pod_sandbox_id=pod_id, verbose=True),
                 cri.PodSandboxStatusResponse,
             )
@@ -101,10 +137,10 @@ class BackendRecords:
         record = pod_hook_request(config, handler)
         return PodRecord(record, self._skip.applies(record.labels))
 
-    async def _load_container(self, container_id: str) -> ContainerRecord | None:
+    async def _load_container(self, container_id: str, pod_id: str) -> ContainerRecord | None:
         try:
-            status = await self._call(
-                "ContainerStatus",
+            status = await self._status(
+                "container", container_id, "ContainerStatus",
                 cri.ContainerStatusRequest(container_id=container_id, verbose=True),
                 cri.ContainerStatusResponse,
             )
@@ -117,7 +153,7 @@ class BackendRecords:
             config = cri.ContainerConfig(
                 metadata=status.status.metadata, annotations=status.status.annotations
             )
-        pod_id = info.get("sandboxID", "")
+        pod_id = info.get("sandboxID") or pod_id or await self._pod_of(container_id)
         request = container_hook_request(hooks.PodSandboxHookRequest(), config, container_id)
         if status.status.resources.HasField("linux"):  # current values, after any update
             request.container_resources.CopyFrom(
@@ -137,14 +173,15 @@ class BackendRecords:
             if record is not None and store.pod(pod_id) is None:
                 store.put_pod(pod_id, record)
 
-        async def load_container(container_id: str) -> None:
+        async def load_container(container_id: str, pod_id: str) -> None:
             async with limit:
-                record = await self.load_container(container_id)
+                record = await self.load_container(container_id, pod_id)
             if record is not None and store.container(container_id) is None:
                 store.put_container(container_id, record)
 
         await asyncio.gather(*(load_pod(pod.id) for pod in pods.items))
-        await asyncio.gather(*(load_container(c.id) for c in {c.id: c for c in containers.containers}.values()))
+        listed = {c.id: c.pod_sandbox_id for c in containers.containers}
+        await asyncio.gather(*(load_container(container_id, pod_id) for container_id, pod_id in listed.items()))
         log.info("store rebuilt from the backend: %d pods, %d containers", store.pod_count, store.container_count)
 
 

@@ -16,8 +16,10 @@ import h11
 
 from runtimeproxy.docker.upstream import Upstream
 
-# One inspect or list answer; a node with thousands of containers lists a few MB.
-MAX_ANSWER_BYTES = 64 * 1024 * 1024
+# One inspect or list answer; a node with thousands of containers lists a few MB. As large as the CRI
+# answers the proxy relays (256 MiB): dockerd keeps whatever labels and env it was given (issue 17: a 50 MB
+# label), and every container it lists must still be recorded after a restart.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 REQUEST_TIMEOUT_SECONDS = 10.0
 
 

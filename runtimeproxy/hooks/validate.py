@@ -20,7 +20,26 @@ clean absolute path or a bare slice name; runc's "slice:prefix:name" form is con
 is refused. A new parent must also stay in the pod's top-level hierarchy (the first path element or
 top slice of the parent the pod has, "kubepods" on a node): the kubelet enforces node allocatable and
 cleans up pods there, so a pod moved outside it escapes both. Moving within it (another QoS tier, a
-resource manager's own sub-tree) is what plugins are for, so the pod's own parent is not a bound.
+resource manager's own sub-tree) is what plugins are for, so the pod's own parent is not a bound — but a
+parent that names a pod uid ("pod<uid>", the kubelet's pod cgroup) must name this pod's: another pod's
+cgroup is that pod's, and a plugin moving a pod there answered for the wrong pod.
+
+Whose keys: the kubelet's own labels and annotations (`io.kubernetes.*`: the pod's name, namespace and
+uid it lists sandboxes by, a container's hash, restart count, termination message settings, ...; also
+cri-dockerd's `io.kubernetes.docker.type`, `io.kubernetes.sandbox.id`) are not a plugin's to change. A
+plugin may echo them; an answer giving one a new value (another pod's uid, another container's hash) is
+refused. The answers carry no pod metadata of their own, so these keys and the cgroup parent are the
+identity an answer can get wrong.
+
+Sizes: what an answer adds is bounded far below what the runtime and the kubelet accept (one gRPC
+message of 16 MiB: a ListPodSandbox carries every pod's labels and annotations), with Kubernetes' own
+limits as the guide, so one plugin cannot make the node's listings, the container's exec or the store's
+rebuild fail. Per value: a label value is at most a Kubernetes label value's 63 characters; an env entry
+"NAME=value" fits Linux's MAX_ARG_STRLEN (longer ones fail exec with E2BIG); a cpu list or a cgroup v2
+value fits the one page the kernel reads from a cgroup file write; a cgroup parent fits PATH_MAX. Per map:
+annotations (keys and values) stay within Kubernetes' 256 KiB per object, and no map grows by more than
+ANSWER_MAP_MAX_BYTES. The whole answer adds at most ANSWER_MAX_ADDED_BYTES. Only growth is counted: what the
+kubelet sent, however large, is never the plugin's fault.
 """
 
 from __future__ import annotations
@@ -50,11 +69,32 @@ QUALIFIED_NAME_MAX_CHARS = 63
 DNS_SUBDOMAIN_MAX_CHARS = 253
 _QUOTED_MAX_CHARS = 80
 
+KiB = 1024
+# Kubernetes' bound on all annotations of one object, keys and values (TotalAnnotationSizeLimitB).
+ANNOTATIONS_MAX_BYTES = 256 * KiB
+# A Kubernetes label value's length (the API server's rule for the pod's own labels).
+LABEL_VALUE_MAX_CHARS = 63
+# Linux MAX_ARG_STRLEN (32 pages): one "NAME=value" string of exec's environment, with its NUL; over it, E2BIG.
+ENV_ENTRY_MAX_BYTES = 128 * KiB
+# One page: what the kernel takes from one write to a cgroup file (a cpuset list, a cgroup v2 value).
+CGROUP_VALUE_MAX_BYTES = 4 * KiB
+CGROUP_PATH_MAX_BYTES = 4 * KiB  # PATH_MAX
+# What one answer may add to one map (new or changed keys and values), and to all of them together:
+# 1/64 and 1/32 of the 16 MiB message that the kubelet's CRI client and containerd accept.
+ANSWER_MAP_MAX_BYTES = 256 * KiB
+ANSWER_MAX_ADDED_BYTES = 512 * KiB
+# Keys the kubelet (and cri-dockerd, containerd's CRI) own on sandboxes and containers.
+KUBELET_KEY_PREFIX = "io.kubernetes."
+
 _CPU_LIST = re.compile(r"\d+(-\d+)?(,\d+(-\d+)?)*")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SLICE_NAME = re.compile(r"[A-Za-z0-9_.\\]+(-[A-Za-z0-9_.\\]+)*\.slice")
 _SLICE_SUFFIX = ".slice"
+# The kubelet's pod cgroup: "pod<uid>" as a path element, or "-pod<uid with '_' for '-'>.slice" (systemd).
+# A uid is a UUID, or 32 hex digits (a static pod's).
+_HEX_UID = r"[0-9a-fA-F]{8}[-_]?[0-9a-fA-F]{4}[-_]?[0-9a-fA-F]{4}[-_]?[0-9a-fA-F]{4}[-_]?[0-9a-fA-F]{12}"
+_POD_CGROUP = re.compile(rf"(?:^|[/-])pod({_HEX_UID})(?=$|/|\.slice)")
 
 
 @dataclass(frozen=True)
@@ -83,6 +123,8 @@ def cpu_list_problem(value: str) -> str | None:
     """Linux list format ("0-3,8,10-11"); empty means "keep" to the runtime and is fine."""
     if not value:
         return None
+    if len(value) > CGROUP_VALUE_MAX_BYTES:
+        return f"{quoted(value)} is {len(value)} bytes, over {CGROUP_VALUE_MAX_BYTES} (one cgroup file write)"
     if not _CPU_LIST.fullmatch(value):
         return f"{quoted(value)} is not a cpu list (like 0-3,8)"
     for part in value.split(","):
@@ -120,6 +162,38 @@ def env_name_problem(name: str) -> str | None:
     if "=" in name:
         return f"variable name {quoted(name)} contains '='"
     return nul_problem(name)
+
+
+def env_entry_problem(name: str, value: str) -> str | None:
+    size = len(name.encode()) + len(value.encode()) + 2  # "NAME=value" and its NUL
+    if size > ENV_ENTRY_MAX_BYTES:
+        return (f"the variable is {size} bytes as NAME=value with its NUL, over {ENV_ENTRY_MAX_BYTES} (Linux's "
+                "MAX_ARG_STRLEN: exec would fail with E2BIG)")
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """At most Kubernetes' 63 characters. Not its charset: nothing on the node selects by a pod's own label
+    values (the kubelet lists sandboxes by io.kubernetes.pod.uid; containerd takes any string)."""
+    if len(value) > LABEL_VALUE_MAX_CHARS:
+        return f"{quoted(value)} is {len(value)} characters, over {LABEL_VALUE_MAX_CHARS} (a Kubernetes label value)"
+    return nul_problem(value)
+
+
+def cgroup_value_problem(value: str) -> str | None:
+    if len(value.encode()) > CGROUP_VALUE_MAX_BYTES:
+        return f"the value is {len(value.encode())} bytes, over {CGROUP_VALUE_MAX_BYTES} (one cgroup file write)"
+    return nul_problem(value)
+
+
+def kubelet_key_problem(key: str, current: Mapping[str, str]) -> str | None:
+    """A changed value of a key the kubelet owns (io.kubernetes.*): echoing it is the only thing allowed."""
+    if not key.startswith(KUBELET_KEY_PREFIX):
+        return None
+    if key not in current:
+        return f"{quoted(key)} is the kubelet's key ({KUBELET_KEY_PREFIX}*), not a plugin's to add"
+    return (f"{quoted(key)} is the kubelet's key ({KUBELET_KEY_PREFIX}*): a plugin may echo {quoted(current[key])}, "
+            "not change it (an answer for another pod or container?)")
 
 
 def qualified_name_problem(key: str, *, prefix_case_matters: bool = True) -> str | None:
@@ -165,6 +239,8 @@ def cgroup_path_problem(path: str) -> str | None:
     """An absolute, normalised path: no empty, "." or ".." elements, no trailing slash."""
     if not path.startswith("/"):
         return f"{quoted(path)} is neither an absolute path nor a systemd slice name"
+    if len(path.encode()) >= CGROUP_PATH_MAX_BYTES:
+        return f"{quoted(path)} is {len(path.encode())} bytes, not under {CGROUP_PATH_MAX_BYTES} (PATH_MAX)"
     elements = path[1:].split("/")
     if elements == [""]:
         return "the root cgroup is not a pod's parent"
@@ -194,14 +270,34 @@ def cgroup_hierarchy(parent: str) -> str:
     return parent.lstrip("/").split("/", 1)[0]
 
 
-def cgroup_parent_problem(value: str, current: str) -> str | None:
-    """A new cgroup parent for a pod whose parent is `current` (empty: the runtime's default)."""
+def pod_uids_in_cgroup(parent: str) -> set[str]:
+    """The pod uids a cgroup path names ("pod<uid>" elements), normalised: lower case, no '-' or '_'."""
+    return {_normal_uid(uid) for uid in _POD_CGROUP.findall(parent)}
+
+
+def _normal_uid(uid: str) -> str:
+    return uid.lower().replace("-", "").replace("_", "")
+
+
+def _other_pod_problem(value: str, current: str, pod_uid: str) -> str | None:
+    """A parent naming a pod cgroup that is not this pod's (its uid from the request, else its parent)."""
+    named = pod_uids_in_cgroup(value)
+    ours = {_normal_uid(pod_uid)} if pod_uid else pod_uids_in_cgroup(current)
+    if not named or not ours or named & ours:
+        return None
+    return (f"{quoted(value)} is the cgroup of another pod (uid {sorted(named)[0]}), not of this pod "
+            f"({pod_uid or sorted(ours)[0]}): an answer for another pod?")
+
+
+def cgroup_parent_problem(value: str, current: str, pod_uid: str = "") -> str | None:
+    """A new cgroup parent for a pod whose parent is `current` (empty: the runtime's default) and whose uid
+    is `pod_uid` (empty: unknown)."""
     if problem := nul_problem(value):
         return problem
     if ":" in value:
         return (f"{quoted(value)}: the \"slice:prefix:name\" form is containerd's to build; "
                 "give a path or a slice name")
-    problem = _parent_syntax_problem(value)
+    problem = _parent_syntax_problem(value) or _other_pod_problem(value, current, pod_uid)
     if problem or not current or _parent_syntax_problem(current):
         return problem  # no (valid) current parent: nothing to stay within
     if _systemd_driver(value) != _systemd_driver(current):
@@ -219,16 +315,63 @@ def _changed(current: Mapping[str, str], answer: Mapping[str, str]) -> list[tupl
     return [(key, value) for key, value in sorted(answer.items()) if current.get(key) != value]
 
 
+def map_bytes(entries: Mapping[str, str]) -> int:
+    """Keys and values, UTF-8, as Kubernetes counts an object's annotations."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in entries.items())
+
+
+def added_bytes(current: Mapping[str, str], answer: Mapping[str, str]) -> int:
+    """What an answer adds to a map: its new and changed entries, keys and values."""
+    return map_bytes(dict(_changed(current, answer)))
+
+
 Rule = Callable[[str], "str | None"]
+EntryRule = Callable[[str, str], "str | None"]
+
+
+@dataclass(frozen=True)
+class MapRules:
+    key: Rule
+    value: Rule = nul_problem
+    entry: EntryRule | None = None
+    kubelet_keys: bool = False  # io.kubernetes.* keys are the kubelet's
+    total_max_bytes: int | None = None  # the merged map's bound (annotations: Kubernetes' per object)
+
+
+LABELS = MapRules(label_key_problem, label_value_problem, kubelet_keys=True)
+ANNOTATIONS = MapRules(annotation_key_problem, kubelet_keys=True, total_max_bytes=ANNOTATIONS_MAX_BYTES)
+ENVS = MapRules(env_name_problem, entry=lambda name, value: nul_problem(value) or env_entry_problem(name, value))
+UNIFIED = MapRules(unified_key_problem, cgroup_value_problem)
+
+
+def _entry_problem(rules: MapRules, current: Mapping[str, str], key: str, value: str) -> str | None:
+    if rules.kubelet_keys and (reason := kubelet_key_problem(key, current)):
+        return reason
+    return rules.key(key) or (rules.entry(key, value) if rules.entry else rules.value(value))
 
 
 def _map_problem(field: str, current: Mapping[str, str], answer: Mapping[str, str],
-                 key_rule: Rule, value_rule: Rule = nul_problem) -> Problem | None:
-    for key, value in _changed(current, answer):
-        reason = key_rule(key) or value_rule(value)
-        if reason:
+                 rules: MapRules) -> Problem | None:
+    changed = _changed(current, answer)
+    for key, value in changed:
+        if reason := _entry_problem(rules, current, key, value):
             return Problem(f"{field}[{quoted(key)}]", reason)
+    if rules.total_max_bytes is not None and changed:
+        before, after = map_bytes(current), map_bytes({**current, **answer})
+        if after > rules.total_max_bytes and after > before:  # never blame the plugin for the kubelet's size
+            return Problem(field, f"would be {after} bytes of keys and values, over {rules.total_max_bytes} "
+                                  "(Kubernetes' limit for one object)")
+    added = map_bytes(dict(changed))
+    if added > ANSWER_MAP_MAX_BYTES:
+        return Problem(field, f"the answer adds {added} bytes of keys and values, over {ANSWER_MAP_MAX_BYTES}")
     return None
+
+
+def _answer_size_problem(response: Message, added: int) -> Problem | None:
+    if added <= ANSWER_MAX_ADDED_BYTES:
+        return None
+    return Problem(response.DESCRIPTOR.name,
+                   f"the answer adds {added} bytes of keys and values in all, over {ANSWER_MAX_ADDED_BYTES}")
 
 
 def swap_problem(memory: int, swap: int) -> str | None:
@@ -267,13 +410,13 @@ def resources_problem(field: str, current: hooks.LinuxContainerResources,
         if taken and reason and getattr(answer, name) != getattr(current, name):
             return Problem(f"{field}.{name}", reason)
     return (_memory_swap_problem(field, current, answer)
-            or _map_problem(f"{field}.unified", current.unified, answer.unified, unified_key_problem))
+            or _map_problem(f"{field}.unified", current.unified, answer.unified, UNIFIED))
 
 
-def _cgroup_parent_change_problem(field: str, current: str, answer: str) -> Problem | None:
+def _cgroup_parent_change_problem(field: str, current: str, answer: str, pod_uid: str) -> Problem | None:
     if not answer or answer == current:  # the merge takes only a non-empty parent
         return None
-    reason = cgroup_parent_problem(answer, current)
+    reason = cgroup_parent_problem(answer, current, pod_uid)
     return Problem(field, reason) if reason else None
 
 
@@ -285,20 +428,28 @@ def _resources_change_problem(field: str, request: Message, response: Message) -
 
 def pod_answer_problem(request: hooks.PodSandboxHookRequest,
                        response: hooks.PodSandboxHookResponse) -> Problem | None:
-    return (_cgroup_parent_change_problem("cgroup_parent", request.cgroup_parent, response.cgroup_parent)
+    added = (added_bytes(request.labels, response.labels) + added_bytes(request.annotations, response.annotations)
+             + added_bytes(request.resources.unified, response.resources.unified))
+    return (_cgroup_parent_change_problem("cgroup_parent", request.cgroup_parent, response.cgroup_parent,
+                                          request.pod_meta.uid)
             or _resources_change_problem("resources", request, response)
-            or _map_problem("labels", request.labels, response.labels, label_key_problem)
-            or _map_problem("annotations", request.annotations, response.annotations, annotation_key_problem))
+            or _map_problem("labels", request.labels, response.labels, LABELS)
+            or _map_problem("annotations", request.annotations, response.annotations, ANNOTATIONS)
+            or _answer_size_problem(response, added))
 
 
 def container_answer_problem(request: hooks.ContainerResourceHookRequest,
                              response: hooks.ContainerResourceHookResponse) -> Problem | None:
+    added = (added_bytes(request.container_annotations, response.container_annotations)
+             + added_bytes(request.container_envs, response.container_envs)
+             + added_bytes(request.container_resources.unified, response.container_resources.unified))
     return (_cgroup_parent_change_problem("pod_cgroup_parent", request.pod_cgroup_parent,
-                                          response.pod_cgroup_parent)
+                                          response.pod_cgroup_parent, request.pod_meta.uid)
             or _resources_change_problem("container_resources", request, response)
-            or _map_problem("container_envs", request.container_envs, response.container_envs, env_name_problem)
+            or _map_problem("container_envs", request.container_envs, response.container_envs, ENVS)
             or _map_problem("container_annotations", request.container_annotations,
-                            response.container_annotations, annotation_key_problem))
+                            response.container_annotations, ANNOTATIONS)
+            or _answer_size_problem(response, added))
 
 
 def answer_problem(request: Message, response: Message) -> Problem | None:

@@ -278,3 +278,161 @@ def test_pod_answers() -> None:
 
 def test_other_messages_are_not_checked() -> None:
     assert answer_problem(hooks.PodSandboxHookRequest(), hooks.ContainerMetadata()) is None
+
+
+# --- sizes: what an answer may add (issue 17) ---------------------------------------------------------
+
+KiB = 1024
+UID = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+OTHER_UID = "11111111-2222-3333-4444-555555555555"
+
+
+def test_an_env_entry_over_max_arg_strlen_is_refused_one_under_passes() -> None:
+    fits = "x" * (validate.ENV_ENTRY_MAX_BYTES - len("BIG") - 2)  # "BIG=" + value + NUL = 128 KiB
+    assert container_problem(container_envs={"BIG": fits}) is None
+    problem = container_problem(container_envs={"BIG": fits + "x"})
+    assert problem is not None and problem.field == 'container_envs["BIG"]'
+    assert "over 131072 (Linux's MAX_ARG_STRLEN: exec would fail with E2BIG)" in problem.reason
+
+
+def test_annotations_may_not_grow_past_kubernetes_256_kib_per_object() -> None:
+    fits = "x" * (validate.ANNOTATIONS_MAX_BYTES - map_size({"a": "1"}) - 3)
+    assert container_problem(container_annotations={"big": fits}) is None
+    problem = container_problem(container_annotations={"big": fits + "x"})
+    assert problem is not None and problem.field == "container_annotations"
+    assert f"would be {256 * KiB + 1} bytes of keys and values, over {256 * KiB}" in problem.reason
+
+
+def map_size(entries: dict[str, str]) -> int:
+    return validate.map_bytes(entries)
+
+
+def test_a_50_mb_annotation_from_the_issue_is_refused_naming_the_map() -> None:
+    request = hooks.PodSandboxHookRequest(labels={"io.kubernetes.pod.uid": UID})
+    response = hooks.PodSandboxHookResponse(annotations={"big": "x" * 50_000_000})
+    problem = answer_problem(request, response)
+    assert problem is not None and problem.field == "annotations" and "over 262144" in problem.reason
+
+
+def test_what_the_kubelet_sent_is_never_the_plugins_fault() -> None:
+    request = container_request()
+    request.container_annotations["huge"] = "k" * (300 * KiB)  # over every bound, from the kubelet
+    request.container_envs["HUGE"] = "e" * (200 * KiB)
+    assert answer_problem(request, echo(request)) is None
+    response = echo(request)
+    response.container_annotations["small"] = "1"  # grows an already oversized map: refused
+    problem = answer_problem(request, response)
+    assert problem is not None and problem.field == "container_annotations"
+    response = echo(request)
+    response.container_annotations["huge"] = "short"  # shrinks it: fine
+    assert answer_problem(request, response) is None
+
+
+def test_one_map_may_grow_by_at_most_256_kib() -> None:
+    many = {f"V{i}": "x" * 1000 for i in range(300)}  # 300 entries of ~1 KB: each fine, ~294 KiB in all
+    problem = container_problem(container_envs=many)
+    assert problem is not None and problem.field == "container_envs"
+    assert f"over {validate.ANSWER_MAP_MAX_BYTES}" in problem.reason
+
+
+def test_the_whole_answer_may_add_at_most_512_kib() -> None:
+    envs = {f"E{i}": "x" * 1000 for i in range(250)}
+    unified = {f"x.{i}": "1" * 1000 for i in range(250)}
+    annotations = {"big": "a" * (200 * KiB)}
+    problem = container_problem(container_envs=envs, resources_unified=unified, container_annotations=annotations)
+    assert problem is not None and problem.field == "ContainerResourceHookResponse"
+    assert f"over {validate.ANSWER_MAX_ADDED_BYTES}" in problem.reason
+
+
+@pytest.mark.parametrize("changes, field, why", [
+    ({"resources_cpuset_cpus": ",".join(["0"] * 3000)}, "container_resources.cpuset_cpus", "one cgroup file write"),
+    ({"resources_unified": {"memory.high": "9" * 5000}}, 'container_resources.unified["memory.high"]',
+     "one cgroup file write"),
+    ({"pod_cgroup_parent": "/kubepods" + "/x" * 2100}, "pod_cgroup_parent", "PATH_MAX"),
+])
+def test_cgroup_values_fit_what_the_kernel_takes(changes: dict, field: str, why: str) -> None:
+    problem = container_problem(**changes)
+    assert problem is not None and problem.field == field and why in problem.reason
+
+
+def test_label_values_are_at_most_63_characters_any_charset() -> None:
+    request = hooks.PodSandboxHookRequest(labels={"app": "web"})
+    assert answer_problem(request, hooks.PodSandboxHookResponse(labels={"path": "/kubepods/x y"})) is None
+    assert answer_problem(request, hooks.PodSandboxHookResponse(labels={"v": "x" * 63})) is None
+    problem = answer_problem(request, hooks.PodSandboxHookResponse(labels={"v": "x" * 64}))
+    assert problem is not None and problem.field == 'labels["v"]' and "64 characters, over 63" in problem.reason
+
+
+# --- identity: the kubelet's keys, another pod's cgroup (issue 17) -------------------------------------
+
+
+def kubelet_pod_request() -> hooks.PodSandboxHookRequest:
+    return hooks.PodSandboxHookRequest(
+        pod_meta=hooks.PodSandboxMetadata(name="web", namespace="ns", uid=UID),
+        labels={"app": "web", "io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "ns",
+                "io.kubernetes.pod.uid": UID},
+        cgroup_parent=f"/kubepods/burstable/pod{UID}")
+
+
+def test_an_echo_of_the_kubelets_keys_passes() -> None:
+    request = kubelet_pod_request()
+    response = hooks.PodSandboxHookResponse(labels=request.labels, annotations=request.annotations,
+                                            cgroup_parent=request.cgroup_parent)
+    assert answer_problem(request, response) is None
+    assert answer_problem(request, hooks.PodSandboxHookResponse(labels={"koordinator.sh/qos": "LS"})) is None
+
+
+@pytest.mark.parametrize("labels, why", [
+    ({"io.kubernetes.pod.uid": OTHER_UID}, f'may echo "{UID}", not change it (an answer for another pod'),
+    ({"io.kubernetes.pod.name": "other"}, "not change it"),
+    ({"io.kubernetes.docker.type": "container"}, "not a plugin's to add"),
+])
+def test_the_kubelets_labels_are_not_a_plugins_to_change(labels: dict, why: str) -> None:
+    problem = answer_problem(kubelet_pod_request(), hooks.PodSandboxHookResponse(labels=labels))
+    key = next(iter(labels))
+    assert problem is not None and problem.field == f'labels["{key}"]' and why in problem.reason
+
+
+def test_the_kubelets_container_annotations_are_not_a_plugins_to_change() -> None:
+    request = container_request()
+    request.container_annotations.update({"io.kubernetes.container.hash": "abc", "io.kubernetes.container.restartCount": "0"})
+    for key, value in [("io.kubernetes.container.hash", "def"), ("io.kubernetes.container.restartCount", "7"),
+                       ("io.kubernetes.container.terminationMessagePath", "/x")]:
+        response = echo(request)
+        response.container_annotations[key] = value
+        problem = answer_problem(request, response)
+        assert problem is not None and problem.field == f'container_annotations["{key}"]', key
+
+
+@pytest.mark.parametrize("parent, bad", [
+    (f"/kubepods/besteffort/pod{UID}", False),  # this pod in another QoS tier
+    ("/kubepods/koord-be", False),  # a resource manager's own tree, no pod named
+    (f"/kubepods/burstable/pod{OTHER_UID}", True),
+    (f"/kubepods/pod{OTHER_UID.replace('-', '')}", True),  # a static pod's uid form
+    (f"/kubepods/burstable/pod{UID}/../pod{OTHER_UID}", True),
+])
+def test_a_cgroup_parent_naming_another_pod_is_refused(parent: str, bad: bool) -> None:
+    problem = validate.cgroup_parent_problem(parent, f"/kubepods/burstable/pod{UID}", UID)
+    assert (problem is not None) is bad, problem
+    if bad and ".." not in parent:
+        assert "the cgroup of another pod" in problem
+
+
+def test_systemd_pod_slices_name_uids_with_underscores() -> None:
+    ours = f"kubepods-burstable-pod{UID.replace('-', '_')}.slice"
+    other = f"kubepods-besteffort-pod{OTHER_UID.replace('-', '_')}.slice"
+    assert validate.pod_uids_in_cgroup(f"/kubepods.slice/kubepods-burstable.slice/{ours}") == {UID.replace("-", "")}
+    assert validate.cgroup_parent_problem(f"kubepods-besteffort-pod{UID.replace('-', '_')}.slice", ours, UID) is None
+    assert "another pod" in (validate.cgroup_parent_problem(other, ours, UID) or "")
+    # No uid in the request: the pod's current parent says whose it is.
+    assert "another pod" in (validate.cgroup_parent_problem(other, ours) or "")
+
+
+def test_a_container_answer_moving_the_pod_to_another_pods_cgroup_names_the_field() -> None:
+    request = container_request()
+    request.pod_meta.uid = UID
+    request.pod_cgroup_parent = f"/kubepods/burstable/pod{UID}"
+    response = echo(request)
+    response.pod_cgroup_parent = f"/kubepods/burstable/pod{OTHER_UID}"
+    problem = answer_problem(request, response)
+    assert problem is not None and problem.field == "pod_cgroup_parent" and "another pod" in problem.reason

@@ -1,0 +1,111 @@
+"""cri.recovery: every object the runtime lists gets a record, even one whose verbose status is too large
+for containerd to send (issue 17: a 20.9 MB status, over containerd's 16 MiB max_send_message_size)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from runtimeproxy.cri.backend import BackendChannel
+from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.hooks.skip import SkipRule
+from runtimeproxy.hooks.store import Store
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+
+POD, SMALL, LARGE = "pod-1", "ctr-small", "ctr-large"
+TOO_LARGE = "grpc: trying to send message larger than max (20975668 vs. 16777216)"
+
+
+class Runtime:
+    """containerd in miniature: a pod, two containers; the large one's verbose status cannot be sent."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self._server: grpc.aio.Server | None = None
+
+    def _container(self, container_id: str) -> cri.Container:
+        return cri.Container(id=container_id, pod_sandbox_id=POD,
+                             metadata=cri.ContainerMetadata(name=container_id, attempt=1))
+
+    async def _answer(self, method: str, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self.calls.append(method)
+        if method == "ListPodSandbox":
+            return cri.ListPodSandboxResponse(items=[cri.PodSandbox(id=POD)]).SerializeToString()
+        if method == "PodSandboxStatus":
+            return cri.PodSandboxStatusResponse(status=cri.PodSandboxStatus(id=POD)).SerializeToString()
+        if method == "ListContainers":
+            request = cri.ListContainersRequest.FromString(data)
+            ids = [request.filter.id] if request.filter.id else [SMALL, LARGE]
+            return cri.ListContainersResponse(containers=[self._container(i) for i in ids]).SerializeToString()
+        request = cri.ContainerStatusRequest.FromString(data)
+        status = cri.ContainerStatus(id=request.container_id, metadata=cri.ContainerMetadata(name="app", attempt=1),
+                                     annotations={"io.kubernetes.container.hash": "abc"})
+        status.resources.linux.memory_limit_in_bytes = 64 << 20
+        response = cri.ContainerStatusResponse(status=status)
+        if request.verbose:
+            if request.container_id == LARGE:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_LARGE)
+            config = {"metadata": {"name": "app"}, "envs": [{"key": "K", "value": "v"}]}
+            response.info["info"] = json.dumps({"sandboxID": POD, "config": config})
+        return response.SerializeToString()
+
+    async def start(self, socket: Path) -> None:
+        def handler(method: str) -> grpc.RpcMethodHandler:
+            async def answer(data: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                return await self._answer(method, data, context)
+            return grpc.unary_unary_rpc_method_handler(answer)
+
+        methods = ["ListPodSandbox", "PodSandboxStatus", "ListContainers", "ContainerStatus"]
+        self._server = grpc.aio.server()
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "runtime.v1.RuntimeService", {name: handler(name) for name in methods})])
+        self._server.add_insecure_port(f"unix://{socket}")
+        await self._server.start()
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        await self._server.stop(0)
+
+
+@pytest.fixture
+def records(loop_thread: LoopThread, tmp_path: Path) -> Iterator[tuple[Runtime, BackendRecords]]:
+    runtime = Runtime()
+    loop_thread.run(runtime.start(tmp_path / "runtime.sock"))
+    channel = loop_thread.run(_channel(tmp_path / "runtime.sock"))
+    yield runtime, BackendRecords(channel, SkipRule("skip", "true"))  # type: ignore[arg-type]
+    loop_thread.run(channel.close())
+    loop_thread.run(runtime.stop())
+
+
+async def _channel(socket: Path) -> BackendChannel:
+    return BackendChannel("runtime", socket, 256 << 20)
+
+
+def test_a_container_whose_verbose_status_is_too_large_is_recorded_from_its_plain_status(
+    loop_thread: LoopThread, records: tuple[Runtime, BackendRecords]
+) -> None:
+    _, source = records
+    store = Store()
+    loop_thread.run(source.rebuild(store))
+    assert store.container_count == 2
+    small, large = store.container(SMALL), store.container(LARGE)
+    assert small is not None and large is not None
+    assert small.info.container_envs == {"K": "v"}  # the verbose status's config
+    assert large.pod_id == POD  # from the list
+    assert large.info.container_meta.id == LARGE and large.info.container_meta.name == "app"
+    assert large.info.container_annotations["io.kubernetes.container.hash"] == "abc"
+    assert large.info.container_resources.memory_limit_in_bytes == 64 << 20
+
+
+def test_a_lazy_fill_of_such_a_container_finds_its_pod_with_a_list(
+    loop_thread: LoopThread, records: tuple[Runtime, BackendRecords]
+) -> None:
+    runtime, source = records
+    record = loop_thread.run(source.load_container(LARGE))
+    assert record is not None and record.pod_id == POD
+    assert runtime.calls == ["ContainerStatus", "ContainerStatus", "ListContainers"]
