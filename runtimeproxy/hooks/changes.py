@@ -76,7 +76,7 @@ def dropped_env_names(request_envs: Mapping[str, str], answered_envs: Mapping[st
     """The request's variables an answer removes: a non-empty `container_envs` replaces the environment."""
     if not answered_envs:
         return []  # an empty map changes nothing
-    return [name for name in request_envs if name not in answered_envs]
+    return sorted(name for name in request_envs if name not in answered_envs)
 
 
 def _is_map(field: FieldDescriptor) -> bool:
