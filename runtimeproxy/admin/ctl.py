@@ -4,6 +4,7 @@
     runtimeproxyctl disable koordlet [--hook PreCreateContainer]... --reason "fail policy blocks pods"
     runtimeproxyctl enable koordlet [--hook ...]...
     runtimeproxyctl disable --all --reason "..." / enable --all
+    runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook HOOK]...  (no proxy needed)
 
 Human tables by default, `-o json` for machines. Exit codes: 0 ok, 1 the proxy could not
 be reached or refused (one line naming the socket), 2 usage.
@@ -28,6 +29,7 @@ from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoi
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.plugin import trying
 
 PROG = "runtimeproxyctl"
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2
@@ -69,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--all", action="store_true", help="every plugin's every hook on this node")
         if name == "disable":
             command.add_argument("--reason", required=True, help="why; logged and shown in status")
+    try_plugin = commands.add_parser(
+        "try-plugin", parents=[common], help="call a running plugin's hooks with sample requests; show what the "
+        "proxy's validation and merge make of its answers (no proxy needed)")
+    trying.add_arguments(try_plugin)
     return parser
 
 
@@ -89,6 +95,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = parse_args(argv)
     out = out or sys.stdout
+    if args.command == "try-plugin":
+        return _try_plugin(args, out)
     target = grpc_target(args.admin_endpoint)
     with grpc.insecure_channel(target) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)
@@ -103,6 +111,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     else:
         out.write(render_toggles(answer.toggles))
     return EXIT_OK
+
+
+def _try_plugin(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        socket = parse_unix_endpoint(args.endpoint)
+        return trying.run(args, socket, out, args.timeout)
+    except (EndpointError, ValueError, OSError) as error:  # a bad endpoint or --request file
+        print(f"{PROG}: error: try-plugin: {error}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> Message:

@@ -5,6 +5,8 @@ each sees the request as changed by the ones before (the Go reference calls one 
 plugin). A failing plugin is skipped under `Ignore`; under `Fail` a pre-hook stops the
 CRI call with a status naming the plugin and hook (google.rpc.ErrorInfo in the details).
 An answer that decodes but would apply something unsafe (hooks.validate) is such a failure too.
+What each answer changed is logged at debug level (field, before -> after), and an answer that drops
+environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 
+from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.hooks.stats import OK, HookStats
@@ -104,6 +107,26 @@ class HookFailed(Exception):
         return (("grpc-status-details-bin", status.SerializeToString()),)
 
 
+def report_answer(point: HookPoint, plugin: Plugin, request: Message, response: Message, merged: Message) -> None:
+    """Debug: what the plugin's answer changed. Warning: variables it dropped from the environment."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("plugin %s %s changed %s", plugin.name, point.name, describe(field_changes(request, merged)),
+                  extra={"plugin": plugin.name, "hook": point.name})
+    dropped = dropped_env_names(getattr(request, "container_envs", {}), getattr(response, "container_envs", {}))
+    if dropped:
+        log.warning(
+            "plugin %s %s answered container_envs without %d of the request's %d variables (%s): the answer "
+            "replaces the environment, so they are removed; answer every variable to keep it (koordlet echoes "
+            "the request), or build answers with runtimeproxy.plugin",
+            plugin.name, point.name, len(dropped), len(request.container_envs),  # type: ignore[attr-defined]
+            ", ".join(dropped[:_DROPPED_SHOWN]) + (", ..." if len(dropped) > _DROPPED_SHOWN else ""),
+            extra={"plugin": plugin.name, "hook": point.name},
+        )
+
+
+_DROPPED_SHOWN = 10
+
+
 def failure_fields(plugin: Plugin, point: HookPoint, code: grpc.StatusCode) -> dict[str, str]:
     """Structured log fields of a plugin failure (--log-format json)."""
     return {"plugin": plugin.name, "hook": point.name, "code": code.name}
@@ -134,6 +157,7 @@ class Dispatcher:
                 merged = point.merge(request, response)
                 if merged != request:
                     self.stats.changed(plugin.name, point.name)
+                report_answer(point, plugin, request, response, merged)
                 request = merged
         return request
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +17,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
+from runtimeproxy.admin.ctl import main as ctl
 from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
@@ -368,3 +372,50 @@ def test_a_partial_update_keeps_the_rest_through_a_restart(
         client.channel.close()
     stopped = plugin.seen_by("PostStopContainer")[0].container_resources
     assert (stopped.cpu_shares, stopped.memory_limit_in_bytes, stopped.cpu_quota) == (300, 96 * MiB, 20_000)
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_PLUGIN_HEADER = "# my_plugin.py:"
+
+
+def readme_example_plugin() -> str:
+    """The README's complete kit example, as a newcomer would copy it."""
+    blocks = README.read_text().split("```python\n")[1:]
+    [source] = [block.split("```", 1)[0] for block in blocks if block.startswith(README_PLUGIN_HEADER)]
+    return source
+
+
+def test_readme_kit_plugin_adds_an_env_var_and_keeps_the_others(
+    lab: Lab, log_dir: Path, cleanup_pods: list[str]
+) -> None:
+    """The README's plugin returns ONLY {"MY_VAR": "x"}; run as its own process, registered by itself."""
+    script = lab.base / "my_plugin.py"
+    script.write_text(readme_example_plugin())
+    socket = lab.base / "my-plugin" / "plugin.sock"
+    registration_file = lab.proxy.hook_config_dir / "my-plugin.json"
+    checkout = str(README.parent)  # a script's own directory comes first on sys.path: import this checkout
+    plugin = subprocess.Popen([sys.executable, str(script), "--socket", f"unix://{socket}",
+                               "--register", str(registration_file)],
+                              env={**os.environ, "PYTHONPATH": checkout})
+    try:
+        wait_for_log(lab.proxy, "plugin my-plugin.json ", timeout=30)
+        assert json.loads(registration_file.read_text())["runtime-hooks"] == ["PreCreateContainer"]
+        assert oct(socket.stat().st_mode & 0o777) == "0o600"
+
+        _, container_id = run_pod_with_container(lab.client, log_dir, cleanup_pods,
+                                                 envs={"KEEP": "me", "ALSO": "kept"})
+        env = lab.client.exec_sync(container_id, ["env"]).stdout.decode().split()
+        assert {"MY_VAR=x", "KEEP=me", "ALSO=kept"} <= set(env), env
+        assert any(var.startswith("PATH=") for var in env), env  # the image's variables too
+        wait_for_log(lab.proxy, 'plugin my-plugin.json PreCreateContainer changed container_envs["MY_VAR"]: '
+                                '(unset) -> "x"')
+        assert "answered container_envs without" not in lab.proxy.log_path.read_text()
+
+        out = io.StringIO()
+        assert ctl(["try-plugin", "--endpoint", str(socket), "--hook", "PreCreateContainer"], out=out) == 0
+        assert out.getvalue() == ('PreCreateContainer: valid; the proxy would change:\n'
+                                  '    container_envs["MY_VAR"]: (unset) -> "x"\n')
+    finally:
+        plugin.terminate()
+        assert plugin.wait(10) == 0
+    assert not socket.exists()

@@ -1,0 +1,102 @@
+"""What changed between two versions of a hook message, field by field.
+
+`field_changes(before, after)` lists every leaf that differs, named the way validation names response
+fields (`container_resources.cpu_shares`, `container_envs["PATH"]`): map entries one by one (a key
+missing on one side is `UNSET`), nested messages recursively, repeated fields as one value. The proxy
+logs it per plugin answer (hooks.dispatcher), `runtimeproxyctl try-plugin` prints it, and a per-pod
+decision trace can record it. Also: which environment variables an answer drops (the merge replaces the
+environment with a non-empty `container_envs`, so an answer that lists only its own variable removes the
+others).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+
+class _Unset:
+    """A map key or message absent on one side of a change."""
+
+    def __repr__(self) -> str:
+        return "(unset)"
+
+
+UNSET = _Unset()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str  # "container_envs[\"MY_VAR\"]", "container_resources.memory_limit_in_bytes"
+    before: object  # a scalar, a list (repeated fields) or UNSET
+    after: object
+
+    def __str__(self) -> str:
+        return f"{self.field}: {show(self.before)} -> {show(self.after)}"
+
+
+def show(value: object) -> str:
+    """A value as a log line shows it: strings JSON-quoted, UNSET as (unset)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(show(item) for item in value) + "]"
+    if isinstance(value, Message):
+        return "{" + str(value).strip().replace("\n", ", ") + "}"
+    return repr(value)
+
+
+def field_changes(before: Message, after: Message, prefix: str = "") -> list[FieldChange]:
+    """Every leaf that differs between two messages of the same type, in field-number order."""
+    changes: list[FieldChange] = []
+    for field in before.DESCRIPTOR.fields:
+        name = prefix + field.name
+        old, new = getattr(before, field.name), getattr(after, field.name)
+        if _is_map(field):
+            changes += _map_changes(name, old, new)
+        elif field.is_repeated:
+            if list(old) != list(new):
+                changes.append(FieldChange(name, list(old), list(new)))
+        elif field.message_type is not None:
+            changes += _message_changes(name, before, after, field.name)
+        elif old != new:
+            changes.append(FieldChange(name, old, new))
+    return changes
+
+
+def describe(changes: list[FieldChange]) -> str:
+    return "; ".join(str(change) for change in changes) if changes else "nothing"
+
+
+def dropped_env_names(request_envs: Mapping[str, str], answered_envs: Mapping[str, str]) -> list[str]:
+    """The request's variables an answer removes: a non-empty `container_envs` replaces the environment."""
+    if not answered_envs:
+        return []  # an empty map changes nothing
+    return sorted(name for name in request_envs if name not in answered_envs)
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _map_changes(name: str, old: Mapping[str, object], new: Mapping[str, object]) -> list[FieldChange]:
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key, UNSET), new.get(key, UNSET)
+        if before != after:
+            changes.append(FieldChange(f"{name}[{json.dumps(key)}]", before, after))
+    return changes
+
+
+def _message_changes(name: str, before: Message, after: Message, field: str) -> list[FieldChange]:
+    had, has = before.HasField(field), after.HasField(field)
+    if not had and not has:
+        return []
+    nested = field_changes(getattr(before, field), getattr(after, field), name + ".")
+    if had != has and not nested:  # an empty message appeared or went: say so
+        return [FieldChange(name, getattr(before, field) if had else UNSET, getattr(after, field) if has else UNSET)]
+    return nested

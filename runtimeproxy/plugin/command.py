@@ -1,0 +1,69 @@
+"""A kit plugin's command line: serve until SIGTERM/SIGINT, register, or print the registration.
+
+    python3 my_plugin.py --socket /run/my-plugin/plugin.sock \
+        --register /etc/runtime/hookserver.d/my-plugin.json [--failure-policy Fail] [--timeout-seconds 2]
+    python3 my_plugin.py --socket /run/my-plugin/plugin.sock --print-registration
+
+`main(plugin)` parses these; `serve_until_stopped` is the same without argument parsing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
+from runtimeproxy.plugin.registration import POLICIES, registration, write_registration
+from runtimeproxy.plugin.service import SOCKET_MODE, HookPlugin
+
+
+def _socket(value: str) -> Path:
+    try:
+        return parse_unix_endpoint(value)
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def build_parser(prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--socket", type=_socket, required=True, metavar="PATH",
+                        help="unix socket to serve on (a path or unix:///path)")
+    parser.add_argument("--register", type=Path, metavar="FILE",
+                        help="write the registration JSON here once serving, e.g. /etc/runtime/hookserver.d/NAME.json")
+    parser.add_argument("--print-registration", action="store_true",
+                        help="print the registration JSON and exit")
+    parser.add_argument("--failure-policy", choices=POLICIES, default="Ignore")
+    parser.add_argument("--timeout-seconds", type=float, metavar="S", help="per call (the proxy's default: 5)")
+    parser.add_argument("--socket-mode", type=lambda text: int(text, 8), default=SOCKET_MODE, metavar="OCTAL",
+                        help=f"the socket's permissions (default {SOCKET_MODE:04o})")
+    return parser
+
+
+async def serve_until_stopped(plugin: HookPlugin, socket: Path, register: Path | None = None,
+                              document: bytes = b"", mode: int = SOCKET_MODE) -> None:
+    """Serve until SIGTERM or SIGINT; the registration is written only once the socket answers."""
+    await plugin.start(socket, mode)
+    if register is not None:
+        write_registration(register, document)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await plugin.stop()
+        socket.unlink(missing_ok=True)
+
+
+def main(plugin: HookPlugin, argv: Sequence[str] | None = None, description: str | None = None) -> int:
+    args = build_parser(description=description).parse_args(argv)
+    document = registration(args.socket, plugin.implemented_hooks(), args.failure_policy, args.timeout_seconds)
+    if args.print_registration:
+        sys.stdout.write(document.decode() + "\n")
+        return 0
+    asyncio.run(serve_until_stopped(plugin, args.socket, args.register, document, args.socket_mode))
+    return 0

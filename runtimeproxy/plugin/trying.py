@@ -1,0 +1,171 @@
+"""`runtimeproxyctl try-plugin`: call a running plugin's hooks and show what the proxy would make of it.
+
+    runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook PreCreateContainer]...
+        [--cgroup-driver systemd] [--request FILE.json] [-o json]
+
+Each hook gets a sample request (plugin.samples) or the one in `--request` (a hook request as JSON, or a
+line of the lab example plugin's `--record` file). Per hook it prints the answer's status, and for a
+pre-hook what the proxy's own validation (hooks.validate) says and, when valid, what the proxy's own merge
+(hooks.merge) changes, field by field (hooks.changes), plus a warning when the answer drops environment
+variables. It also says whether a proxy would call the socket at all (owner, hooks.trust).
+Exit code 0: every hook answered and every answer is valid; 1: some did not; 2: usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import grpc
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+
+from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, show
+from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE
+from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.trust import TrustedOwners
+from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.plugin import samples
+from runtimeproxy.plugin.service import HOOKS_BY_NAME, Hook
+from runtimeproxy.hooks import dispatcher
+
+EXIT_OK, EXIT_PROBLEM = 0, 1
+DEFAULT_TIMEOUT_SECONDS = 5.0
+_POINTS = {point.name: point for point in (
+    dispatcher.PRE_RUN_POD_SANDBOX, dispatcher.PRE_CREATE_CONTAINER, dispatcher.PRE_START_CONTAINER,
+    dispatcher.POST_START_CONTAINER, dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, dispatcher.POST_STOP_CONTAINER,
+    dispatcher.POST_STOP_POD_SANDBOX)}
+
+
+@dataclass
+class HookTrial:
+    """One hook called once: what came back and what the proxy would do with it."""
+
+    hook: str
+    code: str = "OK"  # the call's status
+    details: str = ""
+    problem: str = ""  # validation's verdict on a pre-hook's answer
+    changes: list[FieldChange] = field(default_factory=list)
+    dropped_envs: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == "OK" and not self.problem
+
+    def as_dict(self) -> dict[str, object]:
+        return {"hook": self.hook, "code": self.code, "details": self.details, "problem": self.problem,
+                "changes": [{"field": c.field, "before": show(c.before), "after": show(c.after)}
+                            for c in self.changes],
+                "dropped_envs": self.dropped_envs}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint", required=True, metavar="SOCKET",
+                        help="the plugin's socket: a path or unix:///path")
+    parser.add_argument("--hook", action="append", default=[], metavar="HOOK", choices=HOOK_NAMES,
+                        help=f"only this hook (repeatable; default: all): {', '.join(HOOK_NAMES)}")
+    parser.add_argument("--cgroup-driver", choices=samples.CGROUP_DRIVERS, default="cgroupfs",
+                        help="the cgroup parent form of the sample requests")
+    parser.add_argument("--request", type=Path, metavar="FILE",
+                        help="a hook request as JSON (or a line of an example plugin --record file) instead of "
+                             "the sample; with one --hook, or the record line's hook")
+
+
+def call_hook(channel: grpc.Channel, hook: Hook, request: Message, timeout: float) -> HookTrial:
+    """Call one hook as the proxy does (raw bytes, decoded here) and judge the answer as the proxy would."""
+    trial = HookTrial(hook.name)
+    try:
+        raw = channel.unary_unary(f"/{HOOK_SERVICE}/{hook.rpc}")(request.SerializeToString(), timeout=timeout)
+    except grpc.RpcError as error:
+        trial.code, trial.details = error.code().name, error.details() or ""  # type: ignore[attr-defined]
+        return trial
+    try:
+        response = hook.response_type.FromString(raw)
+    except DecodeError as error:
+        trial.code, trial.details = grpc.StatusCode.INTERNAL.name, f"undecodable answer: {error}"
+        return trial
+    point = _POINTS[hook.name]
+    if point.merge is None:
+        return trial
+    problem = answer_problem(request, response)
+    if problem is not None:
+        trial.problem = str(problem)
+        return trial
+    trial.changes = field_changes(request, point.merge(request, response))
+    trial.dropped_envs = dropped_env_names(getattr(request, "container_envs", {}),
+                                           getattr(response, "container_envs", {}))
+    return trial
+
+
+def requests_to_try(args: argparse.Namespace) -> list[tuple[Hook, Message]]:
+    if args.request is None:
+        return [(HOOKS_BY_NAME[name], samples.sample_request(name, args.cgroup_driver))
+                for name in (args.hook or HOOK_NAMES)]
+    document = orjson.loads(args.request.read_bytes())
+    if isinstance(document, dict) and set(document) == {"hook", "request"}:  # a --record line
+        hooks_named, document = [document["hook"]], document["request"]
+    else:
+        hooks_named = args.hook
+    if len(hooks_named) != 1:
+        raise ValueError("--request needs exactly one --hook (the record line's hook counts)")
+    hook = HOOKS_BY_NAME[hooks_named[0]]
+    return [(hook, json_format.ParseDict(document, hook.request_type()))]
+
+
+def socket_warning(socket: Path) -> str:
+    """Why a proxy (as root, the usual case) would not call this socket, or ""."""
+    try:
+        status = socket.stat()
+    except OSError as error:
+        return f"cannot stat {socket}: {error.strerror}"
+    problem = TrustedOwners.with_extra().owner_problem(f"socket {socket}", status)
+    if problem is None:
+        return ""
+    return f"{problem}: a proxy calls it only with --runtime-hook-config-trusted-uids={status.st_uid}"
+
+
+def try_plugin(socket: Path, requests: Sequence[tuple[Hook, Message]], timeout: float) -> list[HookTrial]:
+    with grpc.insecure_channel(grpc_target(socket)) as channel:
+        return [call_hook(channel, hook, request, timeout) for hook, request in requests]
+
+
+def render(trials: Sequence[HookTrial], warning: str) -> str:
+    lines = [f"warning: {warning}"] if warning else []
+    for trial in trials:
+        lines.append(f"{trial.hook}: {_verdict(trial)}")
+        lines += [f"    {change}" for change in trial.changes]
+        if trial.dropped_envs:
+            lines.append(f"    warning: the answer's container_envs lacks {', '.join(trial.dropped_envs)}: "
+                         "the proxy removes them from the container (answer every variable, or use "
+                         "runtimeproxy.plugin, which echoes them)")
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(trial: HookTrial) -> str:
+    if trial.code != "OK":
+        return (f"FAILED {trial.code}: {trial.details} -- the proxy treats this as a plugin failure: with "
+                "failure-policy Ignore the call goes on without it, with Fail a pre-hook fails the CRI call")
+    if trial.problem:
+        return (f"INVALID answer, {trial.problem} -- the proxy applies none of it: a plugin failure "
+                f"({INVALID_ANSWER_CODE.name}) under its failure policy")
+    if trial.hook not in _POINTS or _POINTS[trial.hook].merge is None:
+        return "answered (a post-hook: its answer changes nothing)"
+    return "valid; the proxy would change:" if trial.changes else "valid; no change"
+
+
+def run(args: argparse.Namespace, socket: Path, out: TextIO, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> int:
+    trials = try_plugin(socket, requests_to_try(args), timeout)
+    warning = socket_warning(socket) if os.path.exists(socket) else f"{socket} does not exist"
+    if args.output == "json":
+        out.write(orjson.dumps({"endpoint": str(socket), "warning": warning,
+                                "hooks": [trial.as_dict() for trial in trials]},
+                               option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        out.write(render(trials, warning))
+    return EXIT_OK if all(trial.ok for trial in trials) and not warning else EXIT_PROBLEM

@@ -1,0 +1,129 @@
+"""`runtimeproxyctl try-plugin` against in-process plugins: diff, validation verdict, env-drop warning."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import orjson
+import pytest
+
+from hookkit import ScriptedPlugin
+from runtimeproxy.admin.ctl import main as ctl
+from runtimeproxy.lab.loop import LoopThread
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.plugin import HookPlugin, samples
+
+Serve = Callable[[object], Path]
+
+
+@pytest.fixture
+def serve(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Serve]:
+    started: list[object] = []
+
+    def start(plugin: object) -> Path:
+        socket = tmp_path / f"plugin{len(started)}.sock"
+        loop_thread.run(plugin.start(socket))  # type: ignore[attr-defined]
+        started.append(plugin)
+        return socket
+
+    yield start
+    for plugin in started:
+        loop_thread.run(plugin.stop())  # type: ignore[attr-defined]
+
+
+def try_plugin(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = ctl(["try-plugin", *args], out=out)
+    return code, out.getvalue()
+
+
+class Kit(HookPlugin):
+    def pre_create_container(self, request: hooks.ContainerResourceHookRequest) -> hooks.ContainerResourceHookResponse:
+        return hooks.ContainerResourceHookResponse(container_envs={"MY_VAR": "x"})
+
+
+def test_every_hook_with_samples(serve: Serve) -> None:
+    code, out = try_plugin("--endpoint", f"unix://{serve(Kit())}")
+    assert code == 0, out
+    assert out == (
+        "PreRunPodSandbox: valid; no change\n"
+        "PreCreateContainer: valid; the proxy would change:\n"
+        '    container_envs["MY_VAR"]: (unset) -> "x"\n'
+        "PreStartContainer: valid; no change\n"
+        "PostStartContainer: answered (a post-hook: its answer changes nothing)\n"
+        "PreUpdateContainerResources: valid; no change\n"
+        "PostStopContainer: answered (a post-hook: its answer changes nothing)\n"
+        "PostStopPodSandbox: answered (a post-hook: its answer changes nothing)\n")
+
+
+def test_a_plain_answer_that_drops_envs_is_warned(serve: Serve) -> None:
+    naive = ScriptedPlugin({"PreCreateContainer": lambda request, context:
+                            hooks.ContainerResourceHookResponse(container_envs={"MY_VAR": "x"})})
+    code, out = try_plugin("--endpoint", str(serve(naive)), "--hook", "PreCreateContainer")
+    assert code == 0
+    assert '    container_envs["PATH"]: "/usr/local/sbin' in out
+    assert '-> (unset)' in out
+    assert ("warning: the answer's container_envs lacks APP_MODE, HOSTNAME, KUBERNETES_SERVICE_HOST, "
+            "KUBERNETES_SERVICE_PORT, PATH: the proxy removes them") in out
+
+
+@pytest.mark.parametrize("driver,parent,verdict", [
+    ("cgroupfs", "/kubepods/besteffort/pod1", "valid"),
+    ("systemd", "kubepods-besteffort-pod1.slice", "valid"),
+    ("cgroupfs", "kubepods-besteffort-pod1.slice", "INVALID answer, pod_cgroup_parent: "
+                                                    '"kubepods-besteffort-pod1.slice" and the pod\'s parent'),
+    ("cgroupfs", "/system.slice/x", 'INVALID answer, pod_cgroup_parent: "/system.slice/x" is outside "kubepods"'),
+    ("cgroupfs", "kubepods/x", "INVALID answer, pod_cgroup_parent: \"kubepods/x\" is neither an absolute path"),
+])
+def test_validation_verdicts_are_the_proxys(serve: Serve, driver: str, parent: str, verdict: str) -> None:
+    class Mover(HookPlugin):
+        def pre_create_container(self, request: hooks.ContainerResourceHookRequest) -> hooks.ContainerResourceHookResponse:
+            return hooks.ContainerResourceHookResponse(pod_cgroup_parent=parent)
+
+    code, out = try_plugin("--endpoint", str(serve(Mover())), "--hook", "PreCreateContainer",
+                           "--cgroup-driver", driver)
+    assert out.startswith(f"PreCreateContainer: {verdict}"), out
+    assert code == (0 if verdict == "valid" else 1)
+
+
+def test_a_failing_hook_and_json_output(serve: Serve) -> None:
+    async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no capacity")
+
+    code, out = try_plugin("--endpoint", str(serve(ScriptedPlugin({"PreRunPodSandbox": refuse}))),
+                           "--hook", "PreRunPodSandbox", "-o", "json")
+    assert code == 1
+    [trial] = orjson.loads(out)["hooks"]
+    assert (trial["hook"], trial["code"], trial["details"]) == ("PreRunPodSandbox", "FAILED_PRECONDITION",
+                                                                "no capacity")
+
+
+def test_a_request_from_a_record_line(serve: Serve, tmp_path: Path) -> None:
+    from google.protobuf import json_format
+
+    request = samples.container_request()
+    request.container_envs.clear()
+    request.container_envs["ONLY"] = "1"
+    line = {"hook": "PreCreateContainer",
+            "request": json_format.MessageToDict(request, preserving_proto_field_name=True)}
+    (tmp_path / "request.json").write_bytes(orjson.dumps(line))
+    code, out = try_plugin("--endpoint", str(serve(Kit())), "--request", str(tmp_path / "request.json"), "-o", "json")
+    assert code == 0
+    [trial] = orjson.loads(out)["hooks"]
+    assert [c["field"] for c in trial["changes"]] == ['container_envs["MY_VAR"]']
+
+
+def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r.json").write_text("{}")
+    code, _ = try_plugin("--endpoint", str(tmp_path / "none.sock"), "--request", str(tmp_path / "r.json"))
+    assert code == 2 and "needs exactly one --hook" in capsys.readouterr().err
+
+
+def test_an_unreachable_plugin(tmp_path: Path) -> None:
+    code, out = try_plugin("--endpoint", str(tmp_path / "none.sock"), "--hook", "PreCreateContainer",
+                           "--timeout", "1")
+    assert code == 1
+    assert "does not exist" in out and "PreCreateContainer: FAILED UNAVAILABLE" in out
