@@ -41,17 +41,13 @@ _serial = itertools.count()
 
 
 class UpdatingPlugin(ExamplePlugin):
-    """The example plugin, which also raises CPU shares on every update."""
+    """The example plugin, which also raises CPU shares on every update (the kit: only the change)."""
 
-    async def PreUpdateContainerResourcesHook(self, request: hooks.ContainerResourceHookRequest,
-                                              context: grpc.aio.ServicerContext) -> hooks.ContainerResourceHookResponse:
-        def answer() -> hooks.ContainerResourceHookResponse:
-            resources = hooks.LinuxContainerResources()
-            resources.CopyFrom(request.container_resources)
-            resources.cpu_shares = UPDATED_SHARES
-            return hooks.ContainerResourceHookResponse(container_resources=resources)
-
-        return await self._handle("PreUpdateContainerResources", request, context, answer)
+    def pre_update_container_resources(
+        self, request: hooks.ContainerResourceHookRequest
+    ) -> hooks.ContainerResourceHookResponse | None:
+        return hooks.ContainerResourceHookResponse(
+            container_resources=hooks.LinuxContainerResources(cpu_shares=UPDATED_SHARES))
 
 
 @dataclass

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import grpc
 from google.protobuf import json_format
 
 from runtimeproxy.lab.cri import CriClient, open_channel
