@@ -62,6 +62,21 @@ def event_mask(*events: int) -> int:
 KNOWN_EVENTS_MASK = event_mask(*LIFECYCLE_EVENTS)
 
 
+# Events that are notifications only. Their dedicated Plugin methods came after v0.8: a plugin of v0.6-v0.8
+# gets them as StateChange, and NRI falls back to StateChange for good once a plugin answers UNIMPLEMENTED.
+NOTIFICATIONS: dict[int, tuple[str, type[Message]]] = {
+    nri.RUN_POD_SANDBOX: ("RunPodSandbox", nri.RunPodSandboxRequest),
+    nri.STOP_POD_SANDBOX: ("StopPodSandbox", nri.StopPodSandboxRequest),
+    nri.REMOVE_POD_SANDBOX: ("RemovePodSandbox", nri.RemovePodSandboxRequest),
+    nri.POST_UPDATE_POD_SANDBOX: ("PostUpdatePodSandbox", nri.PostUpdatePodSandboxRequest),
+    nri.POST_CREATE_CONTAINER: ("PostCreateContainer", nri.PostCreateContainerRequest),
+    nri.START_CONTAINER: ("StartContainer", nri.StartContainerRequest),
+    nri.POST_START_CONTAINER: ("PostStartContainer", nri.PostStartContainerRequest),
+    nri.POST_UPDATE_CONTAINER: ("PostUpdateContainer", nri.PostUpdateContainerRequest),
+    nri.REMOVE_CONTAINER: ("RemoveContainer", nri.RemoveContainerRequest),
+}
+
+
 class PluginDetached(TtrpcError):
     """The plugin was detached (timeout, broken connection, failed handshake); go on without it."""
 
@@ -86,6 +101,7 @@ class PluginSession:
         self.events = 0
         self.ignored_events = 0  # subscription bits for events this proxy does not know
         self.detached_reason: str | None = None
+        self._state_change_only = False  # the plugin predates the dedicated notification methods
         self._mux = Mux(reader, writer, name="nri plugin")
         self._to_plugin = Endpoint(self._mux.open(PLUGIN_SERVICE_CONN), name="nri plugin service")
         self._from_plugin = Endpoint(self._mux.open(RUNTIME_SERVICE_CONN), name="nri runtime service")
@@ -185,6 +201,29 @@ class PluginSession:
                 self.detach(f"{method} timed out")
                 raise PluginDetached(error.code, self.detached_reason or "") from None
             raise
+
+    async def notify(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
+        """Delivers a notification event (one of NOTIFICATIONS) if the plugin subscribed to it: by its own method,
+        or as StateChange to a plugin older than those methods."""
+        if not self.subscribed(event):
+            return
+        method, request_type = NOTIFICATIONS[event]
+        if "container" not in request_type.DESCRIPTOR.fields_by_name:
+            container = None  # a pod event carries no container, as NRI sends it
+        if not self._state_change_only:
+            request = request_type(pod=pod)
+            if container is not None:
+                request.container.CopyFrom(container)  # type: ignore[attr-defined]
+            try:
+                await self.call(method, request, nri.Empty)  # the answers are empty messages
+                return
+            except PluginDetached:
+                raise
+            except TtrpcError as error:
+                if error.code != Code.UNIMPLEMENTED:
+                    raise
+                self._state_change_only = True
+        await self.call("StateChange", nri.StateChangeEvent(event=event, pod=pod, container=container), nri.Empty)
 
     async def shutdown(self) -> None:
         """Tells the plugin the runtime is going away, then closes the connection."""
