@@ -12,7 +12,9 @@ sends on its own (even while we wait for its answer to one of our calls) goes to
 
 Event subscription follows NRI's mask (bit 1 << (event - 1), 0 meaning every lifecycle event); bits for
 events this proxy does not know are masked off and remembered, not refused, so newer plugins still attach.
-The events themselves (CreateContainer etc.) are the hook core's business, through `call()`.
+The events themselves are the hook core's business: `call()` for those a plugin answers with changes
+(CreateContainer, UpdateContainer, StopContainer, UpdatePodSandbox), `notify()` for the notifications, which
+older plugins only take as StateChange.
 """
 
 from __future__ import annotations
