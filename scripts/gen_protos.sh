@@ -13,12 +13,14 @@ out=${1:-$top/runtimeproxy/pb}
 cd "$top/protos"
 
 mapfile -t sources < <(find . -name '*.proto' | sed 's|^\./||' | LC_ALL=C sort)
+# google/rpc/status.proto (ttrpc's error envelope) comes with googleapis-common-protos, an install requirement.
+googleapis=$(python3 -c 'import pathlib, google.rpc.status_pb2 as s; print(pathlib.Path(s.__file__).parents[2])')
 rm -rf "$out"
 mkdir -p "$out"
-python3 -m grpc_tools.protoc -I . \
+python3 -m grpc_tools.protoc -I . -I "$googleapis" \
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" "${sources[@]}"
 
 # protoc writes imports relative to protos/; make them absolute inside our package.
 find "$out" -name '*_pb2_grpc.py' -print0 |
-  xargs -0 sed -i -E 's/^from (admin|cri|hooks)\./from runtimeproxy.pb.\1./'
+  xargs -0 sed -i -E 's/^from (admin|cri|hooks|nri|ttrpc)\./from runtimeproxy.pb.\1./'
 find "$out" -type d -exec sh -c 'for d; do : > "$d/__init__.py"; done' _ {} +
