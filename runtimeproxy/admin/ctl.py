@@ -150,7 +150,8 @@ def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
     socket: Path = args.admin_endpoint
     if code is grpc.StatusCode.NOT_FOUND:
         if args.command == "disable":
-            details += ("" if details.endswith("?") else ".") + " To stage a toggle for a file that is not there yet, add --stage"
+            details += "" if details.endswith("?") else "."
+            details += " To stage a toggle for a file that is not there yet, add --stage"
         print(f"{PROG}: {details}", file=sys.stderr)
         return EXIT_NO_SUCH_PLUGIN
     if code is grpc.StatusCode.INVALID_ARGUMENT:

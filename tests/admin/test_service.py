@@ -187,7 +187,8 @@ def test_each_toggle_keeps_its_own_reason_author_and_time(
     assert ctl(operated, "enable", "koordlet")[0] == EXIT_OK
     capsys.readouterr()
     assert ctl(operated, "enable", "koordlet")[0] == EXIT_OK
-    assert capsys.readouterr().err == "runtimeproxyctl: nothing to enable: no toggle turns koordlet.json (all hooks) off\n"
+    nothing = "runtimeproxyctl: nothing to enable: no toggle turns koordlet.json (all hooks) off\n"
+    assert capsys.readouterr().err == nothing
 
 
 def test_status_shows_unknown_config_keys_with_a_did_you_mean(operated: ProxyServer) -> None:

@@ -174,13 +174,15 @@ def test_unknown_keys_are_accepted_with_one_warning(caplog: pytest.LogCaptureFix
     config = parse_plugin_config("koordlet.json", data)
     assert config.endpoint == Path("/run/plugin.sock")
     assert config.warnings == ('unknown key "alpha"; ignored', 'unknown key "zeta"; ignored')
-    assert messages(caplog) == ['plugin config koordlet.json: unknown key "alpha"; ignored; unknown key "zeta"; ignored']
+    assert messages(caplog) == [
+        'plugin config koordlet.json: unknown key "alpha"; ignored; unknown key "zeta"; ignored']
 
 
 def test_a_misspelt_key_names_the_key_it_probably_meant() -> None:
     """Issue 18: `"failurePolicy": "Fail"` registered the plugin under Ignore with only a log line."""
-    document = {"remote-endpoint": "/run/plugin.sock", "runtimeHooks": ["PreRunPodSandbox"], "runtime-hooks": ["PreRunPodSandbox"],
-                "failurePolicy": "Fail", "timeout_seconds": 2, "timeout": 2, "comment": "x"}
+    document = {"remote-endpoint": "/run/plugin.sock", "runtime-hooks": ["PreRunPodSandbox"],
+                "runtimeHooks": ["PreRunPodSandbox"], "failurePolicy": "Fail", "timeout_seconds": 2, "timeout": 2,
+                "comment": "x"}
     config = parse_plugin_config("koordlet.json", orjson.dumps(document))
     assert config.failure_policy is FailurePolicy.IGNORE  # the default, as before: but now it is shown
     assert config.warnings == (

@@ -100,7 +100,8 @@ def test_a_hook_toggle_keeps_the_whole_plugin_toggle_s_reason_author_and_time(tm
 
 def test_enable_says_when_there_is_nothing_to_enable_or_disable_all_keeps_it_off(tmp_path: Path) -> None:
     toggles = Toggles(tmp_path)
-    assert toggles.enable("koordlet", frozenset()) == ["nothing to enable: no toggle turns koordlet.json (all hooks) off"]
+    nothing = "nothing to enable: no toggle turns koordlet.json (all hooks) off"
+    assert toggles.enable("koordlet", frozenset()) == [nothing]
     assert not (tmp_path / STATE_FILE_NAME).exists()  # nothing changed, nothing written
     toggles.disable("koordlet", frozenset(), "one")
     toggles.disable("", frozenset(), "node maintenance", everything=True, author="root")
