@@ -2,18 +2,31 @@
 
     runtimeproxyctl status
     runtimeproxyctl disable koordlet [--hook PreCreateContainer]... --reason "fail policy blocks pods"
+    runtimeproxyctl disable koordlet --stage --reason "..."   # no koordlet.json on this node yet
     runtimeproxyctl enable koordlet [--hook ...]...
     runtimeproxyctl disable --all --reason "..." / enable --all
     runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook HOOK]...  (no proxy needed)
 
-Human tables by default, `-o json` for machines. Exit codes: 0 ok, 1 the proxy could not
-be reached or refused (one line naming the socket), 2 usage.
+Human tables by default, `-o json` for machines; notes about a change (nothing to enable, a
+toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
+
+    0  ok (also an `enable` that found nothing to enable: the plugin is on, as asked)
+    1  the proxy could not be reached, or refused (one line naming the socket)
+    2  usage: bad arguments, an unknown hook name, a missing --reason
+    3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
+       nothing changed. A typo must not look like a disabled plugin: `--stage` disables a
+       name whose file is not there yet (status shows it as staged).
+
+The toggle's author is who this command runs as (and SUDO_USER), as it reports it: gRPC does
+not give the proxy the socket peer's credentials, and the socket is root-only anyway.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import pwd
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +45,7 @@ from runtimeproxy.hooks.plugins import HOOK_NAMES
 from runtimeproxy.plugin import trying
 
 PROG = "runtimeproxyctl"
-EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NO_SUCH_PLUGIN = 0, 1, 2, 3
 DEFAULT_TIMEOUT_SECONDS = 5.0
 OUTPUTS = ("table", "json")
 
@@ -71,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--all", action="store_true", help="every plugin's every hook on this node")
         if name == "disable":
             command.add_argument("--reason", required=True, help="why; logged and shown in status")
+            command.add_argument("--stage", action="store_true",
+                                 help="accept a PLUGIN with no config file (yet): the toggle applies when it appears")
     try_plugin = commands.add_parser(
         "try-plugin", parents=[common], help="call a running plugin's hooks with sample requests; show what the "
         "proxy's validation and merge make of its answers (no proxy needed)")
@@ -89,6 +104,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"{args.command}: name one PLUGIN, or --all")
         if args.all and args.hook:
             parser.error(f"{args.command}: --all applies to every hook; drop --hook")
+        if args.all and getattr(args, "stage", False):
+            parser.error(f"{args.command}: --stage names one PLUGIN; drop --all")
     return args
 
 
@@ -103,12 +120,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         try:
             answer = _call(stub, args)
         except grpc.RpcError as error:
-            return _report_failure(error, args.admin_endpoint)
+            return _report_failure(error, args)
     if args.output == "json":
         out.write(orjson.dumps(_as_dict(answer), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif isinstance(answer, admin.StatusResponse):
         out.write(render_status(answer))
     else:
+        for note in answer.notes:
+            print(f"{PROG}: {note}", file=sys.stderr)
         out.write(render_toggles(answer.toggles))
     return EXIT_OK
 
@@ -126,13 +145,32 @@ def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> Message:
     if args.command == "status":
         return stub.Status(admin.StatusRequest(), timeout=args.timeout)
     request = admin.ToggleRequest(plugin=args.plugin or "", hooks=args.hook, all=args.all,
-                                  reason=getattr(args, "reason", ""))
+                                  reason=getattr(args, "reason", ""), stage=getattr(args, "stage", False),
+                                  author=author())
     rpc = stub.Disable if args.command == "disable" else stub.Enable
     return rpc(request, timeout=args.timeout)
 
 
-def _report_failure(error: grpc.RpcError, socket: Path) -> int:
+def author() -> str:
+    """Who runs this command: the user, and who became it through sudo (as the proxy records it)."""
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = f"uid {uid}"
+    sudo_user = os.environ.get("SUDO_USER", "")
+    return f"{name} (sudo: {sudo_user})" if sudo_user and sudo_user != name else name
+
+
+def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
     code, details = error.code(), error.details()  # type: ignore[attr-defined]
+    socket: Path = args.admin_endpoint
+    if code is grpc.StatusCode.NOT_FOUND:
+        if args.command == "disable":
+            details += "" if details.endswith("?") else "."
+            details += " To stage a toggle for a file that is not there yet, add --stage"
+        print(f"{PROG}: {details}", file=sys.stderr)
+        return EXIT_NO_SUCH_PLUGIN
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         print(f"{PROG}: error: {details}", file=sys.stderr)
         return EXIT_USAGE
@@ -177,6 +215,7 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
                      f"timeout {plugin.timeout_seconds:g}s")
     if plugin.config_problem:
         lines.append(f"  config problem: {plugin.config_problem}")
+    lines += [f"  config: {warning}" for warning in plugin.config_warnings]
     if plugin.hook_stats:
         rows = [[h.hook, "on" if h.enabled else "OFF", str(h.calls), str(h.failures),
                  _millis(h.p50_seconds), _millis(h.p99_seconds),
@@ -189,9 +228,24 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
 def render_toggles(toggles: Sequence[admin.Toggle]) -> str:
     if not toggles:
         return "(none: every registered hook is on)\n"
-    rows = [[t.plugin if t.plugin != "*" else "* (all plugins)", ",".join(t.hooks) or "all hooks",
-             _when(t.since_unix_seconds), t.reason] for t in toggles]
-    return "\n".join(_table(["PLUGIN", "HOOKS OFF", "SINCE", "REASON"], rows)) + "\n"
+    rows = [[_toggled_plugin(t), _toggled_hooks(t), _when(t.since_unix_seconds), t.author or "-", t.reason]
+            for t in toggles]
+    lines = _table(["PLUGIN", "HOOKS OFF", "SINCE", "BY", "REASON"], rows)
+    if any(t.staged for t in toggles):
+        lines.append("(staged: no config file of that name is present; the toggle applies when one appears)")
+    return "\n".join(lines) + "\n"
+
+
+def _toggled_plugin(toggle: admin.Toggle) -> str:
+    if toggle.plugin == "*":
+        return "* (all plugins)"
+    return f"{toggle.plugin} (staged)" if toggle.staged else toggle.plugin
+
+
+def _toggled_hooks(toggle: admin.Toggle) -> str:
+    if toggle.hooks:
+        return ",".join(toggle.hooks)
+    return f"all hooks but {','.join(toggle.except_hooks)}" if toggle.except_hooks else "all hooks"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -1,14 +1,17 @@
 """The admin gRPC service (runtimeproxy.admin.v1.Admin) on its own unix socket, mode 0600.
 
 Served by a separate aio server, with reflection and health, so `grpcurl` works as well as
-`runtimeproxyctl`. Bad requests get INVALID_ARGUMENT with a one-line message; a toggle that
-cannot be persisted gets FAILED_PRECONDITION and changes nothing.
+`runtimeproxyctl`. Bad requests get INVALID_ARGUMENT with a one-line message; a toggle naming
+no config file the proxy knows gets NOT_FOUND with the registered names and a did-you-mean,
+unless it asks to be staged; a toggle that cannot be persisted gets FAILED_PRECONDITION and
+changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -17,7 +20,9 @@ from grpc_reflection.v1alpha import reflection
 
 from runtimeproxy.admin.status import ProxyParts, status, toggle_messages
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.hooks.toggles import ToggleError, hook_names
+from runtimeproxy.hooks.toggles import (
+    ToggleError, UnknownPlugin, hook_names, plugin_file_name, unknown_plugin,
+)
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 
@@ -36,19 +41,27 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     async def Disable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
         toggles = self._parts.hooks.toggles
-        return await self._change(context, lambda: toggles.disable(
-            request.plugin, hook_names(list(request.hooks)), request.reason, everything=request.all
+        return await self._change(context, request, lambda: toggles.disable(
+            request.plugin, hook_names(list(request.hooks)), request.reason, everything=request.all,
+            author=request.author,
         ))
 
     async def Enable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
         toggles = self._parts.hooks.toggles
-        return await self._change(context, lambda: toggles.enable(
+        return await self._change(context, request, lambda: toggles.enable(
             request.plugin, hook_names(list(request.hooks)), everything=request.all
         ))
 
-    async def _change(self, context: grpc.aio.ServicerContext, change: object) -> admin.ToggleResponse:
+    async def _change(self, context: grpc.aio.ServicerContext, request: admin.ToggleRequest,
+                      change: Callable[[], list[str]]) -> admin.ToggleResponse:
+        notes: list[str] = []
         try:
-            change()  # type: ignore[operator]
+            hook_names(list(request.hooks))  # a usage error is reported before an unknown plugin
+            if not request.all and not request.stage:
+                await self._check_known(request.plugin)
+            notes = change()
+        except UnknownPlugin as error:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
         except ToggleError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except OSError as error:
@@ -56,7 +69,23 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             log.error("cannot persist a toggle to %s: %s; nothing changed", path, error)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
-        return admin.ToggleResponse(toggles=toggle_messages(self._parts.hooks.toggles))
+        return admin.ToggleResponse(toggles=toggle_messages(self._parts.hooks), notes=notes)
+
+    async def _check_known(self, plugin: str) -> None:
+        """A name must be a config file the proxy knows, or have a toggle already (to enable it):
+        a typo must not look like a disabled plugin. Raises UnknownPlugin."""
+        hooks = self._parts.hooks
+        name = plugin_file_name(plugin)
+        if self._knows(name):
+            return
+        await hooks.registry.reload()  # a file written just before the command is not a typo
+        if not self._knows(name):
+            raise unknown_plugin(plugin, hooks.registry.config_file_names(), hooks.registry.directory_problem(),
+                                 toggled={t.plugin for t in hooks.toggles.active})
+
+    def _knows(self, name: str) -> bool:
+        hooks = self._parts.hooks
+        return name in hooks.registry.config_file_names() or bool(hooks.toggles.of(name))
 
 
 class AdminServer:

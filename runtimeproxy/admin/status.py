@@ -19,7 +19,7 @@ from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.docker.engine import EngineClient, EngineError
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.hooks.toggles import Toggle, Toggles
+from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginConfig
@@ -74,7 +74,7 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
         backends=await backend_statuses(parts),
         plugins=plugin_statuses(hooks),
         store=admin.StoreStatus(pods=hooks.store.pod_count, containers=hooks.store.container_count),
-        toggles=toggle_messages(hooks.toggles),
+        toggles=toggle_messages(hooks),
         plugin_config_dir=str(hooks.registry.config_dir),
         plugin_config_dir_problem=hooks.registry.directory_problem(),
     )
@@ -137,6 +137,7 @@ def _plugin_status(
     answer.failure_policy = config.failure_policy.value
     answer.timeout_seconds = config.timeout_seconds
     answer.hooks.extend(config.ordered_hooks)
+    answer.config_warnings.extend(config.warnings)
     enabled_hooks = [hook for hook in config.ordered_hooks if toggles.allows(name, hook)]
     answer.enabled = bool(enabled_hooks)
     if not enabled_hooks:
@@ -156,14 +157,19 @@ def _plugin_status(
     return answer
 
 
-def toggle_messages(toggles: Toggles) -> list[admin.Toggle]:
-    return [toggle_message(toggle) for toggle in toggles.active]
+def toggle_messages(hooks: HookService) -> list[admin.Toggle]:
+    present = hooks.registry.config_file_names()
+    return [toggle_message(toggle, staged=toggle.plugin not in present and toggle.plugin != ALL_PLUGINS)
+            for toggle in hooks.toggles.active]
 
 
-def toggle_message(toggle: Toggle) -> admin.Toggle:
+def toggle_message(toggle: Toggle, staged: bool = False) -> admin.Toggle:
     return admin.Toggle(
         plugin=toggle.plugin,
-        hooks=[hook for hook in HOOK_NAMES if hook in toggle.hooks],
+        hooks=[toggle.hook] if toggle.hook else [],
         reason=toggle.reason,
         since_unix_seconds=toggle.since_unix_seconds,
+        author=toggle.author,
+        staged=staged,
+        except_hooks=[hook for hook in HOOK_NAMES if hook in toggle.hooks_on],
     )

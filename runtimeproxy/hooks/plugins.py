@@ -12,6 +12,7 @@ Channels to plugin endpoints are opened on demand (see PluginChannel).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import enum
 import errno
 import logging
@@ -94,6 +95,8 @@ class PluginConfig:
     failure_policy: FailurePolicy
     hooks: frozenset[str]
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    # What the file says that was not used (unknown keys), one line each, for status.
+    warnings: tuple[str, ...] = ()
 
     @property
     def ordered_hooks(self) -> tuple[str, ...]:
@@ -107,7 +110,7 @@ class PluginConfig:
 
 
 def parse_plugin_config(name: str, data: bytes) -> PluginConfig:
-    """Parse one config file's bytes; warns (one line) about keys it does not know."""
+    """Parse one config file's bytes; unknown keys are ignored, logged and kept as warnings."""
     document = _load_object(name, data)
     config = PluginConfig(
         name=name,
@@ -115,12 +118,32 @@ def parse_plugin_config(name: str, data: bytes) -> PluginConfig:
         failure_policy=_parse_policy(name, document),
         hooks=_parse_hooks(name, document),
         timeout_seconds=_parse_timeout(name, document),
+        warnings=unknown_key_warnings(document.keys()),
     )
     # Only once the file is usable, so that a broken file still costs one log line.
-    unknown = sorted(document.keys() - _KNOWN_KEYS)
-    if unknown:
-        log.warning("plugin config %s: ignoring unknown keys: %s", name, ", ".join(unknown))
+    if config.warnings:
+        log.warning("plugin config %s: %s", name, "; ".join(config.warnings))
     return config
+
+
+def unknown_key_warnings(keys: Iterable[str]) -> tuple[str, ...]:
+    """`unknown key "failurePolicy" (did you mean "failure-policy"?); ignored`, one per unknown key.
+
+    A misspelt key silently leaves its default in force (a `failurePolicy: Fail` plugin runs
+    under Ignore), so the nearest known key is named: compared without case and separators,
+    so camelCase and snake_case spellings are caught.
+    """
+    by_folded = {_fold_key(key): key for key in sorted(_KNOWN_KEYS)}
+    warnings = []
+    for key in sorted(set(keys) - _KNOWN_KEYS):
+        close = difflib.get_close_matches(_fold_key(key), by_folded, n=1, cutoff=0.6)
+        hint = f" (did you mean {_quote(by_folded[close[0]])}?)" if close else ""
+        warnings.append(f"unknown key {_quote(key)}{hint}; ignored")
+    return tuple(warnings)
+
+
+def _fold_key(key: str) -> str:
+    return key.casefold().replace("-", "").replace("_", "")
 
 
 def _load_object(name: str, data: bytes) -> dict[str, Any]:
@@ -425,6 +448,10 @@ class PluginRegistry:
     def plugins_for(self, hook: str) -> tuple[Plugin, ...]:
         """The plugins registered for a hook, in the order to call them (precomputed)."""
         return self._by_hook.get(hook, ())
+
+    def config_file_names(self) -> frozenset[str]:
+        """Every config file of the last scan, registered or not (a toggle may name any of them)."""
+        return frozenset(self._files)
 
     def config_problems(self) -> dict[str, str]:
         """Why a config file's current content is not in force, by file name (for status)."""

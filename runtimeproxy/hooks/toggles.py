@@ -6,17 +6,25 @@ file written atomically, and outlive a proxy restart and any rewrite of the plug
 config file; a toggle for a file that does not exist (yet) is kept and applies once it
 appears. `disable --all` (plugin `*`) turns every hook on the node off.
 
+Each toggle has a scope (a whole plugin, or one hook of it) and keeps its own reason, author
+and time: a per-hook toggle never rewrites the whole-plugin one. Whether a name is a
+registered plugin is the admin service's question (it knows the registry); `unknown_plugin`
+words the refusal.
+
 Owns no transport: the admin service and the dispatcher both call in here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import difflib
 import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -27,28 +35,61 @@ log = logging.getLogger(__name__)
 
 STATE_FILE_NAME = "toggles.json"
 ALL_PLUGINS = "*"
-_STATE_VERSION = 1
+WHOLE_PLUGIN = ""  # the scope of a toggle that covers every hook of its plugin
+# 2: one entry per toggle (scope), with its author; 1 (still read): one entry per plugin.
+_STATE_VERSION = 2
 _HOOKS_BY_FOLDED_NAME = {hook.casefold(): hook for hook in HOOK_NAMES}
+_HOOK_ORDER = {hook: index for index, hook in enumerate(HOOK_NAMES)}
+_MAX_NAMES_SHOWN = 10
+_MAX_AUTHOR_CHARS = 64
 
 
 class ToggleError(ValueError):
     """A toggle request that cannot be applied; the message says why, in one line."""
 
 
+class UnknownPlugin(ToggleError):
+    """A toggle naming no config file the proxy knows (a typo, or a file not there yet)."""
+
+
 @dataclass(frozen=True)
 class Toggle:
+    """One operator decision, with its own scope, reason, author and time.
+
+    A plugin may have one whole-plugin toggle and one toggle per hook at the same time; each
+    keeps what was said when it was set. `enable --hook` on a wholly disabled plugin narrows
+    the whole-plugin toggle (`hooks_on`) instead of rewriting it.
+    """
+
     plugin: str  # a config file name, or ALL_PLUGINS
-    hooks: frozenset[str]  # empty: every hook
+    hook: str  # WHOLE_PLUGIN: every hook of the plugin; else one hook name
     reason: str
     since_unix_seconds: float
+    author: str = ""  # who set it, as runtimeproxyctl reported it; "" in state written before authors were kept
+    hooks_on: frozenset[str] = frozenset()  # of a whole-plugin toggle: hooks enabled again since
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.plugin, self.hook)
+
+    @property
+    def hooks_off(self) -> frozenset[str]:
+        return frozenset({self.hook}) if self.hook else frozenset(HOOK_NAMES) - self.hooks_on
 
     def covers(self, hook: str) -> bool:
-        return not self.hooks or hook in self.hooks
+        return hook in self.hooks_off
 
     def describe(self) -> str:
         what = "every plugin" if self.plugin == ALL_PLUGINS else self.plugin
-        hooks = ",".join(h for h in HOOK_NAMES if h in self.hooks) if self.hooks else "all hooks"
-        return f"{what} ({hooks})"
+        if self.hook:
+            return f"{what} ({self.hook})"
+        if self.hooks_on:
+            return f"{what} (all hooks but {','.join(h for h in HOOK_NAMES if h in self.hooks_on)})"
+        return f"{what} (all hooks)"
+
+    def provenance(self) -> str:
+        by = f" by {self.author}" if self.author else ""
+        return f"set{by} at {_timestamp(self.since_unix_seconds)}: {self.reason}"
 
 
 def plugin_file_name(name: str) -> str:
@@ -69,19 +110,50 @@ def hook_names(names: list[str] | tuple[str, ...]) -> frozenset[str]:
     return frozenset(hooks)
 
 
+def unknown_plugin(typed: str, registered: Collection[str], directory_problem: str = "",
+                   toggled: Collection[str] = ()) -> UnknownPlugin:
+    """The one-line refusal of a name that is no config file, with a did-you-mean among the
+    registered files and the names that have toggles."""
+    typed = typed.strip()
+    names = sorted(registered)
+    shown = ", ".join(names[:_MAX_NAMES_SHOWN]) or "none"
+    if len(names) > _MAX_NAMES_SHOWN:
+        shown += f", and {len(names) - _MAX_NAMES_SHOWN} more"
+    if directory_problem:
+        shown += f"; the config directory {directory_problem}"
+    message = f"no plugin {typed} is registered (registered: {shown})"
+    # Compared without the suffix every name shares, which would make any two names look close.
+    stems = sorted(name.removesuffix(CONFIG_SUFFIX) for name in set(names) | set(toggled) - {ALL_PLUGINS})
+    close = difflib.get_close_matches(plugin_file_name(typed).removesuffix(CONFIG_SUFFIX), stems, n=1, cutoff=0.6)
+    if close:
+        suggestion = close[0] + CONFIG_SUFFIX if typed.endswith(CONFIG_SUFFIX) else close[0]
+        message += f"; did you mean {suggestion}?"
+    return UnknownPlugin(message)
+
+
+def clean_author(author: str) -> str:
+    """What a client says about who it is, made safe for one log line and a table cell."""
+    printable = "".join(c if c.isprintable() else "?" for c in author.strip())
+    return printable[:_MAX_AUTHOR_CHARS]
+
+
 class Toggles:
     """The toggles in force; `allows` is what the dispatcher asks on every hook call."""
 
     def __init__(self, state_dir: Path | None) -> None:
         # None: kept in memory only (tests, or an operator who wants no state on disk).
         self.state_path = state_dir / STATE_FILE_NAME if state_dir is not None else None
-        self._toggles: dict[str, Toggle] = {}
+        self._toggles: dict[tuple[str, str], Toggle] = {}
         self._off: frozenset[tuple[str, str]] = frozenset()  # (plugin, hook) pairs, precomputed
         self._whole_plugins_off: frozenset[str] = frozenset()
 
     @property
     def active(self) -> tuple[Toggle, ...]:
-        return tuple(self._toggles[name] for name in sorted(self._toggles))
+        """Every toggle, by plugin, its whole-plugin toggle first, then hooks in lifecycle order."""
+        return tuple(sorted(self._toggles.values(), key=_display_order))
+
+    def of(self, plugin: str) -> tuple[Toggle, ...]:
+        return tuple(t for t in self.active if t.plugin == plugin)
 
     def allows(self, plugin: str, hook: str) -> bool:
         if not self._toggles:  # the common case: one dict truth test
@@ -91,52 +163,84 @@ class Toggles:
                     or (ALL_PLUGINS, hook) in self._off)
 
     def reason_for(self, plugin: str, hook: str | None = None) -> str:
-        """Why a plugin (or one hook of it) is off; "" if it is on."""
-        for name in (ALL_PLUGINS, plugin):
-            toggle = self._toggles.get(name)
-            if toggle is not None and (hook is None and not toggle.hooks or hook and toggle.covers(hook)):
-                return toggle.reason
+        """Why a plugin (or one hook of it) is off, the most specific toggle first; "" if it is on."""
+        for name in (plugin, ALL_PLUGINS):
+            if hook is None:
+                toggle = self._toggles.get((name, WHOLE_PLUGIN))
+                if toggle is not None and not toggle.hooks_on:
+                    return toggle.reason
+                continue
+            for scope in (hook, WHOLE_PLUGIN):
+                toggle = self._toggles.get((name, scope))
+                if toggle is not None and toggle.covers(hook):
+                    return toggle.reason
         return ""
 
-    # -- changes (each persisted, then logged in one line) ---------------------------------
+    # -- changes (each persisted, then logged in one line); they return notes for the operator --
 
-    def disable(self, plugin: str, hooks: frozenset[str], reason: str, everything: bool = False) -> None:
+    def disable(self, plugin: str, hooks: frozenset[str], reason: str, everything: bool = False,
+                author: str = "") -> list[str]:
         if not reason.strip():
             raise ToggleError("disable needs a --reason: it is logged and shown in status")
         name = ALL_PLUGINS if everything else plugin_file_name(plugin)
-        previous = self._toggles.get(name)
-        if hooks and previous is not None:
-            hooks = frozenset() if not previous.hooks else previous.hooks | hooks
-        toggle = Toggle(name, hooks, reason.strip(), time.time())
-        self._change({**self._toggles, name: toggle})
-        log.warning("disabled %s on this node: %s", toggle.describe(), toggle.reason,
-                    extra={"plugin": name, "hook": ",".join(sorted(hooks))})
+        now, author = time.time(), clean_author(author)
+        toggles = dict(self._toggles)
+        notes = []
+        added = [Toggle(name, scope, reason.strip(), now, author) for scope in _scopes(hooks)]
+        for toggle in added:
+            previous = toggles.get(toggle.key)
+            if previous is not None:
+                notes.append(f"replaced the toggle of {previous.describe()} {previous.provenance()}")
+            toggles[toggle.key] = toggle
+        whole = toggles.get((name, WHOLE_PLUGIN))
+        if hooks and whole is not None:
+            notes.append(f"unchanged: the toggle of {whole.describe()} {whole.provenance()}")
+        self._change(toggles)
+        for toggle in added:
+            log.warning("disabled %s on this node%s: %s", toggle.describe(), f" by {author}" if author else "",
+                        toggle.reason, extra={"plugin": name, "hook": toggle.hook})
+        return notes
 
-    def enable(self, plugin: str, hooks: frozenset[str], everything: bool = False) -> None:
+    def enable(self, plugin: str, hooks: frozenset[str], everything: bool = False) -> list[str]:
         if everything:
+            cleared = len(self._toggles)
             self._change({})
-            log.warning("enabled every plugin and hook on this node (all toggles cleared)",
+            log.warning("enabled every plugin and hook on this node (%d toggles cleared)", cleared,
                         extra={"plugin": ALL_PLUGINS})
-            return
+            return [] if cleared else ["nothing to enable: no toggle was set"]
         name = plugin_file_name(plugin)
         toggles = dict(self._toggles)
-        previous = toggles.pop(name, None)
-        if previous is not None and hooks:
-            remaining = (previous.hooks or frozenset(HOOK_NAMES)) - hooks
-            if remaining:
-                toggles[name] = Toggle(name, remaining, previous.reason, previous.since_unix_seconds)
-        self._change(toggles)
+        if hooks:
+            _enable_hooks(toggles, name, hooks)
+        else:
+            for key in [key for key in toggles if key[0] == name]:
+                del toggles[key]
         what = f"{name} ({','.join(h for h in HOOK_NAMES if h in hooks)})" if hooks else f"{name} (all hooks)"
-        log.warning("enabled %s on this node", what, extra={"plugin": name, "hook": ",".join(sorted(hooks))})
+        notes = []
+        if toggles == self._toggles:
+            notes.append(f"nothing to enable: no toggle turns {what} off")
+        else:
+            self._change(toggles)
+            log.warning("enabled %s on this node", what, extra={"plugin": name, "hook": ",".join(sorted(hooks))})
+        notes += self._still_off_by_all(hooks)
+        return notes
 
-    def _change(self, toggles: dict[str, Toggle]) -> None:
+    def _still_off_by_all(self, hooks: frozenset[str]) -> list[str]:
+        """`enable koordlet` does not undo `disable --all`: say so rather than let it look on."""
+        return [
+            f"still off: {toggle.describe()} is disabled ({toggle.provenance()}); `enable --all` clears it"
+            for toggle in self.of(ALL_PLUGINS) if not hooks or hooks & toggle.hooks_off
+        ]
+
+    def _change(self, toggles: dict[tuple[str, str], Toggle]) -> None:
         self._save(toggles)  # first: a change that cannot be persisted is not made
         self._install(toggles)
 
-    def _install(self, toggles: dict[str, Toggle]) -> None:
+    def _install(self, toggles: dict[tuple[str, str], Toggle]) -> None:
         self._toggles = toggles
-        self._whole_plugins_off = frozenset(name for name, t in toggles.items() if not t.hooks)
-        self._off = frozenset((name, hook) for name, t in toggles.items() for hook in t.hooks)
+        self._whole_plugins_off = frozenset(t.plugin for t in toggles.values() if not t.hook and not t.hooks_on)
+        self._off = frozenset((t.plugin, hook) for t in toggles.values() if t.hook or t.hooks_on
+                              for hook in t.hooks_off)
 
     # -- persistence -----------------------------------------------------------------------
 
@@ -157,14 +261,41 @@ class Toggles:
             log.error("toggle state %s is unreadable (%s); starting with no toggles", self.state_path, error)
             return
         self._install(toggles)
-        for toggle in toggles.values():
-            log.warning("%s is disabled on this node (toggle from %s): %s", toggle.describe(),
-                        self.state_path, toggle.reason, extra={"plugin": toggle.plugin})
+        for toggle in self.active:
+            log.warning("%s is disabled on this node (toggle from %s, %s)", toggle.describe(),
+                        self.state_path, toggle.provenance(), extra={"plugin": toggle.plugin})
 
-    def _save(self, toggles: dict[str, Toggle]) -> None:
+    def _save(self, toggles: dict[tuple[str, str], Toggle]) -> None:
         if self.state_path is None:
             return
         write_atomically(self.state_path, _encode(toggles))
+
+
+def _scopes(hooks: frozenset[str]) -> list[str]:
+    return [hook for hook in HOOK_NAMES if hook in hooks] or [WHOLE_PLUGIN]
+
+
+def _enable_hooks(toggles: dict[tuple[str, str], Toggle], name: str, hooks: frozenset[str]) -> None:
+    """Turn some hooks on: drop their own toggles, narrow the whole-plugin toggle (it keeps its reason)."""
+    for hook in hooks:
+        toggles.pop((name, hook), None)
+    whole = toggles.get((name, WHOLE_PLUGIN))
+    if whole is None or not hooks & whole.hooks_off:
+        return
+    narrowed = replace(whole, hooks_on=whole.hooks_on | hooks)
+    if narrowed.hooks_off:
+        toggles[whole.key] = narrowed
+    else:
+        del toggles[whole.key]
+
+
+def _display_order(toggle: Toggle) -> tuple[str, int]:
+    return (toggle.plugin, _HOOK_ORDER.get(toggle.hook, -1))
+
+
+def _timestamp(unix_seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(unix_seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -189,26 +320,38 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 
-def _encode(toggles: dict[str, Toggle]) -> bytes:
-    document = {
-        "version": _STATE_VERSION,
-        "toggles": [
-            {"plugin": t.plugin, "hooks": sorted(t.hooks), "reason": t.reason, "since": t.since_unix_seconds}
-            for t in (toggles[name] for name in sorted(toggles))
-        ],
-    }
+def _encode(toggles: dict[tuple[str, str], Toggle]) -> bytes:
+    # Version 1 readers (proxies before per-toggle authors) keep the last entry of each plugin:
+    # the whole-plugin toggle is written last, so a downgraded proxy keeps more off, never less.
+    def order(toggle: Toggle) -> tuple[str, int]:
+        return (toggle.plugin, _HOOK_ORDER.get(toggle.hook, len(HOOK_NAMES)))
+
+    entries = []
+    for t in sorted(toggles.values(), key=order):
+        entry: dict[str, object] = {"plugin": t.plugin, "hooks": [t.hook] if t.hook else [], "reason": t.reason,
+                                    "since": t.since_unix_seconds, "author": t.author}
+        if t.hooks_on:
+            entry["hooks_on"] = [h for h in HOOK_NAMES if h in t.hooks_on]
+        entries.append(entry)
+    document = {"version": _STATE_VERSION, "toggles": entries}
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
 
-def _decode(data: bytes) -> dict[str, Toggle]:
+def _decode(data: bytes) -> dict[tuple[str, str], Toggle]:
+    """Both versions: version 1 (one entry per plugin, a list of hooks, no author) is what older
+    proxies wrote; each of its hooks becomes a toggle of its own with the entry's reason and time."""
     document = orjson.loads(data)
     if not isinstance(document, dict) or not isinstance(document.get("toggles"), list):
         raise ValueError("expected an object with a list of toggles")
-    toggles: dict[str, Toggle] = {}
+    toggles: dict[tuple[str, str], Toggle] = {}
     for item in document["toggles"]:
         plugin = str(item["plugin"])
         if plugin != ALL_PLUGINS:
             plugin = plugin_file_name(plugin)
-        toggles[plugin] = Toggle(plugin, hook_names(list(item.get("hooks", []))),
-                                 str(item.get("reason", "")), float(item.get("since", 0)))
+        reason, since = str(item.get("reason", "")), float(item.get("since", 0))
+        author = clean_author(str(item.get("author", "")))
+        hooks_on = hook_names(list(item.get("hooks_on", [])))
+        for scope in _scopes(hook_names(list(item.get("hooks", [])))):
+            toggle = Toggle(plugin, scope, reason, since, author, hooks_on if not scope else frozenset())
+            toggles[toggle.key] = toggle
     return toggles

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import stat
 import time
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimeproxy import __version__
-from runtimeproxy.admin.ctl import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, main
+from runtimeproxy.admin.ctl import EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.synthetic import SyntheticBackend
@@ -27,11 +28,11 @@ def ctl(proxy: ProxyServer, *args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def register_plugin(proxy: ProxyServer, name: str, policy: str = "Fail") -> None:
+def register_plugin(proxy: ProxyServer, name: str, policy: str = "Fail", policy_key: str = "failure-policy") -> None:
     config_dir = proxy.options.hook_config_dir
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / name).write_text(json.dumps({
-        "remote-endpoint": str(config_dir / "nobody.sock"), "failure-policy": policy,
+        "remote-endpoint": str(config_dir / "nobody.sock"), policy_key: policy,
         "runtime-hooks": ["PreRunPodSandbox", "PreCreateContainer"],
     }))
 
@@ -92,7 +93,7 @@ def test_disable_and_enable_are_persisted_and_shown(operated: ProxyServer) -> No
     assert "DISABLED (fail policy blocks pods)" in table
 
     code, out = ctl(operated, "enable", "koordlet.json", "--hook", "PreCreateContainer")
-    assert code == EXIT_OK and "PreRunPodSandbox" in out
+    assert code == EXIT_OK and "all hooks but PreCreateContainer" in out and "fail policy blocks pods" in out
     code, out = ctl(operated, "enable", "--all")
     assert code == EXIT_OK and "(none" in out
     assert json.loads((operated.options.state_dir / STATE_FILE_NAME).read_text())["toggles"] == []
@@ -107,6 +108,102 @@ def test_bad_requests_exit_2_with_one_line(operated: ProxyServer, capsys: pytest
     with pytest.raises(SystemExit) as exited:
         ctl(operated, "disable", "koordlet")  # no --reason
     assert exited.value.code == EXIT_USAGE
+
+
+def test_a_typo_is_refused_with_a_did_you_mean_and_changes_nothing(
+    operated: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: `disable koordlett` and `enable nothere` exited 0 with no word."""
+    register_plugin(operated, "koordlet.json")
+    register_plugin(operated, "nri.json")
+    wait_for(operated, lambda s: len(s["plugins"]) == 2)
+    capsys.readouterr()
+    assert ctl(operated, "disable", "koordlett", "--reason", "INC-42") == (EXIT_NO_SUCH_PLUGIN, "")
+    assert capsys.readouterr().err == (
+        "runtimeproxyctl: no plugin koordlett is registered (registered: koordlet.json, nri.json); "
+        "did you mean koordlet? To stage a toggle for a file that is not there yet, add --stage\n")
+    assert ctl(operated, "enable", "nothere")[0] == EXIT_NO_SUCH_PLUGIN
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no plugin nothere is registered" in err and "--stage" not in err
+    assert not (operated.options.state_dir / STATE_FILE_NAME).exists()  # nothing was written
+
+    # A file written just before the command is found (the service rescans before refusing).
+    register_plugin(operated, "late.json")
+    assert ctl(operated, "disable", "late", "--reason", "x")[0] == EXIT_OK
+
+
+def test_a_staged_toggle_is_shown_as_staged_until_its_file_appears(
+    operated: ProxyServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = ctl(operated, "disable", "koordlet", "--stage", "--reason", "known bad build", "-o", "json")
+    assert code == EXIT_OK
+    (toggle,) = json.loads(out)["toggles"]
+    assert toggle["plugin"] == "koordlet.json" and toggle["staged"] and toggle["author"] == author()
+    _, table = ctl(operated, "status")
+    assert "koordlet.json (staged)" in table and "(staged: no config file of that name is present" in table
+
+    # A name with a toggle can be enabled (or disabled again) without --stage: it is no typo.
+    assert ctl(operated, "enable", "koordlet", "--hook", "PreCreateContainer")[0] == EXIT_OK
+
+    register_plugin(operated, "koordlet.json")
+    _, out = wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    status = json.loads(out)
+    (toggle,) = status["toggles"]
+    assert not toggle["staged"] and toggle["except_hooks"] == ["PreCreateContainer"]
+    (plugin,) = status["plugins"]
+    assert [h["enabled"] for h in plugin["hook_stats"]] == [False, True]
+
+
+def test_each_toggle_keeps_its_own_reason_author_and_time(
+    operated: ProxyServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    monkeypatch.setenv("SUDO_USER", "alice")
+    assert ctl(operated, "disable", "koordlet", "--reason", "fail policy blocks pods")[0] == EXIT_OK
+    monkeypatch.setenv("SUDO_USER", "bob")
+    capsys.readouterr()
+    code, out = ctl(operated, "disable", "koordlet", "--hook", "PreCreateContainer", "--reason", "cpuset bug")
+    assert code == EXIT_OK
+    err = capsys.readouterr().err
+    assert err.startswith("runtimeproxyctl: unchanged: the toggle of koordlet.json (all hooks) set by ")
+    assert "(sudo: alice)" in err and err.rstrip().endswith(": fail policy blocks pods")
+
+    _, out = ctl(operated, "status", "-o", "json")
+    status = json.loads(out)
+    whole, hook = status["toggles"]
+    assert (whole["hooks"], whole["reason"]) == ([], "fail policy blocks pods") and "alice" in whole["author"]
+    assert (hook["hooks"], hook["reason"]) == (["PreCreateContainer"], "cpuset bug") and "bob" in hook["author"]
+    assert 0 < whole["since_unix_seconds"] <= hook["since_unix_seconds"] <= time.time()
+    (plugin,) = status["plugins"]
+    assert plugin["disabled_reason"] == "fail policy blocks pods"
+    _, table = ctl(operated, "status")
+    bob = author()  # the user these tests run as, and SUDO_USER
+    alice = bob.replace("bob", "alice")
+    assert re.search(rf"koordlet.json +all hooks +\S+ \S+ +{re.escape(alice)} +fail policy blocks pods\n", table)
+    assert re.search(rf"koordlet.json +PreCreateContainer +\S+ \S+ +{re.escape(bob)} +cpuset bug\n", table)
+
+    # Enabling a registered plugin that has no toggle is fine (it is on, as asked) and says so.
+    assert ctl(operated, "enable", "koordlet")[0] == EXIT_OK
+    capsys.readouterr()
+    assert ctl(operated, "enable", "koordlet")[0] == EXIT_OK
+    nothing = "runtimeproxyctl: nothing to enable: no toggle turns koordlet.json (all hooks) off\n"
+    assert capsys.readouterr().err == nothing
+
+
+def test_status_shows_unknown_config_keys_with_a_did_you_mean(operated: ProxyServer) -> None:
+    register_plugin(operated, "koordlet.json", policy_key="failurePolicy")
+    _, out = wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    (plugin,) = json.loads(out)["plugins"]
+    assert plugin["failure_policy"] == "Ignore"
+    assert plugin["config_warnings"] == ['unknown key "failurePolicy" (did you mean "failure-policy"?); ignored']
+    _, table = ctl(operated, "status")
+    assert 'koordlet.json  enabled\n  endpoint ' in table
+    assert '\n  config: unknown key "failurePolicy" (did you mean "failure-policy"?); ignored\n' in table
+
+    register_plugin(operated, "koordlet.json")  # fixed: the warning goes, the policy is Fail
+    _, out = wait_for(operated, lambda s: s["plugins"][0]["failure_policy"] == "Fail")
+    assert json.loads(out)["plugins"][0]["config_warnings"] == []
 
 
 def test_an_absent_proxy_exits_1_naming_the_socket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

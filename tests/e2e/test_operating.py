@@ -130,6 +130,41 @@ def test_disable_a_blocking_plugin_survive_a_restart_enable_it_again(
         assert_blocked(client, log_dir, cleanup_pods)
 
 
+def test_a_typo_exits_3_and_a_hook_toggle_keeps_the_plugin_toggle_s_reason(node: ProxyProcess) -> None:
+    """Issue 18, as an operator meets it: a typo'd name changed nothing yet exited 0, and a
+    per-hook toggle rewrote the reason of the whole-plugin one."""
+    plugin_socket = node.listen_path.parent / "koordlet.sock"
+    (node.hook_config_dir / "koordlet.json").write_bytes(
+        registration(plugin_socket, ["PreRunPodSandbox", "PreCreateContainer"], "Fail"))
+    wait_for_plugin(node, "koordlet.json")
+
+    typo = ctl(node, "disable", "koordlett", "--reason", "INC-42: koordlet crash-looping")
+    assert (typo.returncode, typo.stdout) == (3, "")
+    assert typo.stderr == ("runtimeproxyctl: no plugin koordlett is registered (registered: koordlet.json); "
+                           "did you mean koordlet? To stage a toggle for a file that is not there yet, add --stage\n")
+    assert ctl(node, "enable", "nothere").returncode == 3
+    assert status(node)["toggles"] == []
+
+    assert ctl(node, "disable", "koordlet", "--reason", "INC-42: koordlet crash-looping").returncode == 0
+    hook = ctl(node, "disable", "koordlet", "--hook", "PreCreateContainer", "--reason", "cpuset bug")
+    assert hook.returncode == 0, hook.stderr
+    staged = ctl(node, "disable", "nri", "--stage", "--reason", "roll-out pending")
+    assert staged.returncode == 0, staged.stderr
+
+    assert node.stop() == 0, node.log_tail()
+    node.start()  # the reasons come back from the state file
+    wait_for_plugin(node, "koordlet.json")
+    toggles = status(node)["toggles"]
+    assert [(t["plugin"], t["hooks"], t["reason"], t["staged"]) for t in toggles] == [
+        ("koordlet.json", [], "INC-42: koordlet crash-looping", False),
+        ("koordlet.json", ["PreCreateContainer"], "cpuset bug", False),
+        ("nri.json", [], "roll-out pending", True),
+    ]
+    assert all(t["author"] and t["since_unix_seconds"] > 0 for t in toggles)
+    table = ctl(node, "status").stdout
+    assert "koordlet.json  DISABLED (INC-42: koordlet crash-looping)" in table and "nri.json (staged)" in table
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -171,8 +171,27 @@ def test_malformed_configs_name_the_file_and_the_problem(data: bytes, problem: s
 
 def test_unknown_keys_are_accepted_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     data = config_bytes(zeta=1, alpha={"x": 1})
-    assert parse_plugin_config("koordlet.json", data).endpoint == Path("/run/plugin.sock")
-    assert messages(caplog) == ["plugin config koordlet.json: ignoring unknown keys: alpha, zeta"]
+    config = parse_plugin_config("koordlet.json", data)
+    assert config.endpoint == Path("/run/plugin.sock")
+    assert config.warnings == ('unknown key "alpha"; ignored', 'unknown key "zeta"; ignored')
+    assert messages(caplog) == [
+        'plugin config koordlet.json: unknown key "alpha"; ignored; unknown key "zeta"; ignored']
+
+
+def test_a_misspelt_key_names_the_key_it_probably_meant() -> None:
+    """Issue 18: `"failurePolicy": "Fail"` registered the plugin under Ignore with only a log line."""
+    document = {"remote-endpoint": "/run/plugin.sock", "runtime-hooks": ["PreRunPodSandbox"],
+                "runtimeHooks": ["PreRunPodSandbox"], "failurePolicy": "Fail", "timeout_seconds": 2, "timeout": 2,
+                "comment": "x"}
+    config = parse_plugin_config("koordlet.json", orjson.dumps(document))
+    assert config.failure_policy is FailurePolicy.IGNORE  # the default, as before: but now it is shown
+    assert config.warnings == (
+        'unknown key "comment"; ignored',
+        'unknown key "failurePolicy" (did you mean "failure-policy"?); ignored',
+        'unknown key "runtimeHooks" (did you mean "runtime-hooks"?); ignored',
+        'unknown key "timeout" (did you mean "timeout-seconds"?); ignored',
+        'unknown key "timeout_seconds" (did you mean "timeout-seconds"?); ignored',
+    )
 
 
 def test_a_broken_file_with_unknown_keys_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:

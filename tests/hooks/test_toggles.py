@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -10,7 +11,9 @@ import pytest
 
 from hookkit import PluginBench, register, refresh_on_loop
 from runtimeproxy.hooks import dispatcher as points
-from runtimeproxy.hooks.toggles import ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, hook_names
+from runtimeproxy.hooks.toggles import (
+    ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, clean_author, hook_names, unknown_plugin,
+)
 from runtimeproxy.lab.example_plugin import ExamplePlugin
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.plugins import HOOK_NAMES
@@ -48,13 +51,118 @@ def test_hooks_toggle_one_by_one(tmp_path: Path) -> None:
     assert toggles.reason_for("koordlet.json", "PreCreateContainer") == "cpuset bug"
     assert toggles.reason_for("koordlet.json") == ""  # the plugin as a whole is on
 
-    # Enabling one hook of a wholly disabled plugin leaves the others off.
+    # Enabling one hook of a wholly disabled plugin leaves the others off: the whole-plugin
+    # toggle is narrowed and keeps its reason; the hook's own toggle is untouched.
     toggles.disable("koordlet", frozenset(), "all off")
     toggles.enable("koordlet", frozenset({"PreRunPodSandbox"}))
     assert toggles.allows("koordlet.json", "PreRunPodSandbox")
     assert not toggles.allows("koordlet.json", "PostStopContainer")
-    (toggle,) = toggles.active
-    assert toggle.hooks == frozenset(HOOK_NAMES) - {"PreRunPodSandbox"}
+    whole, hook = toggles.active
+    assert (whole.hook, whole.reason, whole.hooks_on) == ("", "all off", {"PreRunPodSandbox"})
+    assert whole.hooks_off == frozenset(HOOK_NAMES) - {"PreRunPodSandbox"}
+    assert (hook.hook, hook.reason) == ("PreCreateContainer", "cpuset bug")
+    assert toggles.reason_for("koordlet.json") == ""  # not wholly off any more
+    assert toggles.reason_for("koordlet.json", "PostStopContainer") == "all off"
+
+    # Enabling every hook one by one leaves no toggle.
+    toggles.enable("koordlet", frozenset(HOOK_NAMES) - {"PreRunPodSandbox"})
+    assert toggles.active == ()
+    assert all(toggles.allows("koordlet.json", h) for h in HOOK_NAMES)
+
+
+def test_a_hook_toggle_keeps_the_whole_plugin_toggle_s_reason_author_and_time(tmp_path: Path) -> None:
+    """Issue 18: `disable koordlet --hook PreCreateContainer --reason "cpuset bug"` on a fully
+    disabled plugin replaced the whole-plugin toggle's reason."""
+    toggles = Toggles(tmp_path)
+    toggles.disable("koordlet", frozenset(), "fail policy blocks pods", author="root (sudo: alice)")
+    (whole,) = toggles.active
+    notes = toggles.disable("koordlet", PRE_CREATE, "cpuset bug", author="root (sudo: bob)")
+    assert notes == [f"unchanged: the toggle of koordlet.json (all hooks) {whole.provenance()}"]
+    assert "alice" in notes[0] and "fail policy blocks pods" in notes[0]
+    kept, hook = toggles.active
+    assert kept == whole  # reason, author and time as set
+    assert (hook.hook, hook.reason, hook.author) == ("PreCreateContainer", "cpuset bug", "root (sudo: bob)")
+    assert hook.since_unix_seconds >= whole.since_unix_seconds
+    assert toggles.reason_for("koordlet.json") == "fail policy blocks pods"
+    assert toggles.reason_for("koordlet.json", "PreCreateContainer") == "cpuset bug"
+
+    restarted = Toggles(tmp_path)
+    restarted.load()
+    assert restarted.active == toggles.active
+
+    # Setting the same scope again replaces that toggle only, and says what it replaced.
+    notes = toggles.disable("koordlet", frozenset(), "still broken", author="root")
+    assert notes[0].startswith("replaced the toggle of koordlet.json (all hooks) set by root (sudo: alice)")
+    assert [t.reason for t in toggles.active] == ["still broken", "cpuset bug"]
+    toggles.enable("koordlet", frozenset())  # the whole plugin: every toggle of it goes
+    assert toggles.active == ()
+
+
+def test_enable_says_when_there_is_nothing_to_enable_or_disable_all_keeps_it_off(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    nothing = "nothing to enable: no toggle turns koordlet.json (all hooks) off"
+    assert toggles.enable("koordlet", frozenset()) == [nothing]
+    assert not (tmp_path / STATE_FILE_NAME).exists()  # nothing changed, nothing written
+    toggles.disable("koordlet", frozenset(), "one")
+    toggles.disable("", frozenset(), "node maintenance", everything=True, author="root")
+    (note,) = toggles.enable("koordlet", frozenset())
+    assert note.startswith("still off: every plugin (all hooks) is disabled (set by root at ")
+    assert note.endswith(": node maintenance); `enable --all` clears it")
+    assert not toggles.allows("koordlet.json", "PreCreateContainer")
+    assert toggles.enable("", frozenset(), everything=True) == []
+    assert toggles.enable("", frozenset(), everything=True) == ["nothing to enable: no toggle was set"]
+
+
+def test_state_written_by_an_older_proxy_loads(tmp_path: Path) -> None:
+    """Version 1 (before per-toggle authors): one entry per plugin with a list of hooks."""
+    (tmp_path / STATE_FILE_NAME).write_text("""{
+  "version": 1,
+  "toggles": [
+    {"plugin": "*", "hooks": ["PostStopContainer"], "reason": "maintenance", "since": 1700000000.5},
+    {"plugin": "koordlet.json", "hooks": [], "reason": "fail policy blocks pods", "since": 1700000001.0},
+    {"plugin": "nri.json", "hooks": ["PreStartContainer", "PreCreateContainer"], "reason": "cpuset bug",
+     "since": 1700000002.0}
+  ]
+}
+""")
+    toggles = Toggles(tmp_path)
+    toggles.load()
+    assert [(t.plugin, t.hook, t.reason, t.since_unix_seconds, t.author) for t in toggles.active] == [
+        (ALL_PLUGINS, "PostStopContainer", "maintenance", 1700000000.5, ""),
+        ("koordlet.json", "", "fail policy blocks pods", 1700000001.0, ""),
+        ("nri.json", "PreCreateContainer", "cpuset bug", 1700000002.0, ""),
+        ("nri.json", "PreStartContainer", "cpuset bug", 1700000002.0, ""),
+    ]
+    assert not toggles.allows("koordlet.json", "PreRunPodSandbox")
+    assert not toggles.allows("nri.json", "PreStartContainer") and toggles.allows("nri.json", "PreRunPodSandbox")
+    assert not toggles.allows("other.json", "PostStopContainer")
+
+    # Written back: a version 1 reader keeps the last entry of a plugin, so the whole-plugin
+    # toggle comes last (a downgraded proxy keeps more off, never less).
+    toggles.disable("koordlet", PRE_CREATE, "cpuset bug")
+    written = json.loads((tmp_path / STATE_FILE_NAME).read_text())
+    assert written["version"] == 2
+    koordlet = [entry for entry in written["toggles"] if entry["plugin"] == "koordlet.json"]
+    assert [entry["hooks"] for entry in koordlet] == [["PreCreateContainer"], []]
+
+
+def test_an_unknown_plugin_is_refused_with_the_registered_names_and_a_did_you_mean() -> None:
+    registered = ["nri.json", "koordlet.json"]
+    assert str(unknown_plugin("koordlett", registered)) == (
+        "no plugin koordlett is registered (registered: koordlet.json, nri.json); did you mean koordlet?")
+    assert str(unknown_plugin("koordlett.json", registered)).endswith("did you mean koordlet.json?")
+    assert "did you mean" not in str(unknown_plugin("nothere", registered))
+    assert str(unknown_plugin("x", [], "does not exist; no plugins until it does")) == (
+        "no plugin x is registered (registered: none; the config directory does not exist; no plugins until it does)")
+    many = [f"p{i:02d}.json" for i in range(12)]
+    assert "p09.json, and 2 more)" in str(unknown_plugin("zzz", many))
+    assert str(unknown_plugin("staged-typ", [], toggled=["staged-type.json"])).endswith("did you mean staged-type?")
+
+
+def test_an_author_is_one_printable_line() -> None:
+    assert clean_author("  root (sudo: alice)\n") == "root (sudo: alice)"
+    assert clean_author("a\x1b[31mb") == "a?[31mb"
+    assert len(clean_author("x" * 500)) == 64
 
 
 def test_disable_all_and_enable_all(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ class BackendStatus(_message.Message):
     def __init__(self, role: _Optional[str] = ..., endpoint: _Optional[str] = ..., reachable: _Optional[bool] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ...) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats")
+    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats", "config_warnings")
     FILE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class PluginStatus(_message.Message):
     DISABLED_REASON_FIELD_NUMBER: _ClassVar[int]
     CONFIG_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     HOOK_STATS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_WARNINGS_FIELD_NUMBER: _ClassVar[int]
     file: str
     endpoint: str
     failure_policy: str
@@ -64,7 +65,8 @@ class PluginStatus(_message.Message):
     disabled_reason: str
     config_problem: str
     hook_stats: _containers.RepeatedCompositeFieldContainer[HookStats]
-    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ...) -> None: ...
+    config_warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., config_warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class HookStats(_message.Message):
     __slots__ = ("hook", "enabled", "calls", "failures", "last_error", "last_error_unix_seconds", "p50_seconds", "p99_seconds")
@@ -95,31 +97,43 @@ class StoreStatus(_message.Message):
     def __init__(self, pods: _Optional[int] = ..., containers: _Optional[int] = ...) -> None: ...
 
 class Toggle(_message.Message):
-    __slots__ = ("plugin", "hooks", "reason", "since_unix_seconds")
+    __slots__ = ("plugin", "hooks", "reason", "since_unix_seconds", "author", "staged", "except_hooks")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     HOOKS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    STAGED_FIELD_NUMBER: _ClassVar[int]
+    EXCEPT_HOOKS_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     hooks: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     since_unix_seconds: float
-    def __init__(self, plugin: _Optional[str] = ..., hooks: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., since_unix_seconds: _Optional[float] = ...) -> None: ...
+    author: str
+    staged: bool
+    except_hooks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, plugin: _Optional[str] = ..., hooks: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., since_unix_seconds: _Optional[float] = ..., author: _Optional[str] = ..., staged: _Optional[bool] = ..., except_hooks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ToggleRequest(_message.Message):
-    __slots__ = ("plugin", "hooks", "all", "reason")
+    __slots__ = ("plugin", "hooks", "all", "reason", "stage", "author")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     HOOKS_FIELD_NUMBER: _ClassVar[int]
     ALL_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     hooks: _containers.RepeatedScalarFieldContainer[str]
     all: bool
     reason: str
-    def __init__(self, plugin: _Optional[str] = ..., hooks: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    stage: bool
+    author: str
+    def __init__(self, plugin: _Optional[str] = ..., hooks: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ..., reason: _Optional[str] = ..., stage: _Optional[bool] = ..., author: _Optional[str] = ...) -> None: ...
 
 class ToggleResponse(_message.Message):
-    __slots__ = ("toggles",)
+    __slots__ = ("toggles", "notes")
     TOGGLES_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     toggles: _containers.RepeatedCompositeFieldContainer[Toggle]
-    def __init__(self, toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
