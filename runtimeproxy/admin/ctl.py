@@ -190,7 +190,11 @@ def _as_dict(message: Message) -> dict[str, object]:
 
 
 def render_status(status: admin.StatusResponse) -> str:
-    lines = [f"runtimeproxy {status.version}, up {_duration(status.uptime_seconds)}", "", "BACKENDS"]
+    lines = [f"runtimeproxy {status.version}, up {_duration(status.uptime_seconds)}"]
+    if status.listen_endpoint:
+        lines.append(f"serving {status.backend_mode} mode on {status.listen_endpoint}; admin {status.admin_endpoint}; "
+                     f"state {status.state_dir or '(in memory)'}; metrics {status.metrics_address or 'off'}")
+    lines += ["", "BACKENDS"]
     lines += _table(["ROLE", "ENDPOINT", "REACHABLE", "RUNTIME"], [
         [b.role, b.endpoint, "yes" if b.reachable else "NO",
          f"{b.runtime_name} {b.runtime_version}".strip() or "-"] for b in status.backends

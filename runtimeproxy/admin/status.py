@@ -23,6 +23,7 @@ from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginConfig
+from runtimeproxy.options import ProxyOptions
 
 # Status must answer even when containerd hangs.
 VERSION_TIMEOUT_SECONDS = 1.0
@@ -53,6 +54,7 @@ class ProxyParts:
     backend_health: BackendHealth | None
     cri_calls: CriCallRecorder | None = None
     docker_requests: DockerRequestRecorder | None = None
+    options: ProxyOptions | None = None  # the endpoints status names
 
     def backend_problems(self) -> list[tuple[str, str, str]]:
         """(role, endpoint, problem) of every backend; problem "" when it is fine."""
@@ -77,7 +79,17 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
         toggles=toggle_messages(hooks),
         plugin_config_dir=str(hooks.registry.config_dir),
         plugin_config_dir_problem=hooks.registry.directory_problem(),
+        **own_endpoints(parts.options),
     )
+
+
+def own_endpoints(options: ProxyOptions | None) -> dict[str, str]:
+    """The proxy's sockets, state directory and metrics address, as status shows them ("" for off)."""
+    if options is None:
+        return {}
+    return {"listen_endpoint": str(options.listen_path), "backend_mode": options.backend_mode,
+            "admin_endpoint": str(options.admin_path or ""), "state_dir": str(options.state_dir or ""),
+            "metrics_address": options.metrics_address or ""}
 
 
 async def backend_statuses(parts: ProxyParts) -> list[admin.BackendStatus]:

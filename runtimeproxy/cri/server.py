@@ -158,7 +158,7 @@ class ProxyServer:
                                             "store-rebuild")
         backend_health = BackendHealth()
         parts = ProxyParts(self.backend, self.hook_service, started, backend_health,
-                           CriCallRecorder() if options.metrics_address else None)
+                           CriCallRecorder() if options.metrics_address else None, options=options)
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),
             maximum_concurrent_rpcs=options.max_concurrent_calls,

@@ -56,7 +56,8 @@ class DockerProxyServer:
         self._socket_lock = claim_socket_path(path)  # held until stop(): one proxy per socket
         await self.hook_service.start()
         backend = DockerBackend(f"unix://{self.options.runtime_path}", self._reachability, self.engine)
-        parts = ProxyParts(backend, self.hook_service, started, None, docker_requests=self._requests)
+        parts = ProxyParts(backend, self.hook_service, started, None, docker_requests=self._requests,
+                           options=self.options)
         self.operator = OperatorEndpoints(self.options, parts)
         await self.operator.start()
         if self._hooked:

@@ -53,6 +53,11 @@ def test_status_names_dockerds_version(metered_proxy: tuple[DockerModeProxy, int
     done = subprocess.run([sys.executable, "-m", "runtimeproxy.admin.ctl", f"--admin-endpoint={proxy.admin_path}",
                            "status", "-o", "json"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    (backend,) = json.loads(done.stdout)["backends"]
+    status = json.loads(done.stdout)
+    assert (status["listen_endpoint"], status["backend_mode"], status["admin_endpoint"]) == \
+        (str(proxy.listen_path), "Docker", str(proxy.admin_path))
+    assert status["state_dir"] == str(proxy.listen_path.parent / "state")
+    assert status["metrics_address"].startswith("127.0.0.1:")
+    (backend,) = status["backends"]
     assert backend["runtime_name"] == "docker" and backend["reachable"] is True
     assert backend["runtime_version"] == f"{server['Version']} (API {server['ApiVersion']})"

@@ -88,5 +88,10 @@ def test_the_installed_proxy_runs_a_hooked_pod_lifecycle(
         "PostStopPodSandbox"]
     status = json.loads(runtimeproxyctl(installed_bin, installed_proxy, "status", "-o", "json"))
     assert status["version"] == __version__
+    assert (status["listen_endpoint"], status["admin_endpoint"], status.get("metrics_address", "")) == \
+        (str(installed_proxy.listen_path), str(installed_proxy.admin_path), "")
+    table = runtimeproxyctl(installed_bin, installed_proxy, "status")
+    assert f"serving Containerd mode on {installed_proxy.listen_path}; admin {installed_proxy.admin_path}" in table
+    assert "metrics off" in table
     (registered,) = status["plugins"]
     assert registered["file"] == "10-example.json"

@@ -11,7 +11,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem")
+    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,11 @@ class StatusResponse(_message.Message):
     TOGGLES_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_CONFIG_DIR_FIELD_NUMBER: _ClassVar[int]
     PLUGIN_CONFIG_DIR_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    LISTEN_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_MODE_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIR_FIELD_NUMBER: _ClassVar[int]
+    METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     version: str
     uptime_seconds: float
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
@@ -28,7 +33,12 @@ class StatusResponse(_message.Message):
     toggles: _containers.RepeatedCompositeFieldContainer[Toggle]
     plugin_config_dir: str
     plugin_config_dir_problem: str
-    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ...) -> None: ...
+    listen_endpoint: str
+    backend_mode: str
+    admin_endpoint: str
+    state_dir: str
+    metrics_address: str
+    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
     __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version")
