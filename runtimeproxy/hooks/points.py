@@ -211,9 +211,16 @@ class HookPoints:
         """The ID is a pod the store holds (no backend read)."""
         return self.store.pod(object_id) is not None
 
-    async def is_pod(self, object_id: str) -> bool:
-        """The ID is a pod, not a container (read from the backend on a miss)."""
-        return self.store.container(object_id) is None and await self.context.pod(object_id) is not None
+    async def post_stop(self, object_id: str, time_remaining: float | None) -> None:
+        """PostStopPodSandbox for a pod, PostStopContainer for a container (the pod read from the backend on
+        a miss; nothing is looked up when neither point has plugins)."""
+        if not (self.dispatcher.has_plugins(points.POST_STOP_POD_SANDBOX)
+                or self.dispatcher.has_plugins(points.POST_STOP_CONTAINER)):
+            return
+        if self.store.container(object_id) is None and await self.context.pod(object_id) is not None:
+            await self.post_stop_pod_sandbox(object_id, time_remaining)
+        else:
+            await self.post_stop_container(object_id, time_remaining)
 
     async def rebuild_store(self, state: BackendState) -> None:
         """Record what the backend already runs (after a restart); see hooks.rebuild."""

@@ -33,7 +33,7 @@ class Bench:
         options = ProxyOptions(listen_path=base / "rp.sock", runtime_path=base / "absent-dockerd.sock",
                                backend_mode="Docker", hook_config_dir=base / "hookserver.d")
         self.service = HookService(options)
-        self.hooks = DockerHooks(self.service, DockerRecords(EngineClient(options.runtime_path), self.service.skip))
+        self.hooks = DockerHooks(self.service, DockerRecords(EngineClient(options.runtime_path)))
         self.plugins: list[ScriptedPlugin] = []
 
     def plugin(self, plugin: ScriptedPlugin, hooks_: tuple[str, ...], policy: str = "Ignore") -> ScriptedPlugin:
