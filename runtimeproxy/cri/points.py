@@ -10,6 +10,7 @@ runtime.v1 and runtime.v1alpha2.
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -35,9 +36,10 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext
 CRI_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
+M = TypeVar("M", bound=Message)
 
 
-async def decode(message_type: type[Message], data: bytes, context: Context) -> Message:
+async def decode(message_type: type[M], data: bytes, context: Context) -> M:
     try:
         return message_type.FromString(data)
     except DecodeError as error:
