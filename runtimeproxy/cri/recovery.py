@@ -49,6 +49,8 @@ class BackendReadError(Exception):
 class BackendRecords:
     """Reads pods and containers back from the runtime with verbose status calls (a hooks.rebuild.BackendState)."""
 
+    name = "the backend"
+
     def __init__(self, backend: BackendChannel) -> None:
         self._channel = backend.channel
 

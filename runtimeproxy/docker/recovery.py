@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 class DockerRecords:
     """Reads sandboxes and containers back from dockerd with list and inspect calls (a hooks.rebuild.BackendState)."""
 
+    name = "dockerd"
+
     def __init__(self, engine: EngineClient) -> None:
         self._engine = engine
 

@@ -30,6 +30,8 @@ class Listing:
 
 
 class BackendState(RecordSource, Protocol):
+    name: str  # how the log names the backend: "dockerd", "the backend"
+
     async def list_objects(self) -> Listing:
         """Every pod and container the backend has (raises when it cannot be asked)."""
 
@@ -54,7 +56,7 @@ async def rebuild(context: HookContext, state: BackendState) -> None:
 
     await asyncio.gather(*(load_pod(pod_id) for pod_id in listing.pod_ids))
     await asyncio.gather(*(load_container(cid, pod_id) for cid, pod_id in listing.containers.items()))
-    log.info("store rebuilt from the backend: %d pods, %d containers", store.pod_count, store.container_count)
+    log.info("store rebuilt from %s: %d pods, %d containers", state.name, store.pod_count, store.container_count)
 
 
 async def rebuild_store(context: HookContext, state: BackendState) -> None:
@@ -62,4 +64,4 @@ async def rebuild_store(context: HookContext, state: BackendState) -> None:
     try:
         await rebuild(context, state)
     except Exception as error:
-        log.warning("could not rebuild the store from the backend: %s", error)
+        log.warning("could not rebuild the store from %s: %s", state.name, error)

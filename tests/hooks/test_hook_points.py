@@ -30,6 +30,7 @@ class Backend:
     pods: dict[str, hooks.PodSandboxHookRequest] = field(default_factory=dict)
     containers: dict[str, ContainerRecord] = field(default_factory=dict)
     reads: list[str] = field(default_factory=list)
+    name: str = "the backend"
 
     async def list_objects(self) -> Listing:
         return Listing(list(self.pods), {cid: record.pod_id for cid, record in self.containers.items()})
