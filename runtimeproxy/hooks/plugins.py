@@ -29,7 +29,7 @@ import grpc
 import orjson
 
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
-from runtimeproxy.hooks.trust import TrustedOwners
+from runtimeproxy.trust import TrustedOwners
 
 log = logging.getLogger(__name__)
 

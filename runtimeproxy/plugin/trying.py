@@ -7,7 +7,7 @@ Each hook gets a sample request (plugin.samples) or the one in `--request` (a ho
 line of the lab example plugin's `--record` file). Per hook it prints the answer's status, and for a
 pre-hook what the proxy's own validation (hooks.validate) says and, when valid, what the proxy's own merge
 (hooks.merge) changes, field by field (hooks.changes), plus a warning when the answer drops environment
-variables. It also says whether a proxy would call the socket at all (owner, hooks.trust).
+variables. It also says whether a proxy would call the socket at all (owner, runtimeproxy.trust).
 Exit code 0: every hook answered and every answer is valid; 1: some did not; 2: usage.
 """
 
@@ -29,7 +29,7 @@ from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, show
 from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE
 from runtimeproxy.hooks.plugins import HOOK_NAMES
-from runtimeproxy.hooks.trust import TrustedOwners
+from runtimeproxy.trust import TrustedOwners
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.plugin import samples
 from runtimeproxy.plugin.service import HOOKS_BY_NAME, Hook
