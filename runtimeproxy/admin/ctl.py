@@ -41,7 +41,7 @@ from runtimeproxy import __version__
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
 
 PROG = "runtimeproxyctl"

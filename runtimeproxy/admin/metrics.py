@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from runtimeproxy import __version__
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.hooks.stats import LatencyHistogram
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 PREFIX = "runtimeproxy"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

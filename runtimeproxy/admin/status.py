@@ -14,7 +14,8 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
-from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginConfig
+from runtimeproxy.hooks.config import PluginConfig
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.report import BackendProblem, FrontendReport
 

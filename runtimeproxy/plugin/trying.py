@@ -28,7 +28,7 @@ from google.protobuf.message import DecodeError, Message
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, show
 from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.trust import TrustedOwners
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.plugin import samples

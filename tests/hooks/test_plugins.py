@@ -16,23 +16,16 @@ import grpc
 import orjson
 import pytest
 
-from runtimeproxy.hooks import plugins
+from runtimeproxy.hooks import trusted_files
 from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.hooks.plugins import (
-    HOOK_NAMES,
-    MAX_CONFIG_BYTES,
-    FailurePolicy,
-    Plugin,
-    PluginConfig,
-    PluginChannel,
-    PluginConfigError,
-    PluginRegistry,
-    _signature,
-    parse_plugin_config,
-)
+from runtimeproxy.hooks.config import FailurePolicy, PluginConfig, PluginConfigError, parse_plugin_config
+from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.hooks.plugin import Plugin, PluginChannel
+from runtimeproxy.hooks.registry import PluginRegistry
+from runtimeproxy.hooks.trusted_files import MAX_CONFIG_BYTES, file_signature
 
 T = TypeVar("T")
-LOGGER = "runtimeproxy.hooks.plugins"
+LOGGER = "runtimeproxy.hooks"  # registration logs from hooks.registry, hooks.config and hooks.plugin
 KOORDLET = (
     b'{"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Ignore", '
     b'"runtime-hooks": ["PreRunPodSandbox"]}'
@@ -49,7 +42,7 @@ def config_bytes(**fields: Any) -> bytes:
 def messages(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[str]:
     return [
         record.getMessage() for record in caplog.records
-        if record.name == LOGGER and (level is None or record.levelno == level)
+        if record.name.startswith(LOGGER + ".") and (level is None or record.levelno == level)
     ]
 
 
@@ -332,9 +325,9 @@ def test_recently_modified_files_are_reread_until_they_settle(tmp_path: Path) ->
     path.write_bytes(b"{}")
     now = time.time_ns()
     os.utime(path, ns=(now, now))
-    assert _signature(os.stat(path)) is None
+    assert file_signature(os.stat(path)) is None
     os.utime(path, ns=(now, now - 3 * 10**9))
-    assert _signature(os.stat(path)) is not None
+    assert file_signature(os.stat(path)) is not None
 
 
 def test_touching_a_file_without_changing_it_logs_nothing(
@@ -647,8 +640,8 @@ def test_each_bad_entry_costs_one_line_and_the_rest_reloads(
             assert warnings_about(caplog, name) == [f"invalid plugin config {name}: {problem}"]
         assert len(messages(caplog, logging.WARNING)) == len(expected)
         # A FIFO swapped in after the type check: the open does not wait for a writer either.
-        with pytest.raises(plugins._Unusable, match="a FIFO"):
-            plugins._read_trusted(str(harness.dir / "fifo.json"), harness.registry.owners, None)
+        with pytest.raises(trusted_files.Unusable, match="a FIFO"):
+            trusted_files.read_trusted(str(harness.dir / "fifo.json"), harness.registry.owners, None)
 
         (harness.dir / "strict.json").unlink()  # deleting a Fail plugin still takes effect
         assert harness.refresh() is True
@@ -726,8 +719,8 @@ def test_the_size_limit_is_inclusive(harness: Harness) -> None:
 def test_a_file_that_grows_past_the_limit_while_read_is_rejected(harness: Harness) -> None:
     harness.write("growing.json", b" ")
     with open(harness.dir / "growing.json", "rb") as growing:
-        assert len(plugins._read_at_most(growing.fileno(), 10)) == 1
-    assert plugins._too_large(None) == (
+        assert len(trusted_files.read_at_most(growing.fileno(), 10)) == 1
+    assert trusted_files.too_large(None) == (
         f"too large: more than {MAX_CONFIG_BYTES} bytes (a config file may have at most {MAX_CONFIG_BYTES})"
     )
 
@@ -735,14 +728,14 @@ def test_a_file_that_grows_past_the_limit_while_read_is_rejected(harness: Harnes
 def test_reload_reads_files_off_the_event_loop(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     harness.write("slow.json", config_bytes())
     reading, release = threading.Event(), threading.Event()
-    real_read = plugins._read_at_most
+    real_read = trusted_files.read_at_most
 
     def slow_read(fd: int, limit: int) -> bytes:
         reading.set()
         assert release.wait(30)
         return real_read(fd, limit)
 
-    monkeypatch.setattr(plugins, "_read_at_most", slow_read)
+    monkeypatch.setattr(trusted_files, "read_at_most", slow_read)
     reload = harness.on_loop(lambda: asyncio.ensure_future(harness.registry.reload()))
     try:
         assert reading.wait(10)

@@ -25,7 +25,8 @@ from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
-from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginRegistry
+from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.app import Proxy
 from wirekit import ANNOTATION, PluginProcess, compile_proto, numbered
 
