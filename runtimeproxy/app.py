@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 class Frontend(Protocol):
     """A frontend's server as the process drives it (cri.server.CriFrontend, docker.server.DockerFrontend)."""
 
-    report: FrontendReport
+    @property
+    def report(self) -> FrontendReport: ...  # read by the operator endpoints
 
     @property
     def calls_started(self) -> int: ...  # read by the idle trimmer

@@ -34,6 +34,13 @@ def _code_name(code: object) -> str:
     return grpc.StatusCode.UNKNOWN.name
 
 
+def _behaviour(behaviour: Callable[..., Any] | None) -> Callable[..., Any]:
+    """The handler's behaviour for its method's kind (gRPC leaves the other kinds' None)."""
+    if behaviour is None:
+        raise ValueError("the method handler has no behaviour for its method's kind")
+    return behaviour
+
+
 class CriCallRecorder(CallTally):
     """Wraps method handlers so that every call is counted: calls by (service, method, code)."""
 
@@ -43,12 +50,12 @@ class CriCallRecorder(CallTally):
     def wrap(self, method: Method, handler: grpc.RpcMethodHandler, known: bool = True) -> grpc.RpcMethodHandler:
         key: MethodKey = (method.service, method.name) if known else (OTHER, OTHER)
         if method.kind is Kind.UNARY_UNARY:
-            return grpc.unary_unary_rpc_method_handler(self._single(key, handler.unary_unary))
+            return grpc.unary_unary_rpc_method_handler(self._single(key, _behaviour(handler.unary_unary)))
         if method.kind is Kind.STREAM_UNARY:
-            return grpc.stream_unary_rpc_method_handler(self._single(key, handler.stream_unary))
+            return grpc.stream_unary_rpc_method_handler(self._single(key, _behaviour(handler.stream_unary)))
         if method.kind is Kind.UNARY_STREAM:
-            return grpc.unary_stream_rpc_method_handler(self._stream(key, handler.unary_stream))
-        return grpc.stream_stream_rpc_method_handler(self._stream(key, handler.stream_stream))
+            return grpc.unary_stream_rpc_method_handler(self._stream(key, _behaviour(handler.unary_stream)))
+        return grpc.stream_stream_rpc_method_handler(self._stream(key, _behaviour(handler.stream_stream)))
 
     def _single(self, key: MethodKey, behaviour: Callable[..., Any]) -> Callable[..., Any]:
         clock = time.perf_counter

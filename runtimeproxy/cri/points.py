@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -35,10 +36,11 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext
+M = TypeVar("M", bound=Message)
 CRI_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
 
 
-async def decode(message_type: type[Message], data: bytes, context: Context) -> Message:
+async def decode(message_type: type[M], data: bytes, context: Context) -> M:
     try:
         return message_type.FromString(data)
     except DecodeError as error:
@@ -59,8 +61,8 @@ def response_field(message_type: type[Message], data: bytes, field: str) -> str:
 
 
 async def run_pre_hook(
-    dispatcher: Dispatcher, point: HookPoint, request: Message, context: Context
-) -> Message:
+    dispatcher: Dispatcher, point: HookPoint[M, Any], request: M, context: Context
+) -> M:
     """The request as changed by the plugins; a Fail-policy failure aborts the call."""
     try:
         return await dispatcher.run(point, request, context.time_remaining())

@@ -33,9 +33,8 @@ class CriReport:
         if channel.role != "runtime":
             return BackendStatus(channel.role, channel.target, reachable)
         try:
-            raw = await channel.channel.unary_unary(_VERSION_PATH)(
-                cri.VersionRequest().SerializeToString(), timeout=STATUS_TIMEOUT_SECONDS
-            )
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.channel.unary_unary(_VERSION_PATH)
+            raw = await call(cri.VersionRequest().SerializeToString(), timeout=STATUS_TIMEOUT_SECONDS)
             version = cri.VersionResponse.FromString(raw)
         except grpc.aio.AioRpcError:
             return BackendStatus(channel.role, channel.target, reachable)

@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]  # googleapis-common-protos ships no type stubs
 
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response

@@ -170,7 +170,8 @@ class Plugin:
         except CallRefused as error:
             raise PluginCallFailed(error.code, str(error)) from None
         try:
-            answer: bytes = await channel.unary_unary(path)(request, timeout=timeout)
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(path)  # raw bytes both ways
+            answer = await call(request, timeout=timeout)
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.UNAVAILABLE:
                 self.channel.drop(channel)
