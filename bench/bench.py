@@ -102,7 +102,7 @@ from runtimeproxy.lab.images import build_and_import  # noqa: E402
 from runtimeproxy.lab.process import ProxyProcess  # noqa: E402
 from runtimeproxy.lab.synthetic import list_containers_response  # noqa: E402
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri  # noqa: E402
-from runtimeproxy.hooks.plugins import HOOK_NAMES  # noqa: E402
+from runtimeproxy.hooks.names import HOOK_NAMES  # noqa: E402
 
 T = TypeVar("T")
 Metrics = dict[str, float]

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from runtimeproxy import __version__
+from runtimeproxy import __version__, app
 from runtimeproxy.admin.http import BindAddressError, parse_bind_address
-from runtimeproxy.allocator import reexec_with_huge_pages, tune_for_large_messages
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.klogflags import KlogSettings, add_klog_flags, klog_settings
-from runtimeproxy.listener import SocketInUseError
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.options import (
     DEFAULT_ADMIN_SOCKET,
@@ -37,7 +33,6 @@ from runtimeproxy.options import (
 PROG = "koord-runtime-proxy"
 BACKEND_MODES = ("Containerd", "Docker")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-log = logging.getLogger("runtimeproxy")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -211,22 +206,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     command_line = parse_command_line(argv)
     options, klog = command_line.options, command_line.klog
     configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
-    if options.backend_mode == "Docker":
-        from runtimeproxy.docker.server import serve_docker as serve
-    else:
-        if argv is None:  # the process's own command line, not an embedding caller
-            reexec_with_huge_pages()  # returns only where that changes nothing
-        tune_for_large_messages()  # before gRPC allocates anything
-        from runtimeproxy.cri.server import serve  # after logging: importing gRPC is slow
-
-    for warning in klog.warnings:  # after the re-exec: once
-        log.warning("%s", warning)
-    try:
-        asyncio.run(serve(options))
-    except SocketInUseError as error:
-        log.error("%s", error)
-        return 1
-    except (OSError, RuntimeError) as error:
-        log.error("cannot start: %s", error)
-        return 1
-    return 0
+    # argv None: the process's own command line, which may be re-executed (not an embedding caller's).
+    return app.run(options, own_process=argv is None, warnings=klog.warnings)

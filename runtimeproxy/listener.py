@@ -9,7 +9,7 @@ A socket that accepts connections is refused too (a server that takes no lock).
 
 The proxy usually runs as root, so whatever it creates or truncates beside its socket must be
 out of other users' reach: the socket's directory must pass the trust rule of plugin config
-directories along its whole chain (`hooks.trust`: owned by root or the proxy's user, not
+directories along its whole chain (`runtimeproxy.trust`: owned by root or the proxy's user, not
 writable by group or others, and likewise every directory above it, sticky ones excepted),
 and the lock file is opened without following a link and used only if it is a regular file
 of the proxy's own user with no other hard link. A planted `rp.sock.lock -> /etc/...` is
@@ -27,7 +27,7 @@ import stat
 import time
 from pathlib import Path
 
-from runtimeproxy.hooks.trust import TrustedOwners
+from runtimeproxy.trust import TrustedOwners
 
 SOCKET_MODE = 0o660
 LOCK_FILE_MODE = 0o600

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from runtimeproxy.cri.limits import MAX_CONCURRENT_CALLS
-
 DEFAULT_PROXY_SOCKET = Path("/var/run/koord-runtimeproxy/runtimeproxy.sock")
 DEFAULT_RUNTIME_SOCKET = Path("/var/run/containerd/containerd.sock")
 DEFAULT_DOCKER_SOCKET = Path("/var/run/docker.sock")  # the backend in --backend-runtime-mode=Docker
@@ -24,6 +22,8 @@ DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 DEFAULT_ADMIN_SOCKET = Path("/var/run/koord-runtimeproxy/admin.sock")
 DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
+# Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
+DEFAULT_MAX_CONCURRENT_CALLS = 10_000
 
 
 # A proxy serving another CRI socket than the default (a second proxy on the node: Docker mode beside CRI
@@ -62,8 +62,7 @@ class ProxyOptions:
     shutdown_grace_seconds: float = 5.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    # Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
-    max_concurrent_calls: int = MAX_CONCURRENT_CALLS
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS
     # Benchmark only: decode and re-encode every message (the design the fast path replaces).
     decode_all: bool = False
     # Operator pieces; None: off (in-process tests), the command line turns them on.

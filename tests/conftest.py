@@ -15,7 +15,7 @@ from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 from machinekit import missing_client_skips
 from packagekit import PACKAGE_WORKDIR
@@ -45,21 +45,21 @@ def synthetic_process(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[b
     backend.wait(10)
 
 
-ProxyFactory = Callable[..., ProxyServer]
+ProxyFactory = Callable[..., Proxy]
 
 
 @pytest.fixture
 def start_proxy(loop_thread: LoopThread, tmp_path: Path) -> Iterator[ProxyFactory]:
     """Start an in-process proxy: start_proxy(runtime_path=..., **other ProxyOptions)."""
-    started: list[ProxyServer] = []
+    started: list[Proxy] = []
 
-    def start(**overrides: object) -> ProxyServer:
+    def start(**overrides: object) -> Proxy:
         settings: dict[str, object] = {
             "listen_path": tmp_path / f"proxy{len(started)}.sock",
             "hook_config_dir": tmp_path / "hookserver.d",
         }
         settings.update(overrides)
-        proxy = ProxyServer(ProxyOptions(**settings))  # type: ignore[arg-type]
+        proxy = Proxy(ProxyOptions(**settings))  # type: ignore[arg-type]
         loop_thread.run(proxy.start())
         started.append(proxy)
         return proxy
@@ -70,12 +70,12 @@ def start_proxy(loop_thread: LoopThread, tmp_path: Path) -> Iterator[ProxyFactor
 
 
 @pytest.fixture
-def proxy(start_proxy: ProxyFactory, synthetic: SyntheticBackend) -> ProxyServer:
+def proxy(start_proxy: ProxyFactory, synthetic: SyntheticBackend) -> Proxy:
     return start_proxy(runtime_path=synthetic.path)
 
 
 @pytest.fixture
-def client(proxy: ProxyServer) -> Iterator[grpc.Channel]:
+def client(proxy: Proxy) -> Iterator[grpc.Channel]:
     channel = open_channel(proxy.options.listen_path)
     yield channel
     channel.close()

@@ -24,7 +24,8 @@ from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
-from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginRegistry
+from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.hooks.registry import PluginRegistry
 
 # --- filling messages -------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from runtimeproxy import __version__
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
 
 PROG = "runtimeproxyctl"
@@ -64,7 +64,7 @@ def _endpoint(value: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     # Common options are accepted before and after the command (`status -o json`).
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--admin-endpoint", type=_endpoint, default=argparse.SUPPRESS, metavar="PATH",
                         help=f"the proxy's admin socket (default: {DEFAULT_ADMIN_SOCKET})")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
@@ -141,7 +141,7 @@ def _try_plugin(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_USAGE
 
 
-def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> Message:
+def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> admin.StatusResponse | admin.ToggleResponse:
     if args.command == "status":
         return stub.Status(admin.StatusRequest(), timeout=args.timeout)
     request = admin.ToggleRequest(plugin=args.plugin or "", hooks=args.hook, all=args.all,
@@ -163,7 +163,7 @@ def author() -> str:
 
 
 def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
-    code, details = error.code(), error.details()  # type: ignore[attr-defined]
+    code, details = error.code(), error.details() or ""
     socket: Path = args.admin_endpoint
     if code is grpc.StatusCode.NOT_FOUND:
         if args.command == "disable":

@@ -1,6 +1,6 @@
 """The proxy's Prometheus series (prefix `runtimeproxy_`), built from its parts at scrape time.
 
-Nothing is counted twice: the series are read from the CRI call recorder, the
+Nothing is counted twice: the series are read from the frontend's call counters (runtimeproxy.report), the
 dispatcher's hook statistics, the plugin registry, the toggles, the store and the
 backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
 code names only (bounded; no pod or container IDs). prometheus_client does the text
@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from runtimeproxy import __version__
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.hooks.stats import LatencyHistogram
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 PREFIX = "runtimeproxy"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -30,8 +30,7 @@ class ProxyCollector(Collector):
         self._parts = parts
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._cri_calls()
-        yield from self._docker_requests()
+        yield from self._frontend_calls()
         yield from self._hook_calls()
         yield from self._plugins()
         yield from self._backend_and_store()
@@ -40,38 +39,20 @@ class ProxyCollector(Collector):
         info.add_metric([__version__, platform.python_version()], 1)
         yield info
 
-    def _cri_calls(self) -> Iterator[Metric]:
-        recorder = self._parts.cri_calls
-        calls = CounterMetricFamily(f"{PREFIX}_cri_calls", "CRI calls relayed, by service, method and gRPC code.",
-                                    labels=["service", "method", "code"])
-        latency = HistogramMetricFamily(f"{PREFIX}_cri_call_duration_seconds",
-                                        "Time to answer a CRI call, hooks included.", labels=["service", "method"])
-        if recorder is not None:
-            recorder.fold()
-            for (service, method, code), count in sorted(recorder.calls.items()):
-                calls.add_metric([service, method, code], count)
-            for (service, method), histogram in sorted(recorder.latency.items()):
-                _add_histogram(latency, [service, method], histogram)
-        yield calls
-        yield latency
-
-    def _docker_requests(self) -> Iterator[Metric]:
-        recorder = self._parts.docker_requests
-        if recorder is None:
-            return
-        requests = CounterMetricFamily(f"{PREFIX}_docker_requests", "Docker Engine API requests relayed (Docker "
-                                       "mode), by route and HTTP status (none: no answer was given).",
-                                       labels=["route", "status"])
-        latency = HistogramMetricFamily(f"{PREFIX}_docker_request_duration_seconds",
-                                        "Time to answer a Docker Engine API request, hooks included; a stream or "
-                                        "tunnel counts until it ends.", labels=["route"])
-        recorder.fold()
-        for (route, status), count in sorted(recorder.calls.items()):
-            requests.add_metric([route, status], count)
-        for (route,), histogram in sorted(recorder.latency.items()):
-            _add_histogram(latency, [route], histogram)
-        yield requests
-        yield latency
+    def _frontend_calls(self) -> Iterator[Metric]:
+        for series in self._parts.report.call_series():
+            labels = list(series.key_labels)
+            calls = CounterMetricFamily(f"{PREFIX}_{series.name}", series.help,
+                                        labels=[*labels, series.outcome_label])
+            latency = HistogramMetricFamily(f"{PREFIX}_{series.latency_name}", series.latency_help, labels=labels)
+            tally = series.tally
+            tally.fold()
+            for counted, count in sorted(tally.calls.items()):
+                calls.add_metric(list(counted), count)
+            for key, histogram in sorted(tally.latency.items()):
+                _add_histogram(latency, list(key), histogram)
+            yield calls
+            yield latency
 
     def _hook_calls(self) -> Iterator[Metric]:
         calls = CounterMetricFamily(f"{PREFIX}_hook_calls", "Hook plugin calls, by plugin file, hook and outcome "
@@ -114,8 +95,8 @@ class ProxyCollector(Collector):
         reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable", "1 while the backend runtime socket is "
                                       "connected and answers the liveness probe (gRPC health SERVING).",
                                       labels=["role"])
-        for role, _, problem in self._parts.backend_problems():
-            reachable.add_metric([role], 0 if problem else 1)
+        for backend in self._parts.backend_problems():
+            reachable.add_metric([backend.role], 0 if backend.problem else 1)
         yield reachable
         store = self._parts.hooks.store
         yield GaugeMetricFamily(f"{PREFIX}_store_pods", "Pods in the hook context store.", value=store.pod_count)

@@ -1,7 +1,7 @@
-"""Starting and stopping the operator endpoints beside the CRI server: admin socket, metrics HTTP.
+"""Starting and stopping the operator endpoints beside the frontend's server: admin socket, metrics HTTP.
 
 Either one failing to start (port taken, socket served by another process) is logged in
-one line and the proxy goes on serving CRI without it: the kubelet matters more.
+one line and the proxy goes on serving its clients without it: the kubelet matters more.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ class OperatorEndpoints:
 
     def _readiness(self) -> tuple[int, str, bytes]:
         """Ready exactly when the gRPC health service says SERVING: every backend connected and answering."""
-        down = "".join(f"{role} backend {endpoint} {problem}\n"
-                       for role, endpoint, problem in self.parts.backend_problems() if problem)
+        down = "".join(f"{backend.role} backend {backend.endpoint} {backend.problem}\n"
+                       for backend in self.parts.backend_problems() if backend.problem)
         if down:
             return 503, "text/plain", down.encode()
         return 200, "text/plain", b"ok\n"

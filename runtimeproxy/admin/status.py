@@ -1,6 +1,6 @@
 """What `runtimeproxyctl status` shows, read from the running proxy's parts.
 
-Builds the admin API's StatusResponse from the backend channels, the plugin registry,
+Builds the admin API's StatusResponse from the frontend's report (runtimeproxy.report), the plugin registry,
 the node's toggles, the dispatcher's call statistics and the store. Reading only:
 nothing here changes the proxy.
 """
@@ -10,58 +10,28 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import grpc
-
 from runtimeproxy import __version__
-from runtimeproxy.admin.cri_calls import CriCallRecorder
-from runtimeproxy.admin.docker_requests import DockerRequestRecorder
-from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
-from runtimeproxy.docker.engine import EngineClient, EngineError
-from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
-from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginConfig
+from runtimeproxy.hooks.config import PluginConfig
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.options import ProxyOptions
-
-# Status must answer even when containerd hangs.
-VERSION_TIMEOUT_SECONDS = 1.0
-_VERSION_PATH = "/runtime.v1.RuntimeService/Version"
-
-
-@dataclass
-class DockerBackend:
-    """Docker mode's one backend: dockerd's socket, reachable as the relay last found it."""
-
-    endpoint: str
-    reachability: ReachabilityLog
-    engine: EngineClient | None = None  # asked for dockerd's version
-
-    @property
-    def problem(self) -> str:
-        return "unreachable" if self.reachability.reachable is False else ""
+from runtimeproxy.report import BackendProblem, FrontendReport
 
 
 @dataclass
 class ProxyParts:
-    """The pieces of a running proxy the operator endpoints read (CRI mode: backend channels and their
-    health; Docker mode: a DockerBackend and no health tracker)."""
+    """The pieces of a running proxy the operator endpoints read: the frontend's report on its backend and
+    calls (whichever frontend runs), the hook core, and the settings."""
 
-    backend: Backend | DockerBackend
+    report: FrontendReport
     hooks: HookService
     started_monotonic: float
-    backend_health: BackendHealth | None
-    cri_calls: CriCallRecorder | None = None
-    docker_requests: DockerRequestRecorder | None = None
     options: ProxyOptions | None = None  # the endpoints status names
 
-    def backend_problems(self) -> list[tuple[str, str, str]]:
-        """(role, endpoint, problem) of every backend; problem "" when it is fine."""
-        if isinstance(self.backend, DockerBackend):
-            return [("runtime", self.backend.endpoint, self.backend.problem)]
-        assert self.backend_health is not None
-        return [(c.role, c.target, self.backend_health.problem(c) or "") for c in self.backend.channels]
+    def backend_problems(self) -> list[BackendProblem]:
+        return self.report.backend_problems()
 
     @property
     def uptime_seconds(self) -> float:
@@ -73,7 +43,7 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
     return admin.StatusResponse(
         version=__version__,
         uptime_seconds=parts.uptime_seconds,
-        backends=await backend_statuses(parts),
+        backends=await backend_statuses(parts.report),
         plugins=plugin_statuses(hooks),
         store=admin.StoreStatus(pods=hooks.store.pod_count, containers=hooks.store.container_count),
         toggles=toggle_messages(hooks),
@@ -92,39 +62,12 @@ def own_endpoints(options: ProxyOptions | None) -> dict[str, str]:
             "metrics_address": options.metrics_address or ""}
 
 
-async def backend_statuses(parts: ProxyParts) -> list[admin.BackendStatus]:
-    if isinstance(parts.backend, DockerBackend):
-        docker = parts.backend
-        answer = admin.BackendStatus(role="runtime", endpoint=docker.endpoint, runtime_name="docker",
-                                     reachable=docker.reachability.reachable is True)
-        if docker.engine is not None:
-            try:
-                answer.runtime_version = await docker.engine.version(VERSION_TIMEOUT_SECONDS)
-                answer.reachable = True
-            except EngineError:
-                pass
-        return [answer]
-    assert parts.backend_health is not None
-    return [await backend_status(channel, parts.backend_health) for channel in parts.backend.channels]
-
-
-async def backend_status(channel: BackendChannel, health: BackendHealth) -> admin.BackendStatus:
-    answer = admin.BackendStatus(role=channel.role, endpoint=channel.target, reachable=health.healthy(channel))
-    if channel.role != "runtime":
-        return answer
-    try:
-        raw = await channel.channel.unary_unary(_VERSION_PATH)(
-            cri.VersionRequest().SerializeToString(), timeout=VERSION_TIMEOUT_SECONDS
-        )
-        version = cri.VersionResponse.FromString(raw)
-    except grpc.aio.AioRpcError:
-        return answer
-    except Exception:  # noqa: BLE001 - an odd answer only costs the name and version
-        return answer
-    answer.reachable = True
-    answer.runtime_name = version.runtime_name
-    answer.runtime_version = version.runtime_version
-    return answer
+async def backend_statuses(report: FrontendReport) -> list[admin.BackendStatus]:
+    return [
+        admin.BackendStatus(role=backend.role, endpoint=backend.endpoint, reachable=backend.reachable,
+                            runtime_name=backend.runtime_name, runtime_version=backend.runtime_version)
+        for backend in await report.backend_statuses()
+    ]
 
 
 def plugin_statuses(hooks: HookService) -> list[admin.PluginStatus]:

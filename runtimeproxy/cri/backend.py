@@ -86,9 +86,8 @@ class BackendChannel:
     async def _probe_fails(self) -> grpc.StatusCode | None:
         """The code of a probe the backend did not answer; None when it answered."""
         try:
-            await self.channel.unary_unary(PROBE_PATH)(
-                b"", timeout=PROBE_TIMEOUT_SECONDS, metadata=((PROBE_METADATA_KEY, "1"),)
-            )
+            probe: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(PROBE_PATH)
+            await probe(b"", timeout=PROBE_TIMEOUT_SECONDS, metadata=((PROBE_METADATA_KEY, "1"),))
         except grpc.aio.AioRpcError as error:
             return error.code() if error.code() in _NO_ANSWER else None
         return None

@@ -5,7 +5,7 @@ google.rpc.Status carrying an ErrorInfo (plugin, hook, endpoint, code, offending
 
 from __future__ import annotations
 
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]  # googleapis-common-protos ships no type stubs
 
 from runtimeproxy.hooks.dispatcher import HookFailed
 

@@ -101,7 +101,7 @@ def _settled_value(coroutine: Coroutine[Any, Any, T]) -> T:
     try:
         coroutine.send(None)
     except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
+        return finished.value
     coroutine.close()
     raise RuntimeError("the call's status is not settled")
 
@@ -160,7 +160,7 @@ def _single_response(
         # Settled: both are at hand without waiting.
         await relay_initial_metadata(context, call)
         await relay_trailing_metadata(context, call)
-        return response  # type: ignore[no-any-return]
+        return response
 
     return relay
 
@@ -191,7 +191,7 @@ def unary_unary_handler(
 
 
 def _relay_responses(
-    backend: BackendChannel, open_call: Callable[..., grpc.aio.Call]
+    backend: BackendChannel, open_call: Callable[..., grpc.aio.UnaryStreamCall[Any, Any]]
 ) -> Callable[..., AsyncIterator[bytes]]:
     """A streaming behaviour that passes each backend message on as soon as it arrives."""
 
@@ -260,16 +260,18 @@ def decoding_handler(method: Method, backend: BackendChannel) -> grpc.RpcMethodH
         return method_handler(method, backend)
     request_class = message_factory.GetMessageClass(method.input_type)
     response_class = message_factory.GetMessageClass(method.output_type)
-    codec = {"request_serializer": request_class.SerializeToString,
-             "response_deserializer": response_class.FromString}
-    server_codec = {"request_deserializer": request_class.FromString,
-                    "response_serializer": response_class.SerializeToString}
+    to_backend, from_backend = request_class.SerializeToString, response_class.FromString
+    from_client, to_client = request_class.FromString, response_class.SerializeToString
     if method.kind is Kind.UNARY_UNARY:
-        relay = _single_response(backend, backend.channel.unary_unary(method.path, **codec))
-        return grpc.unary_unary_rpc_method_handler(relay, **server_codec)
+        relay = _single_response(backend, backend.channel.unary_unary(
+            method.path, request_serializer=to_backend, response_deserializer=from_backend))
+        return grpc.unary_unary_rpc_method_handler(
+            relay, request_deserializer=from_client, response_serializer=to_client)
     if method.kind is Kind.UNARY_STREAM:
-        stream = _relay_responses(backend, backend.channel.unary_stream(method.path, **codec))
-        return grpc.unary_stream_rpc_method_handler(stream, **server_codec)
+        stream = _relay_responses(backend, backend.channel.unary_stream(
+            method.path, request_serializer=to_backend, response_deserializer=from_backend))
+        return grpc.unary_stream_rpc_method_handler(
+            stream, request_deserializer=from_client, response_serializer=to_client)
     return method_handler(method, backend)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 # Request and response metadata (headers + trailers) up to what containerd accepts (Go
 # gRPC's default header list limit); gRPC's own default refuses anything over 8 KiB.
 MAX_METADATA_BYTES = 16 * 1024 * 1024
-# Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
-MAX_CONCURRENT_CALLS = 10_000
 _UNBOUNDED = 2**31 - 1
 
 
@@ -25,7 +23,7 @@ def burst_options() -> list[tuple[str, int]]:
     asyncio serving loop in a pending queue, and beyond 1,000 of them (at random) or
     3,000 (always) ends new ones with a bare CANCELLED: a burst of 2,000 kubelet calls
     lost up to a third. The queue is left unbounded here; the server's concurrency
-    limit (MAX_CONCURRENT_CALLS) is the one bound, and it answers RESOURCE_EXHAUSTED.
+    limit (ProxyOptions.max_concurrent_calls) is the one bound, and it answers RESOURCE_EXHAUSTED.
     """
     return [
         ("grpc.server.max_pending_requests", _UNBOUNDED),

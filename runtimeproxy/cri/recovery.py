@@ -58,7 +58,8 @@ class BackendRecords:
         """A raw call (v1, else v1alpha2) decoded here, so a bad answer is our error, not gRPC's."""
         data = request.SerializeToString()
         for version in _API_VERSIONS:
-            call = self._channel.unary_unary(f"/{version}.RuntimeService/{method}")
+            call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel.unary_unary(
+                f"/{version}.RuntimeService/{method}")
             try:
                 answer = await call(data, timeout=_STATUS_TIMEOUT)
             except grpc.aio.AioRpcError as error:

@@ -1,29 +1,28 @@
-"""The CRI proxy server: one generic handler for every CRI method, plus health and reflection."""
+"""The CRI frontend's server: one generic handler for every CRI method, plus health and reflection.
+
+Serves on a socket runtimeproxy.app has claimed; the process around it (socket lock, hook service, admin,
+metrics, signals) is app's.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from runtimeproxy.allocator import IdleTrimmer
-from runtimeproxy.admin.cri_calls import CriCallRecorder
-from runtimeproxy.admin.operator import OperatorEndpoints
-from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
+from runtimeproxy.cri.calls import CriCallRecorder
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.cri.points import RuntimeHooks
 from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.cri.report import CriReport
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
-from runtimeproxy.lifecycle import run_until_signalled
-from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
 
@@ -129,35 +128,37 @@ def _serving(ok: bool) -> int:
     return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-class ProxyServer:
-    """Owns the listening socket, the backend channels and the gRPC server."""
+class CriFrontend:
+    """CRI mode's server: the gRPC server on the proxy socket (claimed by runtimeproxy.app), the backend
+    channels and their health; the hooked calls (cri.points) and the store rebuild (cri.recovery) run on
+    the hook service it is given."""
 
-    def __init__(self, options: ProxyOptions) -> None:
+    def __init__(self, options: ProxyOptions, hook_service: HookService) -> None:
         self.options = options
-        self.backend: Backend | None = None
-        self.hook_service: HookService | None = None
-        self._server: grpc.aio.Server | None = None
+        self.backend = Backend(options.runtime_path, options.effective_image_path, options.max_message_bytes)
+        self._hook_service = hook_service
         self._health = health.aio.HealthServicer()
-        self._socket_inode: int | None = None
-        self._socket_lock: SocketLock | None = None
+        self._backend_health = BackendHealth()
+        self.report = CriReport(self.backend, self._backend_health,
+                                CriCallRecorder() if options.metrics_address else None)
+        self._server: grpc.aio.Server | None = None
+        self._handler: CriProxyHandler | None = None
         self._watchers: list[asyncio.Task[None]] = []
-        self.operator: OperatorEndpoints | None = None
+
+    @property
+    def calls_started(self) -> int:
+        """Read by the idle trimmer."""
+        return self._handler.calls_started if self._handler is not None else 0
+
+    def describe(self) -> str:
+        return (f"listening on {self.options.listen_path}; runtime backend {self.backend.runtime.target}; "
+                f"image backend {self.backend.image.target}")
 
     async def start(self) -> None:
-        options = self.options
-        started = time.monotonic()
-        self._socket_lock = claim_socket_path(options.listen_path)
-        self.backend = Backend(
-            options.runtime_path, options.effective_image_path, options.max_message_bytes
-        )
-        self.hook_service = HookService(options)
-        await self.hook_service.start()
+        options, hook_service = self.options, self._hook_service
         records = BackendRecords(self.backend.runtime)
-        cri_hooks = RuntimeHooks(self.hook_service, records)
-        self.hook_service.run_in_background(cri_hooks.points.rebuild_store(records), "store-rebuild")
-        backend_health = BackendHealth()
-        parts = ProxyParts(self.backend, self.hook_service, started, backend_health,
-                           CriCallRecorder() if options.metrics_address else None, options=options)
+        cri_hooks = RuntimeHooks(hook_service, records)
+        hook_service.run_in_background(cri_hooks.points.rebuild_store(records), "store-rebuild")
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),
             maximum_concurrent_rpcs=options.max_concurrent_calls,
@@ -167,69 +168,38 @@ class ProxyServer:
             [*cri_service_names(), health.SERVICE_NAME, reflection.SERVICE_NAME], server
         )
         # Registered last: the own services above are matched first.
-        handler = CriProxyHandler(
-            self.backend, cri_method_table(), cri_hooks.interceptors(), options.decode_all,
-            parts.cri_calls,
+        self._handler = CriProxyHandler(
+            self.backend, cri_method_table(), cri_hooks.interceptors(), options.decode_all, self.report.calls,
         )
-        server.add_generic_rpc_handlers((handler,))
+        server.add_generic_rpc_handlers((self._handler,))
         if not server.add_insecure_port(grpc_target(options.listen_path)):
             raise RuntimeError(f"cannot listen on {options.listen_path}")
         await server.start()
         self._server = server
-        self._socket_inode = restrict_socket(options.listen_path)
-        self.operator = OperatorEndpoints(options, parts)
-        await self.operator.start()
 
-        reporter = HealthReporter(self._health, self.backend, backend_health)
+        reporter = HealthReporter(self._health, self.backend, self._backend_health)
         await reporter.set_all_not_serving()
-        backend_health.listen(reporter.publish)
+        self._backend_health.listen(reporter.publish)
         self._watchers = [
             task
             for channel in self.backend.channels
             for task in (
-                asyncio.create_task(channel.watch(backend_health.on_reachability), name=f"watch-{channel.role}"),
-                asyncio.create_task(channel.probe(backend_health.on_responsiveness), name=f"probe-{channel.role}"),
+                asyncio.create_task(channel.watch(self._backend_health.on_reachability), name=f"watch-{channel.role}"),
+                asyncio.create_task(channel.probe(self._backend_health.on_responsiveness), name=f"probe-{channel.role}"),
             )
         ]
-        trimmer = IdleTrimmer(lambda: handler.calls_started)
-        self._watchers.append(asyncio.create_task(trimmer.run(), name="idle-trimmer"))
-        log.info(
-            "listening on %s; runtime backend %s; image backend %s; plugin configs in %s (%d plugins)%s",
-            options.listen_path,
-            self.backend.runtime.target,
-            self.backend.image.target,
-            options.hook_config_dir,
-            len(self.hook_service.registry.plugins),
-            self.operator.summary(),
-        )
 
-    async def stop(self, grace: float | None = None) -> None:
-        """Stop accepting, give in-flight calls `grace` seconds, then release everything."""
-        grace = self.options.shutdown_grace_seconds if grace is None else grace
+    async def stop(self, grace: float) -> None:
+        """Stop accepting and give in-flight calls `grace` seconds."""
         if self._server is not None:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(grace)
             self._server = None
-        if self.operator is not None:
-            await self.operator.stop()
-            self.operator = None
         for task in self._watchers:
             task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)
         self._watchers = []
-        if self._socket_lock is not None:  # only a socket we claimed is ours to remove
-            release_socket(self.options.listen_path, self._socket_inode)
-            self._socket_inode = None
-            self._socket_lock.release()
-            self._socket_lock = None
-        if self.hook_service is not None:
-            await self.hook_service.stop()
-            self.hook_service = None
-        if self.backend is not None:
-            await self.backend.close()
-            self.backend = None
 
-
-async def serve(options: ProxyOptions) -> None:
-    """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
-    await run_until_signalled(ProxyServer(options), options.shutdown_grace_seconds)
+    async def close(self) -> None:
+        """Close the backend channels (after the hook service stopped: its store rebuild uses them)."""
+        await self.backend.close()

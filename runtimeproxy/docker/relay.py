@@ -117,8 +117,10 @@ class ClientSession:
     async def _client_event(self) -> h11.Event:
         while True:
             event = self._conn.next_event()
-            if event is not h11.NEED_DATA:
+            if isinstance(event, h11.Event):
                 return event
+            if event is h11.PAUSED:  # h11 pauses only between exchanges, and each ends before the next is read
+                raise RuntimeError("the client connection is paused mid-exchange")
             try:
                 data = await self._reader.read(READ_CHUNK_BYTES)
             except OSError as error:
@@ -260,14 +262,16 @@ class ClientSession:
             headers=forwarded_response_headers(event.headers.raw_items(), event.status_code),
         )]
         try:
-            while not isinstance(event, h11.EndOfMessage):
+            body_event: h11.Event | None = event
+            while not isinstance(body_event, h11.EndOfMessage):
                 # What has arrived goes out in one write; the client gets it before we wait for more.
-                if (event := upstream.buffered_event()) is None:
+                if (body_event := upstream.buffered_event()) is None:
                     await self._send(*outgoing)
                     outgoing = []
-                    event = await upstream.next_event()
-                outgoing.append(h11.EndOfMessage() if isinstance(event, h11.EndOfMessage)
-                                else h11.Data(data=bytes(event.data)))
+                    body_event = await upstream.next_event()
+                # A body is Data events, then EndOfMessage (h11 reads trailers into it).
+                outgoing.append(h11.Data(data=bytes(body_event.data)) if isinstance(body_event, h11.Data)
+                                else h11.EndOfMessage())
         except UpstreamBroken as error:
             await self._send(*outgoing)  # what did arrive; then closing tells the client the rest is lost
             raise _Abandon(str(error)) from None

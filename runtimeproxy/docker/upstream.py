@@ -98,7 +98,11 @@ class Upstream:
             raise UpstreamBroken(f"dockerd sent an invalid answer: {error}") from None
         if isinstance(event, h11.ConnectionClosed):
             raise UpstreamBroken("dockerd closed the connection")
-        return None if event is h11.NEED_DATA else event
+        if isinstance(event, h11.Event):
+            return event
+        if event is h11.PAUSED:  # h11 pauses only between exchanges, and each ends before the next is read
+            raise UpstreamBroken("dockerd's connection is paused mid-exchange")
+        return None  # NEED_DATA
 
     async def next_event(self) -> h11.Event:
         """The next response event; UpstreamBroken when dockerd hangs up or sends garbage."""

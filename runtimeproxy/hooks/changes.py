@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -79,7 +80,7 @@ def dropped_env_names(request_envs: Mapping[str, str], answered_envs: Mapping[st
     return sorted(name for name in request_envs if name not in answered_envs)
 
 
-def _is_map(field: FieldDescriptor) -> bool:
+def _is_map(field: FieldDescriptor | Any) -> bool:  # Any: upb's descriptor class, which has no public name
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 

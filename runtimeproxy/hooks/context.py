@@ -47,8 +47,8 @@ class HookContext:
 
     async def container(self, container_id: str) -> tuple[ContainerRecord, PodRecord | None] | None:
         record = self.store.container(container_id)
-        if record is None and container_id:
-            record = await self.source.load_container(container_id)
+        if record is None:
+            record = await self.source.load_container(container_id) if container_id else None
             if record is None:
                 return None
             self.store.put_container(container_id, record)

@@ -27,7 +27,10 @@ from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.hooks.plugins import CallRefused, FailurePolicy, Plugin, PluginRegistry
+from runtimeproxy.hooks import names
+from runtimeproxy.hooks.config import FailurePolicy
+from runtimeproxy.hooks.plugin import Plugin, PluginCallFailed
+from runtimeproxy.hooks.registry import PluginRegistry
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ Resp = TypeVar("Resp", bound=Message)
 
 @dataclass(frozen=True)
 class HookPoint(Generic[Req, Resp]):
-    name: str  # as in plugin configs: "PreRunPodSandbox"
+    name: str  # one of hooks.names.HOOK_NAMES, as in plugin configs: "PreRunPodSandbox"
     request_type: type[Req]
     response_type: type[Resp]
     # Pre-hooks fold each response into the request; post-hooks have no merge.
@@ -59,15 +62,15 @@ class HookPoint(Generic[Req, Resp]):
 
 _POD = (hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse)
 _CONTAINER = (hooks.ContainerResourceHookRequest, hooks.ContainerResourceHookResponse)
-PRE_RUN_POD_SANDBOX = HookPoint("PreRunPodSandbox", *_POD, merge_pod_response)
-POST_STOP_POD_SANDBOX = HookPoint("PostStopPodSandbox", *_POD, None)
-PRE_CREATE_CONTAINER = HookPoint("PreCreateContainer", *_CONTAINER, merge_container_response)
-PRE_START_CONTAINER = HookPoint("PreStartContainer", *_CONTAINER, merge_container_response)
-POST_START_CONTAINER = HookPoint("PostStartContainer", *_CONTAINER, None)
+PRE_RUN_POD_SANDBOX = HookPoint(names.PRE_RUN_POD_SANDBOX, *_POD, merge_pod_response)
+POST_STOP_POD_SANDBOX = HookPoint(names.POST_STOP_POD_SANDBOX, *_POD, None)
+PRE_CREATE_CONTAINER = HookPoint(names.PRE_CREATE_CONTAINER, *_CONTAINER, merge_container_response)
+PRE_START_CONTAINER = HookPoint(names.PRE_START_CONTAINER, *_CONTAINER, merge_container_response)
+POST_START_CONTAINER = HookPoint(names.POST_START_CONTAINER, *_CONTAINER, None)
 PRE_UPDATE_CONTAINER_RESOURCES = HookPoint(
-    "PreUpdateContainerResources", *_CONTAINER, merge_container_response
+    names.PRE_UPDATE_CONTAINER_RESOURCES, *_CONTAINER, merge_container_response
 )
-POST_STOP_CONTAINER = HookPoint("PostStopContainer", *_CONTAINER, None)
+POST_STOP_CONTAINER = HookPoint(names.POST_STOP_CONTAINER, *_CONTAINER, None)
 
 
 class HookFailed(Exception):
@@ -114,11 +117,17 @@ def failure_fields(plugin: Plugin, point: HookPoint, code: grpc.StatusCode) -> d
 class Dispatcher:
     def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None) -> None:
         self._registry = registry
-        # (plugin, hook, outcome) -> count, for operators and tests.
-        self.outcomes: collections.Counter[tuple[str, str, str]] = collections.Counter()
-        # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went.
+        # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went (counted there only).
         self.toggles = toggles or Toggles(None)
         self.stats = HookStats()
+
+    @property
+    def outcomes(self) -> collections.Counter[tuple[str, str, str]]:
+        """(plugin, hook, outcome) -> calls, as the statistics counted them (for operators and tests)."""
+        return collections.Counter({
+            (plugin, hook, outcome): count
+            for (plugin, hook), calls in self.stats.items() for outcome, count in calls.outcomes.items()
+        })
 
     def _plugins_for(self, point: HookPoint) -> list[Plugin]:
         """The plugins of a hook that the node's toggles leave on."""
@@ -148,21 +157,10 @@ class Dispatcher:
             timeout = min(timeout, time_remaining)
         started = time.perf_counter()
         try:
-            channel = plugin.channel.open()  # connects on demand, after checking the socket's owner
-        except CallRefused as error:
-            self._failed(point, plugin, error.code, str(error), started)
-            return None
-        # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
-        call = channel.unary_unary(point.path)
-        try:
-            answer = await call(request.SerializeToString(), timeout=timeout)
-        except grpc.aio.AioRpcError as error:
-            if error.code() is grpc.StatusCode.UNAVAILABLE:
-                plugin.channel.drop(channel)  # no background reconnects; the next call connects afresh
-            self._failed(point, plugin, error.code(), error.details() or "", started)
-            return None
-        except Exception as error:  # e.g. its channel closed by a config change mid-call
-            self._failed(point, plugin, grpc.StatusCode.UNAVAILABLE, repr(error), started)
+            # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
+            answer = await plugin.call(point.path, request.SerializeToString(), timeout)
+        except PluginCallFailed as error:
+            self._failed(point, plugin, error.code, error.details, started)
             return None
         try:
             response = point.response_type.FromString(answer)
@@ -174,18 +172,16 @@ class Dispatcher:
         if problem is not None:
             self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", started, problem.field)
             return None
-        self.outcomes[(plugin.name, point.name, OK)] += 1
         self.stats.record(plugin.name, point.name, OK, time.perf_counter() - started)
         return response
 
     def failures(self, plugin: str) -> int:
-        return sum(n for (name, _, outcome), n in self.outcomes.items() if name == plugin and outcome != "ok")
+        return sum(calls.failures for (name, _), calls in self.stats.items() if name == plugin)
 
     def _failed(
         self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, started: float,
         field: str = "",
     ) -> None:
-        self.outcomes[(plugin.name, point.name, code.name)] += 1
         self.stats.record(plugin.name, point.name, code.name, time.perf_counter() - started, details)
         if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL:
             raise HookFailed(point, plugin, code, details, field)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimeproxy.hooks.dispatcher import Dispatcher
-from runtimeproxy.hooks.plugins import PluginRegistry
+from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME, Toggles

@@ -17,12 +17,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from runtimeproxy.hooks.merge import apply_resource_update
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 DEFAULT_MAX_PODS = 16_384
 DEFAULT_MAX_CONTAINERS = 65_536
+
+_Record = TypeVar("_Record", "PodRecord", "ContainerRecord")
 
 
 @dataclass
@@ -101,14 +104,14 @@ class Store:
             record.info.container_annotations.update(annotations)
 
 
-def _put_bounded(table: OrderedDict[str, object], key: str, value: object, limit: int) -> None:
+def _put_bounded(table: OrderedDict[str, _Record], key: str, value: _Record, limit: int) -> None:
     table[key] = value
     table.move_to_end(key)
     while len(table) > limit:
         table.popitem(last=False)
 
 
-def _touch(table: OrderedDict[str, object], key: str):  # type: ignore[no-untyped-def]
+def _touch(table: OrderedDict[str, _Record], key: str) -> _Record | None:
     value = table.get(key)
     if value is not None:
         table.move_to_end(key)

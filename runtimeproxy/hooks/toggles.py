@@ -29,7 +29,8 @@ from pathlib import Path
 
 import orjson
 
-from runtimeproxy.hooks.plugins import CONFIG_SUFFIX, HOOK_NAMES
+from runtimeproxy.hooks.config import CONFIG_SUFFIX
+from runtimeproxy.hooks.names import HOOK_NAMES, hook_named
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ ALL_PLUGINS = "*"
 WHOLE_PLUGIN = ""  # the scope of a toggle that covers every hook of its plugin
 # 2: one entry per toggle (scope), with its author; 1 (still read): one entry per plugin.
 _STATE_VERSION = 2
-_HOOKS_BY_FOLDED_NAME = {hook.casefold(): hook for hook in HOOK_NAMES}
 _HOOK_ORDER = {hook: index for index, hook in enumerate(HOOK_NAMES)}
 _MAX_NAMES_SHOWN = 10
 _MAX_AUTHOR_CHARS = 64
@@ -103,7 +103,7 @@ def plugin_file_name(name: str) -> str:
 def hook_names(names: list[str] | tuple[str, ...]) -> frozenset[str]:
     hooks: set[str] = set()
     for name in names:
-        hook = _HOOKS_BY_FOLDED_NAME.get(name.strip().casefold())
+        hook = hook_named(name.strip())
         if hook is None:
             raise ToggleError(f"unknown hook {name!r} (known: {', '.join(HOOK_NAMES)})")
         hooks.add(hook)

@@ -43,7 +43,7 @@ from runtimeproxy.lab.images import LAB_IMAGES, build_and_import
 from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.tools import find_tool, missing_tool_message
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 T = TypeVar("T")
 IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"

@@ -26,7 +26,7 @@ from runtimeproxy.lab.example_plugin import plugin_process, registration
 from runtimeproxy.lab.images import build_and_import
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.registry import LocalRegistry, write_mirror_config
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 
 # (program, Debian package) the conformance lab needs besides the plain lab's.

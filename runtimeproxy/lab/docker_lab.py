@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.cridockerd_replay import CriDockerdReplay
 from runtimeproxy.lab.cridockerd_requests import PodShape

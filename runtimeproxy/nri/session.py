@@ -296,7 +296,7 @@ def _sync_parts(pods: list[nri.PodSandbox],
         if size + cost > limit and (current[0] or current[1]):
             parts.append(current)
             current, size = ([], []), 0
-        (current[0] if isinstance(obj, nri.PodSandbox) else current[1]).append(obj)  # type: ignore[arg-type]
+        (current[0] if isinstance(obj, nri.PodSandbox) else current[1]).append(obj)
         size += cost
     parts.append(current)
     return parts

@@ -30,7 +30,7 @@ from enum import IntEnum
 from typing import Protocol, TypeVar
 
 from google.protobuf.message import DecodeError, Message
-from google.rpc import status_pb2
+from google.rpc import status_pb2  # type: ignore[import-untyped]  # googleapis-common-protos ships no type stubs
 
 from runtimeproxy.pb.ttrpc import request_pb2
 

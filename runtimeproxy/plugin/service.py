@@ -69,7 +69,7 @@ class HookError(Exception):
         self.code = code
 
 
-def _rpc(hook: Hook):  # type: ignore[no-untyped-def]
+def _rpc(hook: Hook):
     async def call(self: HookPlugin, request: Message, context: Context) -> Message:
         return await self.handle(hook, request, context)
 

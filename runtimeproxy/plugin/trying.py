@@ -7,7 +7,7 @@ Each hook gets a sample request (plugin.samples) or the one in `--request` (a ho
 line of the lab example plugin's `--record` file). Per hook it prints the answer's status, and for a
 pre-hook what the proxy's own validation (hooks.validate) says and, when valid, what the proxy's own merge
 (hooks.merge) changes, field by field (hooks.changes), plus a warning when the answer drops environment
-variables. It also says whether a proxy would call the socket at all (owner, hooks.trust).
+variables. It also says whether a proxy would call the socket at all (owner, runtimeproxy.trust).
 Exit code 0: every hook answered and every answer is valid; 1: some did not; 2: usage.
 """
 
@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import grpc
 import orjson
@@ -27,9 +27,9 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, show
-from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE
-from runtimeproxy.hooks.plugins import HOOK_NAMES
-from runtimeproxy.hooks.trust import TrustedOwners
+from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE, HookPoint
+from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.trust import TrustedOwners
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.plugin import samples
 from runtimeproxy.plugin.service import HOOKS_BY_NAME, Hook
@@ -37,7 +37,8 @@ from runtimeproxy.hooks import dispatcher
 
 EXIT_OK, EXIT_PROBLEM = 0, 1
 DEFAULT_TIMEOUT_SECONDS = 5.0
-_POINTS = {point.name: point for point in (
+# Any: each point has its own request and response types.
+_POINTS: dict[str, HookPoint[Any, Any]] = {point.name: point for point in (
     dispatcher.PRE_RUN_POD_SANDBOX, dispatcher.PRE_CREATE_CONTAINER, dispatcher.PRE_START_CONTAINER,
     dispatcher.POST_START_CONTAINER, dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, dispatcher.POST_STOP_CONTAINER,
     dispatcher.POST_STOP_POD_SANDBOX)}
@@ -81,9 +82,10 @@ def call_hook(channel: grpc.Channel, hook: Hook, request: Message, timeout: floa
     """Call one hook as the proxy does (raw bytes, decoded here) and judge the answer as the proxy would."""
     trial = HookTrial(hook.name)
     try:
-        raw = channel.unary_unary(f"/{HOOK_SERVICE}/{hook.rpc}")(request.SerializeToString(), timeout=timeout)
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/{HOOK_SERVICE}/{hook.rpc}")
+        raw = call(request.SerializeToString(), timeout=timeout)
     except grpc.RpcError as error:
-        trial.code, trial.details = error.code().name, error.details() or ""  # type: ignore[attr-defined]
+        trial.code, trial.details = error.code().name, error.details() or ""
         return trial
     try:
         response = hook.response_type.FromString(raw)

@@ -6,12 +6,12 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 from machinekit import require_command
 
 
-def http_get(proxy: ProxyServer, path: str) -> tuple[int, str]:
+def http_get(proxy: Proxy, path: str) -> tuple[int, str]:
     assert proxy.operator is not None and proxy.operator.http is not None
     url = f"http://127.0.0.1:{proxy.operator.http.bound_port}{path}"
     try:

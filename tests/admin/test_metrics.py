@@ -17,12 +17,12 @@ from adminkit import http_get, promtool_check
 from runtimeproxy.admin.http import parse_bind_address
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.synthetic import EVENT_COUNT_KEY
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 
 
-def test_cri_calls_are_counted_by_method_and_code(operated: ProxyServer) -> None:
+def test_cri_calls_are_counted_by_method_and_code(operated: Proxy) -> None:
     with open_channel(operated.options.listen_path) as channel:
         for _ in range(3):
             channel.unary_unary(VERSION)(b"", timeout=5)
@@ -39,7 +39,7 @@ def test_cri_calls_are_counted_by_method_and_code(operated: ProxyServer) -> None
     promtool_check(text)
 
 
-def test_hook_series_and_config_rejections(operated: ProxyServer) -> None:
+def test_hook_series_and_config_rejections(operated: Proxy) -> None:
     config_dir = operated.options.hook_config_dir
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / "broken.json").write_text("[")
@@ -59,7 +59,7 @@ def test_hook_series_and_config_rejections(operated: ProxyServer) -> None:
     promtool_check(text)
 
 
-def wait_for_metric(proxy: ProxyServer, line: str, polls: int = 100) -> str:
+def wait_for_metric(proxy: Proxy, line: str, polls: int = 100) -> str:
     """Until the registry (polled every 0.5 s) shows what the test wrote."""
     for _ in range(polls):
         _, text = http_get(proxy, "/metrics")
@@ -69,7 +69,7 @@ def wait_for_metric(proxy: ProxyServer, line: str, polls: int = 100) -> str:
     raise AssertionError(f"{line!r} never appeared:\n{text}")
 
 
-def test_health_and_readiness(operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path) -> None:
+def test_health_and_readiness(operated: Proxy, start_proxy: Callable[..., Proxy], tmp_path: Path) -> None:
     assert http_get(operated, "/healthz") == (200, "ok\n")
     wait_for_metric(operated, 'runtimeproxy_backend_reachable{role="runtime"} 1.0')  # connected by now
     assert http_get(operated, "/readyz") == (200, "ok\n")
@@ -80,7 +80,7 @@ def test_health_and_readiness(operated: ProxyServer, start_proxy: Callable[..., 
     assert http_get(no_backend, "/healthz")[0] == 200
 
 
-def test_garbage_and_half_requests_do_not_hurt_the_endpoint(operated: ProxyServer) -> None:
+def test_garbage_and_half_requests_do_not_hurt_the_endpoint(operated: Proxy) -> None:
     assert operated.operator is not None and operated.operator.http is not None
     port = operated.operator.http.bound_port
     for payload in (b"\x00\x01garbage\r\n\r\n", b"GET /metrics HTTP/1.1\r\n", b"POST /metrics HTTP/1.1\r\n\r\n"):
@@ -97,7 +97,7 @@ def test_bind_addresses() -> None:
     assert parse_bind_address(":9318") == ("0.0.0.0", 9318)
 
 
-def test_failed_calls_are_counted_with_their_code(start_proxy: Callable[..., ProxyServer], tmp_path: Path) -> None:
+def test_failed_calls_are_counted_with_their_code(start_proxy: Callable[..., Proxy], tmp_path: Path) -> None:
     proxy = start_proxy(runtime_path=tmp_path / "absent.sock", metrics_address="127.0.0.1:0")
     with open_channel(proxy.options.listen_path) as channel:
         try:
@@ -109,7 +109,7 @@ def test_failed_calls_are_counted_with_their_code(start_proxy: Callable[..., Pro
     assert 'runtimeproxy_backend_reachable{role="runtime"} 0.0' in text
 
 
-def test_streams_are_counted_when_they_end(operated: ProxyServer) -> None:
+def test_streams_are_counted_when_they_end(operated: Proxy) -> None:
     with open_channel(operated.options.listen_path) as channel:
         events = channel.unary_stream("/runtime.v1.RuntimeService/GetContainerEvents")(
             b"", timeout=10, metadata=((EVENT_COUNT_KEY, "3"),))
@@ -119,7 +119,7 @@ def test_streams_are_counted_when_they_end(operated: ProxyServer) -> None:
             in text)
 
 
-def _health_views(proxy: ProxyServer, channel: grpc.Channel) -> tuple[str, int, bool]:
+def _health_views(proxy: Proxy, channel: grpc.Channel) -> tuple[str, int, bool]:
     """(gRPC health, /readyz status, backend_reachable is 1) of one proxy."""
     checked = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
     _, text = http_get(proxy, "/metrics")
@@ -127,7 +127,7 @@ def _health_views(proxy: ProxyServer, channel: grpc.Channel) -> tuple[str, int, 
     return health_pb2.HealthCheckResponse.ServingStatus.Name(checked.status), http_get(proxy, "/readyz")[0], reachable
 
 
-def _wait_for_views(proxy: ProxyServer, channel: grpc.Channel, expected: tuple[str, int, bool]) -> None:
+def _wait_for_views(proxy: Proxy, channel: grpc.Channel, expected: tuple[str, int, bool]) -> None:
     deadline = time.monotonic() + 30
     while (views := _health_views(proxy, channel)) != expected:
         assert time.monotonic() < deadline, f"health, /readyz, metric: {views}, never {expected}"
@@ -135,7 +135,7 @@ def _wait_for_views(proxy: ProxyServer, channel: grpc.Channel, expected: tuple[s
 
 
 def test_readiness_and_the_metric_follow_grpc_health_when_the_backend_freezes(
-    start_proxy: Callable[..., ProxyServer], synthetic_process: tuple[Path, subprocess.Popen[bytes]]
+    start_proxy: Callable[..., Proxy], synthetic_process: tuple[Path, subprocess.Popen[bytes]]
 ) -> None:
     path, backend = synthetic_process
     proxy = start_proxy(runtime_path=path, metrics_address="127.0.0.1:0")

@@ -19,16 +19,16 @@ from runtimeproxy.admin.ctl import EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABL
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.synthetic import SyntheticBackend
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 
-def ctl(proxy: ProxyServer, *args: str) -> tuple[int, str]:
+def ctl(proxy: Proxy, *args: str) -> tuple[int, str]:
     out = io.StringIO()
     code = main([f"--admin-endpoint={proxy.options.admin_path}", *args], out=out)
     return code, out.getvalue()
 
 
-def register_plugin(proxy: ProxyServer, name: str, policy: str = "Fail", policy_key: str = "failure-policy") -> None:
+def register_plugin(proxy: Proxy, name: str, policy: str = "Fail", policy_key: str = "failure-policy") -> None:
     config_dir = proxy.options.hook_config_dir
     config_dir.mkdir(parents=True, exist_ok=True)
     (config_dir / name).write_text(json.dumps({
@@ -37,7 +37,7 @@ def register_plugin(proxy: ProxyServer, name: str, policy: str = "Fail", policy_
     }))
 
 
-def test_admin_socket_is_root_only_and_serves_reflection(operated: ProxyServer) -> None:
+def test_admin_socket_is_root_only_and_serves_reflection(operated: Proxy) -> None:
     path = operated.options.admin_path
     assert path is not None and stat.S_IMODE(path.stat().st_mode) == 0o600
     with open_channel(path) as channel:
@@ -48,7 +48,7 @@ def test_admin_socket_is_root_only_and_serves_reflection(operated: ProxyServer) 
     assert {"runtimeproxy.admin.v1.Admin", "grpc.health.v1.Health"} <= names
 
 
-def test_status_shows_backend_plugins_store_and_toggles(operated: ProxyServer) -> None:
+def test_status_shows_backend_plugins_store_and_toggles(operated: Proxy) -> None:
     register_plugin(operated, "koordlet.json")
     (operated.options.hook_config_dir / "broken.json").write_text("{")
     code, out = wait_for(operated, lambda s: len(s["plugins"]) == 2)
@@ -67,7 +67,7 @@ def test_status_shows_backend_plugins_store_and_toggles(operated: ProxyServer) -
     assert "koordlet.json  enabled" in table and "policy Fail" in table and "synthetic 1.0" in table
 
 
-def wait_for(proxy: ProxyServer, condition: Callable[[dict], bool], polls: int = 100) -> tuple[int, str]:
+def wait_for(proxy: Proxy, condition: Callable[[dict], bool], polls: int = 100) -> tuple[int, str]:
     """Until the registry (polled every 0.5 s) shows what the test wrote."""
     for _ in range(polls):
         code, out = ctl(proxy, "status", "-o", "json")
@@ -77,7 +77,7 @@ def wait_for(proxy: ProxyServer, condition: Callable[[dict], bool], polls: int =
     raise AssertionError(f"status never matched: {out}")
 
 
-def test_disable_and_enable_are_persisted_and_shown(operated: ProxyServer) -> None:
+def test_disable_and_enable_are_persisted_and_shown(operated: Proxy) -> None:
     register_plugin(operated, "koordlet.json")
     wait_for(operated, lambda s: len(s["plugins"]) == 1)
     code, out = ctl(operated, "disable", "koordlet", "--reason", "fail policy blocks pods", "-o", "json")
@@ -99,7 +99,7 @@ def test_disable_and_enable_are_persisted_and_shown(operated: ProxyServer) -> No
     assert json.loads((operated.options.state_dir / STATE_FILE_NAME).read_text())["toggles"] == []
 
 
-def test_bad_requests_exit_2_with_one_line(operated: ProxyServer, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_requests_exit_2_with_one_line(operated: Proxy, capsys: pytest.CaptureFixture[str]) -> None:
     assert ctl(operated, "disable", "koordlet", "--hook", "Nope", "--reason", "x")[0] == EXIT_USAGE
     assert capsys.readouterr().err.count("\n") == 1
     with pytest.raises(SystemExit) as exited:
@@ -111,7 +111,7 @@ def test_bad_requests_exit_2_with_one_line(operated: ProxyServer, capsys: pytest
 
 
 def test_a_typo_is_refused_with_a_did_you_mean_and_changes_nothing(
-    operated: ProxyServer, capsys: pytest.CaptureFixture[str]
+    operated: Proxy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Issue 18: `disable koordlett` and `enable nothere` exited 0 with no word."""
     register_plugin(operated, "koordlet.json")
@@ -133,7 +133,7 @@ def test_a_typo_is_refused_with_a_did_you_mean_and_changes_nothing(
 
 
 def test_a_staged_toggle_is_shown_as_staged_until_its_file_appears(
-    operated: ProxyServer, capsys: pytest.CaptureFixture[str]
+    operated: Proxy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = ctl(operated, "disable", "koordlet", "--stage", "--reason", "known bad build", "-o", "json")
     assert code == EXIT_OK
@@ -155,7 +155,7 @@ def test_a_staged_toggle_is_shown_as_staged_until_its_file_appears(
 
 
 def test_each_toggle_keeps_its_own_reason_author_and_time(
-    operated: ProxyServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    operated: Proxy, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     register_plugin(operated, "koordlet.json")
     wait_for(operated, lambda s: len(s["plugins"]) == 1)
@@ -191,7 +191,7 @@ def test_each_toggle_keeps_its_own_reason_author_and_time(
     assert capsys.readouterr().err == nothing
 
 
-def test_status_shows_unknown_config_keys_with_a_did_you_mean(operated: ProxyServer) -> None:
+def test_status_shows_unknown_config_keys_with_a_did_you_mean(operated: Proxy) -> None:
     register_plugin(operated, "koordlet.json", policy_key="failurePolicy")
     _, out = wait_for(operated, lambda s: len(s["plugins"]) == 1)
     (plugin,) = json.loads(out)["plugins"]
@@ -213,7 +213,7 @@ def test_an_absent_proxy_exits_1_naming_the_socket(tmp_path: Path, capsys: pytes
     assert err.count("\n") == 1 and str(socket) in err
 
 
-def test_operator_endpoints_are_off_unless_configured(proxy: ProxyServer) -> None:
+def test_operator_endpoints_are_off_unless_configured(proxy: Proxy) -> None:
     assert proxy.operator is not None
     assert proxy.operator.admin is None and proxy.operator.http is None
     with open_channel(proxy.options.listen_path) as channel:
@@ -222,10 +222,10 @@ def test_operator_endpoints_are_off_unless_configured(proxy: ProxyServer) -> Non
 
 
 def test_a_taken_admin_socket_or_port_leaves_cri_serving(
-    operated: ProxyServer, start_proxy: Callable[..., ProxyServer], tmp_path: Path,
+    operated: Proxy, start_proxy: Callable[..., Proxy], tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="runtimeproxy.cri.server")
+    caplog.set_level(logging.INFO, logger="runtimeproxy.app")
     assert operated.operator is not None and operated.operator.http is not None
     taken_port = operated.operator.http.bound_port
     second = start_proxy(runtime_path=operated.options.runtime_path, admin_path=operated.options.admin_path,
@@ -241,10 +241,10 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
 
 
 def test_the_start_up_line_names_the_admin_socket_and_metrics_address(
-    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend, tmp_path: Path,
+    start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="runtimeproxy.cri.server")
+    caplog.set_level(logging.INFO, logger="runtimeproxy.app")
     proxy = start_proxy(runtime_path=synthetic.path, admin_path=tmp_path / "admin.sock",
                         state_dir=tmp_path / "state", metrics_address="127.0.0.1:0")
     assert proxy.operator is not None and proxy.operator.http is not None
@@ -253,7 +253,7 @@ def test_the_start_up_line_names_the_admin_socket_and_metrics_address(
                             f"metrics on http://127.0.0.1:{proxy.operator.http.bound_port}/metrics"), started
 
 
-def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: ProxyServer) -> None:
+def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: Proxy) -> None:
     config_dir = operated.options.hook_config_dir
     code, out = wait_for(operated, lambda s: "does not exist" in s["plugin_config_dir_problem"])
     assert code == EXIT_OK and json.loads(out)["plugin_config_dir"] == str(config_dir)

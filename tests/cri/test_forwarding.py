@@ -21,7 +21,7 @@ from runtimeproxy.lab.kinds import tally_every_kind
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.cri.methods import Kind, cri_method_table, unknown_method
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"
@@ -130,7 +130,7 @@ def test_a_request_over_16_mib_is_refused_before_the_backend(client: grpc.Channe
 
 
 def test_a_raised_request_limit_lets_64_mib_through(
-    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend
+    start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend
 ) -> None:
     proxy = start_proxy(runtime_path=synthetic.path, max_request_bytes=64 * MiB + 64)
     payload = os.urandom(64 * MiB)
@@ -235,7 +235,7 @@ def test_methods_in_no_descriptor_are_still_forwarded(client: grpc.Channel, synt
     assert synthetic.calls_to(path)
 
 
-def test_direct_and_proxied_errors_are_identical(proxy: ProxyServer, synthetic: SyntheticBackend) -> None:
+def test_direct_and_proxied_errors_are_identical(proxy: Proxy, synthetic: SyntheticBackend) -> None:
     async def fail(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "container is not running")
 
@@ -257,7 +257,7 @@ def _wait_for(condition, timeout: float = 10.0) -> None:  # type: ignore[no-unty
 
 
 def test_every_kind_of_call_to_a_method_the_backend_lacks_is_unimplemented(
-    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+    loop_thread: LoopThread, start_proxy: Callable[..., Proxy], tmp_path: Path
 ) -> None:
     # A backend that serves nothing answers UNIMPLEMENTED at once, often while the proxy
     # is still writing the request upstream: that race must never turn into INTERNAL.
@@ -322,7 +322,7 @@ class _MetadataBackend(grpc.GenericRpcHandler):
 
 @pytest.fixture
 def metadata_client(
-    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+    loop_thread: LoopThread, start_proxy: Callable[..., Proxy], tmp_path: Path
 ) -> Iterator[grpc.Channel]:
     async def serve() -> grpc.aio.Server:
         server = grpc.aio.server()

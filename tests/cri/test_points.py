@@ -17,7 +17,7 @@ from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 VERSIONS = ["runtime.v1", "runtime.v1alpha2"]
 API = {"runtime.v1": v1, "runtime.v1alpha2": v1alpha2}
@@ -30,7 +30,7 @@ def path(version: str, method: str) -> str:
 class Plugins:
     """In-process plugins registered in the proxy's config dir (refreshed on the loop)."""
 
-    def __init__(self, loop: LoopThread, proxy: ProxyServer, base: Path) -> None:
+    def __init__(self, loop: LoopThread, proxy: Proxy, base: Path) -> None:
         self.loop = loop
         self.proxy = proxy
         self.base = base
@@ -65,7 +65,7 @@ class Plugins:
 
 
 @pytest.fixture
-def plugins(loop_thread: LoopThread, proxy: ProxyServer, tmp_path: Path) -> Iterator[Plugins]:
+def plugins(loop_thread: LoopThread, proxy: Proxy, tmp_path: Path) -> Iterator[Plugins]:
     plugins = Plugins(loop_thread, proxy, tmp_path)
     yield plugins
     plugins.close()

@@ -19,7 +19,7 @@ from runtimeproxy.lab.burst import burst
 from runtimeproxy.lab.cri import open_channel
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.synthetic import SyntheticBackend
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.app import Proxy
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
@@ -59,7 +59,7 @@ def test_reflection_serves_the_cri_file_descriptor(client: grpc.Channel) -> None
 
 
 def test_health_follows_the_backend(
-    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+    loop_thread: LoopThread, start_proxy: Callable[..., Proxy], tmp_path: Path
 ) -> None:
     backend = SyntheticBackend(tmp_path / "late.sock")
     proxy = start_proxy(runtime_path=backend.path)
@@ -75,7 +75,7 @@ def test_health_follows_the_backend(
 
 
 def test_backend_down_then_up_without_a_proxy_restart(
-    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path
+    loop_thread: LoopThread, start_proxy: Callable[..., Proxy], tmp_path: Path
 ) -> None:
     backend = SyntheticBackend(tmp_path / "late.sock")
     proxy = start_proxy(runtime_path=backend.path)
@@ -99,7 +99,7 @@ def test_backend_down_then_up_without_a_proxy_restart(
 
 
 def test_health_turns_not_serving_while_a_connected_backend_is_frozen(
-    start_proxy: Callable[..., ProxyServer], synthetic_process: tuple[Path, subprocess.Popen[bytes]]
+    start_proxy: Callable[..., Proxy], synthetic_process: tuple[Path, subprocess.Popen[bytes]]
 ) -> None:
     path, backend = synthetic_process
     proxy = start_proxy(runtime_path=path)
@@ -116,7 +116,7 @@ def test_health_turns_not_serving_while_a_connected_backend_is_frozen(
 
 
 def test_image_calls_go_to_the_image_endpoint(
-    loop_thread: LoopThread, start_proxy: Callable[..., ProxyServer], tmp_path: Path, synthetic: SyntheticBackend
+    loop_thread: LoopThread, start_proxy: Callable[..., Proxy], tmp_path: Path, synthetic: SyntheticBackend
 ) -> None:
     images = SyntheticBackend(tmp_path / "images.sock")
     loop_thread.run(images.start())
@@ -132,7 +132,7 @@ def test_image_calls_go_to_the_image_endpoint(
 
 
 def test_stop_lets_in_flight_calls_finish_and_removes_the_socket(
-    loop_thread: LoopThread, proxy: ProxyServer, synthetic: SyntheticBackend
+    loop_thread: LoopThread, proxy: Proxy, synthetic: SyntheticBackend
 ) -> None:
     async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         await asyncio.sleep(0.5)
@@ -151,7 +151,7 @@ def test_stop_lets_in_flight_calls_finish_and_removes_the_socket(
 
 
 def test_stop_cancels_calls_that_outlive_the_grace_period(
-    loop_thread: LoopThread, proxy: ProxyServer, synthetic: SyntheticBackend
+    loop_thread: LoopThread, proxy: Proxy, synthetic: SyntheticBackend
 ) -> None:
     async def hang(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         await asyncio.sleep(60)
@@ -169,12 +169,12 @@ def test_stop_cancels_calls_that_outlive_the_grace_period(
     assert synthetic.cancel_seen.wait(5)
 
 
-def test_a_burst_of_2000_concurrent_calls_is_served_without_a_cancel(proxy: ProxyServer) -> None:
+def test_a_burst_of_2000_concurrent_calls_is_served_without_a_cancel(proxy: Proxy) -> None:
     assert burst(proxy.options.listen_path, calls=2000) == {("OK", ""): 2000}
 
 
 def test_calls_beyond_the_concurrency_bound_get_resource_exhausted_not_cancelled(
-    start_proxy: Callable[..., ProxyServer], synthetic: SyntheticBackend
+    start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend
 ) -> None:
     async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         await asyncio.sleep(1)

@@ -10,7 +10,8 @@ from pathlib import Path
 import h11
 
 from runtimeproxy.docker.interception import Interceptor, PassThrough
-from runtimeproxy.docker.server import DockerProxyServer
+from runtimeproxy.app import Proxy
+from runtimeproxy.docker.server import DockerFrontend
 from runtimeproxy.options import ProxyOptions
 
 WAIT_SECONDS = 10.0  # bound for every wait in these tests (never an assertion on time)
@@ -52,13 +53,19 @@ def header_lines(head: bytes) -> list[bytes]:
     return head.split(b"\r\n")[1:-2]
 
 
+def docker_mode_proxy(options: ProxyOptions, interceptor: Interceptor | None = None) -> Proxy:
+    """The proxy process around a Docker frontend, whatever options.backend_mode says (interceptor None: the
+    real hooks)."""
+    return Proxy(options, lambda options, hooks: DockerFrontend(options, hooks, interceptor))
+
+
 @contextlib.asynccontextmanager
 async def docker_proxy(tmp_path: Path, interceptor: Interceptor | None = None) -> AsyncIterator[Path]:
     """A Docker-mode proxy on tmp_path/proxy.sock relaying to tmp_path/dockerd.sock; yields its socket.
     Without hooks by default (the fake counts connections; the hooks' own store rebuild would add one)."""
     options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock",
                            backend_mode="Docker", hook_config_dir=tmp_path / "hooks")
-    proxy = DockerProxyServer(options, interceptor or PassThrough())
+    proxy = docker_mode_proxy(options, interceptor or PassThrough())
     await proxy.start()
     try:
         yield options.listen_path

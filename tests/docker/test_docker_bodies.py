@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dockerkit import WAIT_SECONDS, FakeDockerd, exchange, read_head
+from dockerkit import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, exchange, read_head
 
 from runtimeproxy.docker import bodies
 from runtimeproxy.docker.bodies import C_CODEC_MAX_BYTES, decode_body, encode_body
 from runtimeproxy.docker.messages import BodyError
-from runtimeproxy.docker.server import DockerProxyServer
 from runtimeproxy.options import ProxyOptions
 
 
@@ -77,7 +76,7 @@ def test_other_clients_are_served_while_a_hooked_body_is_decoded(tmp_path: Path,
 
     async def scenario() -> None:
         async with FakeDockerd(tmp_path / "dockerd.sock", _answering_dockerd):
-            proxy = DockerProxyServer(_options(tmp_path))  # the real hooks: every create body is decoded
+            proxy = docker_mode_proxy(_options(tmp_path))  # the real hooks: every create body is decoded
             await proxy.start()
             try:
                 body = json.dumps({"Image": "pause", "Labels": {"io.kubernetes.docker.type": "podsandbox"}}).encode()

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, header_lines, read_head
+from dockerkit import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, docker_proxy, exchange, header_lines, read_head
 
-from runtimeproxy.docker.server import DockerProxyServer
 from runtimeproxy.options import ProxyOptions
 
 OK_BODY = b'{"ApiVersion":"1.41"}'
@@ -226,7 +225,7 @@ def test_shutdown_closes_idle_connections_and_cuts_streams_after_the_grace(tmp_p
     async def scenario() -> None:
         options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock")
         async with FakeDockerd(tmp_path / "dockerd.sock", dockerd):
-            proxy = DockerProxyServer(options)
+            proxy = docker_mode_proxy(options)
             await proxy.start()
             idle_reader, idle_writer = await asyncio.open_unix_connection(str(options.listen_path))
             response, _ = await exchange(idle_reader, idle_writer, b"GET /_ping HTTP/1.1\r\nHost: \r\n\r\n")
@@ -318,7 +317,7 @@ def test_a_session_ended_by_an_aborted_upload_is_freed_without_the_cycle_collect
     async def scenario() -> None:
         options = ProxyOptions(listen_path=tmp_path / "proxy.sock", runtime_path=tmp_path / "dockerd.sock",
                                backend_mode="Docker", hook_config_dir=tmp_path / "hooks")
-        proxy = DockerProxyServer(options, PassThrough())
+        proxy = docker_mode_proxy(options, PassThrough())
         await proxy.start()
         try:
             _, writer = await asyncio.open_unix_connection(str(options.listen_path))
@@ -327,9 +326,9 @@ def test_a_session_ended_by_an_aborted_upload_is_freed_without_the_cycle_collect
             for _ in range(15):
                 writer.write(b"x" * (1024 * 1024))
                 await writer.drain()
-            while not proxy._sessions:
+            while not proxy.frontend._sessions:
                 await asyncio.sleep(0.01)
-            [(task, session)] = proxy._sessions.items()
+            [(task, session)] = proxy.frontend._sessions.items()
             freed = weakref.ref(session)
             del session
             writer.close()

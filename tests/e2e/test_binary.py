@@ -24,7 +24,7 @@ import pytest
 
 from runtimeproxy import __version__
 from runtimeproxy.allocator import wants_huge_pages_reexec
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, registration

@@ -22,7 +22,7 @@ from runtimeproxy.lab.conformance_images import CRI_TOOLS, NGINX_REF, WEB_PORT
 from runtimeproxy.lab.images import BUSYBOX_IMAGE
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.lab.registry import free_port
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 CRICTL_TIMEOUT_SECONDS = 120
 HTTP_WAIT_SECONDS = 30

@@ -14,7 +14,7 @@ import pytest
 
 from runtimeproxy.lab.conformance import ConformanceLab, echo_record, run_conformance
 from runtimeproxy.lab.critest import CritestResult
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 
 @pytest.fixture(scope="module")

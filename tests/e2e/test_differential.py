@@ -27,7 +27,7 @@ import orjson
 import pytest
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.lab.conformance import echo_hooked_proxy_in, echo_record_in
 from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import API_MODULES, CriClient, open_channel

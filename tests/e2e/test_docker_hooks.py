@@ -28,7 +28,7 @@ from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 from docker_drivers import CrictlDriver, DriverError, PodDriver, ReplayDriver
 from machinekit import require_tool

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.lab.cridockerd_replay import CriDockerdReplay, Exchange, Lifecycle
 from runtimeproxy.lab.cridockerd_requests import PodShape
 from runtimeproxy.lab.docker_lab import hooked_docker_proxy, recorded_hooks

@@ -24,7 +24,7 @@ from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSe
 from runtimeproxy.lab.loop import LoopThread
 from runtimeproxy.lab.process import ProxyProcess
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 _serial = itertools.count()
 MiB = 1024 * 1024

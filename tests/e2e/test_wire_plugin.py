@@ -22,7 +22,7 @@ from runtimeproxy.lab.containerd import ContainerdInstance
 from runtimeproxy.lab.cri import CriClient, open_channel
 from runtimeproxy.lab.example_plugin import registration
 from runtimeproxy.lab.process import ProxyProcess
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 pytestmark = pytest.mark.e2e
 

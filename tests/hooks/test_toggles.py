@@ -16,7 +16,7 @@ from runtimeproxy.hooks.toggles import (
 )
 from runtimeproxy.lab.example_plugin import ExamplePlugin
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.hooks.plugins import HOOK_NAMES
+from runtimeproxy.hooks.names import HOOK_NAMES
 
 PRE_CREATE = frozenset({"PreCreateContainer"})
 

@@ -22,7 +22,7 @@ def test_registration_document(tmp_path: Path) -> None:
 
 
 def test_written_0644_atomically_and_loaded_by_the_proxy(tmp_path: Path) -> None:
-    from runtimeproxy.hooks.plugins import PluginRegistry
+    from runtimeproxy.hooks.registry import PluginRegistry
 
     config_dir = tmp_path / "hookserver.d"
     config_dir.mkdir(mode=0o755)

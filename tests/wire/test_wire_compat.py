@@ -25,8 +25,9 @@ from runtimeproxy.lab.synthetic import SyntheticBackend
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
-from runtimeproxy.hooks.plugins import HOOK_NAMES, PluginRegistry
-from runtimeproxy.cri.server import ProxyServer
+from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.hooks.registry import PluginRegistry
+from runtimeproxy.app import Proxy
 from wirekit import ANNOTATION, PluginProcess, compile_proto, numbered
 
 POD_CGROUP_PARENT = "/kubepods/wire-pod-parent"
@@ -336,7 +337,7 @@ def test_through_the_proxy_the_backend_gets_the_independent_plugins_changes(
     synthetic.unary[run_path] = loop_thread.run(answer(cri.RunPodSandboxResponse(pod_sandbox_id="p1").SerializeToString()))
     synthetic.unary[create_path] = loop_thread.run(answer(cri.CreateContainerResponse(container_id="c1").SerializeToString()))
     synthetic.unary["/runtime.v1.RuntimeService/PodSandboxStatus"] = not_found
-    proxy: ProxyServer = start_proxy(runtime_path=synthetic.path)
+    proxy: Proxy = start_proxy(runtime_path=synthetic.path)
     config_dir = proxy.options.hook_config_dir
     config_dir.mkdir(exist_ok=True)
     (config_dir / "10-independent.json").write_bytes(

@@ -12,6 +12,10 @@ from typing import Any
 
 from runtimeproxy.hooks.stats import LatencyHistogram
 
+# Image pulls and attached streams take minutes: relayed calls' histograms reach further than the hook one.
+RELAYED_CALL_LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+)
 # Fold the pending list once it holds this many calls, so an unscraped proxy stays small.
 FOLD_AFTER_CALLS = 4096
 

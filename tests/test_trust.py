@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.hooks.trust import TrustedOwners
+from runtimeproxy.trust import TrustedOwners
 
 
 def test_root_and_the_proxy_user_are_always_trusted() -> None:

@@ -1,3 +1,6 @@
+"""The registry of plugins (runtimeproxy.hooks.registry): polling the directory, trusted reading of its files
+(hooks.trusted_files), one plugin's channel (hooks.plugin)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,193 +15,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import grpc
-import orjson
 import pytest
 
-from runtimeproxy.hooks import plugins
+from configkit import KNOWN_HOOKS, KOORDLET, LOGGER, config_bytes, messages
+from runtimeproxy.hooks import trusted_files
 from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.hooks.plugins import (
-    HOOK_NAMES,
-    MAX_CONFIG_BYTES,
-    FailurePolicy,
-    Plugin,
-    PluginConfig,
-    PluginChannel,
-    PluginConfigError,
-    PluginRegistry,
-    _signature,
-    parse_plugin_config,
-)
+from runtimeproxy.hooks.config import FailurePolicy, PluginConfigError, parse_plugin_config
+from runtimeproxy.hooks.plugin import Plugin, PluginChannel
+from runtimeproxy.hooks.registry import PluginRegistry
+from runtimeproxy.hooks.trusted_files import MAX_CONFIG_BYTES, file_signature
 
 T = TypeVar("T")
-LOGGER = "runtimeproxy.hooks.plugins"
-KOORDLET = (
-    b'{"remote-endpoint": "/var/run/koordlet/koordlet.sock", "failure-policy": "Ignore", '
-    b'"runtime-hooks": ["PreRunPodSandbox"]}'
-)
-
-
-def config_bytes(**fields: Any) -> bytes:
-    """A config with a valid endpoint and hook; a field given as ... is left out."""
-    document: dict[str, Any] = {"remote-endpoint": "/run/plugin.sock", "runtime-hooks": ["PreRunPodSandbox"]}
-    document.update({key.replace("_", "-"): value for key, value in fields.items()})
-    return orjson.dumps({key: value for key, value in document.items() if value is not ...})
-
-
-def messages(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[str]:
-    return [
-        record.getMessage() for record in caplog.records
-        if record.name == LOGGER and (level is None or record.levelno == level)
-    ]
-
-
-# --- parsing ---------------------------------------------------------------------------
-
-
-def test_parses_the_koordinator_example() -> None:
-    config = parse_plugin_config("koordlet.json", KOORDLET)
-    assert config == PluginConfig(
-        name="koordlet.json",
-        endpoint=Path("/var/run/koordlet/koordlet.sock"),
-        failure_policy=FailurePolicy.IGNORE,
-        hooks=frozenset({"PreRunPodSandbox"}),
-        timeout_seconds=5.0,
-    )
-    assert config.describe() == (
-        "endpoint unix:///var/run/koordlet/koordlet.sock, policy Ignore, hooks PreRunPodSandbox, "
-        "timeout 5s"
-    )
-
-
-@pytest.mark.parametrize("policy", [..., None, ""])
-def test_failure_policy_defaults_to_ignore(policy: object) -> None:
-    config = parse_plugin_config("p.json", config_bytes(failure_policy=policy))
-    assert config.failure_policy is FailurePolicy.IGNORE
-
-
-@pytest.mark.parametrize(
-    ("text", "policy"),
-    [("Fail", FailurePolicy.FAIL), ("fail", FailurePolicy.FAIL), ("FAIL", FailurePolicy.FAIL),
-     ("Ignore", FailurePolicy.IGNORE), ("iGnOrE", FailurePolicy.IGNORE)],
-)
-def test_failure_policy_is_case_insensitive_and_normalized(text: str, policy: FailurePolicy) -> None:
-    config = parse_plugin_config("p.json", config_bytes(failure_policy=text))
-    assert config.failure_policy is policy
-    assert policy.value in config.describe()
-
-
-def test_hooks_are_normalized_deduplicated_and_described_in_lifecycle_order() -> None:
-    hooks = ["PostStopPodSandbox", "precreatecontainer", "PreRunPodSandbox", "PreCreateContainer"]
-    config = parse_plugin_config("p.json", config_bytes(runtime_hooks=hooks))
-    assert config.hooks == {"PostStopPodSandbox", "PreCreateContainer", "PreRunPodSandbox"}
-    assert config.ordered_hooks == ("PreRunPodSandbox", "PreCreateContainer", "PostStopPodSandbox")
-    assert "hooks PreRunPodSandbox,PreCreateContainer,PostStopPodSandbox," in config.describe()
-
-
-def test_all_seven_hooks_are_known() -> None:
-    config = parse_plugin_config("p.json", config_bytes(runtime_hooks=list(HOOK_NAMES)))
-    assert config.ordered_hooks == HOOK_NAMES and len(HOOK_NAMES) == 7
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"), [(..., 5.0), (None, 5.0), (1, 1.0), (0.25, 0.25), (30, 30.0)]
-)
-def test_timeout_defaults_to_five_seconds(value: object, seconds: float) -> None:
-    config = parse_plugin_config("p.json", config_bytes(timeout_seconds=value))
-    assert config.timeout_seconds == seconds
-    assert f"timeout {seconds:g}s" in config.describe()
-
-
-@pytest.mark.parametrize("endpoint", ["unix:///run/k.sock", "unix:/run/k.sock", "/run/k.sock"])
-def test_endpoint_accepts_a_path_or_unix_uri(endpoint: str) -> None:
-    config = parse_plugin_config("p.json", config_bytes(remote_endpoint=endpoint))
-    assert config.endpoint == Path("/run/k.sock")
-
-
-def test_a_utf8_bom_is_tolerated() -> None:
-    assert parse_plugin_config("koordlet.json", b"\xef\xbb\xbf" + KOORDLET).name == "koordlet.json"
-
-
-KNOWN_HOOKS = (
-    "PreRunPodSandbox, PreCreateContainer, PreStartContainer, PostStartContainer, "
-    "PreUpdateContainerResources, PostStopContainer, PostStopPodSandbox"
-)
-cfg = config_bytes
-POSITIVE = "must be a positive number of seconds"
-
-
-@pytest.mark.parametrize(
-    ("data", "problem"),
-    [
-        (b"", "empty file"),
-        (b" \n\t", "empty file"),
-        (KOORDLET[:40], "invalid JSON: unexpected end of data at line 1 column 41 (truncated?)"),
-        (b"{,}", "invalid JSON: "),
-        (b'{"remote-endpoint": "/run/\xff.sock"}', "not valid UTF-8 (byte 26)"),
-        (b"\xff\xfe{}", "not valid UTF-8 (byte 0)"),
-        (b"[]", "expected a JSON object, got an array"),
-        (b'"koordlet"', "expected a JSON object, got a string"),
-        (b"null", "expected a JSON object, got null"),
-        (cfg(remote_endpoint=...), "remote-endpoint: missing"),
-        (cfg(remote_endpoint=7), "remote-endpoint: expected a string, got a number"),
-        (cfg(remote_endpoint="tcp://1.2.3.4:5"), "remote-endpoint: 'tcp://1.2.3.4:5': only unix sockets"),
-        (cfg(remote_endpoint="run/k.sock"), "remote-endpoint: 'run/k.sock': the socket path must be"),
-        (cfg(remote_endpoint=""), "remote-endpoint: '': empty socket path"),
-        (cfg(failure_policy="Retry"), 'failure-policy: unknown policy "Retry" (known: Fail or Ignore)'),
-        (cfg(failure_policy=True), "failure-policy: expected a string, got a boolean"),
-        (cfg(runtime_hooks=...), f"runtime-hooks: missing (a list of: {KNOWN_HOOKS})"),
-        (cfg(runtime_hooks=None), "runtime-hooks: expected a list of hook names, got null"),
-        (cfg(runtime_hooks="PreRunPodSandbox"), "runtime-hooks: expected a list of hook names, got a string"),
-        (cfg(runtime_hooks=[]), f"runtime-hooks: empty list; name at least one of: {KNOWN_HOOKS}"),
-        (cfg(runtime_hooks=["PreRunPodSandbox", 3]), "runtime-hooks: expected hook names, got a number"),
-        (cfg(runtime_hooks=["PreRunPodSandbox", "PreFoo"]),
-         f'runtime-hooks: unknown hook "PreFoo" (known: {KNOWN_HOOKS})'),
-        (cfg(timeout_seconds=0), f"timeout-seconds: {POSITIVE}, got 0"),
-        (cfg(timeout_seconds=-1.5), f"timeout-seconds: {POSITIVE}, got -1.5"),
-        (cfg(timeout_seconds="5"), "timeout-seconds: expected a number, got a string"),
-        (cfg(timeout_seconds=True), "timeout-seconds: expected a number, got a boolean"),
-        # orjson refuses infinities itself.
-        (cfg(timeout_seconds=1).replace(b":1}", b":1e999}"), "invalid JSON: "),
-    ],
-)
-def test_malformed_configs_name_the_file_and_the_problem(data: bytes, problem: str) -> None:
-    with pytest.raises(PluginConfigError) as raised:
-        parse_plugin_config("koordlet.json", data)
-    assert raised.value.name == "koordlet.json"
-    assert str(raised.value).startswith(f"koordlet.json: {problem}"), str(raised.value)
-
-
-def test_unknown_keys_are_accepted_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    data = config_bytes(zeta=1, alpha={"x": 1})
-    config = parse_plugin_config("koordlet.json", data)
-    assert config.endpoint == Path("/run/plugin.sock")
-    assert config.warnings == ('unknown key "alpha"; ignored', 'unknown key "zeta"; ignored')
-    assert messages(caplog) == [
-        'plugin config koordlet.json: unknown key "alpha"; ignored; unknown key "zeta"; ignored']
-
-
-def test_a_misspelt_key_names_the_key_it_probably_meant() -> None:
-    """Issue 18: `"failurePolicy": "Fail"` registered the plugin under Ignore with only a log line."""
-    document = {"remote-endpoint": "/run/plugin.sock", "runtime-hooks": ["PreRunPodSandbox"],
-                "runtimeHooks": ["PreRunPodSandbox"], "failurePolicy": "Fail", "timeout_seconds": 2, "timeout": 2,
-                "comment": "x"}
-    config = parse_plugin_config("koordlet.json", orjson.dumps(document))
-    assert config.failure_policy is FailurePolicy.IGNORE  # the default, as before: but now it is shown
-    assert config.warnings == (
-        'unknown key "comment"; ignored',
-        'unknown key "failurePolicy" (did you mean "failure-policy"?); ignored',
-        'unknown key "runtimeHooks" (did you mean "runtime-hooks"?); ignored',
-        'unknown key "timeout" (did you mean "timeout-seconds"?); ignored',
-        'unknown key "timeout_seconds" (did you mean "timeout-seconds"?); ignored',
-    )
-
-
-def test_a_broken_file_with_unknown_keys_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    with pytest.raises(PluginConfigError):
-        parse_plugin_config("koordlet.json", config_bytes(zeta=1, runtime_hooks=[]))
-    assert messages(caplog) == []
-
 
 # --- registry --------------------------------------------------------------------------
 
@@ -332,9 +159,9 @@ def test_recently_modified_files_are_reread_until_they_settle(tmp_path: Path) ->
     path.write_bytes(b"{}")
     now = time.time_ns()
     os.utime(path, ns=(now, now))
-    assert _signature(os.stat(path)) is None
+    assert file_signature(os.stat(path)) is None
     os.utime(path, ns=(now, now - 3 * 10**9))
-    assert _signature(os.stat(path)) is not None
+    assert file_signature(os.stat(path)) is not None
 
 
 def test_touching_a_file_without_changing_it_logs_nothing(
@@ -647,8 +474,8 @@ def test_each_bad_entry_costs_one_line_and_the_rest_reloads(
             assert warnings_about(caplog, name) == [f"invalid plugin config {name}: {problem}"]
         assert len(messages(caplog, logging.WARNING)) == len(expected)
         # A FIFO swapped in after the type check: the open does not wait for a writer either.
-        with pytest.raises(plugins._Unusable, match="a FIFO"):
-            plugins._read_trusted(str(harness.dir / "fifo.json"), harness.registry.owners, None)
+        with pytest.raises(trusted_files.Unusable, match="a FIFO"):
+            trusted_files.read_trusted(str(harness.dir / "fifo.json"), harness.registry.owners, None)
 
         (harness.dir / "strict.json").unlink()  # deleting a Fail plugin still takes effect
         assert harness.refresh() is True
@@ -726,8 +553,8 @@ def test_the_size_limit_is_inclusive(harness: Harness) -> None:
 def test_a_file_that_grows_past_the_limit_while_read_is_rejected(harness: Harness) -> None:
     harness.write("growing.json", b" ")
     with open(harness.dir / "growing.json", "rb") as growing:
-        assert len(plugins._read_at_most(growing.fileno(), 10)) == 1
-    assert plugins._too_large(None) == (
+        assert len(trusted_files.read_at_most(growing.fileno(), 10)) == 1
+    assert trusted_files.too_large(None) == (
         f"too large: more than {MAX_CONFIG_BYTES} bytes (a config file may have at most {MAX_CONFIG_BYTES})"
     )
 
@@ -735,14 +562,14 @@ def test_a_file_that_grows_past_the_limit_while_read_is_rejected(harness: Harnes
 def test_reload_reads_files_off_the_event_loop(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     harness.write("slow.json", config_bytes())
     reading, release = threading.Event(), threading.Event()
-    real_read = plugins._read_at_most
+    real_read = trusted_files.read_at_most
 
     def slow_read(fd: int, limit: int) -> bytes:
         reading.set()
         assert release.wait(30)
         return real_read(fd, limit)
 
-    monkeypatch.setattr(plugins, "_read_at_most", slow_read)
+    monkeypatch.setattr(trusted_files, "read_at_most", slow_read)
     reload = harness.on_loop(lambda: asyncio.ensure_future(harness.registry.reload()))
     try:
         assert reading.wait(10)

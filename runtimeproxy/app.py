@@ -1,0 +1,152 @@
+"""The proxy process, assembled: malloc tuning, the proxy socket and its lock, the hook service, the chosen
+frontend (CRI gRPC server or Docker HTTP relay), the operator endpoints (admin socket, metrics), the idle
+heap trim, and signals with a graceful stop.
+
+The one module that knows every part: frontends know the hook core, admin reads a frontend only through
+runtimeproxy.report, and nothing below imports this module. Every stop path (signal, failed start, an
+endpoint that cannot start) gives back what was taken: the socket, its lock file, the state directory's lock.
+
+gRPC is imported only once the allocator is tuned (tune_for_large_messages must come before gRPC's first
+allocation), so the parts that bring it in are imported where the process starts, not at the top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from runtimeproxy.allocator import IdleTrimmer, reexec_with_huge_pages, tune_for_large_messages
+from runtimeproxy.lifecycle import run_until_signalled
+from runtimeproxy.listener import SocketInUseError, SocketLock, claim_socket_path, release_socket, restrict_socket
+from runtimeproxy.options import ProxyOptions
+from runtimeproxy.report import FrontendReport
+
+if TYPE_CHECKING:
+    from runtimeproxy.admin.operator import OperatorEndpoints
+    from runtimeproxy.hooks.service import HookService
+
+log = logging.getLogger(__name__)
+
+
+class Frontend(Protocol):
+    """A frontend's server as the process drives it (cri.server.CriFrontend, docker.server.DockerFrontend)."""
+
+    @property
+    def report(self) -> FrontendReport: ...  # read by the operator endpoints
+
+    @property
+    def calls_started(self) -> int: ...  # read by the idle trimmer
+
+    def describe(self) -> str: ...  # the start-up line's first part: "listening on <socket>; <its backends>"
+
+    async def start(self) -> None: ...  # serve on options.listen_path, already claimed
+
+    async def stop(self, grace: float) -> None: ...  # stop accepting; in-flight calls get `grace` seconds
+
+    async def close(self) -> None: ...  # release the backend, after the hook service stopped
+
+
+FrontendFactory = Callable[[ProxyOptions, "HookService"], Frontend]
+
+
+def frontend_for(options: ProxyOptions) -> FrontendFactory:
+    """The frontend --backend-runtime-mode chose."""
+    if options.backend_mode == "Docker":
+        from runtimeproxy.docker.server import DockerFrontend
+        return DockerFrontend
+    from runtimeproxy.cri.server import CriFrontend
+    return CriFrontend
+
+
+class Proxy:
+    """One running proxy: its socket and lock, hook service, frontend, operator endpoints and idle trim."""
+
+    def __init__(self, options: ProxyOptions, frontend: FrontendFactory | None = None) -> None:
+        """`frontend` replaces the one options choose (tests of a frontend's seam)."""
+        self.options = options
+        self._frontend_factory = frontend or frontend_for(options)
+        self.hook_service: HookService | None = None
+        self.frontend: Frontend | None = None
+        self.operator: OperatorEndpoints | None = None
+        self._socket_lock: SocketLock | None = None
+        self._socket_inode: int | None = None
+        self._trimmer: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        from runtimeproxy.admin.operator import OperatorEndpoints
+        from runtimeproxy.admin.status import ProxyParts
+        from runtimeproxy.hooks.service import HookService
+
+        options = self.options
+        started = time.monotonic()
+        self._socket_lock = claim_socket_path(options.listen_path)  # held until stop(): one proxy per socket
+        self.hook_service = HookService(options)
+        await self.hook_service.start()
+        frontend = self.frontend = self._frontend_factory(options, self.hook_service)
+        await frontend.start()
+        self._socket_inode = restrict_socket(options.listen_path)
+        self.operator = OperatorEndpoints(options, ProxyParts(frontend.report, self.hook_service, started, options))
+        await self.operator.start()
+        trimmer = IdleTrimmer(lambda: frontend.calls_started)
+        self._trimmer = asyncio.create_task(trimmer.run(), name="idle-trimmer")
+        log.info("%s; plugin configs in %s (%d plugins)%s", frontend.describe(), options.hook_config_dir,
+                 len(self.hook_service.registry.plugins), self.operator.summary())
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, give in-flight calls `grace` seconds, then release everything (also after a
+        start that failed half-way)."""
+        grace = self.options.shutdown_grace_seconds if grace is None else grace
+        if self.frontend is not None:
+            await self.frontend.stop(grace)
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            await asyncio.gather(self._trimmer, return_exceptions=True)
+            self._trimmer = None
+        if self.operator is not None:
+            await self.operator.stop()
+            self.operator = None
+        if self._socket_lock is not None:  # only a socket we claimed is ours to remove
+            release_socket(self.options.listen_path, self._socket_inode)
+            self._socket_inode = None
+            self._socket_lock.release()
+            self._socket_lock = None
+        if self.hook_service is not None:
+            await self.hook_service.stop()
+            self.hook_service = None
+        if self.frontend is not None:
+            await self.frontend.close()
+            self.frontend = None
+
+
+def tune_allocator(options: ProxyOptions, own_process: bool) -> None:
+    """CRI mode's malloc settings for large gRPC messages; huge pages by re-executing `own_process`'s
+    command line (never an embedding caller's). First thing, before gRPC is imported."""
+    if options.backend_mode == "Docker":
+        return
+    if own_process:
+        reexec_with_huge_pages()  # returns only where that changes nothing
+    tune_for_large_messages()  # before gRPC allocates anything
+
+
+async def serve(options: ProxyOptions) -> None:
+    """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
+    await run_until_signalled(Proxy(options), options.shutdown_grace_seconds)
+
+
+def run(options: ProxyOptions, own_process: bool, warnings: Iterable[str] = ()) -> int:
+    """The whole process (logging is configured): its exit code."""
+    tune_allocator(options, own_process)
+    for warning in warnings:  # after the re-exec: once
+        log.warning("%s", warning)
+    try:
+        asyncio.run(serve(options))
+    except SocketInUseError as error:
+        log.error("%s", error)
+        return 1
+    except (OSError, RuntimeError) as error:
+        log.error("cannot start: %s", error)
+        return 1
+    return 0
