@@ -17,7 +17,7 @@ Peers, each its own process, all in one run:
   socat      an L4 byte relay (no HTTP/2 at all): the floor of any extra hop
   go-proxy   `benchgo httpproxy`: net/http/httputil.ReverseProxy between unix sockets (101 upgrades
              included), roughly what koord-runtime-proxy's Docker mode is; Docker case only
-  echo-hop   a bare Python grpc.aio server answering itself (runtimeproxy.lab.synthetic): what one
+  echo-hop   a bare Python grpc.aio server answering itself (rplab.synthetic): what one
              Python server hop costs, with no upstream call
   plugin     the proxy with a no-op plugin (bench/noop_plugin.py) on all seven hooks
   decode-all the proxy with --benchmark-decode-all (every message decoded and re-encoded: the
@@ -88,19 +88,19 @@ from docker_node import RUNNING_SANDBOXES, DockerNode  # noqa: E402
 from gopeers import build_benchgo, run_client, run_docker_client  # noqa: E402
 from procfs import CpuUsage, memory_mb, threads_cpu_seconds  # noqa: E402
 from report import CaseReport, render, render_markdown  # noqa: E402
-from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites  # noqa: E402
-from runtimeproxy.lab.cri import CriClient, open_channel  # noqa: E402
-from runtimeproxy.lab.docker_images import build_docker_archives  # noqa: E402
-from runtimeproxy.lab.dockerd import (  # noqa: E402
+from rplab.containerd import ContainerdInstance, check_prerequisites  # noqa: E402
+from rplab.cri import CriClient, open_channel  # noqa: E402
+from rplab.docker_images import build_docker_archives  # noqa: E402
+from rplab.dockerd import (  # noqa: E402
     DockerdInstance,
     DockerModeProxy,
     check_docker_prerequisites,
     docker_api_ping,
 )
-from runtimeproxy.lab.example_plugin import registration  # noqa: E402
-from runtimeproxy.lab.images import build_and_import  # noqa: E402
-from runtimeproxy.lab.process import ProxyProcess  # noqa: E402
-from runtimeproxy.lab.synthetic import list_containers_response  # noqa: E402
+from rplab.example_plugin import registration  # noqa: E402
+from rplab.images import build_and_import  # noqa: E402
+from rplab.process import ProxyProcess  # noqa: E402
+from rplab.synthetic import list_containers_response  # noqa: E402
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri  # noqa: E402
 from runtimeproxy.hooks.plugins import HOOK_NAMES  # noqa: E402
 
@@ -320,7 +320,7 @@ class Lab:
         """A bare Python grpc.aio server answering by itself (the synthetic backend)."""
         def start() -> Peer:
             socket = self.base / "echo.sock"
-            return self._served("echo-hop", socket, [sys.executable, "-m", "runtimeproxy.lab.synthetic",
+            return self._served("echo-hop", socket, [sys.executable, "-m", "rplab.synthetic",
                                                      "--socket", str(socket)])
         return self._once("echo-hop", start)
 

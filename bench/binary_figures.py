@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from packagekit import PACKAGE_WORKDIR, installed_wheel  # noqa: E402
 
-from runtimeproxy.lab.process import ProxyProcess  # noqa: E402
+from rplab.process import ProxyProcess  # noqa: E402
 
 PROXY, CTL = "koord-runtime-proxy", "runtimeproxyctl"
 # Installed into every venv, never imported by the proxy.
@@ -69,7 +69,7 @@ def site_packages_bytes(bin_dir: Path) -> int:
 @contextmanager
 def synthetic_backend(base: Path) -> Iterator[Path]:
     socket = base / "backend.sock"
-    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(socket)])
+    backend = subprocess.Popen([sys.executable, "-m", "rplab.synthetic", "--socket", str(socket)])
     try:
         deadline = time.monotonic() + 30
         while not socket.exists():

@@ -14,7 +14,7 @@ from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.recovery import BackendRecords
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
 POD, SMALL, LARGE = "pod-1", "ctr-small", "ctr-large"

@@ -17,7 +17,7 @@ from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, Upstre
 from runtimeproxy.docker.recovery import DockerRecords
 from runtimeproxy.docker.routes import hooked_route
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

@@ -12,7 +12,7 @@ from google.rpc import error_details_pb2, status_pb2
 from hookkit import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.dispatcher import ERROR_DOMAIN, ERROR_REASON, HookFailed
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 ALL_POINTS = [

@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from runtimeproxy.hooks import plugins
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.hooks.plugins import (
     HOOK_NAMES,
     MAX_CONFIG_BYTES,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtimeproxy.lab.example_plugin import echoed
+from rplab.example_plugin import echoed
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
