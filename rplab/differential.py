@@ -119,21 +119,27 @@ def substituted(value: Any, tokens: Mapping[str, str]) -> Any:
 
 def masked(value: Any, paths: Iterable[str]) -> Any:
     """``value`` with each dotted path's value (if present) replaced by ``MASKED``; ``*`` matches every list
-    item or every map key at that level. Paths start below the outcome's kind ("status.created_at")."""
+    item or every map key at that level. Paths start below the outcome's kind ("status.created_at").
+    A path ending in ``?`` is masked present or absent: a counter that is still 0 (so left out of the answer)
+    on one side and counted on the other is no difference."""
     for path in paths:
-        value = _mask(value, path.split("."))
+        optional = path.endswith("?")
+        value = _mask(value, path.rstrip("?").split("."), optional)
     return value
 
 
-def _mask(value: Any, parts: list[str]) -> Any:
+def _mask(value: Any, parts: list[str], optional: bool = False) -> Any:
     if not parts:
         return MASKED
     head, rest = parts[0], parts[1:]
     if isinstance(value, list) and head == "*":
-        return [_mask(item, rest) for item in value]
+        return [_mask(item, rest, optional) for item in value]
     if isinstance(value, dict):
         keys = list(value) if head == "*" else [head] if head in value else []
-        return {key: _mask(item, rest) if key in keys else item for key, item in value.items()}
+        result = {key: _mask(item, rest, optional) if key in keys else item for key, item in value.items()}
+        if optional and not rest and head != "*" and head not in value:
+            result[head] = MASKED
+        return result
     return value
 
 

@@ -17,6 +17,9 @@ LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Record attributes passed through as JSON fields when a call site sets them via `extra=`.
 STRUCTURED_FIELDS = ("plugin", "hook", "pod", "container", "method", "code", "endpoint", "file")
+# Libraries whose debug lines are their own internals, not the proxy's: grpc's asyncio poller logs
+# "Loaded running loop" every second. --log-level=debug is for the proxy's decisions, so these stay at info.
+QUIET_LIBRARY_LOGGERS = ("grpc", "asyncio")
 
 
 class JsonFormatter(logging.Formatter):
@@ -49,4 +52,7 @@ def configure_logging(level: str, log_format: str = "text", log_file: Path | Non
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
         handler.setFormatter(formatter)
-    logging.basicConfig(level=getattr(logging, level.upper()), handlers=handlers, force=True)
+    root_level = getattr(logging, level.upper())
+    logging.basicConfig(level=root_level, handlers=handlers, force=True)
+    for name in QUIET_LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(root_level, logging.INFO))

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runtimeproxy.logformat import JsonFormatter
+from runtimeproxy.logformat import JsonFormatter, configure_logging
 
 
 def test_json_lines_carry_time_level_message_and_fields() -> None:
@@ -38,3 +38,23 @@ def test_the_proxy_logs_json_lines(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert lines and all(json.loads(line)["level"] for line in lines)
     assert "not a socket" in json.loads(lines[-1])["message"]
+
+
+def test_debug_is_the_proxys_not_grpcs() -> None:
+    # grpc's asyncio poller logs "Loaded running loop" at debug every second: it would bury the plugin-change lines
+    # a plugin author turns debug on for.
+    root = logging.getLogger()
+    saved = root.level, root.handlers[:]
+    try:
+        configure_logging("debug")
+        assert logging.getLogger("runtimeproxy.hooks.dispatcher").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("grpc._cython.cygrpc").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("grpc._cython.cygrpc").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("asyncio").isEnabledFor(logging.DEBUG)
+        configure_logging("warning")
+        assert not logging.getLogger("grpc").isEnabledFor(logging.INFO)
+    finally:
+        for name in ("grpc", "asyncio"):
+            logging.getLogger(name).setLevel(logging.NOTSET)
+        root.setLevel(saved[0])
+        root.handlers[:] = saved[1]

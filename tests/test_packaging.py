@@ -58,7 +58,7 @@ def test_the_wheel_carries_the_protos_and_nothing_but_the_package() -> None:
 def test_the_wheel_holds_no_tooling() -> None:
     in_wheel = wheel_names(built_wheel())
     tooling = sorted(name for name in in_wheel
-                     if name.split("/")[0] in TOOLING or name.startswith("runtimeproxy/lab/"))
+                     if name.split("/")[0] in TOOLING or name.startswith("rplab/"))
     assert tooling == []
     assert (REPO_ROOT / "rplab" / "__main__.py").is_file() and (REPO_ROOT / "bench" / "__main__.py").is_file()
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.merge import ordered_env_names, replace_map
+from runtimeproxy.hooks.points import ResourceUpdate
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -47,26 +48,19 @@ def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hook
     return request
 
 
-def container_hook_request(
-    pod: hooks.PodSandboxHookRequest, config: cri.ContainerConfig, container_id: str = ""
-) -> hooks.ContainerResourceHookRequest:
+def container_hook_request(config: cri.ContainerConfig, container_id: str = "") -> hooks.ContainerResourceHookRequest:
+    """The container part of the hook request (the core fills the pod part: hooks.merge.set_pod_context)."""
     request = hooks.ContainerResourceHookRequest(
-        pod_meta=pod.pod_meta,
         container_meta=hooks.ContainerMetadata(
             name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
         ),
         container_annotations=dict(config.annotations),
-        pod_annotations=dict(pod.annotations),
-        pod_labels=dict(pod.labels),
-        pod_cgroup_parent=pod.cgroup_parent,
         container_envs={kv.key: kv.value for kv in config.envs},
     )
     if config.linux.HasField("resources"):
         request.container_resources.CopyFrom(
             convert(config.linux.resources, hooks.LinuxContainerResources)
         )
-    if pod.HasField("resources"):
-        request.pod_resources.CopyFrom(pod.resources)
     return request
 
 
@@ -108,29 +102,9 @@ def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_pare
     return True
 
 
-def apply_to_update_request(
-    request: cri.UpdateContainerResourcesRequest,
-    seen: hooks.ContainerResourceHookRequest,
-    changed: hooks.ContainerResourceHookRequest,
-) -> None:
-    """The kubelet's update with only what the plugins changed (`changed` against what they saw).
-
-    The plugins saw the container's effective resources, not the kubelet's sparse update, so
-    what they echoed must not be sent as if the kubelet had asked for it. A plugin's zero or
-    empty value is not sent: to containerd it means "unchanged", it cannot clear a field, and it
-    must not cancel what the kubelet asked for.
-    """
-    before, after = seen.container_resources, changed.container_resources
-    for field in after.DESCRIPTOR.fields:
-        name = field.name
-        if field.message_type is None and not field.is_repeated:
-            value = getattr(after, name)
-            if value and value != getattr(before, name):
-                setattr(request.linux, name, value)
-    for key, value in after.unified.items():
-        if before.unified.get(key) != value:
-            request.linux.unified[key] = value
-    # hugepage_limits: the merge rules keep the request's, so plugins never change them.
-    for key, value in changed.container_annotations.items():
-        if seen.container_annotations.get(key) != value:
-            request.annotations[key] = value
+def apply_to_update_request(request: cri.UpdateContainerResourcesRequest, update: ResourceUpdate) -> None:
+    """The kubelet's update plus only what the plugins changed (the core's ResourceUpdate decides what)."""
+    changes = update.resource_changes()
+    if changes.ByteSize():
+        request.linux.MergeFrom(convert(changes, cri.LinuxContainerResources))
+    request.annotations.update(update.annotation_changes())

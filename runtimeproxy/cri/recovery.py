@@ -1,4 +1,5 @@
-"""Filling the store from the backend: at start-up (proxy restart) and lazily on a miss.
+"""What containerd tells of its pods and containers, for the hook core's store (hooks.rebuild after a
+restart, hooks.context on a miss): a lister and loaders, translation only.
 
 containerd's verbose PodSandboxStatus/ContainerStatus carry, in info["info"], the CRI
 config it was created with (as JSON with proto field names) — after our hooks changed
@@ -16,7 +17,6 @@ runtime lists gets a record, so its post-hooks run after a restart, without what
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, TypeVar
 
@@ -27,8 +27,8 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.messages import container_hook_request, convert, pod_hook_request
-from runtimeproxy.hooks.skip import SkipRule
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.hooks.rebuild import Listing
+from runtimeproxy.hooks.store import ContainerRecord
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -38,7 +38,6 @@ M = TypeVar("M", bound=Message)
 # v1 first; containerd 1.6 also serves v1alpha2 (only) for very old setups.
 _API_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
 _STATUS_TIMEOUT = 10.0
-_PARALLEL_LOADS = 8
 
 
 class BackendReadError(Exception):
@@ -48,11 +47,12 @@ class BackendReadError(Exception):
 
 
 class BackendRecords:
-    """Reads pods and containers back from the runtime with verbose status calls."""
+    """Reads pods and containers back from the runtime with verbose status calls (a hooks.rebuild.BackendState)."""
 
-    def __init__(self, backend: BackendChannel, skip: SkipRule) -> None:
+    name = "the backend"
+
+    def __init__(self, backend: BackendChannel) -> None:
         self._channel = backend.channel
-        self._skip = skip
 
     async def _call(self, method: str, request: Message, response_type: type[M]) -> M:
         """A raw call (v1, else v1alpha2) decoded here, so a bad answer is our error, not gRPC's."""
@@ -71,7 +71,7 @@ class BackendRecords:
                 raise BackendReadError(f"{method}: undecodable answer: {error}", None) from None
         raise AssertionError("unreachable")
 
-    async def load_pod(self, pod_id: str) -> PodRecord | None:
+    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
         """The pod as the backend has it; None (logged) when it cannot be had."""
         try:
             return await self._load_pod(pod_id)
@@ -115,7 +115,7 @@ class BackendRecords:
             return ""
         return found.containers[0].pod_sandbox_id if found.containers else ""
 
-    async def _load_pod(self, pod_id: str) -> PodRecord | None:
+    async def _load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
         try:
             status = await self._status(
                 "pod", pod_id, "PodSandboxStatus",
@@ -134,8 +134,7 @@ class BackendRecords:
                 annotations=status.status.annotations,
             )
         handler = info.get("runtimeHandler") or status.status.runtime_handler
-        record = pod_hook_request(config, handler)
-        return PodRecord(record, self._skip.applies(record.labels))
+        return pod_hook_request(config, handler)
 
     async def _load_container(self, container_id: str, pod_id: str) -> ContainerRecord | None:
         try:
@@ -154,35 +153,19 @@ class BackendRecords:
                 metadata=status.status.metadata, annotations=status.status.annotations
             )
         pod_id = info.get("sandboxID") or pod_id or await self._pod_of(container_id)
-        request = container_hook_request(hooks.PodSandboxHookRequest(), config, container_id)
+        request = container_hook_request(config, container_id)
         if status.status.resources.HasField("linux"):  # current values, after any update
             request.container_resources.CopyFrom(
                 convert(status.status.resources.linux, hooks.LinuxContainerResources)
             )
         return ContainerRecord(pod_id, request)
 
-    async def rebuild(self, store: Store) -> None:
-        """Record every pod and container the backend has (after a proxy restart)."""
+    async def list_objects(self) -> Listing:
+        """Every pod and container the runtime lists, once it is reachable."""
+        await self._channel.channel_ready()
         pods = await self._call("ListPodSandbox", cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse)
         containers = await self._call("ListContainers", cri.ListContainersRequest(), cri.ListContainersResponse)
-        limit = asyncio.Semaphore(_PARALLEL_LOADS)
-
-        async def load_pod(pod_id: str) -> None:
-            async with limit:
-                record = await self.load_pod(pod_id)
-            if record is not None and store.pod(pod_id) is None:
-                store.put_pod(pod_id, record)
-
-        async def load_container(container_id: str, pod_id: str) -> None:
-            async with limit:
-                record = await self.load_container(container_id, pod_id)
-            if record is not None and store.container(container_id) is None:
-                store.put_container(container_id, record)
-
-        await asyncio.gather(*(load_pod(pod.id) for pod in pods.items))
-        listed = {c.id: c.pod_sandbox_id for c in containers.containers}
-        await asyncio.gather(*(load_container(container_id, pod_id) for container_id, pod_id in listed.items()))
-        log.info("store rebuilt from the backend: %d pods, %d containers", store.pod_count, store.container_count)
+        return Listing([pod.id for pod in pods.items], {c.id: c.pod_sandbox_id for c in containers.containers})
 
 
 def _verbose_info(status: Message) -> dict[str, Any]:
@@ -210,11 +193,3 @@ def _log_miss(kind: str, object_id: str, error: BackendReadError) -> None:
     level = logging.DEBUG if error.code is grpc.StatusCode.NOT_FOUND else logging.WARNING
     log.log(level, "cannot load %s %s from the backend: %s", kind, object_id, error)
 
-
-async def rebuild_store(runtime: BackendChannel, records: BackendRecords, store: Store) -> None:
-    """After a (re)start, record what the backend already runs, once it is reachable."""
-    await runtime.channel.channel_ready()
-    try:
-        await records.rebuild(store)
-    except Exception as error:  # lazy fills on a miss still cover what this missed
-        log.warning("could not rebuild the store from the backend: %s", error)

@@ -19,7 +19,7 @@ from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.cri.points import RuntimeHooks
-from runtimeproxy.cri.recovery import BackendRecords, rebuild_store
+from runtimeproxy.cri.recovery import BackendRecords
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.lifecycle import run_until_signalled
@@ -152,10 +152,9 @@ class ProxyServer:
         )
         self.hook_service = HookService(options)
         await self.hook_service.start()
-        records = BackendRecords(self.backend.runtime, self.hook_service.skip)
+        records = BackendRecords(self.backend.runtime)
         cri_hooks = RuntimeHooks(self.hook_service, records)
-        self.hook_service.run_in_background(rebuild_store(self.backend.runtime, records, self.hook_service.store),
-                                            "store-rebuild")
+        self.hook_service.run_in_background(cri_hooks.points.rebuild_store(records), "store-rebuild")
         backend_health = BackendHealth()
         parts = ProxyParts(self.backend, self.hook_service, started, backend_health,
                            CriCallRecorder() if options.metrics_address else None, options=options)

@@ -66,8 +66,13 @@ class EngineClient:
     async def inspect(self, container_id: str) -> Any:
         return await self.get_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/json")
 
-    async def list_labelled(self, label: str) -> list[str]:
-        """IDs of all containers (running or not) that carry `label`."""
+    async def list_labelled(self, label: str) -> dict[str, dict[str, str]]:
+        """All containers (running or not) that carry `label`: ID -> labels."""
         filters = urllib.parse.quote(json.dumps({"label": [label]}))
         found = await self.get_json(f"/containers/json?all=1&filters={filters}")
-        return [str(entry.get("Id")) for entry in found or [] if isinstance(entry, dict) and entry.get("Id")]
+        listed: dict[str, dict[str, str]] = {}
+        for entry in found or []:
+            if isinstance(entry, dict) and entry.get("Id"):
+                labels = entry.get("Labels")
+                listed[str(entry["Id"])] = labels if isinstance(labels, dict) else {}
+        return listed

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtimeproxy.hooks.merge import ordered_env_names
+from runtimeproxy.hooks.points import ResourceUpdate
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 TYPE_LABEL = "io.kubernetes.docker.type"
@@ -145,21 +146,15 @@ def pod_hook_request(name: KubeName, labels: Mapping[str, str], host_config: Map
 
 
 def container_hook_request(
-    pod: hooks.PodSandboxHookRequest, name: KubeName, labels: Mapping[str, str], env: Any,
-    host_config: Mapping[str, Any], container_id: str = "",
+    name: KubeName, labels: Mapping[str, str], env: Any, host_config: Mapping[str, Any], container_id: str = "",
 ) -> hooks.ContainerResourceHookRequest:
+    """The container part of the hook request (the core fills the pod part: hooks.merge.set_pod_context)."""
     request = hooks.ContainerResourceHookRequest(
-        pod_meta=pod.pod_meta,
         container_meta=hooks.ContainerMetadata(name=name.container, attempt=name.attempt, id=container_id),
         container_annotations=annotations_of(labels),
-        pod_annotations=dict(pod.annotations),
-        pod_labels=dict(pod.labels),
-        pod_cgroup_parent=pod.cgroup_parent,
         container_envs=envs_of(env),
     )
     request.container_resources.CopyFrom(resources_of(host_config))
-    if pod.HasField("resources"):
-        request.pod_resources.CopyFrom(pod.resources)
     return request
 
 
@@ -170,8 +165,17 @@ def sandbox_create_request(name: KubeName, body: Body) -> hooks.PodSandboxHookRe
     return pod_hook_request(name, _map(body.get("Labels"), "Labels"), _host_config(body))
 
 
-def container_create_request(pod: hooks.PodSandboxHookRequest, name: KubeName, body: Body) -> hooks.ContainerResourceHookRequest:
-    return container_hook_request(pod, name, _map(body.get("Labels"), "Labels"), body.get("Env"), _host_config(body))
+def container_create_request(name: KubeName, body: Body) -> hooks.ContainerResourceHookRequest:
+    return container_hook_request(name, _map(body.get("Labels"), "Labels"), body.get("Env"), _host_config(body))
+
+
+def pod_of_container(name: KubeName, body: Body) -> hooks.PodSandboxHookRequest:
+    """What a container's create says of its pod, for a pod the proxy does not know: its metadata (from the
+    name) and its cgroup parent (cri-dockerd creates a container under its pod's). Pod labels are not there."""
+    return hooks.PodSandboxHookRequest(
+        pod_meta=hooks.PodSandboxMetadata(name=name.pod, namespace=name.namespace, uid=name.uid),
+        cgroup_parent=_host_config(body).get("CgroupParent") or "",
+    )
 
 
 def apply_resources(host_config: dict[str, Any], resources: hooks.LinuxContainerResources) -> None:
@@ -210,6 +214,18 @@ def apply_to_container_body(body: Body, container: hooks.ContainerResourceHookRe
     apply_resources(host_config, container.container_resources)
 
 
+def apply_cgroup_parent(body: Body, cgroup_parent: str) -> bool:
+    """dockerd places the container under HostConfig.CgroupParent: make it `cgroup_parent` ("" leaves it).
+    True if the body changed."""
+    if not cgroup_parent:
+        return False
+    host_config = body.setdefault("HostConfig", {})
+    if host_config.get("CgroupParent") == cgroup_parent:
+        return False
+    host_config["CgroupParent"] = cgroup_parent
+    return True
+
+
 # --- update ---------------------------------------------------------------------------------------
 
 
@@ -218,16 +234,14 @@ def update_resources(body: Body) -> hooks.LinuxContainerResources:
     return resources_of(body)
 
 
-def apply_to_update_body(
-    body: Body, seen: hooks.ContainerResourceHookRequest, changed: hooks.ContainerResourceHookRequest
-) -> None:
-    """Only what the plugins changed (against the effective resources they saw), and never a zero."""
-    before, after = seen.container_resources, changed.container_resources
+def apply_to_update_body(body: Body, update: ResourceUpdate) -> None:
+    """Only what the plugins changed, never a zero (the core's ResourceUpdate decides what)."""
+    changes = update.resource_changes()
     for docker_name, hook_name in RESOURCE_FIELDS:
         if docker_name == "OomScoreAdj":
             continue  # dockerd cannot update it
-        value = getattr(after, hook_name)
-        if value and value != getattr(before, hook_name):
+        value = getattr(changes, hook_name)
+        if value:
             body[docker_name] = value
 
 
@@ -273,6 +287,5 @@ def pod_from_inspect(found: Inspected) -> hooks.PodSandboxHookRequest:
     return pod_hook_request(found.name, found.labels, found.host_config)
 
 
-def container_from_inspect(found: Inspected, pod: hooks.PodSandboxHookRequest | None) -> hooks.ContainerResourceHookRequest:
-    return container_hook_request(pod or hooks.PodSandboxHookRequest(), found.name, found.labels, found.env,
-                                  found.host_config, found.container_id)
+def container_from_inspect(found: Inspected) -> hooks.ContainerResourceHookRequest:
+    return container_hook_request(found.name, found.labels, found.env, found.host_config, found.container_id)

@@ -20,7 +20,7 @@ from runtimeproxy.admin.status import DockerBackend, ProxyParts
 from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.hooks import DockerHooks
 from runtimeproxy.docker.interception import Interceptor
-from runtimeproxy.docker.recovery import DockerRecords, rebuild_store
+from runtimeproxy.docker.recovery import DockerRecords
 from runtimeproxy.docker.relay import ClientSession
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.docker.upstream import ReachabilityLog
@@ -37,8 +37,9 @@ class DockerProxyServer:
         self.options = options
         self.hook_service = HookService(options)
         self.engine = EngineClient(options.runtime_path)
-        self.records = DockerRecords(self.engine, self.hook_service.skip)
-        self.interceptor: Interceptor = interceptor or DockerHooks(self.hook_service, self.records)
+        self.records = DockerRecords(self.engine)
+        self.docker_hooks = DockerHooks(self.hook_service, self.records)
+        self.interceptor: Interceptor = interceptor or self.docker_hooks
         self._hooked = interceptor is None
         self.operator: OperatorEndpoints | None = None
         self._server: asyncio.Server | None = None
@@ -61,7 +62,7 @@ class DockerProxyServer:
         self.operator = OperatorEndpoints(self.options, parts)
         await self.operator.start()
         if self._hooked:
-            self.hook_service.run_in_background(rebuild_store(self.records, self.hook_service.store),
+            self.hook_service.run_in_background(self.docker_hooks.points.rebuild_store(self.records),
                                                 "store-rebuild")
         self._server = await asyncio.start_unix_server(self._serve_client, path=str(path))
         self._socket_inode = restrict_socket(path)

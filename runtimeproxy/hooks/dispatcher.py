@@ -2,8 +2,8 @@
 
 Plugins registered for the same hook are called one after another in file-name order;
 each sees the request as changed by the ones before (the Go reference calls one random
-plugin). A failing plugin is skipped under `Ignore`; under `Fail` a pre-hook stops the
-CRI call with a status naming the plugin and hook (google.rpc.ErrorInfo in the details).
+plugin). A failing plugin is skipped under `Ignore`; under `Fail` a pre-hook raises `HookFailed`
+naming the plugin and hook, and the frontend fails the call (CRI: cri.failures; Docker: a 500).
 An answer that decodes but would apply something unsafe (hooks.validate) is such a failure too.
 What each answer changed is logged at debug level (field, before -> after), and an answer that drops
 environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
@@ -20,7 +20,6 @@ from typing import Generic, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
@@ -33,8 +32,6 @@ from runtimeproxy.hooks.plugins import CallRefused, FailurePolicy, Plugin, Plugi
 log = logging.getLogger(__name__)
 
 HOOK_SERVICE = "runtime.v1alpha1.RuntimeHookService"
-ERROR_DOMAIN = "runtimeproxy.koordinator.sh"
-ERROR_REASON = "RUNTIME_HOOK_FAILED"
 # An answer that decodes but is unsafe to apply fails like an undecodable one: the plugin broke
 # the protocol's contract. Not INVALID_ARGUMENT: that would blame the kubelet's request.
 INVALID_ANSWER_CODE = grpc.StatusCode.INTERNAL
@@ -74,7 +71,7 @@ POST_STOP_CONTAINER = HookPoint("PostStopContainer", *_CONTAINER, None)
 
 
 class HookFailed(Exception):
-    """A plugin with failure policy Fail could not do a pre-hook: the CRI call must fail."""
+    """A plugin with failure policy Fail could not do a pre-hook: the call must fail (the core's one failure)."""
 
     def __init__(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str,
                  field: str = "") -> None:
@@ -87,24 +84,6 @@ class HookFailed(Exception):
             f"runtimeproxy: {point.name} hook of plugin {plugin.name} "
             f"(unix://{plugin.endpoint}) failed with failure-policy Fail: {code.name}: {details}"
         )
-
-    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
-        """grpc-status-details-bin: a google.rpc.Status carrying an ErrorInfo."""
-        info = error_details_pb2.ErrorInfo(
-            reason=ERROR_REASON,
-            domain=ERROR_DOMAIN,
-            metadata={
-                "plugin": self.plugin.name,
-                "hook": self.point.name,
-                "endpoint": f"unix://{self.plugin.endpoint}",
-                "plugin-code": self.code.name,
-            },
-        )
-        if self.field:
-            info.metadata["field"] = self.field
-        status = status_pb2.Status(code=self.code.value[0], message=str(self))
-        status.details.add().Pack(info)
-        return (("grpc-status-details-bin", status.SerializeToString()),)
 
 
 def report_answer(point: HookPoint, plugin: Plugin, request: Message, response: Message, merged: Message) -> None:

@@ -25,13 +25,19 @@ def with_pod(
     request = hooks.ContainerResourceHookRequest()
     request.CopyFrom(container)
     if pod is not None:
-        request.pod_meta.CopyFrom(pod.pod_meta)
-        replace_map(request.pod_annotations, pod.annotations)
-        replace_map(request.pod_labels, pod.labels)
-        request.pod_cgroup_parent = pod.cgroup_parent
-        if pod.HasField("resources"):
-            request.pod_resources.CopyFrom(pod.resources)
+        set_pod_context(request, pod)
     return request
+
+
+def set_pod_context(request: hooks.ContainerResourceHookRequest, pod: hooks.PodSandboxHookRequest) -> None:
+    """The pod part of a container's hook request (pod_*), from the pod's hook request: the one place
+    it is filled, for both frontends (a frontend builds only the container part)."""
+    request.pod_meta.CopyFrom(pod.pod_meta)
+    replace_map(request.pod_annotations, pod.annotations)
+    replace_map(request.pod_labels, pod.labels)
+    request.pod_cgroup_parent = pod.cgroup_parent
+    if pod.HasField("resources"):
+        request.pod_resources.CopyFrom(pod.resources)
 
 
 # --- merge rules: a plugin response folded into the hook request ------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hookkit import container_request, fill, full_resources, pod_request, resources, unset_fields
-from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response
+from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response, with_pod
+from runtimeproxy.hooks.points import ResourceUpdate
 from runtimeproxy.cri.messages import (
     apply_to_container_config,
     apply_to_pod_config,
@@ -35,7 +36,7 @@ def create_request(envs: list[tuple[str, str]]) -> cri.CreateContainerRequest:
 
 def test_apply_envs_keeps_original_order_appends_new_sorted_drops_removed() -> None:
     request = create_request([("Z", "1"), ("A", "2"), ("M", "3"), ("GONE", "x")])
-    info = container_hook_request(pod_request(), request.config)
+    info = with_pod(container_hook_request(request.config), pod_request())
     response = hooks.ContainerResourceHookResponse(container_envs={"M": "30", "Z": "1", "A": "2", "NEW2": "b", "NEW1": "a"})
     changed = merge_container_response(info, response)
     apply_to_container_config(request, changed, [kv.key for kv in request.config.envs])
@@ -46,7 +47,7 @@ def test_apply_envs_keeps_original_order_appends_new_sorted_drops_removed() -> N
 
 def test_apply_envs_without_env_change_keeps_the_list() -> None:
     request = create_request([("Z", "1"), ("A", "2")])
-    info = container_hook_request(pod_request(), request.config)
+    info = with_pod(container_hook_request(request.config), pod_request())
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(container_annotations={"x": "y"}))
     apply_to_container_config(request, changed, ["Z", "A"])
     assert [(kv.key, kv.value) for kv in request.config.envs] == [("Z", "1"), ("A", "2")]
@@ -55,7 +56,7 @@ def test_apply_envs_without_env_change_keeps_the_list() -> None:
 
 def test_apply_container_resources_and_pod_cgroup_parent() -> None:
     request = create_request([])
-    info = container_hook_request(pod_request(), request.config)
+    info = with_pod(container_hook_request(request.config), pod_request())
     response = hooks.ContainerResourceHookResponse(container_resources=resources(cpu_shares=512), pod_cgroup_parent="/koord/be")
     changed = merge_container_response(info, response)
     apply_to_container_config(request, changed, [])
@@ -66,7 +67,7 @@ def test_apply_container_resources_and_pod_cgroup_parent() -> None:
 def test_apply_container_does_not_invent_a_sandbox_config() -> None:
     request = create_request([])
     request.ClearField("sandbox_config")
-    info = container_hook_request(pod_request(), request.config)
+    info = with_pod(container_hook_request(request.config), pod_request())
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(pod_cgroup_parent="/koord/be"))
     apply_to_container_config(request, changed, [])
     assert not request.HasField("sandbox_config")
@@ -103,7 +104,7 @@ def test_apply_to_update_request_sends_only_the_plugins_changes() -> None:
         container_resources=resources(cpu_shares=4, memory_limit_in_bytes=64 << 20, cpuset_cpus="0-3",
                                       oom_score_adj=500, unified={"memory.high": "300M"}),
         container_annotations={"v": "2"}))
-    apply_to_update_request(request, info, changed)
+    apply_to_update_request(request, ResourceUpdate(info, changed))
     # cpuset and oom_score_adj were echoed, cpu.weight not answered: none of them is sent. Swap followed the
     # new memory limit (256 MiB of allowance kept) and is sent with it.
     assert request.linux == cri.LinuxContainerResources(
@@ -117,7 +118,7 @@ def test_apply_to_update_request_echo_changes_nothing() -> None:
     info = update_hook_request(request, full_resources())
     echo = hooks.ContainerResourceHookResponse(container_resources=info.container_resources,
                                                container_annotations=info.container_annotations)
-    apply_to_update_request(request, info, merge_container_response(info, echo))
+    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(info, echo)))
     assert request == cri.UpdateContainerResourcesRequest(container_id="c-1",
                                                           linux=cri.LinuxContainerResources(cpu_shares=2))
 
@@ -130,18 +131,18 @@ def test_a_plugins_zero_does_not_cancel_the_kubelets_value() -> None:
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(
         container_resources=resources(cpu_shares=8)))
     assert changed.container_resources.cpuset_cpus == ""
-    apply_to_update_request(request, info, changed)
+    apply_to_update_request(request, ResourceUpdate(info, changed))
     assert request.linux == cri.LinuxContainerResources(cpuset_cpus="4-7", cpu_shares=8)
 
 
 def test_apply_to_update_request_adds_linux_only_when_a_plugin_changed_resources() -> None:
     request = cri.UpdateContainerResourcesRequest(container_id="c-1", annotations={"u": "1"})
     info = update_hook_request(request, full_resources())
-    apply_to_update_request(request, info, merge_container_response(
-        info, hooks.ContainerResourceHookResponse(container_annotations={"v": "2"})))
+    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(
+        info, hooks.ContainerResourceHookResponse(container_annotations={"v": "2"}))))
     assert not request.HasField("linux")
-    apply_to_update_request(request, info, merge_container_response(
-        info, hooks.ContainerResourceHookResponse(container_resources=resources(cpu_quota=-1, cpuset_cpus="0-3"))))
+    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(
+        info, hooks.ContainerResourceHookResponse(container_resources=resources(cpu_quota=-1, cpuset_cpus="0-3")))))
     assert request.linux == cri.LinuxContainerResources(cpu_quota=-1)
 
 
@@ -200,7 +201,7 @@ def test_container_hook_request_is_field_exact() -> None:
         annotations={"c": "1"}, labels={"not": "sent"},
         linux=cri.LinuxContainerConfig(resources=cri_resources(30)),
     )
-    request = container_hook_request(pod, config, "c-9")
+    request = with_pod(container_hook_request(config, "c-9"), pod)
     assert request == hooks.ContainerResourceHookRequest(
         pod_meta=pod.pod_meta,
         container_meta=hooks.ContainerMetadata(name="app", attempt=3, id="c-9"),
@@ -215,7 +216,7 @@ def test_container_hook_request_is_field_exact() -> None:
 
 def test_container_hook_request_without_resources() -> None:
     pod = hooks.PodSandboxHookRequest(labels={"a": "b"})
-    request = container_hook_request(pod, cri.ContainerConfig(metadata=cri.ContainerMetadata(name="x")))
+    request = with_pod(container_hook_request(cri.ContainerConfig(metadata=cri.ContainerMetadata(name="x"))), pod)
     assert not request.HasField("container_resources") and not request.HasField("pod_resources")
     assert request.container_meta == hooks.ContainerMetadata(name="x")
 
@@ -264,7 +265,7 @@ def test_v1alpha2_create_container_survives_v1_decode_change_encode() -> None:
     # One env per name, as the kubelet sends (the hook protocol carries envs as a map).
     assert len({kv.key for kv in original.config.envs}) == len(original.config.envs)
     request = cri.CreateContainerRequest.FromString(original.SerializeToString())
-    info = container_hook_request(pod_hook_request(request.sandbox_config, ""), request.config)
+    info = with_pod(container_hook_request(request.config), pod_hook_request(request.sandbox_config, ""))
     response = hooks.ContainerResourceHookResponse(container_annotations={"added": "yes"},
                                                    container_resources=resources(cpu_shares=4321))
     changed = merge_container_response(info, response)
@@ -288,7 +289,7 @@ def test_v1alpha2_update_container_resources_survives_v1_decode_change_encode() 
                                               container_annotations=request.annotations)
     echo = hooks.ContainerResourceHookResponse(container_resources=info.container_resources,
                                                container_annotations={**info.container_annotations, "added": "yes"})
-    apply_to_update_request(request, info, merge_container_response(info, echo))
+    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(info, echo)))
     again = v1alpha2.UpdateContainerResourcesRequest.FromString(request.SerializeToString())
     expected = v1alpha2.UpdateContainerResourcesRequest()
     expected.CopyFrom(original)

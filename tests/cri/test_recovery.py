@@ -12,6 +12,8 @@ import pytest
 
 from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.hooks.context import HookContext
+from runtimeproxy.hooks.rebuild import rebuild
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
 from rplab.loop import LoopThread
@@ -77,7 +79,7 @@ def records(loop_thread: LoopThread, tmp_path: Path) -> Iterator[tuple[Runtime, 
     runtime = Runtime()
     loop_thread.run(runtime.start(tmp_path / "runtime.sock"))
     channel = loop_thread.run(_channel(tmp_path / "runtime.sock"))
-    yield runtime, BackendRecords(channel, SkipRule("skip", "true"))  # type: ignore[arg-type]
+    yield runtime, BackendRecords(channel)
     loop_thread.run(channel.close())
     loop_thread.run(runtime.stop())
 
@@ -91,7 +93,7 @@ def test_a_container_whose_verbose_status_is_too_large_is_recorded_from_its_plai
 ) -> None:
     _, source = records
     store = Store()
-    loop_thread.run(source.rebuild(store))
+    loop_thread.run(rebuild(HookContext(store, source, SkipRule("skip", "true")), source))
     assert store.container_count == 2
     small, large = store.container(SMALL), store.container(LARGE)
     assert small is not None and large is not None

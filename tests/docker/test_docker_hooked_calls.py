@@ -17,6 +17,7 @@ from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, Upstre
 from runtimeproxy.docker.recovery import DockerRecords
 from runtimeproxy.docker.routes import hooked_route
 from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.store import PodRecord
 from rplab.loop import LoopThread
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -33,7 +34,7 @@ class Bench:
         options = ProxyOptions(listen_path=base / "rp.sock", runtime_path=base / "absent-dockerd.sock",
                                backend_mode="Docker", hook_config_dir=base / "hookserver.d")
         self.service = HookService(options)
-        self.hooks = DockerHooks(self.service, DockerRecords(EngineClient(options.runtime_path), self.service.skip))
+        self.hooks = DockerHooks(self.service, DockerRecords(EngineClient(options.runtime_path)))
         self.plugins: list[ScriptedPlugin] = []
 
     def plugin(self, plugin: ScriptedPlugin, hooks_: tuple[str, ...], policy: str = "Ignore") -> ScriptedPlugin:
@@ -116,3 +117,57 @@ def test_stop_and_remove_of_an_unknown_id_leave_the_answer_to_dockerd(docker_ben
     docker_bench.after(docker_bench.call(b"POST", b"/v1.41/containers/gone/stop"), 204)  # dockerd unreachable here
     docker_bench.after(docker_bench.call(b"DELETE", b"/v1.41/containers/nope"), 404)
     assert plugin.seen == []
+
+
+CONTAINER_CREATE = b"/v1.41/containers/create?name=k8s_app_web_ns_u-1_0"
+CONTAINER_BODY = {"Labels": {"io.kubernetes.docker.type": "container", "io.kubernetes.sandbox.id": "s-unknown"},
+                  "Env": ["KEEP=me"], "HostConfig": {"CgroupParent": "/kubepods/pod-u-1", "CpuShares": 2}}
+
+
+def test_a_container_of_a_pod_the_proxy_does_not_know_gets_its_hooks(docker_bench: Bench) -> None:
+    """As in CRI mode (which has sandbox_config): the pod's context is what the request says of it."""
+    def shares(request: hooks.ContainerResourceHookRequest, context: object) -> hooks.ContainerResourceHookResponse:
+        return hooks.ContainerResourceHookResponse(container_resources=hooks.LinuxContainerResources(cpu_shares=700))
+
+    plugin = docker_bench.plugin(ScriptedPlugin({"PreCreateContainer": shares}), ("PreCreateContainer",))
+    call = docker_bench.call(b"POST", CONTAINER_CREATE)
+    sent = json.loads(docker_bench.before(call, CONTAINER_BODY))  # type: ignore[arg-type]
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert (seen.pod_meta.name, seen.pod_meta.namespace, seen.pod_meta.uid) == ("web", "ns", "u-1")
+    assert seen.pod_cgroup_parent == "/kubepods/pod-u-1"
+    assert sent["HostConfig"] == {"CgroupParent": "/kubepods/pod-u-1", "CpuShares": 700}
+    docker_bench.after(call, 201, b'{"Id":"c-1"}')
+    record = docker_bench.service.store.container("c-1")
+    assert record is not None and record.pod_id == "s-unknown"
+
+
+class Dockerd:
+    """EngineClient in miniature: one sandbox and one container."""
+
+    def __init__(self) -> None:
+        self.objects = {
+            "s-1": {"Id": "s-1", "Name": "/k8s_POD_web_ns_u-1_0",
+                    "Config": {"Labels": {"io.kubernetes.docker.type": "podsandbox", "app": "web"}},
+                    "HostConfig": {"CgroupParent": "/kubepods/old"}},
+            "c-1": {"Id": "c-1", "Name": "/k8s_app_web_ns_u-1_0",
+                    "Config": {"Labels": {"io.kubernetes.docker.type": "container", "io.kubernetes.sandbox.id": "s-1"},
+                               "Env": ["A=1"]},
+                    "HostConfig": {"CpuShares": 2}},
+        }
+
+    async def list_labelled(self, label: str) -> dict[str, dict[str, str]]:
+        return {cid: each["Config"]["Labels"] for cid, each in self.objects.items()}  # type: ignore[index]
+
+    async def inspect(self, container_id: str) -> object:
+        return self.objects.get(container_id)
+
+
+def test_the_store_rebuild_from_dockerd_never_overwrites_what_a_call_recorded(docker_bench: Bench) -> None:
+    """As in CRI mode (Docker mode used to overwrite): a record put by a live call is at least as new."""
+    store = docker_bench.service.store
+    store.put_pod("s-1", PodRecord(hooks.PodSandboxHookRequest(cgroup_parent="/kubepods/new")))
+    records = DockerRecords(Dockerd())  # type: ignore[arg-type]
+    docker_bench.loop.run(docker_bench.hooks.points.rebuild_store(records))
+    pod, container = store.pod("s-1"), store.container("c-1")
+    assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
+    assert container is not None and container.pod_id == "s-1" and dict(container.info.container_envs) == {"A": "1"}

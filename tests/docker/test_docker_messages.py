@@ -24,7 +24,8 @@ from runtimeproxy.docker.messages import (
     sandbox_create_request,
     update_resources,
 )
-from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
+from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response, with_pod
+from runtimeproxy.hooks.points import ResourceUpdate
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 SANDBOX_NAME = KubeName("POD", "web", "ns", "u-1", 2)
@@ -94,7 +95,7 @@ def test_sandbox_create_request() -> None:
 
 def test_container_create_request() -> None:
     pod = sandbox_create_request(SANDBOX_NAME, sandbox_body())
-    request = container_create_request(pod, CONTAINER_NAME, container_body())
+    request = with_pod(container_create_request(CONTAINER_NAME, container_body()), pod)
     assert request.container_meta == hooks.ContainerMetadata(name="app", attempt=1)
     assert request.pod_meta == pod.pod_meta and dict(request.pod_labels) == {"app": "web"}
     assert dict(request.container_annotations) == {"c": "1"}
@@ -110,7 +111,7 @@ def test_a_resource_of_the_wrong_type_is_a_body_error() -> None:
     body = container_body()
     body["HostConfig"]["Memory"] = "lots"
     with pytest.raises(BodyError, match="Memory"):
-        container_create_request(hooks.PodSandboxHookRequest(), CONTAINER_NAME, body)
+        container_create_request(CONTAINER_NAME, body)
 
 
 def test_apply_to_sandbox_body() -> None:
@@ -127,7 +128,7 @@ def test_apply_to_sandbox_body() -> None:
 
 def test_apply_to_container_body_keeps_env_order_and_bare_names() -> None:
     body = container_body()
-    request = container_create_request(hooks.PodSandboxHookRequest(), CONTAINER_NAME, body)
+    request = container_create_request(CONTAINER_NAME, body)
     changed = merge_container_response(request, hooks.ContainerResourceHookResponse(
         container_envs={"KEEP": "me", "PATH": "/usr/bin", "NEW": "1"}, container_annotations={"hooked": "yes"},
         container_resources=hooks.LinuxContainerResources(cpu_shares=512), pod_cgroup_parent="/kubepods/be"))
@@ -161,7 +162,7 @@ def test_apply_to_update_body_sends_only_what_plugins_changed_and_never_a_zero()
         cpu_shares=1024, memory_limit_in_bytes=64 * MiB, cpuset_cpus="0-1", oom_score_adj=500))
     changed = hooks.ContainerResourceHookRequest(container_resources=hooks.LinuxContainerResources(
         cpu_shares=700, memory_limit_in_bytes=64 * MiB, oom_score_adj=-1))
-    apply_to_update_body(body, seen, changed)
+    apply_to_update_body(body, ResourceUpdate(seen, changed))
     assert body == {"CpuShares": 700, "Memory": 64 * MiB}  # no OomScoreAdj: dockerd cannot update it
 
 
@@ -180,8 +181,8 @@ def test_inspect_reads_back_what_create_sent() -> None:
     assert pod == sandbox_create_request(SANDBOX_NAME, sandbox_body())
     container = inspected(json.loads(json.dumps(_inspect(container_body(), "c-1", "/k8s_app_web_ns_u-1_1"))))
     assert container is not None and container.sandbox_id == "s-1"
-    request = container_from_inspect(container, pod)
-    expected = container_create_request(pod, CONTAINER_NAME, container_body())
+    request = with_pod(container_from_inspect(container), pod)
+    expected = with_pod(container_create_request(CONTAINER_NAME, container_body()), pod)
     expected.container_meta.id = "c-1"
     assert request == expected
 
@@ -199,7 +200,7 @@ def test_a_plugin_raising_the_memory_limit_takes_cri_dockerds_no_swap_along() ->
     """cri-dockerd sends MemorySwap = Memory (no swap); dockerd refuses a Memory above MemorySwap, so a plugin
     that only raises the memory limit (as koordlet does) must raise the swap limit with it."""
     body = {"Labels": {"io.kubernetes.sandbox.id": "s-1"}, "HostConfig": {"Memory": 64 * MiB, "MemorySwap": 64 * MiB}}
-    request = container_create_request(hooks.PodSandboxHookRequest(), CONTAINER_NAME, body)
+    request = container_create_request(CONTAINER_NAME, body)
     raised = hooks.LinuxContainerResources()
     raised.CopyFrom(request.container_resources)
     raised.memory_limit_in_bytes = 128 * MiB

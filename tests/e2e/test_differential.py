@@ -169,14 +169,15 @@ def import_removable_image(side: Side) -> Message:
 
 POD_STATUS_MASK = ("status.created_at", "info.info.pid")
 CONTAINER_STATUS_MASK = ("status.created_at", "status.started_at", "status.finished_at", "info.info.pid")
-CPU = ("cpu.timestamp", "cpu.usage_core_nano_seconds", "cpu.usage_nano_cores")
-MEMORY = ("memory.timestamp", "memory.working_set_bytes", "memory.available_bytes", "memory.usage_bytes",
-          "memory.rss_bytes", "memory.page_faults", "memory.major_page_faults")
-WRITABLE_LAYER = ("writable_layer.timestamp", "writable_layer.used_bytes", "writable_layer.inodes_used")
+# Stats counters: masked present or absent ("?"), as one that is still 0 is left out of the answer.
+CPU = ("cpu.timestamp?", "cpu.usage_core_nano_seconds?", "cpu.usage_nano_cores?")
+MEMORY = ("memory.timestamp?", "memory.working_set_bytes?", "memory.available_bytes?", "memory.usage_bytes?",
+          "memory.rss_bytes?", "memory.page_faults?", "memory.major_page_faults?")
+WRITABLE_LAYER = ("writable_layer.timestamp?", "writable_layer.used_bytes?", "writable_layer.inodes_used?")
 CONTAINER_STATS = (*CPU, *MEMORY, *WRITABLE_LAYER)
-POD_STATS = tuple(f"linux.{path}" for path in (*CPU, *MEMORY, "process.timestamp", "process.process_count")) + tuple(
+POD_STATS = tuple(f"linux.{path}" for path in (*CPU, *MEMORY, "process.timestamp?", "process.process_count?")) + tuple(
     f"linux.containers.*.{path}" for path in CONTAINER_STATS)
-FS_USAGE = ("timestamp", "used_bytes", "inodes_used")
+FS_USAGE = ("timestamp?", "used_bytes?", "inodes_used?")
 
 
 def _prefixed(prefix: str, paths: tuple[str, ...]) -> tuple[str, ...]:

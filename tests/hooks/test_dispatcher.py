@@ -11,7 +11,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from hookkit import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher as points
-from runtimeproxy.hooks.dispatcher import ERROR_DOMAIN, ERROR_REASON, HookFailed
+from runtimeproxy.cri.failures import ERROR_DOMAIN, ERROR_REASON, trailing_metadata
+from runtimeproxy.hooks.dispatcher import HookFailed
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -169,7 +170,7 @@ def test_fail_on_a_pre_hook_raises_with_plugin_hook_and_code(bench: PluginBench,
         assert "example plugin refuses PreCreateContainer" in failure.details
     assert later.seen == []  # the chain stops at a Fail failure
 
-    ((key, value),) = failure.trailing_metadata()
+    ((key, value),) = trailing_metadata(failure)
     assert key == "grpc-status-details-bin"
     status = status_pb2.Status.FromString(value)
     assert status.code == code.value[0]
@@ -216,7 +217,7 @@ def test_an_invalid_answer_under_fail_names_plugin_hook_and_field(bench: PluginB
     assert failure.code is grpc.StatusCode.INTERNAL
     assert "PreCreateContainer hook of plugin 10-liar.json" in str(failure)
     assert 'invalid answer: container_resources.cpuset_cpus: "abc" is not a cpu list' in str(failure)
-    ((_, value),) = failure.trailing_metadata()
+    ((_, value),) = trailing_metadata(failure)
     info = error_details_pb2.ErrorInfo()
     assert status_pb2.Status.FromString(value).details[0].Unpack(info)
     assert dict(info.metadata) == {

@@ -33,7 +33,7 @@ def test_the_bodies_read_as_the_pod_and_container_they_describe() -> None:
     body = json.loads(shapes.go_json(shapes.fill(shapes.container_create_body(POD), POD.placeholders("s-1"))))
     container_name = parse_kube_name(shapes.container_name(POD))
     assert container_name is not None
-    container = container_create_request(pod, container_name, body)
+    container = container_create_request(container_name, body)
     assert dict(container.container_envs) == {"KEEP": "me", "ALSO": "kept"}
     assert container.container_resources.memory_swap_limit_in_bytes == POD.memory  # cri-dockerd's "no swap"
     assert body["Labels"]["io.kubernetes.sandbox.id"] == "s-1" and body["HostConfig"]["PidMode"] == "container:s-1"

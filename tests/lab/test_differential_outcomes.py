@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from rplab.differential import MASKED, answer, differing_paths, failure, normalized, outcome_of
+from rplab.differential import MASKED, answer, differing_paths, failure, masked, normalized, outcome_of
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 
 
@@ -51,3 +51,12 @@ def test_differing_paths_name_each_leaf() -> None:
     assert differing_paths({"a": {"b": [1, 2]}, "c": 1}, {"a": {"b": [1, 3]}, "d": 1}) == [
         "a.b.1: 2 != 3", "c: 1 != '<absent>'", "d: '<absent>' != 1"]
     assert differing_paths({"x": 1}, {"x": 1}) == []
+
+
+def test_an_optional_mask_hides_a_counter_present_on_one_side_only() -> None:
+    counted = {"writable_layer": {"fs_id": "x", "timestamp": "5", "used_bytes": "4096"}}
+    not_yet = {"writable_layer": {"fs_id": "x"}}
+    paths = ("writable_layer.timestamp?", "writable_layer.used_bytes?")
+    assert masked(counted, paths) == masked(not_yet, paths)
+    assert masked({"writable_layer": {"fs_id": "y"}}, paths) != masked(not_yet, paths)  # the rest still counts
+    assert masked(not_yet, ("writable_layer.timestamp",)) == not_yet  # a plain mask never adds a field

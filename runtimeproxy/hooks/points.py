@@ -1,0 +1,228 @@
+"""Each hook point's flow, once for both frontends: one short function per point.
+
+A frontend decodes its wire request into hook values, calls the function of the point once, and writes
+the result back into its wire request; the store bookkeeping around the calls without a hook (removals)
+is here too. Everything policy-like lives here: the skip rule, "is anyone registered" (checked first, so
+a call nobody hooks costs a lookup), running the chain, the cgroup-follow rule, the effective resources
+an update leaves, filling the pod part of a container's request, and what the store records.
+
+A Fail-policy failure of a pre-hook is logged here and raised as `HookFailed` (hooks.dispatcher): the
+frontend turns it into its own error (a gRPC status with ErrorInfo, a Docker 500) and does not call the
+backend. Post-hooks never change a call's outcome. `time_remaining` is the caller's deadline (None: none).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks.context import HookContext, RecordSource
+from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
+from runtimeproxy.hooks.merge import apply_resource_update, set_pod_context
+from runtimeproxy.hooks.rebuild import BackendState, rebuild_store
+from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PodSandboxRun:
+    """The outcome of PreRunPodSandbox: the pod as the runtime is to create it."""
+
+    request: hooks.PodSandboxHookRequest  # as the plugins left it
+    changed: bool  # the plugins changed it: the frontend writes it back into its request
+    skip_hooks: bool  # the pod has the skip label
+
+
+@dataclass
+class ContainerCreation:
+    """The outcome of PreCreateContainer: the container as the runtime is to create it."""
+
+    pod_id: str
+    request: hooks.ContainerResourceHookRequest  # with its pod's context, as the plugins left it
+    changed: bool  # the plugins changed it: the frontend writes it back into its request
+    hooked: bool  # False for a container of a pod with the skip label
+
+    @property
+    def cgroup_parent(self) -> str:
+        """The cgroup parent the container must be created under: its pod's, as the hooks left it (a pod moved
+        by PreRunPodSandbox takes its containers along, with or without PreCreateContainer plugins).
+        "" leaves the frontend's request as it is."""
+        return self.request.pod_cgroup_parent if self.hooked else ""
+
+
+@dataclass
+class ResourceUpdate:
+    """The outcome of PreUpdateContainerResources: what the plugins saw and what they left."""
+
+    seen: hooks.ContainerResourceHookRequest  # the container's effective resources with the update applied
+    request: hooks.ContainerResourceHookRequest
+
+    @property
+    def changed(self) -> bool:
+        return self.request != self.seen
+
+    def resource_changes(self) -> hooks.LinuxContainerResources:
+        """Only what the plugins changed, to add to the kubelet's sparse update. The plugins saw the effective
+        resources, so what they echoed must not be sent as if the kubelet had asked for it; a zero or empty
+        value is never sent: to the runtimes it means "unchanged", it cannot clear a field, and it must not
+        cancel what the kubelet asked for. hugepage_limits: the merge keeps the request's."""
+        before, after = self.seen.container_resources, self.request.container_resources
+        changes = hooks.LinuxContainerResources()
+        for field in after.DESCRIPTOR.fields:
+            if field.message_type is None and not field.is_repeated:
+                value = getattr(after, field.name)
+                if value and value != getattr(before, field.name):
+                    setattr(changes, field.name, value)
+        changes.unified.update((key, value) for key, value in after.unified.items()
+                               if before.unified.get(key) != value)
+        return changes
+
+    def annotation_changes(self) -> dict[str, str]:
+        before = self.seen.container_annotations
+        return {key: value for key, value in self.request.container_annotations.items() if before.get(key) != value}
+
+
+class HookPoints:
+    def __init__(self, service: HookService, source: RecordSource) -> None:
+        self.dispatcher = service.dispatcher
+        self.store = service.store
+        self.context = HookContext(service.store, source, service.skip)
+
+    async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
+        try:
+            return await self.dispatcher.run(point, request, time_remaining)
+        except HookFailed as failure:
+            log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
+            raise
+
+    async def _post_hook(self, point: HookPoint, request_factory: Callable[[], Awaitable[Message | None]],
+                         time_remaining: float | None) -> None:
+        """The request is only built (maybe a backend read) when the point has plugins."""
+        if not self.dispatcher.has_plugins(point):
+            return
+        request = await request_factory()
+        if request is None:
+            return
+        try:
+            await self.dispatcher.run(point, request, time_remaining)
+        except HookFailed as failure:  # only pre-hooks raise; kept for safety
+            log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
+
+    # -- pods ------------------------------------------------------------------------------------------
+
+    async def pre_run_pod_sandbox(self, pod: hooks.PodSandboxHookRequest,
+                                  time_remaining: float | None) -> PodSandboxRun:
+        skip = self.context.skip.applies(pod.labels)
+        if skip or not self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
+            return PodSandboxRun(pod, False, skip)
+        changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
+        return PodSandboxRun(changed, changed != pod, skip)
+
+    def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
+        """The runtime created the pod: record it as created."""
+        if pod_id:
+            self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
+
+    async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
+        await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
+
+    def pod_sandbox_removed(self, pod_id: str) -> None:
+        """Forget the pod and its containers (also after the runtime said it did not know it)."""
+        self.store.remove_pod(pod_id)
+
+    # -- containers ------------------------------------------------------------------------------------
+
+    async def pre_create_container(
+        self, pod_id: str, container: hooks.ContainerResourceHookRequest, time_remaining: float | None,
+        sandbox: Callable[[], hooks.PodSandboxHookRequest] | None = None,
+    ) -> ContainerCreation:
+        """`container` has only its container part; the pod part is filled here from the recorded pod (read
+        from the backend on a miss), else from `sandbox()`: what the frontend's request says of the pod. A pod
+        the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels)."""
+        pod = await self.context.pod(pod_id)
+        if pod is None and sandbox is not None:
+            pod = self.context.pod_record(sandbox())
+        if pod is not None:
+            set_pod_context(container, pod.info)
+            if pod.skip_hooks:
+                return ContainerCreation(pod_id, container, False, False)
+        if not self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
+            return ContainerCreation(pod_id, container, False, True)
+        changed = await self._pre_hook(points.PRE_CREATE_CONTAINER, container, time_remaining)
+        return ContainerCreation(pod_id, changed, changed != container, True)
+
+    def container_created(self, container_id: str, creation: ContainerCreation) -> None:
+        """The runtime created the container: record it as created, under its new ID."""
+        if container_id:
+            creation.request.container_meta.id = container_id
+            self.store.put_container(container_id, ContainerRecord(creation.pod_id, creation.request))
+
+    async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
+        """The start carries nothing to change: plugins act on the container's cgroups themselves."""
+        if not self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
+            return
+        request = await self.context.container_request(container_id)
+        if request is not None:
+            await self._pre_hook(points.PRE_START_CONTAINER, request, time_remaining)
+
+    async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
+        await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
+                              time_remaining)
+
+    async def pre_update_container_resources(
+        self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: Mapping[str, str],
+        time_remaining: float | None,
+    ) -> ResourceUpdate | None:
+        """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
+        the way the runtime applies it, and the recorded annotations with the update's. None: no hook ran."""
+        if not self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES):
+            return None
+        seen = await self.context.container_request(container_id)
+        if seen is None:
+            return None
+        if update is not None:
+            seen.container_resources.CopyFrom(apply_resource_update(seen.container_resources, update))
+        seen.container_annotations.update(annotations)
+        changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
+        return ResourceUpdate(seen, changed)
+
+    def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
+                                    annotations: Mapping[str, str]) -> None:
+        """The runtime applied the update as sent: the recorded resources follow it."""
+        self.store.update_container(container_id, sent, dict(annotations))
+
+    async def post_stop_container(self, container_id: str, time_remaining: float | None) -> None:
+        await self._post_hook(points.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
+                              time_remaining)
+
+    def container_removed(self, container_id: str) -> None:
+        self.store.remove_container(container_id)
+
+    # -- for frontends whose pods and containers share one ID space (Docker) -------------------------
+
+    def recorded_pod(self, object_id: str) -> bool:
+        """The ID is a pod the store holds (no backend read)."""
+        return self.store.pod(object_id) is not None
+
+    async def post_stop(self, object_id: str, time_remaining: float | None) -> None:
+        """PostStopPodSandbox for a pod, PostStopContainer for a container (the pod read from the backend on
+        a miss; nothing is looked up when neither point has plugins)."""
+        if not (self.dispatcher.has_plugins(points.POST_STOP_POD_SANDBOX)
+                or self.dispatcher.has_plugins(points.POST_STOP_CONTAINER)):
+            return
+        if self.store.container(object_id) is None and await self.context.pod(object_id) is not None:
+            await self.post_stop_pod_sandbox(object_id, time_remaining)
+        else:
+            await self.post_stop_container(object_id, time_remaining)
+
+    async def rebuild_store(self, state: BackendState) -> None:
+        """Record what the backend already runs (after a restart); see hooks.rebuild."""
+        await rebuild_store(self.context, state)
+

@@ -1,0 +1,254 @@
+"""hooks.points and hooks.rebuild driven directly: each hook point's flow with in-process plugins and a backend
+in miniature (a RecordSource of dicts), neither a gRPC server in front nor HTTP. The rules here are the ones
+both frontends share, so where CRI and Docker mode once disagreed, this is where the choice is pinned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
+from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed
+from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
+from runtimeproxy.hooks.rebuild import Listing, rebuild
+from runtimeproxy.hooks.skip import SkipRule
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from rplab.loop import LoopThread
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+SKIP = SkipRule("skip-hooks", "true")
+
+
+@dataclass
+class Backend:
+    """A RecordSource / BackendState of dicts that counts its reads."""
+
+    pods: dict[str, hooks.PodSandboxHookRequest] = field(default_factory=dict)
+    containers: dict[str, ContainerRecord] = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)
+    name: str = "the backend"
+
+    async def list_objects(self) -> Listing:
+        return Listing(list(self.pods), {cid: record.pod_id for cid, record in self.containers.items()})
+
+    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+        self.reads.append(pod_id)
+        return self.pods.get(pod_id)
+
+    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
+        self.reads.append(container_id)
+        return self.containers.get(container_id)
+
+
+@dataclass
+class Core:
+    """What HookPoints takes of the hook service."""
+
+    dispatcher: Dispatcher
+    store: Store = field(default_factory=Store)
+    skip: SkipRule = field(default_factory=lambda: SKIP)
+
+
+class Points:
+    def __init__(self, loop: LoopThread, base: Path) -> None:
+        self.bench = PluginBench(loop, base)
+        self.backend = Backend()
+        self.core = Core(self.bench.dispatcher)
+        self.points = HookPoints(self.core, self.backend)  # type: ignore[arg-type]
+
+    def plugin(self, answers: dict, hooks_: list[str], policy: str = "Ignore") -> ScriptedPlugin:
+        plugin = ScriptedPlugin(answers)
+        self.bench.register(f"{len(self.bench.registry.plugins) + 10}-p.json", self.bench.serve(plugin), hooks_, policy)
+        return plugin
+
+    def run(self, work):  # type: ignore[no-untyped-def]
+        return self.bench.loop.run(work)
+
+
+@pytest.fixture
+def core(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Points]:
+    points = Points(loop_thread, tmp_path)
+    yield points
+    points.bench.close()
+
+
+def bare_container() -> hooks.ContainerResourceHookRequest:
+    """The container part only, as a frontend builds it."""
+    request = container_request()
+    for name in ("pod_meta", "pod_resources", "pod_annotations", "pod_labels", "pod_cgroup_parent"):
+        request.ClearField(name)
+    return request
+
+
+def move_pod(_: hooks.PodSandboxHookRequest, __: object) -> hooks.PodSandboxHookResponse:
+    return hooks.PodSandboxHookResponse(cgroup_parent="/kubepods/koord-be")
+
+
+# --- PreRunPodSandbox ---------------------------------------------------------------------------------
+
+
+def test_a_pod_the_plugins_changed_is_recorded_as_changed(core: Points) -> None:
+    core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox"])
+    run = core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
+    assert run.changed and run.request.cgroup_parent == "/kubepods/koord-be"
+    core.points.pod_sandbox_ran("p1", run)
+    record = core.core.store.pod("p1")
+    assert record is not None and record.info.cgroup_parent == "/kubepods/koord-be" and not record.skip_hooks
+
+
+def test_a_pod_with_the_skip_label_gets_no_hooks_and_is_recorded_so(core: Points) -> None:
+    plugin = core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox", "PreCreateContainer"], "Fail")
+    pod = pod_request()
+    pod.labels["skip-hooks"] = "true"
+    run = core.run(core.points.pre_run_pod_sandbox(pod, None))
+    assert not run.changed and run.skip_hooks
+    core.points.pod_sandbox_ran("p1", run)
+    creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
+    assert plugin.seen == [] and not creation.changed and creation.cgroup_parent == ""
+
+
+def test_a_fail_policy_failure_raises_the_one_core_exception(core: Points) -> None:
+    core.bench.register("10-dead.json", core.bench.socket("nobody"), ["PreRunPodSandbox"], "Fail")
+    with pytest.raises(HookFailed) as raised:
+        core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
+    assert raised.value.plugin.name == "10-dead.json" and raised.value.code is grpc.StatusCode.UNAVAILABLE
+    assert len(core.core.store) == 0
+
+
+# --- PreCreateContainer -------------------------------------------------------------------------------
+
+
+def test_the_pod_part_is_filled_from_the_recorded_pod(core: Points) -> None:
+    plugin = core.plugin({}, ["PreCreateContainer"])
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert seen.pod_meta == pod_request().pod_meta and dict(seen.pod_labels) == dict(pod_request().labels)
+    assert seen.pod_cgroup_parent == pod_request().cgroup_parent and seen.pod_resources == pod_request().resources
+    core.points.container_created("c-9", creation)
+    record = core.core.store.container("c-9")
+    assert record is not None and record.pod_id == "p1" and record.info.container_meta.id == "c-9"
+
+
+def test_a_pod_the_proxy_does_not_know_still_gets_its_containers_hooks(core: Points) -> None:
+    """Both modes: the pod's context is what the frontend's request says of it (CRI: sandbox_config; Docker:
+    the container's name and cgroup parent); the backend was asked first."""
+    plugin = core.plugin({}, ["PreCreateContainer"])
+    sandbox = hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web", uid="u-1"),
+                                          cgroup_parent="/kubepods/pod-u-1")
+    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: sandbox))
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert seen.pod_meta.uid == "u-1" and seen.pod_cgroup_parent == "/kubepods/pod-u-1"
+    assert creation.cgroup_parent == "/kubepods/pod-u-1" and core.backend.reads == ["p-unknown"]
+
+
+def test_an_unknown_pod_with_the_skip_label_in_its_request_gets_no_hooks(core: Points) -> None:
+    plugin = core.plugin({}, ["PreCreateContainer"], "Fail")
+    sandbox = hooks.PodSandboxHookRequest(labels={"skip-hooks": "true"}, cgroup_parent="/kubepods/x")
+    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: sandbox))
+    assert plugin.seen == [] and creation.cgroup_parent == ""
+
+
+def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along_without_create_plugins(core: Points) -> None:
+    core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox"])
+    core.points.pod_sandbox_ran("p1", core.run(core.points.pre_run_pod_sandbox(pod_request(), None)))
+    creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
+    assert not creation.changed and creation.cgroup_parent == "/kubepods/koord-be"
+
+
+def test_a_pod_recorded_before_a_restart_is_read_from_the_backend_for_its_containers(core: Points) -> None:
+    moved = pod_request()
+    moved.cgroup_parent = "/kubepods/koord-be"
+    core.backend.pods["p1"] = moved
+    creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
+    assert creation.cgroup_parent == "/kubepods/koord-be" and core.core.store.pod("p1") is not None
+
+
+# --- PreStartContainer, PreUpdateContainerResources, post-hooks -----------------------------------------
+
+
+def test_nothing_is_looked_up_for_a_point_nobody_hooks(core: Points) -> None:
+    core.run(core.points.pre_start_container("c1", None))
+    core.run(core.points.post_start_container("c1", None))
+    assert core.run(core.points.pre_update_container_resources("c1", resources(cpu_shares=2), {}, None)) is None
+    core.run(core.points.post_stop_container("c1", None))
+    core.run(core.points.post_stop_pod_sandbox("p1", None))
+    core.run(core.points.post_stop("x1", None))
+    assert core.backend.reads == []
+
+
+def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Points) -> None:
+    """Both modes: the recorded resources with the sparse update applied, the recorded annotations with the
+    update's (a Docker update has none)."""
+    def add_period(request: hooks.ContainerResourceHookRequest, _: object) -> hooks.ContainerResourceHookResponse:
+        changed = hooks.LinuxContainerResources()
+        changed.CopyFrom(request.container_resources)
+        changed.cpu_period = 50_000
+        return hooks.ContainerResourceHookResponse(container_resources=changed, container_annotations={"v": "2"})
+
+    plugin = core.plugin({"PreUpdateContainerResources": add_period}, ["PreUpdateContainerResources"])
+    recorded = bare_container()
+    recorded.container_resources.CopyFrom(resources(cpu_shares=2, memory_limit_in_bytes=96 << 20))
+    core.core.store.put_container("c1", ContainerRecord("p1", recorded))
+    update = core.run(core.points.pre_update_container_resources("c1", resources(cpu_shares=300), {"u": "1"}, None))
+    (seen,) = plugin.seen_by("PreUpdateContainerResources")
+    assert seen.container_resources == resources(cpu_shares=300, memory_limit_in_bytes=96 << 20)
+    assert seen.container_annotations["u"] == "1" and seen.container_annotations["c"] == "1"
+    assert isinstance(update, ResourceUpdate) and update.changed
+    assert update.resource_changes() == resources(cpu_period=50_000)  # the echoed values are not sent
+    assert update.annotation_changes() == {"v": "2"}
+    core.points.container_resources_updated("c1", resources(cpu_shares=300, cpu_period=50_000), {"u": "1"})
+    record = core.core.store.container("c1")
+    assert record is not None and record.info.container_resources == resources(
+        cpu_shares=300, cpu_period=50_000, memory_limit_in_bytes=96 << 20)
+
+
+def test_a_stop_of_a_shared_id_runs_the_hook_of_what_it_is(core: Points) -> None:
+    plugin = core.plugin({}, ["PostStopContainer", "PostStopPodSandbox"])
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_container("c1", ContainerRecord("p1", bare_container()))
+    core.run(core.points.post_stop("c1", None))
+    core.run(core.points.post_stop("p1", None))
+    assert [name for name, _ in plugin.seen] == ["PostStopContainer", "PostStopPodSandbox"]
+    assert plugin.seen_by("PostStopContainer")[0].pod_meta == pod_request().pod_meta
+
+
+def test_a_removed_pod_takes_its_containers_along(core: Points) -> None:
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_container("c1", ContainerRecord("p1", bare_container()))
+    core.points.pod_sandbox_removed("p1")
+    assert len(core.core.store) == 0
+
+
+# --- the store rebuild ----------------------------------------------------------------------------------
+
+
+def test_the_rebuild_records_what_the_backend_runs_with_the_skip_rule(core: Points) -> None:
+    skipped = pod_request()
+    skipped.labels["skip-hooks"] = "true"
+    core.backend.pods.update({"p1": pod_request(), "p2": skipped})
+    core.backend.containers["c1"] = ContainerRecord("p1", bare_container())
+    core.run(rebuild(core.points.context, core.backend))
+    p1, p2 = core.core.store.pod("p1"), core.core.store.pod("p2")
+    assert p1 is not None and not p1.skip_hooks and p2 is not None and p2.skip_hooks
+    assert core.core.store.container("c1") is not None
+
+
+def test_the_rebuild_never_overwrites_what_a_call_recorded_meanwhile(core: Points) -> None:
+    """Both modes (Docker mode used to overwrite): a record put by a live call is at least as new."""
+    core.backend.pods["p1"] = pod_request()
+    core.backend.containers["c1"] = ContainerRecord("p1", bare_container())
+    newer_pod = pod_request()
+    newer_pod.cgroup_parent = "/kubepods/new"
+    newer_container = bare_container()
+    newer_container.container_resources.cpu_shares = 4242
+    core.core.store.put_pod("p1", PodRecord(newer_pod))
+    core.core.store.put_container("c1", ContainerRecord("p1", newer_container))
+    core.run(rebuild(core.points.context, core.backend))
+    pod, container = core.core.store.pod("p1"), core.core.store.container("c1")
+    assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
+    assert container is not None and container.info.container_resources.cpu_shares == 4242
