@@ -1,6 +1,6 @@
 """Figures for README "Get the binary": the single-file binaries against the installed wheel.
 
-    python3 bench/binary_figures.py [--binaries DIR] [--runs N]
+    python3 -m bench.binary_figures [--binaries DIR] [--runs N]   (from the repo root)
 
 Builds the binaries with scripts/build_binary.sh (unless --binaries names a directory holding them) and the
 wheel's virtualenv with tests/packagekit.installed_wheel(), then prints:
@@ -30,13 +30,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "tests"))
-sys.path.insert(0, str(REPO_ROOT))
+from rplab import CHECKOUT
+from rplab.process import ProxyProcess
+from tests.packagekit import PACKAGE_WORKDIR, installed_wheel  # tests/ is a plain directory: a namespace package
 
-from packagekit import PACKAGE_WORKDIR, installed_wheel  # noqa: E402
-
-from runtimeproxy.lab.process import ProxyProcess  # noqa: E402
+REPO_ROOT = CHECKOUT
 
 PROXY, CTL = "koord-runtime-proxy", "runtimeproxyctl"
 # Installed into every venv, never imported by the proxy.
@@ -69,7 +67,7 @@ def site_packages_bytes(bin_dir: Path) -> int:
 @contextmanager
 def synthetic_backend(base: Path) -> Iterator[Path]:
     socket = base / "backend.sock"
-    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(socket)])
+    backend = subprocess.Popen([sys.executable, "-m", "rplab.synthetic", "--socket", str(socket)], cwd=CHECKOUT)
     try:
         deadline = time.monotonic() + 30
         while not socket.exists():

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtimeproxy.lab.dockerd import UnixHTTPConnection
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.dockerd import UnixHTTPConnection
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 API_PREFIX = "/v1.41"
 RUNNING_SANDBOXES = 10  # of the N; the rest stay created

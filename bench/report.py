@@ -1,12 +1,14 @@
-"""The benchmark's results: rows of one figure per peer, targets met or missed, the printed table.
+"""The benchmark's results: rows of one figure per peer, targets met or missed, the printed table, the JSON.
 
-Pure code (no processes, no clock), so it is unit-tested (tests/bench/test_report.py).
+No processes, no clock, so it is unit-tested (tests/bench/test_bench_helpers.py).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Column order. direct: no hop; proxy: runtimeproxy; aio-relay: the minimal grpcio aio relay;
@@ -148,3 +150,22 @@ def render_markdown(reports: list[CaseReport]) -> str:
                      *(ratio_text(row.ratio(*pair)) for pair in ratios), row.target]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def header_lines(meta: dict[str, Any]) -> list[str]:
+    dirty = " (dirty)" if meta["git_dirty"] else ""
+    return [f"runtimeproxy benchmark  {meta['date']}  commit {meta['git_commit']}{dirty}",
+            meta["command"],
+            f"{meta['nproc']} cpus ({meta['cpu_model']}), Python {meta['python']}, grpcio {meta['grpcio']}, "
+            f"{meta['go']}, kernel {meta['kernel']}, load {meta['loadavg_start']} -> {meta.get('loadavg_end')}"]
+
+
+def write_json(path: Path, meta: dict[str, Any], scale: dict[str, Any], reports: list[CaseReport]) -> None:
+    document = {
+        "meta": meta,
+        "scale": scale,
+        "cases": [asdict(report) for report in reports],
+        "targets": [asdict(check) for report in reports for check in report.checks],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1, default=str) + "\n")

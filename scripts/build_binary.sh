@@ -59,7 +59,7 @@ for name in koord-runtime-proxy runtimeproxyctl; do
     --collect-submodules runtimeproxy.pb \
     --hidden-import grpc_health.v1.health --hidden-import grpc_reflection.v1alpha.reflection \
     --hidden-import google.protobuf.internal.builder \
-    --exclude-module runtimeproxy.lab --exclude-module tkinter --exclude-module pytest \
+    --exclude-module rplab --exclude-module tkinter --exclude-module pytest \
     "$work/entry/$name.py")
   install -m 0755 "$work/dist/$name" "$out/$name"
   ln -f "$out/$name" "$out/${name}_${version}_linux_$(uname -m)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The local lab: set up a fresh machine, then run containerd + the proxy + a pod lifecycle through it.
-# Extra arguments go to `python -m runtimeproxy.lab` (e.g. --keep). `bash scripts/lab.sh docker` (or --docker):
+# Extra arguments go to `python -m rplab` (e.g. --keep). `bash scripts/lab.sh docker` (or --docker):
 # the same lifecycle through cri-dockerd, the proxy in Docker mode and a private dockerd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,4 +9,4 @@ args=()
 for arg in "$@"; do
   if [ "$arg" = docker ]; then args+=(--docker); else args+=("$arg"); fi
 done
-exec python3 -m runtimeproxy.lab "${args[@]}"
+exec python3 -m rplab "${args[@]}"

@@ -11,9 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runtimeproxy.lab.cri import open_channel
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.synthetic import SyntheticBackend
+from rplab import CHECKOUT
+from rplab.cri import open_channel
+from rplab.loop import LoopThread
+from rplab.synthetic import SyntheticBackend
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.app import Proxy
 
@@ -39,7 +40,7 @@ def synthetic(loop_thread: LoopThread, tmp_path: Path) -> Iterator[SyntheticBack
 def synthetic_process(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
     """A synthetic backend in its own process (one a test can freeze with SIGSTOP): (socket, process)."""
     path = tmp_path / "backend-process.sock"
-    backend = subprocess.Popen([sys.executable, "-m", "runtimeproxy.lab.synthetic", "--socket", str(path)])
+    backend = subprocess.Popen([sys.executable, "-m", "rplab.synthetic", "--socket", str(path)], cwd=CHECKOUT)
     yield path, backend
     backend.terminate()
     backend.wait(10)

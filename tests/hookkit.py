@@ -3,27 +3,24 @@
 - resources(), full_resources(), pod_request(), container_request(): sample hook messages.
 - fill(): every field of a protobuf message set to a distinct non-default value, recursively,
   so that a round trip that loses or corrupts any field shows up as an inequality.
-- ScriptedPlugin: an in-process RuntimeHookService whose answers the test chooses per hook.
+- ScriptedPlugin (rplab.example_plugin): the example plugin answering each hook as the test chooses.
 - PluginBench: a real PluginRegistry over a config dir plus a Dispatcher, driven from sync tests.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
-from runtimeproxy.lab.example_plugin import registration
-from runtimeproxy.lab.loop import LoopThread
+from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.registry import PluginRegistry
 
@@ -158,64 +155,6 @@ def container_request() -> hooks.ContainerResourceHookRequest:
 
 
 # --- plugins --------------------------------------------------------------------------
-
-Answer = Callable[[Message, grpc.aio.ServicerContext], Any]
-
-
-class ScriptedPlugin(hooks_grpc.RuntimeHookServiceServicer):
-    """Answers each hook with answers[hook](request, context) (sync or async); records requests.
-
-    A hook without an answer gets an empty response of its type.
-    """
-
-    def __init__(self, answers: dict[str, Answer] | None = None) -> None:
-        self.answers = answers or {}
-        self.seen: list[tuple[str, Message]] = []
-        self._server: grpc.aio.Server | None = None
-
-    def seen_by(self, hook: str) -> list[Message]:
-        return [request for name, request in self.seen if name == hook]
-
-    async def start(self, socket_path: Path) -> None:
-        server = grpc.aio.server()
-        hooks_grpc.add_RuntimeHookServiceServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{socket_path}")
-        await server.start()
-        self._server = server
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop(0)
-            self._server = None
-
-    async def _answer(self, hook: str, request: Message, context: grpc.aio.ServicerContext, empty: type[Message]) -> Message:
-        copy = type(request)()
-        copy.CopyFrom(request)
-        self.seen.append((hook, copy))
-        answer = self.answers.get(hook)
-        if answer is None:
-            return empty()
-        result = answer(request, context)
-        if asyncio.iscoroutine(result):
-            result = await result
-        return result
-
-
-def _hook_method(hook: str) -> Callable[..., Any]:
-    from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-
-    empty = hooks.PodSandboxHookResponse if "PodSandbox" in hook else hooks.ContainerResourceHookResponse
-
-    async def method(self: ScriptedPlugin, request: Message, context: grpc.aio.ServicerContext) -> Message:
-        return await self._answer(hook, request, context, empty)
-
-    method.__name__ = f"{hook}Hook"
-    return method
-
-
-for _hook in HOOK_NAMES:
-    setattr(ScriptedPlugin, f"{_hook}Hook", _hook_method(_hook))
-
 
 def register(
     config_dir: Path, name: str, socket: Path, hooks: Iterable[str] = HOOK_NAMES,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.tools import find_tool, missing_tool_message
+from rplab.tools import find_tool, missing_tool_message
 
 REQUIRE_E2E_ENV = "RUNTIMEPROXY_REQUIRE_E2E"
 # Set by a CI that installed crictl/critest/cri-dockerd: then a missing one fails instead of skipping.

@@ -7,7 +7,7 @@ import pytest
 from runtimeproxy import __version__
 from runtimeproxy.cli import parse_command_line, parse_options
 from runtimeproxy.klogflags import LOG_DIR_FILE_NAME
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.process import ProxyProcess
 from runtimeproxy.options import (
     DEFAULT_ADMIN_SOCKET, DEFAULT_DOCKER_SOCKET, DEFAULT_METRICS_ADDRESS, DEFAULT_PROXY_SOCKET, DEFAULT_RUNTIME_SOCKET,
     DEFAULT_STATE_DIR,

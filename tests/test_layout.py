@@ -14,7 +14,7 @@ From the bottom:
 
 A unit is a subpackage (runtimeproxy.cri) or a top-level module (runtimeproxy.options). The graph is every
 module's imports read with ast (function-level imports too), plus the package __init__ modules an import
-runs. runtimeproxy.lab is tooling, not part of the runtime, and is left out (nothing else may import it).
+runs. rplab is tooling, not part of the runtime, and is left out (nothing else may import it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pytest
 import runtimeproxy
 
 PACKAGE_DIR = Path(runtimeproxy.__file__).parent
-TOOLING = "runtimeproxy.lab"
+TOOLING = "rplab"
 
 LAYERS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # (layer, its units, whether its units may import each other)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.process import ProxyProcess
 from runtimeproxy.listener import lock_path_for
 
 MODES = ["Containerd", "Docker"]

@@ -1,11 +1,13 @@
-"""The package as a user installs it: the wheel holds every module of the source tree and the protos, and the
-README's node install works as written with Debian 12's own python3, from outside the checkout.
+"""The package as a user installs it: the wheel holds every module of the source tree and the protos and no
+tooling (the lab rplab/, bench/, tests/ stay in the checkout), every module of it imports outside the checkout,
+and the README's node install works as written with Debian 12's own python3, from outside the checkout.
 
 (The installed commands carrying a real pod lifecycle: tests/e2e/test_installed.py.)
 """
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +24,8 @@ from packagekit import (
 PACKAGE_DIR = REPO_ROOT / "runtimeproxy"
 PROTOS_DIR = REPO_ROOT / "protos"
 DEBIAN_PYTHON = Path("/usr/bin/python3")
+# Top-level packages of the checkout that are tooling, never runtime: not in the wheel, never imported by it.
+TOOLING = ("rplab", "bench", "tests")
 
 
 def source_modules() -> set[str]:
@@ -49,6 +53,49 @@ def test_the_wheel_carries_the_protos_and_nothing_but_the_package() -> None:
     outside = sorted(name for name in in_wheel
                      if not name.startswith(("runtimeproxy/", f"runtimeproxy-{__version__}.dist-info/")))
     assert outside == []
+
+
+def test_the_wheel_holds_no_tooling() -> None:
+    in_wheel = wheel_names(built_wheel())
+    tooling = sorted(name for name in in_wheel
+                     if name.split("/")[0] in TOOLING or name.startswith("rplab/"))
+    assert tooling == []
+    assert (REPO_ROOT / "rplab" / "__main__.py").is_file() and (REPO_ROOT / "bench" / "__main__.py").is_file()
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_runtime_package_imports_no_tooling() -> None:
+    found = {f"{path.relative_to(REPO_ROOT)}: {name}"
+             for path in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in path.parts
+             for name in imported_modules(path) if name.split(".")[0] in TOOLING}
+    assert sorted(found) == []
+
+
+def test_every_module_of_the_wheel_imports_outside_the_checkout() -> None:
+    """The wheel holds everything the runtime needs: each of its modules imports in the wheel's virtualenv,
+    from /, where nothing of the checkout (the tooling) can be found."""
+    script = ("import importlib, pkgutil, sys, runtimeproxy\n"
+              "names = [m.name for m in pkgutil.walk_packages(runtimeproxy.__path__, 'runtimeproxy.')\n"
+              "         if not m.name.endswith('__main__')]\n"
+              "for name in names: importlib.import_module(name)\n"
+              f"assert not [m for m in sys.modules if m.split('.')[0] in {TOOLING!r}]\n"
+              "print(len(names), runtimeproxy.__file__)\n")
+    done = subprocess.run([str(installed_wheel() / "python"), "-c", script], cwd="/", capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, where = done.stdout.split()
+    modules = [path for path in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in path.parts
+               and path.name != "__main__.py"]
+    assert int(count) + 1 == len(modules) and where.startswith(str(PACKAGE_WORKDIR))  # + runtimeproxy itself
 
 
 def test_the_readme_install_block_is_what_this_test_runs() -> None:

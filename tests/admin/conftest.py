@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.synthetic import SyntheticBackend, install_benchmark_answers
+from rplab.synthetic import SyntheticBackend, install_benchmark_answers
 from runtimeproxy.app import Proxy
 
 

@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from adminkit import http_get, promtool_check
 from runtimeproxy.admin.http import parse_bind_address
-from runtimeproxy.lab.cri import open_channel
-from runtimeproxy.lab.synthetic import EVENT_COUNT_KEY
+from rplab.cri import open_channel
+from rplab.synthetic import EVENT_COUNT_KEY
 from runtimeproxy.app import Proxy
 
 VERSION = "/runtime.v1.RuntimeService/Version"

@@ -17,8 +17,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from runtimeproxy import __version__
 from runtimeproxy.admin.ctl import EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
-from runtimeproxy.lab.cri import open_channel
-from runtimeproxy.lab.synthetic import SyntheticBackend
+from rplab.cri import open_channel
+from rplab.synthetic import SyntheticBackend
 from runtimeproxy.app import Proxy
 
 

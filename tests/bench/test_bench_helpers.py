@@ -5,20 +5,18 @@ tests."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
-sys.path.insert(0, str(BENCH_DIR))
-
-import bench  # noqa: E402
-from docker_node import sandbox_body, sandbox_name  # noqa: E402
-from gopeers import source_digest  # noqa: E402
-from procfs import CpuUsage, memory_mb  # noqa: E402
-from report import CaseReport, Row, number, percentile, render, render_markdown  # noqa: E402
-from runtimeproxy.docker.messages import docker_type, inspected, pod_labels_of  # noqa: E402
+from bench.cases import CASES
+from bench.cases.containerd import NodePods, kubelet_schedule
+from bench.docker_node import sandbox_body, sandbox_name
+from bench.gopeers import source_digest
+from bench.procfs import CpuUsage, memory_mb
+from bench.report import CaseReport, Row, number, percentile, render, render_markdown
+from bench.run import parse_args
+from runtimeproxy.docker.messages import docker_type, inspected, pod_labels_of
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -56,8 +54,8 @@ def test_table_shows_only_the_peers_a_case_measured() -> None:
 
 
 def test_kubelet_schedule_on_110_pods_is_about_nine_calls_a_second() -> None:
-    pods = bench.NodePods([(f"pod{n}", f"ctr{n}") for n in range(110)])
-    minute = [bench.kubelet_schedule(pods, second) for second in range(60)]
+    pods = NodePods([(f"pod{n}", f"ctr{n}") for n in range(110)])
+    minute = [kubelet_schedule(pods, second) for second in range(60)]
     synced = {request for second in minute for method, request in second if method.endswith("/ContainerStatus")}
     assert len(synced) == 110  # every pod once a minute
     assert 7.5 <= sum(len(second) for second in minute) / 60 <= 10
@@ -79,11 +77,11 @@ def test_go_digest_follows_the_sources(tmp_path: Path) -> None:
 
 
 def test_docker_case_is_picked_by_name_or_all_but_not_by_default() -> None:
-    assert "docker" not in bench.parse_args([]).case_names
-    assert bench.parse_args(["--cases", "docker"]).case_names == ["docker"]
-    assert bench.parse_args(["--cases", "all"]).case_names == list(bench.CASES)
+    assert "docker" not in parse_args([]).case_names
+    assert parse_args(["--cases", "docker"]).case_names == ["docker"]
+    assert parse_args(["--cases", "all"]).case_names == list(CASES)
     with pytest.raises(SystemExit):
-        bench.parse_args(["--cases", "dockr"])
+        parse_args(["--cases", "dockr"])
 
 
 def test_docker_table_heads_the_go_reverse_proxy_ratio() -> None:

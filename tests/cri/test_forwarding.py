@@ -16,10 +16,10 @@ import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.lab.cri import open_channel
-from runtimeproxy.lab.kinds import tally_every_kind
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.synthetic import SyntheticBackend
+from rplab.cri import open_channel
+from rplab.kinds import tally_every_kind
+from rplab.loop import LoopThread
+from rplab.synthetic import SyntheticBackend
 from runtimeproxy.cri.methods import Kind, cri_method_table, unknown_method
 from runtimeproxy.app import Proxy
 

@@ -11,9 +11,9 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from hookkit import ScriptedPlugin, fill, refresh_on_loop, register
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.synthetic import SyntheticBackend
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
+from rplab.loop import LoopThread
+from rplab.synthetic import SyntheticBackend
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks

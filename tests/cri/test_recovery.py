@@ -16,7 +16,7 @@ from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.rebuild import rebuild
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
 POD, SMALL, LARGE = "pod-1", "ctr-small", "ctr-large"

@@ -15,10 +15,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from runtimeproxy.lab.burst import burst
-from runtimeproxy.lab.cri import open_channel
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.synthetic import SyntheticBackend
+from rplab.burst import burst
+from rplab.cri import open_channel
+from rplab.loop import LoopThread
+from rplab.synthetic import SyntheticBackend
 from runtimeproxy.app import Proxy
 
 VERSION = "/runtime.v1.RuntimeService/Version"

@@ -18,7 +18,7 @@ from runtimeproxy.docker.recovery import DockerRecords
 from runtimeproxy.docker.routes import hooked_route
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.store import PodRecord
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

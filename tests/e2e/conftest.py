@@ -10,12 +10,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runtimeproxy.lab.conformance import ConformanceLab, conformance_prerequisites, echo_hooked_proxy
-from runtimeproxy.lab.conformance import report_dir as conformance_report_dir
-from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.images import build_and_import
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.conformance import ConformanceLab, conformance_prerequisites, echo_hooked_proxy
+from rplab.conformance import report_dir as conformance_report_dir
+from rplab.containerd import ContainerdInstance, check_prerequisites
+from rplab.cri import CriClient, open_channel
+from rplab.images import build_and_import
+from rplab.process import ProxyProcess
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
 from machinekit import IMAGE_CACHE, require_tool, skip_or_fail

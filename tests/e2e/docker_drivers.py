@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Protocol
 
-from runtimeproxy.lab.cridockerd_replay import CriDockerdReplay, ReplayError
-from runtimeproxy.lab.cridockerd_requests import PodShape
-from runtimeproxy.lab.dockerd import CriDockerd
+from rplab.cridockerd_replay import CriDockerdReplay, ReplayError
+from rplab.cridockerd_requests import PodShape
+from rplab.dockerd import CriDockerd
 
 HOST_NETWORK = {"network": 2}
 

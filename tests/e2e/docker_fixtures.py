@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.docker_images import build_docker_archives
-from runtimeproxy.lab.dockerd import (
+from rplab.docker_images import build_docker_archives
+from rplab.dockerd import (
     CriDockerd,
     DockerdInstance,
     DockerModeProxy,
     check_docker_prerequisites,
 )
-from runtimeproxy.lab.images import PAUSE_IMAGE
+from rplab.images import PAUSE_IMAGE
 
 from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
 

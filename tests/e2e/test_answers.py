@@ -24,11 +24,11 @@ import pytest
 
 from hookkit import ScriptedPlugin
 from runtimeproxy.hooks import validate
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
-from runtimeproxy.lab.example_plugin import registration
-from runtimeproxy.lab.loop import LoopThread
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.dockerd import DockerdInstance, DockerModeProxy
+from rplab.example_plugin import registration
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 from test_hooks import Lab, lab, spec_of, wait_for_log  # noqa: F401 (lab: the fixture)

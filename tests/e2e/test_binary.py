@@ -25,12 +25,12 @@ import pytest
 from runtimeproxy import __version__
 from runtimeproxy.allocator import wants_huge_pages_reexec
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, registration
-from runtimeproxy.lab.images import shared_libraries
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, registration
+from rplab.images import shared_libraries
+from rplab.loop import LoopThread
+from rplab.process import ProxyProcess
 
 from machinekit import require_command
 from packagekit import REPO_ROOT, built_wheel

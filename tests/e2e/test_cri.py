@@ -9,11 +9,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runtimeproxy.lab.burst import burst
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient
-from runtimeproxy.lab.kinds import tally_every_kind
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.burst import burst
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient
+from rplab.kinds import tally_every_kind
+from rplab.process import ProxyProcess
 
 
 def test_full_pod_lifecycle_through_the_proxy(

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.conformance import ConformanceLab, echo_record
-from runtimeproxy.lab.conformance_images import CRI_TOOLS, NGINX_REF, WEB_PORT
-from runtimeproxy.lab.images import BUSYBOX_IMAGE
-from runtimeproxy.lab.process import ProxyProcess
-from runtimeproxy.lab.registry import free_port
+from rplab.conformance import ConformanceLab, echo_record
+from rplab.conformance_images import CRI_TOOLS, NGINX_REF, WEB_PORT
+from rplab.images import BUSYBOX_IMAGE
+from rplab.process import ProxyProcess
+from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 CRICTL_TIMEOUT_SECONDS = 120

@@ -12,8 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from runtimeproxy.lab.conformance import ConformanceLab, echo_record, run_conformance
-from runtimeproxy.lab.critest import CritestResult
+from rplab.conformance import ConformanceLab, echo_record, run_conformance
+from rplab.critest import CritestResult
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 

@@ -28,13 +28,13 @@ import pytest
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.lab.conformance import echo_hooked_proxy_in, echo_record_in
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import API_MODULES, CriClient, open_channel
-from runtimeproxy.lab.differential import (Outcome, StreamWatch, differing_paths, is_success, normalized,
+from rplab.conformance import echo_hooked_proxy_in, echo_record_in
+from rplab.containerd import ContainerdInstance
+from rplab.cri import API_MODULES, CriClient, open_channel
+from rplab.differential import (Outcome, StreamWatch, differing_paths, is_success, normalized,
                                            outcome_of)
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, LAB_IMAGES, FileEntry, import_images, oci_layout_tar
-from runtimeproxy.lab.streaming import Session, open_attach, port_forward_once, run_exec
+from rplab.images import BUSYBOX_IMAGE, LAB_IMAGES, FileEntry, import_images, oci_layout_tar
+from rplab.streaming import Session, open_attach, port_forward_once, run_exec
 
 UNKNOWN_ID = "0" * 64
 REMOVABLE_IMAGE = "localhost/runtimeproxy/removable:1.0"  # imported by each side, removed through CRI

@@ -13,9 +13,9 @@ import time
 import uuid
 from pathlib import Path
 
-from runtimeproxy.lab.docker_images import build_docker_archives
-from runtimeproxy.lab.dockerd import DockerModeProxy
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.docker_images import build_docker_archives
+from rplab.dockerd import DockerModeProxy
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 from docker_fixtures import Docker
 from machinekit import IMAGE_CACHE

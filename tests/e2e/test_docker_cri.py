@@ -9,8 +9,8 @@ import json
 import uuid
 from pathlib import Path
 
-from runtimeproxy.lab.dockerd import DockerdInstance
-from runtimeproxy.lab.images import BUSYBOX_IMAGE
+from rplab.dockerd import DockerdInstance
+from rplab.images import BUSYBOX_IMAGE
 
 from docker_fixtures import Crictl
 

@@ -21,11 +21,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runtimeproxy.lab.cridockerd_requests import PodShape
-from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from runtimeproxy.lab.loop import LoopThread
+from rplab.cridockerd_requests import PodShape
+from rplab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.loop import LoopThread
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES

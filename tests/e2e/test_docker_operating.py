@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
+from rplab.dockerd import DockerdInstance, DockerModeProxy
 
 from docker_fixtures import Docker
 from test_operating import free_port

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy, UnixHTTPConnection
-from runtimeproxy.lab.images import FileEntry, layer_tar
-from runtimeproxy.lab.registry import REGISTRY_HOST, LocalRegistry
+from rplab.dockerd import DockerdInstance, DockerModeProxy, UnixHTTPConnection
+from rplab.images import FileEntry, layer_tar
+from rplab.registry import REGISTRY_HOST, LocalRegistry
 
 from docker_fixtures import Docker
 

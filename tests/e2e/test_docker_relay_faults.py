@@ -19,9 +19,9 @@ import grpc
 import pytest
 
 from hookkit import ScriptedPlugin, register
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from runtimeproxy.lab.loop import LoopThread
+from rplab.dockerd import DockerdInstance, DockerModeProxy
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.loop import LoopThread
 
 from docker_fixtures import Docker
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.lab.cridockerd_replay import CriDockerdReplay, Exchange, Lifecycle
-from runtimeproxy.lab.cridockerd_requests import PodShape
-from runtimeproxy.lab.docker_lab import hooked_docker_proxy, recorded_hooks
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.cridockerd_replay import CriDockerdReplay, Exchange, Lifecycle
+from rplab.cridockerd_requests import PodShape
+from rplab.docker_lab import hooked_docker_proxy, recorded_hooks
+from rplab.dockerd import DockerdInstance, DockerModeProxy
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 PROXIED = ("proxy", "proxy+echo")
 INSPECTED = ("sandbox", "container", "updated container")

@@ -18,11 +18,11 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from runtimeproxy.admin.ctl import main as ctl
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
+from rplab.loop import LoopThread
+from rplab.process import ProxyProcess
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 

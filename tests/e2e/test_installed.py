@@ -13,11 +13,11 @@ import pytest
 
 from runtimeproxy import __version__
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, registration
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, registration
+from rplab.loop import LoopThread
+from rplab.process import ProxyProcess
 
 from packagekit import installed_wheel
 

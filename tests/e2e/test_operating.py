@@ -20,11 +20,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.example_plugin import ExamplePlugin, registration
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.example_plugin import ExamplePlugin, registration
+from rplab.loop import LoopThread
+from rplab.process import ProxyProcess
 
 from machinekit import require_command
 

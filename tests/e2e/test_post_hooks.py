@@ -18,8 +18,8 @@ from pathlib import Path
 import grpc
 from google.protobuf.message import Message
 
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.cri import CriClient, open_channel
+from rplab.process import ProxyProcess
 
 from hookkit import ScriptedPlugin
 from test_hooks import Lab, lab, run_pod_with_container  # noqa: F401 (lab: the fixture)

@@ -19,11 +19,11 @@ from typing import Any
 import grpc
 import pytest
 
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.dockerd import DockerdInstance, DockerModeProxy, UnixHTTPConnection
-from runtimeproxy.lab.example_plugin import ExamplePlugin, ExampleSettings, registration
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from runtimeproxy.lab.loop import LoopThread
+from rplab.cri import CriClient, open_channel
+from rplab.dockerd import DockerdInstance, DockerModeProxy, UnixHTTPConnection
+from rplab.example_plugin import ExamplePlugin, ExampleSettings, registration
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 from test_hooks import (  # noqa: F401 (lab: the fixture)

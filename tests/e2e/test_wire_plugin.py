@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.example_plugin import registration
-from runtimeproxy.lab.process import ProxyProcess
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.example_plugin import registration
+from rplab.process import ProxyProcess
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 pytestmark = pytest.mark.e2e

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hookkit import PluginBench
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from hookkit import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.cri.failures import ERROR_DOMAIN, ERROR_REASON, trailing_metadata
 from runtimeproxy.hooks.dispatcher import HookFailed
-from runtimeproxy.lab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
+from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 ALL_POINTS = [

@@ -17,7 +17,7 @@ from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 SKIP = SkipRule("skip-hooks", "true")

@@ -19,7 +19,7 @@ import pytest
 
 from configkit import KNOWN_HOOKS, KOORDLET, LOGGER, config_bytes, messages
 from runtimeproxy.hooks import trusted_files
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.hooks.config import FailurePolicy, PluginConfigError, parse_plugin_config
 from runtimeproxy.hooks.plugin import Plugin, PluginChannel
 from runtimeproxy.hooks.registry import PluginRegistry

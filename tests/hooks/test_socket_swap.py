@@ -22,7 +22,7 @@ import pytest
 
 from hookkit import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher as points
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 NOBODY = 65534

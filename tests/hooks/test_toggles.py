@@ -14,7 +14,7 @@ from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.toggles import (
     ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, clean_author, hook_names, unknown_plugin,
 )
-from runtimeproxy.lab.example_plugin import ExamplePlugin
+from rplab.example_plugin import ExamplePlugin
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 

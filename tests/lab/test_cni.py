@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab import cni
+from rplab import cni
 
 
 def test_bridge_name_fits_and_differs_per_lab(tmp_path: Path) -> None:

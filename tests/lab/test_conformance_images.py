@@ -10,8 +10,8 @@ import tarfile
 
 import pytest
 
-from runtimeproxy.lab import conformance_images as ci
-from runtimeproxy.lab.images import find_busybox
+from rplab import conformance_images as ci
+from rplab.images import find_busybox
 
 pytestmark = pytest.mark.skipif(
     shutil.which("gcc") is None or find_busybox() is None or shutil.which("pgrep") is None,

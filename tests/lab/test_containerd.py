@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab import containerd, images
-from runtimeproxy.lab.containerd import ContainerdInstance
-from runtimeproxy.lab.cri import CriClient, open_channel
+from rplab import containerd, images
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
 
 MISSING = containerd.check_prerequisites()
 

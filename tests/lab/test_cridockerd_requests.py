@@ -6,7 +6,7 @@ import json
 
 from runtimeproxy.docker.messages import container_create_request, create_name, parse_kube_name, sandbox_create_request
 from runtimeproxy.docker.routes import HookedRoute, hooked_route
-from runtimeproxy.lab import cridockerd_requests as shapes
+from rplab import cridockerd_requests as shapes
 
 POD = shapes.PodShape(name="web", uid="u-1", labels={"app": "a"}, annotations={"team": "t"}, image="img")
 

@@ -1,4 +1,4 @@
-"""runtimeproxy.lab.critest: counting critest results from its junit report, retrying failed specs once."""
+"""rplab.critest: counting critest results from its junit report, retrying failed specs once."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.conformance import conformance_verdict
-from runtimeproxy.lab import critest as critest_module
-from runtimeproxy.lab.critest import OFFLINE_SKIP, CritestResult, exact_spec_regexp, parse_junit
+from rplab.conformance import conformance_verdict
+from rplab import critest as critest_module
+from rplab.critest import OFFLINE_SKIP, CritestResult, exact_spec_regexp, parse_junit
 
 JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
 <testsuites tests="4" failures="1">

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from runtimeproxy.lab.differential import MASKED, answer, differing_paths, failure, masked, normalized, outcome_of
+from rplab.differential import MASKED, answer, differing_paths, failure, masked, normalized, outcome_of
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab import images
+from rplab import images
 
 needs_tools = pytest.mark.skipif(
     shutil.which("gcc") is None or images.find_busybox() is None,

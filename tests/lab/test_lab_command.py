@@ -1,4 +1,4 @@
-"""`python -m runtimeproxy.lab --keep` as a person uses it: it says what it made, its crictl samples are valid
+"""`python -m rplab --keep` as a person uses it: it says what it made, its crictl samples are valid
 CRI configs, and SIGTERM stops and removes everything (containerd, proxy, plugin, temp root, mounts)."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.images import LAB_IMAGES
+from rplab.cri import CriClient, open_channel
+from rplab.images import LAB_IMAGES
 
 from machinekit import skip_or_fail
-from runtimeproxy.lab.containerd import check_prerequisites
+from rplab.containerd import check_prerequisites
 
 READY_WAIT_SECONDS = 120.0
 
@@ -37,7 +37,7 @@ def test_a_kept_lab_shows_what_it_made_and_sigterm_removes_everything(tmp_path: 
     problem = check_prerequisites()
     if problem:
         skip_or_fail(f"cannot run the lab: {problem}")
-    lab = subprocess.Popen([sys.executable, "-u", "-m", "runtimeproxy.lab", "--keep"], stdout=subprocess.PIPE,
+    lab = subprocess.Popen([sys.executable, "-u", "-m", "rplab", "--keep"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab.images import MEDIA_MANIFEST, FileEntry, image_blobs, layer_tar
-from runtimeproxy.lab.registry import LocalRegistry, registry_config, write_mirror_config
+from rplab.images import MEDIA_MANIFEST, FileEntry, image_blobs, layer_tar
+from rplab.registry import LocalRegistry, registry_config, write_mirror_config
 
 
 def test_mirror_config_names_the_registry_as_server_and_host(tmp_path: Path) -> None:

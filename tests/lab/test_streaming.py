@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from runtimeproxy.lab.streaming import CHANNEL_PROTOCOL, StreamingError, WebSocket, open_attach, run_exec
+from rplab.streaming import CHANNEL_PROTOCOL, StreamingError, WebSocket, open_attach, run_exec
 
 UPGRADE = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
            b"Sec-WebSocket-Protocol: " + CHANNEL_PROTOCOL.encode() + b"\r\n\r\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.lab import tools
+from rplab import tools
 
 
 def executable(path: Path) -> Path:

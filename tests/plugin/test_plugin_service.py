@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from hookkit import container_request, pod_request
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
 from runtimeproxy.plugin import HOOKS, HookError, HookPlugin, echoed

@@ -12,7 +12,7 @@ import pytest
 
 from hookkit import ScriptedPlugin
 from runtimeproxy.admin.ctl import main as ctl
-from runtimeproxy.lab.loop import LoopThread
+from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugin import HookPlugin, samples
 

@@ -19,9 +19,9 @@ from google.protobuf import descriptor_pb2
 
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks.dispatcher import Dispatcher
-from runtimeproxy.lab.loop import LoopThread
-from runtimeproxy.lab.example_plugin import registration
-from runtimeproxy.lab.synthetic import SyntheticBackend
+from rplab.loop import LoopThread
+from rplab.example_plugin import registration
+from rplab.synthetic import SyntheticBackend
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc

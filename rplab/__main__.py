@@ -1,4 +1,4 @@
-"""`python -m runtimeproxy.lab`: a local lab on this machine, end to end.
+"""`python -m rplab`: a local lab on this machine, end to end.
 
 Starts a private containerd (offline images, temporary root), the example hook
 plugin (its own process, registered for all seven hooks) and the proxy in front of
@@ -12,7 +12,7 @@ the proxy, and through the proxy with an echo plugin on all seven hooks; junit r
 go to $RUNTIMEPROXY_REPORT_DIR (default <repo>/reports).
 
 `--docker` runs the same through cri-dockerd, the proxy in Docker mode and a private
-dockerd (see lab/docker_lab.py); without cri-dockerd it replays cri-dockerd's requests itself.
+dockerd (see rplab/docker_lab.py); without cri-dockerd it replays cri-dockerd's requests itself.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ from typing import TypeVar
 
 from google.protobuf import json_format
 
-from runtimeproxy.lab.conformance import (
+from rplab.conformance import (
     ConformanceLab, conformance_prerequisites, conformance_verdict, report_dir, run_conformance,
 )
-from runtimeproxy.lab.containerd import ContainerdInstance, check_prerequisites
-from runtimeproxy.lab.critest import CritestResult
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
-from runtimeproxy.lab.images import LAB_IMAGES, build_and_import
-from runtimeproxy.lab.example_plugin import plugin_process, registration
-from runtimeproxy.lab.process import ProxyProcess
-from runtimeproxy.lab.tools import find_tool, missing_tool_message
+from rplab.containerd import ContainerdInstance, check_prerequisites
+from rplab.critest import CritestResult
+from rplab.cri import CriClient, open_channel
+from rplab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
+from rplab.images import LAB_IMAGES, build_and_import
+from rplab.example_plugin import plugin_process, registration
+from rplab.process import ProxyProcess
+from rplab.tools import find_tool, missing_tool_message
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 T = TypeVar("T")
@@ -199,7 +199,7 @@ def run_docker(base: Path, keep: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rplab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
     parser.add_argument("--conformance", action="store_true",
                         help="run critest direct, through the proxy and through the proxy + an echo plugin")

@@ -18,14 +18,15 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from runtimeproxy.lab.cni import remove_bridge, write_bridge_network
-from runtimeproxy.lab.conformance_images import UPSTREAM_HOSTS, build_conformance_images, split_ref
-from runtimeproxy.lab.containerd import DEFAULT_CNI_BIN_DIR, ContainerdInstance, check_prerequisites
-from runtimeproxy.lab.critest import CritestResult, run_critest_retrying
-from runtimeproxy.lab.example_plugin import plugin_process, registration
-from runtimeproxy.lab.images import build_and_import
-from runtimeproxy.lab.process import ProxyProcess
-from runtimeproxy.lab.registry import LocalRegistry, write_mirror_config
+from rplab import CHECKOUT
+from rplab.cni import remove_bridge, write_bridge_network
+from rplab.conformance_images import UPSTREAM_HOSTS, build_conformance_images, split_ref
+from rplab.containerd import DEFAULT_CNI_BIN_DIR, ContainerdInstance, check_prerequisites
+from rplab.critest import CritestResult, run_critest_retrying
+from rplab.example_plugin import plugin_process, registration
+from rplab.images import build_and_import
+from rplab.process import ProxyProcess
+from rplab.registry import LocalRegistry, write_mirror_config
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 
@@ -103,7 +104,7 @@ REPORT_DIR_ENV = "RUNTIMEPROXY_REPORT_DIR"
 def report_dir() -> Path:
     """Where junit reports go: ``$RUNTIMEPROXY_REPORT_DIR``, else ``<repo>/reports``."""
     configured = os.environ.get(REPORT_DIR_ENV)
-    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "reports"
+    return Path(configured) if configured else CHECKOUT / "reports"
 
 
 def conformance_verdict(results: dict[str, CritestResult]) -> str | None:

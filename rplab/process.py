@@ -16,7 +16,7 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from runtimeproxy.lab.cri import open_channel
+from rplab.cri import open_channel
 
 
 class ProxyProcessError(RuntimeError):

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from runtimeproxy.lab.containerd import UNIX_PATH_MAX, _mount_points, _unmount
-from runtimeproxy.lab.process import ProxyProcess, ProxyProcessError
+from rplab.containerd import UNIX_PATH_MAX, _mount_points, _unmount
+from rplab.process import ProxyProcess, ProxyProcessError
 
 RUNC_WRAPPER_NAME = "rp-runc"
 START_TIMEOUT_SECONDS = 30.0

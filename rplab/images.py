@@ -225,7 +225,7 @@ def image_blobs(layers: Iterable[bytes], image_config: Mapping[str, object]) -> 
         "created": FIXED_CREATED,
         "config": dict(image_config),
         "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer) for layer in layers]},
-        "history": [{"created": FIXED_CREATED, "created_by": "runtimeproxy.lab.images"} for _ in layers],
+        "history": [{"created": FIXED_CREATED, "created_by": "rplab.images"} for _ in layers],
     })
     manifest = _json_bytes({
         "schemaVersion": 2,

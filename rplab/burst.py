@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.lab.kinds import Outcome
+from rplab.kinds import Outcome
 
 VERSION_PATH = "/runtime.v1.RuntimeService/Version"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from runtimeproxy.lab.images import BUSYBOX_IMAGE
+from rplab.images import BUSYBOX_IMAGE
 from runtimeproxy.cri.limits import metadata_limit_options
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1, api_pb2_grpc as v1_grpc
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2, api_pb2_grpc as v1alpha2_grpc

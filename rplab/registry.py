@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from runtimeproxy.lab.images import MEDIA_MANIFEST, ImageBlobs, sha256_digest
+from rplab.images import MEDIA_MANIFEST, ImageBlobs, sha256_digest
 
 REGISTRY_HOST = "127.0.0.1"
 REGISTRY_START_TIMEOUT_SECONDS = 20.0

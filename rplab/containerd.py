@@ -7,8 +7,8 @@ sandbox through CRI, then sweeps any remaining containerd task/container with ``
 the daemon and unmounts whatever is left under the base directory.
 
 Host-network pods need no CNI; pod-network pods need a network in the private CNI conf dir
-(``runtimeproxy.lab.cni`` writes a bridge). Pulls go nowhere unless ``registry_config_path`` names a
-``certs.d`` mirror config (``runtimeproxy.lab.registry``).
+(``rplab.cni`` writes a bridge). Pulls go nowhere unless ``registry_config_path`` names a
+``certs.d`` mirror config (``rplab.registry``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.images import CRI_NAMESPACE, PAUSE_IMAGE, find_busybox, shared_libraries
+from rplab.cri import CriClient, open_channel
+from rplab.images import CRI_NAMESPACE, PAUSE_IMAGE, find_busybox, shared_libraries
 
 DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 SHIM_SOCKET_DIR = Path("/run/containerd/s")  # fixed in containerd 1.6, whatever the config says

@@ -1,4 +1,4 @@
-"""`python -m runtimeproxy.lab --docker`: the lab in Docker mode.
+"""`python -m rplab --docker`: the lab in Docker mode.
 
 kubelet's path through cri-dockerd: CRI client → cri-dockerd → the proxy (Docker mode) → a private dockerd,
 with the example plugin registered for all seven hooks. Drives the same pod lifecycle as the containerd
@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.lab.cri import CriClient, open_channel
-from runtimeproxy.lab.cridockerd_replay import CriDockerdReplay
-from runtimeproxy.lab.cridockerd_requests import PodShape
-from runtimeproxy.lab.docker_images import build_docker_archives
-from runtimeproxy.lab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites
-from runtimeproxy.lab.tools import find_tool
-from runtimeproxy.lab.example_plugin import plugin_process, registration
-from runtimeproxy.lab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.cri import CriClient, open_channel
+from rplab.cridockerd_replay import CriDockerdReplay
+from rplab.cridockerd_requests import PodShape
+from rplab.docker_images import build_docker_archives
+from rplab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, check_docker_prerequisites
+from rplab.tools import find_tool
+from rplab.example_plugin import plugin_process, registration
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 VERSION_TIMEOUT_SECONDS = 5.0
 

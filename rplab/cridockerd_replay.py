@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtimeproxy.lab import cridockerd_requests as shapes
-from runtimeproxy.lab.cridockerd_requests import PodShape
-from runtimeproxy.lab.dockerd import UnixHTTPConnection
+from rplab import cridockerd_requests as shapes
+from rplab.cridockerd_requests import PodShape
+from rplab.dockerd import UnixHTTPConnection
 
 REQUEST_TIMEOUT_SECONDS = 60.0
 CONTAINER_STOP_SECONDS = 30  # the kubelet's default grace period

@@ -14,7 +14,7 @@ import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from runtimeproxy.lab.images import FIXED_MTIME, _write_atomic, build_image_tars
+from rplab.images import FIXED_MTIME, _write_atomic, build_image_tars
 
 
 def _blob(oci: tarfile.TarFile, digest: str) -> bytes:

@@ -219,10 +219,10 @@ async def _serve(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m runtimeproxy.lab.synthetic --socket PATH`: the benchmark's instant backend."""
+    """`python -m rplab.synthetic --socket PATH`: the benchmark's instant backend."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m runtimeproxy.lab.synthetic")
+    parser = argparse.ArgumentParser(prog="python -m rplab.synthetic")
     parser.add_argument("--socket", type=Path, required=True)
     asyncio.run(_serve(parser.parse_args(argv).socket))
     return 0

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtimeproxy.lab.images import (
+from rplab.images import (
     DEFAULT_PATH, FileEntry, ImageBlobs, ImageBuildError, busybox_entries, compile_static, find_busybox, image_blobs,
     layer_tar, library_entries, oci_architecture,
 )

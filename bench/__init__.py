@@ -1,0 +1,56 @@
+"""runtimeproxy benchmark: the proxy beside its anchors, driven by a compiled client.
+
+    python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker]   (from the repo root)
+
+Load side: `benchgo client` (bench/go, built by this script with Debian's Go; see gopeers.py):
+raw bytes, one HTTP/2 connection, N goroutines. It gets about 10x the calls/s a Python client
+does, so the client is never what limits a figure.
+
+Peers, each its own process, all in one run:
+  direct     the instant backend itself (`benchgo backend`; real containerd in the containerd cases,
+             a private real dockerd in the Docker case)
+  proxy      runtimeproxy (`python -m runtimeproxy`, this checkout)
+  aio-relay  the smallest grpcio aio relay (bench/aio_relay.py): the floor for a Python relay
+  go-relay   `benchgo relay`: grpc-go UnknownServiceHandler + pass-through codec, the engine
+             koord-runtime-proxy forwards with
+  socat      an L4 byte relay (no HTTP/2 at all): the floor of any extra hop
+  go-proxy   `benchgo httpproxy`: net/http/httputil.ReverseProxy between unix sockets (101 upgrades
+             included), roughly what koord-runtime-proxy's Docker mode is; Docker case only
+  echo-hop   a bare Python grpc.aio server answering itself (rplab.synthetic): what one
+             Python server hop costs, with no upstream call
+  plugin     the proxy with a no-op plugin (rplab.example_plugin --empty) on all seven hooks
+  decode-all the proxy with --benchmark-decode-all (every message decoded and re-encoded: the
+             rejected design), at 16 MB
+
+Cases (--cases picks some):
+  small    Version: p50/p99 at concurrency 1, calls/s at 1, 16, 64; CPU per call in each hop process
+  large    ListContainers of 4, 16, 48 MB: p50, CPU per call; RSS idle, right after, settled
+           (the answer's size is asked for in the request, so even the minimal relay gets it right)
+  kubelet  a kubelet's steady state on a node with N pods (real containerd): each hop's CPU % of one core
+  startup  pod startup (RunPodSandbox, CreateContainer, StartContainer) and the whole lifecycle, real
+           containerd: direct, proxy, proxy + no-op plugin on all seven hooks, go-relay
+  docker   Docker mode against a private real dockerd with N pod-sandbox containers (a few running) and
+           one busybox container to exec into, driven by `benchgo dockerclient` (HTTP/1.1, keep-alive,
+           N goroutines): list (GET /containers/json?all=1) and inspect (cycling through the N) p50/p99
+           at 1, calls/s at 1 and 16; an exec round trip (create, start with the 101 upgrade and the raw
+           stream to EOF, inspect until exited) p50/p99 at 1, calls/s at 4; CPU per call in each hop and
+           in the client. Peers: direct (dockerd), proxy (--backend-runtime-mode=Docker), go-proxy, socat.
+           No plugin peer: no hook fires on list, inspect or exec. It takes about 2.3 minutes (mostly
+           exec round trips, ~70 ms of runc each), so it is not in the default set: ask for it with
+           --cases docker (or --cases all).
+
+Figures are medians over the rounds; in each round every peer runs once, in turn, so drifting load
+hits all alike. CPU per call comes from utime+stime in /proc/PID/stat of the hop process (and its
+children, for socat) over a run, divided by the calls it served; in the Docker case, for hops that do
+not fork, from their threads' schedstat (ns), as an exec run is too few calls for 10 ms ticks. MB =
+2**20 bytes. Ratio columns are the proxy's figure over direct's, the aio relay's, the Go relay's and
+the Go reverse proxy's. Targets are printed met or MISSED, never asserted. Results also go to JSON
+(bench/results/latest.json) with machine, date, commit and command. Every process and temporary
+directory is removed at the end, also on failure or Ctrl-C; a failing case prints its error and the
+run goes on.
+
+The package: peers (the processes; Lab starts each on first use), cases (one module per family of cases, and
+measure: how long, how often, and the one way peers are compared), report (rows, targets, the table, the JSON),
+machine (what the run ran on), run (the command). gopeers, procfs, docker_node and aio_relay are their helpers;
+binary_figures is a separate tool (`python3 -m bench.binary_figures`).
+"""

@@ -1,0 +1,30 @@
+"""The benchmark's cases, by name (--cases picks some; bench/__init__.py says what each measures)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.cases.containerd import case_kubelet, case_startup
+from bench.cases.docker import case_docker
+from bench.cases.measure import Scale
+from bench.cases.synthetic import case_large, case_small
+from bench.peers import Lab
+from bench.report import CaseReport
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    run: Callable[[Lab, Scale, CaseReport], None]
+
+
+CASES = {case.name: case for case in (
+    Case("small", "1. small calls (Version), instant Go backend", case_small),
+    Case("large", "2. large responses (ListContainers), instant Go backend", case_large),
+    Case("kubelet", "3. a kubelet's steady state, real containerd", case_kubelet),
+    Case("startup", "4. pod startup and lifecycle, real containerd", case_startup),
+    Case("docker", "5. Docker mode: list, inspect, exec, real dockerd", case_docker),
+)}
+DEFAULT_CASES = ("small", "large", "kubelet", "startup")  # docker takes ~2 more minutes: ask for it
