@@ -125,9 +125,12 @@ class Lab:
     A process that failed to start fails again at once for the next case, without a retry.
     """
 
-    def __init__(self, base: Path, stack: ExitStack) -> None:
+    def __init__(self, base: Path, stack: ExitStack, baseline: Path | None = None) -> None:
+        """`baseline`: a checkout of another revision, run as the extra peers "baseline" (and
+        "baseline-plugin") beside this checkout's proxy, so one run compares before and after a change."""
         self.base = base
         self.stack = stack
+        self.baseline = baseline
         self._started: dict[str, Any] = {}
         self._failed: dict[str, BaseException] = {}
         self.plugin_proc: subprocess.Popen[bytes] | None = None
@@ -220,12 +223,13 @@ class Lab:
         """A relay of `kind` (proxy, aio-relay, go-relay, socat; go-proxy for HTTP) in front of `upstream`."""
         key = f"{kind} {label or upstream.name}"
         starters = {"proxy": self._proxy, "aio-relay": self._aio_relay, "go-relay": self._go_relay,
-                    "socat": self._socat, "go-proxy": self._go_proxy}
+                    "socat": self._socat, "go-proxy": self._go_proxy, "baseline": self._baseline}
         return self._once(key, lambda: starters[kind](key.replace(" ", "-"), upstream))
 
     def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning",
-               extra_args: tuple[str, ...] = ()) -> Peer:
-        """The proxy in front of `upstream`: CRI mode, or Docker mode in front of an HTTP peer (dockerd)."""
+               extra_args: tuple[str, ...] = (), checkout: Path | None = None) -> Peer:
+        """The proxy in front of `upstream`: CRI mode, or Docker mode in front of an HTTP peer (dockerd).
+        `checkout`: run that checkout's proxy (`python -m runtimeproxy` there imports its own tree first)."""
         directory = self.base / name
         directory.mkdir()
         arguments = [f"--log-level={log_level}", *extra_args]
@@ -234,12 +238,20 @@ class Lab:
             proxy = DockerModeProxy(directory / "rp.sock", upstream.socket, extra_args=arguments)
         else:
             hooks = hook_dir or directory / "hooks"
-            proxy = ProxyProcess(directory / "rp.sock", upstream.socket, hook_config_dir=hooks, extra_args=arguments)
+            proxy = ProxyProcess(directory / "rp.sock", upstream.socket, hook_config_dir=hooks, extra_args=arguments,
+                                 cwd=checkout)
         self.stack.callback(quietly, f"proxy {name}", proxy.stop)
         proxy.start()
         assert proxy.pid is not None
         self._started[f"process {name}"] = proxy
         return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid), http=upstream.http)
+
+    def _baseline(self, name: str, upstream: Peer) -> Peer:
+        """The baseline checkout's proxy in front of `upstream` (CRI mode)."""
+        assert self.baseline is not None
+        peer = self._proxy(name, upstream, checkout=self.baseline)
+        peer.name = "baseline"
+        return peer
 
     @property
     def decode_all_proxy(self) -> Peer:
@@ -311,25 +323,39 @@ class Lab:
         return self._once("containerd", start)
 
     @property
-    def plugin_proxy(self) -> Peer:
-        """A proxy in front of containerd with the no-op plugin registered for all seven hooks."""
-        def start() -> Peer:
+    def noop_plugin_socket(self) -> Path:
+        """The no-op plugin (the example plugin answering every hook with an empty response: no change, least
+        work), started once and shared by every proxy that registers it."""
+        def start() -> Path:
             socket = self.base / "noop" / "noop.sock"
-            # The example plugin answering every hook with an empty response (no change, least work).
             argv = [sys.executable, "-m", "rplab.example_plugin", "--socket", str(socket), "--empty",
                     "--counts", str(self.plugin_counts_path)]
             self.plugin_proc = self._spawn("noop-plugin", argv)
             wait_until(lambda: serves(socket), "no-op plugin", 30, self.plugin_proc)
-            hook_dir = self.base / "plugin-hooks"
-            hook_dir.mkdir()
-            (hook_dir / "noop.json").write_bytes(registration(socket, list(HOOK_NAMES)))
-            # Logs at info: "plugin noop.json registered" is an info line (there are no per-call ones).
-            peer = self._proxy("plugin-proxy", self.containerd, hook_dir=hook_dir, log_level="info")
-            proxy = self._started["process plugin-proxy"]
-            wait_until(lambda: "plugin noop.json registered" in proxy.log_tail(200), "plugin registration", 15)
-            peer.name = "plugin"
-            return peer
-        return self._once("plugin proxy", start)
+            return socket
+        return self._once("noop plugin", start)
+
+    @property
+    def plugin_proxy(self) -> Peer:
+        """A proxy in front of containerd with the no-op plugin registered for all seven hooks."""
+        return self._once("plugin proxy", lambda: self._plugin_proxy("plugin", None))
+
+    @property
+    def baseline_plugin_proxy(self) -> Peer:
+        """The baseline checkout's proxy with the same no-op plugin on all seven hooks."""
+        return self._once("baseline plugin proxy", lambda: self._plugin_proxy("baseline-plugin", self.baseline))
+
+    def _plugin_proxy(self, name: str, checkout: Path | None) -> Peer:
+        socket = self.noop_plugin_socket
+        hook_dir = self.base / f"{name}-hooks"
+        hook_dir.mkdir()
+        (hook_dir / "noop.json").write_bytes(registration(socket, list(HOOK_NAMES)))
+        # Logs at info: "plugin noop.json registered" is an info line (there are no per-call ones).
+        peer = self._proxy(f"{name}-proxy", self.containerd, hook_dir=hook_dir, log_level="info", checkout=checkout)
+        proxy = self._started[f"process {name}-proxy"]
+        wait_until(lambda: "plugin noop.json registered" in proxy.log_tail(200), "plugin registration", 15)
+        peer.name = name
+        return peer
 
     @property
     def plugin_counts_path(self) -> Path:

@@ -7,6 +7,7 @@ import argparse
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +47,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="short runs: the whole thing in about 1.5 minutes")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results (%(default)s)")
     parser.add_argument("--markdown", action="store_true", help="also print the rows as one markdown table")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also run the proxy of git revision REV (a temporary worktree) as peer 'baseline' "
+                             "(and 'baseline-plugin'), to compare before and after a change in one run")
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES),
                         help=f"comma-separated subset of {', '.join(CASES)}, or all (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -56,6 +60,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     return args
+
+
+def baseline_checkout(revision: str, base: Path, stack: ExitStack) -> Path:
+    """A detached worktree of `revision` under `base`, removed at the end."""
+    directory = base / "baseline-checkout"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(directory), revision],
+                   check=True)
+    stack.callback(subprocess.run, ["git", "-C", str(REPO), "worktree", "remove", "--force", str(directory)],
+                   check=False)
+    print(f"bench: baseline {revision} = {subprocess.run(['git', '-C', str(directory), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}", flush=True)
+    return directory
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -77,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         base = Path(tempfile.mkdtemp(prefix="rpb-", dir="/tmp"))  # short: unix socket paths are limited
         stack.callback(shutil.rmtree, base, ignore_errors=True)
-        lab = Lab(base, stack)
+        lab = Lab(base, stack, baseline_checkout(args.baseline, base, stack) if args.baseline else None)
         try:
             for name in args.case_names:
                 reports.append(run_case(CASES[name], lab, scale))

@@ -106,8 +106,12 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
         "aio-relay": lambda: lab.hop("aio-relay", containerd, "containerd"),
         "go-relay": lambda: lab.hop("go-relay", containerd, "containerd"),
     }
+    if lab.baseline is not None:
+        starters["baseline"] = lambda: lab.hop("baseline", containerd, "containerd")
     if with_plugin:
         starters["plugin"] = lambda: lab.plugin_proxy
+        if lab.baseline is not None:
+            starters["baseline-plugin"] = lambda: lab.baseline_plugin_proxy
     return available(lab, report, starters)
 
 
@@ -195,5 +199,6 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
     steps = "; ".join(f"{step} " + "/".join(f"{result[peer.name][step + '_ms']:.0f}" for peer in peers)
                       for step in LIFECYCLE_STEPS)
     report.notes.append(f"median ms per step, {'/'.join(peer.name for peer in peers)}: {steps}")
-    report.notes.append(f"no-op plugin calls (expected {scale.lifecycles + 1} per lifecycle hook; "
+    plugin_peers = sum(1 for peer in peers if peer.name.endswith("plugin"))  # they share the one no-op plugin
+    report.notes.append(f"no-op plugin calls (expected {plugin_peers * (scale.lifecycles + 1)} per lifecycle hook; "
                         f"PreUpdateContainerResources is in no lifecycle): {json.dumps(counts, sort_keys=True)}")

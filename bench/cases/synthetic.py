@@ -33,6 +33,8 @@ def synthetic_peers(lab: Lab, report: CaseReport, with_echo: bool) -> list[Peer]
         "go-relay": lambda: lab.hop("go-relay", backend),
         "socat": lambda: lab.hop("socat", backend),
     }
+    if lab.baseline is not None:
+        starters["baseline"] = lambda: lab.hop("baseline", backend)
     if with_echo:
         starters["echo-hop"] = lambda: lab.echo_hop
     return available(lab, report, starters)
