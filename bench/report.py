@@ -15,11 +15,15 @@ from typing import Any
 # go-relay: grpc-go raw relay (koord-runtime-proxy's engine); go-proxy: Go's httputil.ReverseProxy
 # (Docker mode's counterpart); socat: L4 byte relay; echo-hop: a bare Python grpc.aio server answering
 # itself (one Python server hop, no upstream); plugin: the proxy with a no-op plugin on all hooks;
-# decode-all: the proxy decoding and re-encoding every message.
-PEERS = ("direct", "proxy", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin", "decode-all")
+# decode-all: the proxy decoding and re-encoding every message; baseline, baseline-plugin: the proxy and the
+# plugin peer of another revision (--baseline).
+PEERS = ("direct", "proxy", "baseline", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
+         "baseline-plugin", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
-RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"), ("proxy", "go-proxy"))
-RATIO_HEADS = {"direct": "/direct", "aio-relay": "/aio", "go-relay": "/go", "go-proxy": "/go-http"}
+RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"), ("proxy", "go-proxy"),
+          ("proxy", "baseline"))
+RATIO_HEADS = {"direct": "/direct", "aio-relay": "/aio", "go-relay": "/go", "go-proxy": "/go-http",
+               "baseline": "/base"}
 
 
 def percentile(values: list[float], q: float) -> float:
