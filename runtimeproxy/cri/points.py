@@ -99,7 +99,7 @@ class RuntimeHooks:
             apply_to_pod_config(request.config, run.request)
             data = request.SerializeToString()
         response = await relay(data, context)
-        self.points.pod_sandbox_ran(response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id"), run)
+        await self.points.pod_sandbox_ran(response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id"), run)
         return response
 
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
@@ -113,7 +113,7 @@ class RuntimeHooks:
         try:
             return await relay(data, context)
         finally:  # also on errors (NotFound: already gone); a wrong guess is refilled on a miss
-            self.points.pod_sandbox_removed(pod_id)
+            await self.points.pod_sandbox_removed(pod_id)
 
     # -- container calls -------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ class RuntimeHooks:
         if rewritten:
             data = request.SerializeToString()
         response = await relay(data, context)
-        self.points.container_created(response_field(cri.CreateContainerResponse, response, "container_id"),
+        await self.points.container_created(response_field(cri.CreateContainerResponse, response, "container_id"),
                                       creation)
         return response
 
@@ -168,7 +168,7 @@ class RuntimeHooks:
             data = request.SerializeToString()
             resources = convert(request.linux, hooks.LinuxContainerResources) if request.HasField("linux") else None
         response = await relay(data, context)
-        self.points.container_resources_updated(request.container_id, resources, request.annotations)
+        await self.points.container_resources_updated(request.container_id, resources, request.annotations)
         return response
 
     async def stop_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
@@ -182,4 +182,4 @@ class RuntimeHooks:
         try:
             return await relay(data, context)
         finally:  # as for pods
-            self.points.container_removed(container_id)
+            await self.points.container_removed(container_id)

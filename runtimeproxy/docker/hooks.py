@@ -86,8 +86,8 @@ class DockerHooks:
         route, container_id = call.match.route, call.match.container_id or ""
         if route is HookedRoute.REMOVE:
             if _succeeded(answer) or answer.status == 404:
-                self.points.pod_sandbox_removed(container_id)
-                self.points.container_removed(container_id)
+                await self.points.pod_sandbox_removed(container_id)
+                await self.points.container_removed(container_id)
             return
         if not _succeeded(answer):
             return
@@ -97,7 +97,7 @@ class DockerHooks:
             if not self.points.recorded_pod(container_id):  # a sandbox's start is part of RunPodSandbox
                 await self.points.post_start_container(container_id, NO_DEADLINE)
         elif route is HookedRoute.UPDATE:
-            self.points.container_resources_updated(container_id, call.notes.get(_UPDATE_NOTE), {})
+            await self.points.container_resources_updated(container_id, call.notes.get(_UPDATE_NOTE), {})
         elif route is HookedRoute.STOP:
             await self.points.post_stop(container_id, NO_DEADLINE)
 
@@ -149,9 +149,9 @@ class DockerHooks:
             return
         created = call.notes.get(_CREATED_NOTE)
         if isinstance(created, PodSandboxRun):
-            self.points.pod_sandbox_ran(container_id, created)
+            await self.points.pod_sandbox_ran(container_id, created)
         elif isinstance(created, ContainerCreation):
-            self.points.container_created(container_id, created)
+            await self.points.container_created(container_id, created)
 
     # -- start, update, stop ---------------------------------------------------------------------------
 

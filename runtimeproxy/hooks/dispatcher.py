@@ -16,7 +16,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -73,10 +74,20 @@ PRE_UPDATE_CONTAINER_RESOURCES = HookPoint(
 POST_STOP_CONTAINER = HookPoint(names.POST_STOP_CONTAINER, *_CONTAINER, None)
 
 
+class PluginRef(Protocol):
+    """What a failure names of a plugin: a hook-protocol Plugin, or a plugin of another kind (hooks.extra)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def endpoint(self) -> Path: ...
+
+
 class HookFailed(Exception):
     """A plugin with failure policy Fail could not do a pre-hook: the call must fail (the core's one failure)."""
 
-    def __init__(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str,
+    def __init__(self, point: HookPoint, plugin: PluginRef, code: grpc.StatusCode, details: str,
                  field: str = "") -> None:
         self.point = point
         self.plugin = plugin
@@ -109,7 +120,7 @@ def report_answer(point: HookPoint, plugin: Plugin, request: Message, response: 
 _DROPPED_SHOWN = 10
 
 
-def failure_fields(plugin: Plugin, point: HookPoint, code: grpc.StatusCode) -> dict[str, str]:
+def failure_fields(plugin: PluginRef, point: HookPoint, code: grpc.StatusCode) -> dict[str, str]:
     """Structured log fields of a plugin failure (--log-format json)."""
     return {"plugin": plugin.name, "hook": point.name, "code": code.name}
 

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.context import HookContext, RecordSource
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
+from runtimeproxy.hooks.extra import ExtraPlugins, Subject
 from runtimeproxy.hooks.merge import apply_resource_update, set_pod_context
 from runtimeproxy.hooks.rebuild import BackendState, rebuild_store
 from runtimeproxy.hooks.service import HookService
@@ -94,6 +96,30 @@ class HookPoints:
         self.dispatcher = service.dispatcher
         self.store = service.store
         self.context = HookContext(service.store, source, service.skip)
+        self._service = service
+
+    @property
+    def extra(self) -> ExtraPlugins:
+        """Plugins of another protocol (NRI; hooks.extra), called after the hook-protocol chain."""
+        return self._service.extra
+
+    async def _notify_extra(self, event: str, pod_id: str = "", container_id: str = "") -> None:
+        """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared)."""
+        if not self.extra.wants(event):
+            return
+        if container_id:
+            found = await self.context.container(container_id)
+            if found is None or (found[1] is not None and found[1].skip_hooks):
+                return
+            record, pod = found
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id,
+                              await self.context.container_request(container_id))
+        else:
+            pod_record = await self.context.pod(pod_id)
+            if pod_record is None or pod_record.skip_hooks:
+                return
+            subject = Subject(pod_id, pod_record.info)
+        await self.extra.notify(event, subject)
 
     async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
         try:
@@ -125,16 +151,20 @@ class HookPoints:
         changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
         return PodSandboxRun(changed, changed != pod, skip)
 
-    def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
+    async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
         """The runtime created the pod: record it as created."""
         if pod_id:
             self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
+            await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
+        await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
 
-    def pod_sandbox_removed(self, pod_id: str) -> None:
+    async def pod_sandbox_removed(self, pod_id: str) -> None:
         """Forget the pod and its containers (also after the runtime said it did not know it)."""
+        if self.store.pod(pod_id) is not None:  # only a recorded pod: the runtime no longer has it
+            await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
         self.store.remove_pod(pod_id)
 
     # -- containers ------------------------------------------------------------------------------------
@@ -153,28 +183,33 @@ class HookPoints:
             set_pod_context(container, pod.info)
             if pod.skip_hooks:
                 return ContainerCreation(pod_id, container, False, False)
-        if not self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
-            return ContainerCreation(pod_id, container, False, True)
-        changed = await self._pre_hook(points.PRE_CREATE_CONTAINER, container, time_remaining)
+        changed = container
+        if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
+            changed = await self._pre_hook(points.PRE_CREATE_CONTAINER, container, time_remaining)
+        if self.extra.wants(extra.CREATE_CONTAINER):
+            subject = Subject(pod_id, pod.info if pod else None, "", changed)
+            changed = await self.extra.adjust(extra.CREATE_CONTAINER, subject, time_remaining)
         return ContainerCreation(pod_id, changed, changed != container, True)
 
-    def container_created(self, container_id: str, creation: ContainerCreation) -> None:
+    async def container_created(self, container_id: str, creation: ContainerCreation) -> None:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
             creation.request.container_meta.id = container_id
             self.store.put_container(container_id, ContainerRecord(creation.pod_id, creation.request))
+            await self._notify_extra(extra.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
         """The start carries nothing to change: plugins act on the container's cgroups themselves."""
-        if not self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
-            return
-        request = await self.context.container_request(container_id)
-        if request is not None:
-            await self._pre_hook(points.PRE_START_CONTAINER, request, time_remaining)
+        if self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
+            request = await self.context.container_request(container_id)
+            if request is not None:
+                await self._pre_hook(points.PRE_START_CONTAINER, request, time_remaining)
+        await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
+        await self._notify_extra(extra.POST_START_CONTAINER, container_id=container_id)
 
     async def pre_update_container_resources(
         self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: Mapping[str, str],
@@ -182,7 +217,8 @@ class HookPoints:
     ) -> ResourceUpdate | None:
         """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
         the way the runtime applies it, and the recorded annotations with the update's. None: no hook ran."""
-        if not self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES):
+        hooked = self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES)
+        if not hooked and not self.extra.wants(extra.UPDATE_CONTAINER):
             return None
         seen = await self.context.container_request(container_id)
         if seen is None:
@@ -190,19 +226,30 @@ class HookPoints:
         if update is not None:
             seen.container_resources.CopyFrom(apply_resource_update(seen.container_resources, update))
         seen.container_annotations.update(annotations)
-        changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
+        changed = seen
+        if hooked:
+            changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
+        if self.extra.wants(extra.UPDATE_CONTAINER):
+            found = await self.context.container(container_id)
+            pod = found[1] if found else None
+            subject = Subject(found[0].pod_id if found else "", pod.info if pod else None, container_id, changed)
+            changed = await self.extra.adjust(extra.UPDATE_CONTAINER, subject, time_remaining)
         return ResourceUpdate(seen, changed)
 
-    def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
-                                    annotations: Mapping[str, str]) -> None:
+    async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
+                                          annotations: Mapping[str, str]) -> None:
         """The runtime applied the update as sent: the recorded resources follow it."""
         self.store.update_container(container_id, sent, dict(annotations))
+        await self._notify_extra(extra.POST_UPDATE_CONTAINER, container_id=container_id)
 
     async def post_stop_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
+        await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
 
-    def container_removed(self, container_id: str) -> None:
+    async def container_removed(self, container_id: str) -> None:
+        if self.store.container(container_id) is not None:  # only a recorded one: the runtime no longer has it
+            await self._notify_extra(extra.REMOVE_CONTAINER, container_id=container_id)
         self.store.remove_container(container_id)
 
     # -- for frontends whose pods and containers share one ID space (Docker) -------------------------
@@ -215,7 +262,8 @@ class HookPoints:
         """PostStopPodSandbox for a pod, PostStopContainer for a container (the pod read from the backend on
         a miss; nothing is looked up when neither point has plugins)."""
         if not (self.dispatcher.has_plugins(points.POST_STOP_POD_SANDBOX)
-                or self.dispatcher.has_plugins(points.POST_STOP_CONTAINER)):
+                or self.dispatcher.has_plugins(points.POST_STOP_CONTAINER)
+                or self.extra.wants(extra.STOP_POD_SANDBOX) or self.extra.wants(extra.STOP_CONTAINER)):
             return
         if self.store.container(object_id) is None and await self.context.pod(object_id) is not None:
             await self.post_stop_pod_sandbox(object_id, time_remaining)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runtimeproxy.hooks.dispatcher import Dispatcher
+from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
@@ -36,6 +37,7 @@ class HookService:
         self.state_dir = options.state_dir
         self.toggles = Toggles(options.state_dir)
         self.dispatcher = Dispatcher(self.registry, self.toggles)
+        self.extra: ExtraPlugins = NO_EXTRA_PLUGINS  # plugins of another protocol (NRI), set by the process
         self._tasks: list[asyncio.Task[None]] = []
         self._state_lock: SocketLock | None = None
 

@@ -88,6 +88,11 @@ class Store:
         with self._lock:
             self._containers.pop(container_id, None)
 
+    def snapshot(self) -> tuple[list[tuple[str, PodRecord]], list[tuple[str, ContainerRecord]]]:
+        """Every recorded pod and container (to tell a plugin that attaches what exists)."""
+        with self._lock:
+            return list(self._pods.items()), list(self._containers.items())
+
     def update_container(
         self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: dict[str, str]
     ) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed
+from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins
 from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
@@ -51,6 +52,7 @@ class Core:
     dispatcher: Dispatcher
     store: Store = field(default_factory=Store)
     skip: SkipRule = field(default_factory=lambda: SKIP)
+    extra: ExtraPlugins = NO_EXTRA_PLUGINS
 
 
 class Points:
@@ -95,7 +97,7 @@ def test_a_pod_the_plugins_changed_is_recorded_as_changed(core: Points) -> None:
     core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox"])
     run = core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
     assert run.changed and run.request.cgroup_parent == "/kubepods/koord-be"
-    core.points.pod_sandbox_ran("p1", run)
+    core.run(core.points.pod_sandbox_ran("p1", run))
     record = core.core.store.pod("p1")
     assert record is not None and record.info.cgroup_parent == "/kubepods/koord-be" and not record.skip_hooks
 
@@ -106,7 +108,7 @@ def test_a_pod_with_the_skip_label_gets_no_hooks_and_is_recorded_so(core: Points
     pod.labels["skip-hooks"] = "true"
     run = core.run(core.points.pre_run_pod_sandbox(pod, None))
     assert not run.changed and run.skip_hooks
-    core.points.pod_sandbox_ran("p1", run)
+    core.run(core.points.pod_sandbox_ran("p1", run))
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
     assert plugin.seen == [] and not creation.changed and creation.cgroup_parent == ""
 
@@ -129,7 +131,7 @@ def test_the_pod_part_is_filled_from_the_recorded_pod(core: Points) -> None:
     (seen,) = plugin.seen_by("PreCreateContainer")
     assert seen.pod_meta == pod_request().pod_meta and dict(seen.pod_labels) == dict(pod_request().labels)
     assert seen.pod_cgroup_parent == pod_request().cgroup_parent and seen.pod_resources == pod_request().resources
-    core.points.container_created("c-9", creation)
+    core.run(core.points.container_created("c-9", creation))
     record = core.core.store.container("c-9")
     assert record is not None and record.pod_id == "p1" and record.info.container_meta.id == "c-9"
 
@@ -155,7 +157,7 @@ def test_an_unknown_pod_with_the_skip_label_in_its_request_gets_no_hooks(core: P
 
 def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along_without_create_plugins(core: Points) -> None:
     core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox"])
-    core.points.pod_sandbox_ran("p1", core.run(core.points.pre_run_pod_sandbox(pod_request(), None)))
+    core.run(core.points.pod_sandbox_ran("p1", core.run(core.points.pre_run_pod_sandbox(pod_request(), None))))
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
     assert not creation.changed and creation.cgroup_parent == "/kubepods/koord-be"
 
@@ -201,7 +203,7 @@ def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Point
     assert isinstance(update, ResourceUpdate) and update.changed
     assert update.resource_changes() == resources(cpu_period=50_000)  # the echoed values are not sent
     assert update.annotation_changes() == {"v": "2"}
-    core.points.container_resources_updated("c1", resources(cpu_shares=300, cpu_period=50_000), {"u": "1"})
+    core.run(core.points.container_resources_updated("c1", resources(cpu_shares=300, cpu_period=50_000), {"u": "1"}))
     record = core.core.store.container("c1")
     assert record is not None and record.info.container_resources == resources(
         cpu_shares=300, cpu_period=50_000, memory_limit_in_bytes=96 << 20)
@@ -220,7 +222,7 @@ def test_a_stop_of_a_shared_id_runs_the_hook_of_what_it_is(core: Points) -> None
 def test_a_removed_pod_takes_its_containers_along(core: Points) -> None:
     core.core.store.put_pod("p1", PodRecord(pod_request()))
     core.core.store.put_container("c1", ContainerRecord("p1", bare_container()))
-    core.points.pod_sandbox_removed("p1")
+    core.run(core.points.pod_sandbox_removed("p1"))
     assert len(core.core.store) == 0
 
 

@@ -1,0 +1,66 @@
+"""Plugins of another protocol on the same lifecycle calls (NRI plugins): the interface the core calls.
+
+The core knows no such protocol: runtimeproxy.nri implements `ExtraPlugins` and the process (runtimeproxy.app)
+puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute read per call. The hook points
+(hooks.points) call it after the hook-protocol chain, so the extra plugins see the request as the hook
+plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
+(CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
+`notify` for the others. `adjust` raises hooks.dispatcher.HookFailed to fail the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+RUN_POD_SANDBOX = "RunPodSandbox"
+STOP_POD_SANDBOX = "StopPodSandbox"
+REMOVE_POD_SANDBOX = "RemovePodSandbox"
+CREATE_CONTAINER = "CreateContainer"
+POST_CREATE_CONTAINER = "PostCreateContainer"
+START_CONTAINER = "StartContainer"
+POST_START_CONTAINER = "PostStartContainer"
+UPDATE_CONTAINER = "UpdateContainer"
+POST_UPDATE_CONTAINER = "PostUpdateContainer"
+STOP_CONTAINER = "StopContainer"
+REMOVE_CONTAINER = "RemoveContainer"
+
+
+@dataclass
+class Subject:
+    """What an event is about: a pod, or a container and its pod (as the store records them)."""
+
+    pod_id: str
+    pod: hooks.PodSandboxHookRequest | None
+    container_id: str = ""
+    container: hooks.ContainerResourceHookRequest | None = None
+
+
+class ExtraPlugins(Protocol):
+    def wants(self, event: str) -> bool:
+        """Some attached plugin subscribed to the event (cheap: checked before anything is looked up)."""
+
+    async def adjust(self, event: str, subject: Subject,
+                     time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+        """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated)."""
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        """Any other event; never fails the call."""
+
+
+class _NoExtraPlugins:
+    def wants(self, event: str) -> bool:
+        return False
+
+    async def adjust(self, event: str, subject: Subject,
+                     time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+        assert subject.container is not None
+        return subject.container
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        return None
+
+
+NO_EXTRA_PLUGINS: ExtraPlugins = _NoExtraPlugins()
