@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
+from pathlib import Path
+
 from runtimeproxy.allocator import IdleTrimmer, reexec_with_huge_pages, tune_for_large_messages
 from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import SocketInUseError, SocketLock, claim_socket_path, release_socket, restrict_socket
@@ -27,6 +29,7 @@ from runtimeproxy.report import FrontendReport
 if TYPE_CHECKING:
     from runtimeproxy.admin.operator import OperatorEndpoints
     from runtimeproxy.hooks.service import HookService
+    from runtimeproxy.nri.host import NriHost
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ class Proxy:
         self._socket_lock: SocketLock | None = None
         self._socket_inode: int | None = None
         self._trimmer: asyncio.Task[None] | None = None
+        self.nri: NriHost | None = None
 
     async def start(self) -> None:
         from runtimeproxy.admin.operator import OperatorEndpoints
@@ -88,6 +92,8 @@ class Proxy:
         frontend = self.frontend = self._frontend_factory(options, self.hook_service)
         await frontend.start()
         self._socket_inode = restrict_socket(options.listen_path)
+        if options.nri_socket is not None:
+            await self._start_nri(options.nri_socket)
         self.operator = OperatorEndpoints(options, ProxyParts(frontend.report, self.hook_service, started, options))
         await self.operator.start()
         trimmer = IdleTrimmer(lambda: frontend.calls_started)
@@ -95,12 +101,33 @@ class Proxy:
         log.info("%s; plugin configs in %s (%d plugins)%s", frontend.describe(), options.hook_config_dir,
                  len(self.hook_service.registry.plugins), self.operator.summary())
 
+    async def _start_nri(self, socket_path: Path) -> None:
+        """NRI plugins as plugins of the hook core: the host goes on the hook service; updates of other
+        containers go through the frontend's UpdateContainerResources when it has one."""
+        from runtimeproxy.nri.host import NriHost
+
+        assert self.hook_service is not None and self.frontend is not None
+        service = self.hook_service
+        host = self.nri = NriHost(socket_path, service.store, ready=service.store_rebuilt,
+                                  registration_timeout=self.options.nri_registration_timeout,
+                                  request_timeout=self.options.nri_request_timeout, allows=service.toggles.allows)
+        host.updater = getattr(self.frontend, "update_container_resources", None)
+        await host.start()
+        service.extra = host
+
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, give in-flight calls `grace` seconds, then release everything (also after a
         start that failed half-way)."""
         grace = self.options.shutdown_grace_seconds if grace is None else grace
         if self.frontend is not None:
             await self.frontend.stop(grace)
+        if self.nri is not None:
+            from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS
+
+            if self.hook_service is not None:
+                self.hook_service.extra = NO_EXTRA_PLUGINS
+            await self.nri.stop()
+            self.nri = None
         if self._trimmer is not None:
             self._trimmer.cancel()
             await asyncio.gather(self._trimmer, return_exceptions=True)

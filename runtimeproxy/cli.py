@@ -19,6 +19,9 @@ from runtimeproxy.options import (
     DEFAULT_HOOK_CONFIG_DIR,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_METRICS_ADDRESS,
+    DEFAULT_NRI_REGISTRATION_TIMEOUT,
+    DEFAULT_NRI_REQUEST_TIMEOUT,
+    DEFAULT_NRI_SOCKET,
     DEFAULT_PROXY_SOCKET,
     DEFAULT_RUNTIME_SOCKET,
     DEFAULT_SKIP_LABEL_KEY,
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(parser, "log-level", type=_choice(LOG_LEVELS), default=None, metavar="LEVEL",
           help=f"one of {', '.join(LOG_LEVELS)} (default: info; the Go binary's -v=N: 4 and up is debug)")
     _operator_flags(parser)
+    _nri_flags(parser)
     add_klog_flags(parser)
     # Benchmark only (bench/): compare the raw-bytes path with decoding every message.
     parser.add_argument("--benchmark-decode-all", action="store_true", help=argparse.SUPPRESS)
@@ -161,6 +165,20 @@ def _operator_flags(parser: argparse.ArgumentParser) -> None:
     _flag(parser, "metrics-bind-address", type=_metrics_address, default=argparse.SUPPRESS,
           metavar="HOST:PORT", help=f"serves /metrics, /healthz, /readyz; empty disables (default: "
           f"{DEFAULT_METRICS_ADDRESS} for the default CRI socket, else off)")
+
+
+def _nri_flags(parser: argparse.ArgumentParser) -> None:
+    """Hosting NRI plugins (runtimeproxy.nri): off unless asked for."""
+    _flag(parser, "enable-nri", action="store_true",
+          help=f"host NRI plugins on {DEFAULT_NRI_SOCKET} (NRI's own socket; see --nri-socket)")
+    _flag(parser, "nri-socket", type=_endpoint, default=None, metavar="PATH",
+          help="host NRI plugins on this unix socket (implies --enable-nri; refused if a live NRI server, "
+          "e.g. a containerd with NRI on, holds it)")
+    _flag(parser, "nri-registration-timeout", type=_positive_float, default=DEFAULT_NRI_REGISTRATION_TIMEOUT,
+          metavar="SECONDS", help="how long a connected NRI plugin may take to register (default: %(default)s)")
+    _flag(parser, "nri-request-timeout", type=_positive_float, default=DEFAULT_NRI_REQUEST_TIMEOUT,
+          metavar="SECONDS", help="how long an NRI plugin may take to answer; one that misses it is detached "
+          "(default: %(default)s)")
 
 
 @dataclass(frozen=True)
@@ -193,6 +211,9 @@ def parse_command_line(argv: Sequence[str] | None = None) -> CommandLine:
         state_dir=getattr(args, "state_dir", default_state_dir(listen_path)),
         metrics_address=getattr(args, "metrics_bind_address", default_metrics_address(listen_path)) or None,
         log_format=args.log_format,
+        nri_socket=args.nri_socket or (DEFAULT_NRI_SOCKET if args.enable_nri else None),
+        nri_registration_timeout=args.nri_registration_timeout,
+        nri_request_timeout=args.nri_request_timeout,
     )
     return CommandLine(options, args.log_level or klog.level or "info", klog)
 

@@ -24,6 +24,10 @@ DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
 # Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
 DEFAULT_MAX_CONCURRENT_CALLS = 10_000
+# NRI (runtimeproxy.nri): the socket NRI plugins connect to by default, and NRI's own timeouts.
+DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
+DEFAULT_NRI_REGISTRATION_TIMEOUT = 5.0
+DEFAULT_NRI_REQUEST_TIMEOUT = 2.0
 
 
 # A proxy serving another CRI socket than the default (a second proxy on the node: Docker mode beside CRI
@@ -70,6 +74,10 @@ class ProxyOptions:
     state_dir: Path | None = None  # toggles are kept in memory only when None
     metrics_address: str | None = None  # "host:port"
     log_format: str = "text"  # or "json"
+    # The NRI socket the proxy hosts NRI plugins on; None: NRI off (the drop-in default).
+    nri_socket: Path | None = None
+    nri_registration_timeout: float = DEFAULT_NRI_REGISTRATION_TIMEOUT
+    nri_request_timeout: float = DEFAULT_NRI_REQUEST_TIMEOUT
 
     @property
     def effective_image_path(self) -> Path:

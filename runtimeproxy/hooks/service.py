@@ -25,6 +25,7 @@ from runtimeproxy.listener import SocketInUseError, SocketLock, lock_socket_path
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
+STORE_REBUILD = "store-rebuild"  # the name of the frontend's background work that refills the store
 
 
 class HookService:
@@ -50,6 +51,12 @@ class HookService:
     def run_in_background(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Work of a frontend that lives as long as the hooks (e.g. rebuilding the store)."""
         self._tasks.append(asyncio.create_task(work, name=name))
+
+    async def store_rebuilt(self) -> None:
+        """Returns once the frontend's rebuild of the store (after a restart) is over, if one runs."""
+        rebuilds = [task for task in self._tasks if task.get_name() == STORE_REBUILD]
+        if rebuilds:
+            await asyncio.wait(rebuilds)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -1,0 +1,154 @@
+"""NRI plugins' answers applied to a container as the hook core knows it: what a CRI or Docker request carries.
+
+A ContainerAdjustment (CreateContainer) and a ContainerUpdate's resources (UpdateContainer, or an update of
+another container) are folded into a hooks.ContainerResourceHookRequest, which the frontend writes back into
+its request as it does a hook plugin's answer. Applied: annotations and environment (a key "-name" removes,
+NRI's removal marker), CPU shares/quota/period, cpuset cpus/mems, memory limit and swap, hugepage limits,
+unified (cgroup v2) keys, and at creation the OOM score adjustment. Anything else an answer sets (mounts,
+args, devices, OCI hooks, rlimits, CDI devices, a cgroups path, blockio/RDT class, pids, realtime CPU,
+memory reservation/kernel/swappiness, namespaces, sysctls, seccomp, scheduler, I/O priority, ...) is
+refused: the request the proxy forwards has no place for it, and dropping it silently would lie to the
+plugin. `AdjustmentRefused` names the field.
+
+NRI's conflict rule: within one call, every field (each annotation, each variable, each resource, each
+hugepage size and unified key) is owned by the first plugin that sets or removes it; another plugin
+touching it fails the call (`AdjustmentConflict`), as containerd/nri's result collection does.
+"""
+
+from __future__ import annotations
+
+from google.protobuf.message import Message
+
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+REMOVAL_MARK = "-"
+
+# Adjustment fields the proxy applies (message paths from ContainerAdjustment / LinuxContainerUpdate).
+_RESOURCES = frozenset({
+    "linux.resources.cpu.shares", "linux.resources.cpu.quota", "linux.resources.cpu.period",
+    "linux.resources.cpu.cpus", "linux.resources.cpu.mems",
+    "linux.resources.memory.limit", "linux.resources.memory.swap",
+    "linux.resources.hugepage_limits", "linux.resources.unified",
+})
+APPLIED_AT_CREATION = _RESOURCES | {"annotations", "env", "linux.oom_score_adj"}
+APPLIED_IN_UPDATES = _RESOURCES
+
+
+class AdjustmentError(Exception):
+    def __init__(self, plugin: str, field: str, message: str) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.field = field
+
+
+class AdjustmentRefused(AdjustmentError):
+    """The answer sets a field the forwarded request cannot carry."""
+
+
+class AdjustmentConflict(AdjustmentError):
+    """Two plugins set the same field in one call."""
+
+
+def unsupported_fields(message: Message, applied: frozenset[str], prefix: str = "") -> list[str]:
+    """The set fields of `message` (paths) that are not applied."""
+    found: list[str] = []
+    for field, value in message.ListFields():
+        path = f"{prefix}{field.name}"
+        if path in applied:
+            continue
+        nested = field.message_type is not None and not field.is_repeated
+        if nested and any(name.startswith(path + ".") for name in applied):
+            found.extend(unsupported_fields(value, applied, path + "."))
+        else:
+            found.append(path)
+    return found
+
+
+class Adjustments:
+    """One call's answers, plugin after plugin, folded into `container` (a copy of the request)."""
+
+    def __init__(self, request: hooks.ContainerResourceHookRequest) -> None:
+        self.container = hooks.ContainerResourceHookRequest()
+        self.container.CopyFrom(request)
+        self._owners: dict[str, str] = {}
+
+    def _claim(self, plugin: str, what: str) -> None:
+        owner = self._owners.setdefault(what, plugin)
+        if owner != plugin:
+            raise AdjustmentConflict(plugin, what, f"plugins {owner!r} and {plugin!r} both tried to set {what}")
+
+    def apply_adjustment(self, plugin: str, adjust: nri.ContainerAdjustment, action: str) -> None:
+        refused = unsupported_fields(adjust, APPLIED_AT_CREATION)
+        if refused:
+            raise AdjustmentRefused(plugin, refused[0], _refusal(plugin, refused, action))
+        for key, value in adjust.annotations.items():
+            self._set_or_remove(plugin, "annotation", self.container.container_annotations, key, value)
+        for entry in adjust.env:
+            self._set_or_remove(plugin, "environment variable", self.container.container_envs, entry.key,
+                                entry.value)
+        linux = adjust.linux
+        if linux.HasField("oom_score_adj"):
+            self._claim(plugin, "oom score adj")
+            self.container.container_resources.oom_score_adj = linux.oom_score_adj.value
+        if linux.HasField("resources"):
+            self.apply_resources(plugin, linux.resources)
+
+    def apply_update(self, plugin: str, update: nri.ContainerUpdate, action: str) -> None:
+        refused = unsupported_fields(update.linux, APPLIED_IN_UPDATES, "linux.")
+        if refused:
+            raise AdjustmentRefused(plugin, refused[0], _refusal(plugin, refused, action))
+        self.apply_resources(plugin, update.linux.resources)
+
+    def _set_or_remove(self, plugin: str, kind: str, target: dict[str, str] | object, key: str, value: str) -> None:
+        entries: dict[str, str] = target  # type: ignore[assignment]  # a protobuf map
+        if key.startswith(REMOVAL_MARK):
+            name = key[len(REMOVAL_MARK):]
+            self._claim(plugin, f"{kind} {name!r}")
+            entries.pop(name, None)
+            return
+        self._claim(plugin, f"{kind} {key!r}")
+        entries[key] = value
+
+    def apply_resources(self, plugin: str, resources: nri.LinuxResources) -> None:
+        target = self.container.container_resources
+        cpu, memory = resources.cpu, resources.memory
+        for name, present, value, field in (
+            ("cpu shares", cpu.HasField("shares"), cpu.shares.value, "cpu_shares"),
+            ("cpu quota", cpu.HasField("quota"), cpu.quota.value, "cpu_quota"),
+            ("cpu period", cpu.HasField("period"), cpu.period.value, "cpu_period"),
+            ("memory limit", memory.HasField("limit"), memory.limit.value, "memory_limit_in_bytes"),
+            ("memory swap limit", memory.HasField("swap"), memory.swap.value, "memory_swap_limit_in_bytes"),
+        ):
+            if present:
+                self._claim(plugin, name)
+                setattr(target, field, value)
+        if cpu.cpus:
+            self._claim(plugin, "cpuset cpus")
+            target.cpuset_cpus = cpu.cpus
+        if cpu.mems:
+            self._claim(plugin, "cpuset mems")
+            target.cpuset_mems = cpu.mems
+        if resources.hugepage_limits:
+            pages = {limit.page_size: limit.limit for limit in target.hugepage_limits}
+            for limit in resources.hugepage_limits:
+                self._claim(plugin, f"hugepage limit {limit.page_size!r}")
+                pages[limit.page_size] = limit.limit
+            del target.hugepage_limits[:]
+            target.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit)
+                                          for size, limit in pages.items())
+        for key, value in resources.unified.items():
+            self._claim(plugin, f"unified resource {key!r}")
+            target.unified[key] = value
+
+    def as_answer(self) -> hooks.ContainerResourceHookResponse:
+        """The container as the plugins left it, as a hook answer (for hooks.validate)."""
+        return hooks.ContainerResourceHookResponse(
+            container_annotations=self.container.container_annotations,
+            container_resources=self.container.container_resources,
+            container_envs=self.container.container_envs)
+
+
+def _refusal(plugin: str, fields: list[str], action: str) -> str:
+    return (f"NRI plugin {plugin} set {', '.join(fields)}, which {action} through the proxy cannot carry "
+            f"(see the README's table of NRI adjustments)")

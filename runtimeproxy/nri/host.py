@@ -1,0 +1,310 @@
+"""The proxy as an NRI runtime: the plugins attached to its NRI socket, as plugins of the hook core.
+
+`NriHost` implements hooks.extra.ExtraPlugins. It listens on the NRI socket (refusing one a live NRI server
+holds), keeps the registered plugins in NRI's order (index, then name), lets a reconnecting plugin replace
+its old connection (one live registration per index and name), and synchronizes each new plugin with the
+pods and containers the store records. The hook points then hand it each lifecycle event; every plugin that
+subscribed gets it, in order. CreateContainer adjustments and UpdateContainer updates of the container
+itself are folded into the request (nri.adjust: what is applied, what is refused, NRI's conflict rule) and
+each plugin's result is checked by the same rules as a hook plugin's answer (hooks.validate). A plugin that
+misses a timeout or loses its connection is detached and the call goes on without it; an error a plugin
+answers to CreateContainer or UpdateContainer, a conflict, a refused field or an invalid answer fails the
+call (HookFailed). Notifications never fail a call.
+
+Updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers, Synchronize, and
+UpdateContainers a plugin sends on its own) go to `updater`, the frontend's UpdateContainerResources; without
+one they are answered as failed and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from runtimeproxy import __version__
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.merge import merge_container_response
+from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.nri import convert
+from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
+from runtimeproxy.nri.session import (
+    DEFAULT_REGISTRATION_TIMEOUT,
+    DEFAULT_REQUEST_TIMEOUT,
+    PluginDetached,
+    PluginSession,
+    listen,
+)
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+log = logging.getLogger(__name__)
+
+RUNTIME_NAME = "runtimeproxy"
+EVENTS: dict[str, int] = {
+    extra.RUN_POD_SANDBOX: nri.RUN_POD_SANDBOX,
+    extra.STOP_POD_SANDBOX: nri.STOP_POD_SANDBOX,
+    extra.REMOVE_POD_SANDBOX: nri.REMOVE_POD_SANDBOX,
+    extra.CREATE_CONTAINER: nri.CREATE_CONTAINER,
+    extra.POST_CREATE_CONTAINER: nri.POST_CREATE_CONTAINER,
+    extra.START_CONTAINER: nri.START_CONTAINER,
+    extra.POST_START_CONTAINER: nri.POST_START_CONTAINER,
+    extra.UPDATE_CONTAINER: nri.UPDATE_CONTAINER,
+    extra.POST_UPDATE_CONTAINER: nri.POST_UPDATE_CONTAINER,
+    extra.STOP_CONTAINER: nri.STOP_CONTAINER,
+    extra.REMOVE_CONTAINER: nri.REMOVE_CONTAINER,
+}
+# The container's state as NRI reports it with each event (the store keeps no state).
+_STATE = {
+    extra.POST_CREATE_CONTAINER: nri.CONTAINER_CREATED,
+    extra.START_CONTAINER: nri.CONTAINER_CREATED,
+    extra.POST_START_CONTAINER: nri.CONTAINER_RUNNING,
+    extra.UPDATE_CONTAINER: nri.CONTAINER_RUNNING,
+    extra.POST_UPDATE_CONTAINER: nri.CONTAINER_RUNNING,
+    extra.STOP_CONTAINER: nri.CONTAINER_STOPPED,
+    extra.REMOVE_CONTAINER: nri.CONTAINER_STOPPED,
+}
+# How a failure of an NRI plugin is reported by the hook core (its message names the event).
+_POINTS = {
+    extra.CREATE_CONTAINER: HookPoint("NRI CreateContainer", hooks.ContainerResourceHookRequest,
+                                      hooks.ContainerResourceHookResponse, merge_container_response),
+    extra.UPDATE_CONTAINER: HookPoint("NRI UpdateContainer", hooks.ContainerResourceHookRequest,
+                                      hooks.ContainerResourceHookResponse, merge_container_response),
+}
+ContainerUpdater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class NriPluginRef:
+    """An NRI plugin as a failure names it (hooks.dispatcher.PluginRef)."""
+
+    name: str
+    endpoint: Path
+
+
+class NriHost:
+    def __init__(self, socket_path: Path, store: Store, *,
+                 registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+                 allows: Callable[[str, str], bool] | None = None,
+                 ready: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.socket_path = socket_path
+        self.store = store
+        self.registration_timeout = registration_timeout
+        self.request_timeout = request_timeout
+        self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
+        self._allows = allows or (lambda plugin, event: True)  # the node's toggles
+        self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
+        self._plugins: list[PluginSession] = []  # attached, in NRI's order
+        self._server: asyncio.Server | None = None
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    @property
+    def plugins(self) -> list[PluginSession]:
+        return list(self._plugins)
+
+    async def start(self) -> None:
+        self._server = await listen(
+            self.socket_path, self._attach, runtime_name=RUNTIME_NAME, runtime_version=__version__,
+            registration_timeout=self.registration_timeout, request_timeout=self.request_timeout,
+            on_update=self._unsolicited_update)
+        log.info("NRI: serving plugins on %s", self.socket_path)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        plugins, self._plugins = self._plugins, []
+        await asyncio.gather(*(plugin.shutdown() for plugin in plugins), return_exceptions=True)
+        for task in list(self._watchers):
+            task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1)
+            self._server = None
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+
+    # -- attaching -------------------------------------------------------------------------------
+
+    async def _attach(self, plugin: PluginSession) -> None:
+        """A registered, configured plugin: replaces an older connection of the same plugin, synchronized."""
+        for old in [p for p in self._plugins if p.plugin_id == plugin.plugin_id]:
+            self._plugins.remove(old)
+            old.detach("replaced by a new connection of the same plugin")
+        if self._ready is not None:
+            await self._ready()
+        pods, containers = self.store.snapshot()
+        try:
+            updates = await plugin.synchronize(
+                [convert.pod_sandbox(pod_id, record.info) for pod_id, record in pods if not record.skip_hooks],
+                [convert.container(cid, record.pod_id, record.info) for cid, record in containers])
+        except TtrpcError as error:
+            plugin.detach(f"synchronize failed: {error}")
+            return
+        self._plugins.append(plugin)
+        self._plugins.sort(key=lambda p: (p.index, p.name))
+        log.info("NRI plugin %s attached (events 0x%x; synchronized %d pods, %d containers)",
+                 plugin.plugin_id, plugin.events, len(pods), len(containers))
+        await self._update_others(plugin.plugin_id, updates, "")
+        watcher = asyncio.create_task(self._forget_when_closed(plugin), name=f"nri-{plugin.plugin_id}")
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
+
+    async def _forget_when_closed(self, plugin: PluginSession) -> None:
+        await plugin.wait_closed()
+        plugin.detach(plugin.detached_reason or "connection closed")
+        self._drop(plugin)
+
+    def _drop(self, plugin: PluginSession) -> None:
+        if plugin in self._plugins:
+            self._plugins.remove(plugin)
+            log.warning("NRI plugin %s detached: %s", plugin.plugin_id, plugin.detached_reason)
+
+    # -- hooks.extra.ExtraPlugins ----------------------------------------------------------------
+
+    def _subscribers(self, event: str) -> list[PluginSession]:
+        number = EVENTS[event]
+        return [plugin for plugin in self._plugins
+                if plugin.subscribed(number) and not plugin.detached and self._allows(plugin.plugin_id, event)]
+
+    def wants(self, event: str) -> bool:
+        return bool(self._plugins) and bool(self._subscribers(event))
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        pod = convert.pod_sandbox(subject.pod_id, subject.pod)
+        container = None
+        if subject.container is not None:
+            container = convert.container(subject.container_id, subject.pod_id, subject.container,
+                                          _STATE.get(event, nri.CONTAINER_UNKNOWN))
+        for plugin in self._subscribers(event):
+            try:
+                if event == extra.STOP_CONTAINER and container is not None:
+                    answer = await plugin.call("StopContainer", nri.StopContainerRequest(
+                        pod=pod, container=container), nri.StopContainerResponse)
+                    await self._update_others(plugin.plugin_id, list(answer.update), subject.container_id)
+                else:
+                    await plugin.notify(EVENTS[event], pod, container)
+            except PluginDetached:
+                self._drop(plugin)
+            except TtrpcError as error:
+                log.warning("NRI plugin %s failed %s: %s", plugin.plugin_id, event, error)
+
+    async def adjust(self, event: str, subject: Subject,
+                     time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+        assert subject.container is not None
+        pod = convert.pod_sandbox(subject.pod_id, subject.pod)
+        adjustments = Adjustments(subject.container)
+        others: list[tuple[str, list[nri.ContainerUpdate]]] = []
+        for plugin in self._subscribers(event):
+            before = hooks.ContainerResourceHookRequest()
+            before.CopyFrom(adjustments.container)
+            container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0))
+            try:
+                updates = await self._ask(plugin, event, pod, container, subject, adjustments)
+            except PluginDetached:
+                self._drop(plugin)
+                continue
+            except TtrpcError as error:
+                raise self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}")
+            except AdjustmentError as error:
+                code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
+                    grpc.StatusCode.FAILED_PRECONDITION
+                raise self._failed(event, plugin, code, str(error), error.field) from None
+            problem = answer_problem(before, adjustments.as_answer())
+            if problem is not None:
+                raise self._failed(event, plugin, grpc.StatusCode.INTERNAL, f"invalid answer: {problem}",
+                                   problem.field)
+            others.append((plugin.plugin_id, updates))
+        for plugin_id, updates in others:
+            await self._update_others(plugin_id, updates, subject.container_id)
+        return adjustments.container
+
+    async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,
+                   subject: Subject, adjustments: Adjustments) -> list[nri.ContainerUpdate]:
+        """One plugin's answer folded in; returns its updates of other containers."""
+        if event == extra.CREATE_CONTAINER:
+            created = await plugin.call("CreateContainer", nri.CreateContainerRequest(
+                pod=pod, container=container), nri.CreateContainerResponse)
+            adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
+            updates = list(created.update)
+        else:
+            request = nri.UpdateContainerRequest(pod=pod, container=container,
+                                                 linux_resources=container.linux.resources)
+            updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
+            updates = list(updated.update)
+        own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
+        for update in own:
+            adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")
+        return [update for update in updates if update not in own]
+
+    def _failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
+                field: str = "") -> HookFailed:
+        failure = HookFailed(_POINTS[event], NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
+        log.warning("%s", failure)
+        return failure
+
+    # -- updates of other containers --------------------------------------------------------------
+
+    async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
+        failed = await self._apply_updates(plugin_id, updates)
+        for update in failed:
+            if not update.ignore_failure:
+                log.warning("NRI plugin %s: update of container %s (asked during %s) failed", plugin_id,
+                            update.container_id, current or "synchronization")
+
+    async def _apply_updates(self, plugin_id: str, updates: list[nri.ContainerUpdate]) -> list[nri.ContainerUpdate]:
+        failed: list[nri.ContainerUpdate] = []
+        for update in updates:
+            record = self.store.container(update.container_id)
+            if self.updater is None or record is None:
+                log.warning("NRI plugin %s: cannot update container %s: %s", plugin_id, update.container_id,
+                            "this frontend takes no updates" if self.updater is None else "unknown container")
+                failed.append(update)
+                continue
+            adjustments = Adjustments(record.info)
+            try:
+                adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
+                changes = _resource_changes(record.info.container_resources,
+                                            adjustments.container.container_resources)
+                await self.updater(update.container_id, changes)
+            except (AdjustmentError, OSError, RuntimeError) as error:
+                log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id, update.container_id,
+                            error)
+                failed.append(update)
+                continue
+            self.store.update_container(update.container_id, changes, {})
+        return failed
+
+    async def _unsolicited_update(self, plugin: PluginSession,
+                                  request: nri.UpdateContainersRequest) -> nri.UpdateContainersResponse:
+        """UpdateContainers a plugin sends on its own (maybe while we wait for its answer: served apart)."""
+        failed = await self._apply_updates(plugin.plugin_id, list(request.update))
+        if request.evict:
+            log.warning("NRI plugin %s asked to evict %d containers: the proxy does not evict", plugin.plugin_id,
+                        len(request.evict))
+        return nri.UpdateContainersResponse(failed=failed)
+
+
+def _resource_changes(before: hooks.LinuxContainerResources,
+                      after: hooks.LinuxContainerResources) -> hooks.LinuxContainerResources:
+    """Only what changed: an update's zero means "unchanged" to the runtimes."""
+    changes = hooks.LinuxContainerResources()
+    for field in after.DESCRIPTOR.fields:
+        if field.message_type is None and not field.is_repeated:
+            value = getattr(after, field.name)
+            if value and value != getattr(before, field.name):
+                setattr(changes, field.name, value)
+    changes.unified.update((key, value) for key, value in after.unified.items() if before.unified.get(key) != value)
+    before_pages = {limit.page_size: limit.limit for limit in before.hugepage_limits}
+    changes.hugepage_limits.extend(limit for limit in after.hugepage_limits
+                                   if before_pages.get(limit.page_size) != limit.limit)
+    return changes

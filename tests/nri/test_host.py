@@ -1,0 +1,290 @@
+"""The proxy as an NRI runtime (nri.host) driven by the project's own NRI plugins (nrikit) over a real unix
+socket, with the hook core's store: attach and Synchronize, CreateContainer adjustments applied / refused /
+in conflict, timeouts that detach, reconnects that replace, notifications by subscription, updates of other
+containers."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+
+from runtimeproxy import __version__
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.nri.host import NriHost
+from runtimeproxy.nri.session import event_mask
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+from nrikit import NriPlugin
+
+Handler = Callable[[NriPlugin, Message], Awaitable[Message]]
+
+
+def run(coroutine: Awaitable[object]) -> object:
+    return asyncio.run(asyncio.wait_for(coroutine, 20))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def socket_path() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="nri-") as directory:
+        yield Path(directory) / "nri.sock"
+
+
+def pod_info(name: str = "web") -> hooks.PodSandboxHookRequest:
+    return hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name=name, uid=f"uid-{name}",
+                                                                       namespace="default"),
+                                       labels={"app": name}, cgroup_parent="/kubepods/burstable/poduid-web")
+
+
+def container_info(name: str = "app") -> hooks.ContainerResourceHookRequest:
+    return hooks.ContainerResourceHookRequest(
+        container_meta=hooks.ContainerMetadata(name=name), container_envs={"PATH": "/bin"},
+        container_annotations={"a": "1"},
+        container_resources=hooks.LinuxContainerResources(cpu_shares=512, memory_limit_in_bytes=64 << 20))
+
+
+def creation() -> Subject:
+    return Subject("pod-1", pod_info(), "", container_info())
+
+
+def adjusting(adjust: nri.ContainerAdjustment, *updates: nri.ContainerUpdate) -> Handler:
+    async def handle(plugin: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(adjust=adjust, update=updates)
+    return handle
+
+
+def plugin(name: str, index: str, events: int, **methods: tuple[type[Message], Handler]) -> NriPlugin:
+    return NriPlugin(name=name, index=index, events=events, methods=dict(methods))
+
+
+def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
+    return nri.ContainerUpdate(container_id=container_id, linux=nri.LinuxContainerUpdate(
+        resources=nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=shares)))))
+
+
+@asynccontextmanager
+async def host_on(path: Path, store: Store | None = None, **options: object) -> AsyncIterator[NriHost]:
+    host = NriHost(path, store or Store(), **options)  # type: ignore[arg-type]
+    await host.start()
+    try:
+        yield host
+    finally:
+        await host.stop()
+
+
+async def attached(host: NriHost, *plugins: NriPlugin) -> None:
+    for each in plugins:
+        await each.connect(host.socket_path)
+    wanted = {f"{each.index}-{each.name}" for each in plugins}
+    while not wanted <= {session.plugin_id for session in host.plugins}:
+        await asyncio.sleep(0.01)
+
+
+CREATE = event_mask(nri.CREATE_CONTAINER)
+
+
+def test_a_plugin_is_configured_as_nri_does_and_synchronized_with_the_store(socket_path: Path) -> None:
+    store = Store()
+    store.put_pod("pod-1", PodRecord(pod_info()))
+    store.put_pod("pod-skip", PodRecord(pod_info("skipped"), skip_hooks=True))
+    record = container_info()
+    record.container_meta.id = "ctr-1"
+    store.put_container("ctr-1", ContainerRecord("pod-1", record))
+
+    async def scenario() -> None:
+        async with host_on(socket_path, store) as host:
+            kit = NriPlugin(events=CREATE)
+            await attached(host, kit)
+            configure, = kit.requests("Configure")
+            assert (configure.runtime_name, configure.runtime_version) == ("runtimeproxy", __version__)
+            assert (configure.registration_timeout, configure.request_timeout) == (5000, 2000)
+            sync, = kit.requests("Synchronize")
+            assert [(p.id, p.name, p.namespace, p.linux.cgroup_parent) for p in sync.pods] == \
+                [("pod-1", "web", "default", "/kubepods/burstable/poduid-web")]
+            ctr, = sync.containers
+            assert (ctr.id, ctr.pod_sandbox_id, ctr.name, list(ctr.env)) == ("ctr-1", "pod-1", "app", ["PATH=/bin"])
+            assert ctr.linux.resources.cpu.shares.value == 512
+            assert host.wants(extra.CREATE_CONTAINER) and not host.wants(extra.START_CONTAINER)
+        await kit.shut_down.wait()
+    run(scenario())
+
+
+def test_adjustments_of_plugins_apply_in_index_order_each_seeing_the_previous(socket_path: Path) -> None:
+    seen: list[dict[str, str]] = []
+
+    async def second(kit: NriPlugin, request: Message) -> Message:
+        seen.append(dict(request.container.annotations))  # type: ignore[attr-defined]
+        return nri.CreateContainerResponse(adjust=nri.ContainerAdjustment(annotations={"-a": "", "b": "2"}))
+
+    first = adjusting(nri.ContainerAdjustment(
+        annotations={"first": "yes"}, env=[nri.KeyValue(key="FROM_NRI", value="1")],
+        linux=nri.LinuxContainerAdjustment(
+            oom_score_adj=nri.OptionalInt(value=-500),
+            resources=nri.LinuxResources(
+                cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=1024), cpus="0"),
+                memory=nri.LinuxMemory(limit=nri.OptionalInt64(value=128 << 20)),
+                hugepage_limits=[nri.HugepageLimit(page_size="2MB", limit=2 << 20)],
+                unified={"memory.high": "100000000"}))))
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            late = plugin("late", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, second))
+            early = plugin("early", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, first))
+            await attached(host, late, early)
+            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert seen == [{"a": "1", "first": "yes"}]
+            assert dict(result.container_annotations) == {"first": "yes", "b": "2"}
+            assert dict(result.container_envs) == {"PATH": "/bin", "FROM_NRI": "1"}
+            resources = result.container_resources
+            assert (resources.cpu_shares, resources.cpuset_cpus, resources.memory_limit_in_bytes,
+                    resources.oom_score_adj) == (1024, "0", 128 << 20, -500)
+            assert [(h.page_size, h.limit) for h in resources.hugepage_limits] == [("2MB", 2 << 20)]
+            assert dict(resources.unified) == {"memory.high": "100000000"}
+    run(scenario())
+
+
+def test_two_plugins_setting_one_field_fail_the_call(socket_path: Path) -> None:
+    shares = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=nri.LinuxResources(
+        cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=1024)))))
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            await attached(host, plugin("one", "10", CREATE, CreateContainer=(nri.CreateContainerRequest,
+                                                                           adjusting(shares))),
+                           plugin("two", "20", CREATE, CreateContainer=(nri.CreateContainerRequest,
+                                                                         adjusting(shares))))
+            with pytest.raises(HookFailed) as failed:
+                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert failed.value.plugin.name == "20-two"
+            assert "plugins '10-one' and '20-two' both tried to set cpu shares" in str(failed.value)
+    run(scenario())
+
+
+@pytest.mark.parametrize(("adjust", "field"), [
+    (nri.ContainerAdjustment(rlimits=[nri.POSIXRlimit(type="RLIMIT_NOFILE", hard=1, soft=1)]), "rlimits"),
+    (nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(cgroups_path="/x")), "linux.cgroups_path"),
+    (nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=nri.LinuxResources(
+        pids=nri.LinuxPids(limit=10)))), "linux.resources.pids"),
+    (nri.ContainerAdjustment(hooks=nri.Hooks(prestart=[nri.Hook(path="/bin/true")])), "hooks"),
+])
+def test_what_the_request_cannot_carry_is_refused_naming_plugin_and_field(
+        socket_path: Path, adjust: nri.ContainerAdjustment, field: str) -> None:
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            await attached(host, plugin("wide", "10", CREATE,
+                                        CreateContainer=(nri.CreateContainerRequest, adjusting(adjust))))
+            with pytest.raises(HookFailed) as failed:
+                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert failed.value.field == field
+            assert failed.value.code is grpc.StatusCode.FAILED_PRECONDITION
+            assert f"NRI plugin 10-wide set {field}" in str(failed.value)
+    run(scenario())
+
+
+def test_an_answer_hooks_validation_refuses_fails_the_call(socket_path: Path) -> None:
+    bad = nri.ContainerAdjustment(env=[nri.KeyValue(key="BAD=NAME", value="x")])
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            await attached(host, plugin("bad", "10", CREATE,
+                                        CreateContainer=(nri.CreateContainerRequest, adjusting(bad))))
+            with pytest.raises(HookFailed) as failed:
+                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert failed.value.code is grpc.StatusCode.INTERNAL and "invalid answer" in str(failed.value)
+    run(scenario())
+
+
+def test_a_plugin_that_misses_the_request_timeout_is_detached_and_the_call_goes_on(socket_path: Path) -> None:
+    release = asyncio.Event()
+
+    async def stall(kit: NriPlugin, request: Message) -> Message:
+        await release.wait()
+        return nri.CreateContainerResponse()
+
+    async def scenario() -> None:
+        async with host_on(socket_path, request_timeout=0.2) as host:
+            await attached(host, plugin("slow", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, stall)))
+            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert result == container_info()
+            assert host.plugins == [] and not host.wants(extra.CREATE_CONTAINER)
+            release.set()
+    run(scenario())
+
+
+def test_a_reconnecting_plugin_replaces_its_old_connection(socket_path: Path) -> None:
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            old, new = NriPlugin(events=CREATE), NriPlugin(events=CREATE)
+            await attached(host, old)
+            first = host.plugins[0]
+            await new.connect(socket_path)
+            while host.plugins == [first]:
+                await asyncio.sleep(0.01)
+            assert [session.plugin_id for session in host.plugins] == ["10-nrikit"]
+            assert first.detached and "replaced" in (first.detached_reason or "")
+    run(scenario())
+
+
+def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_the_runtime(
+        socket_path: Path) -> None:
+    store = Store()
+    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+    sent: list[tuple[str, hooks.LinuxContainerResources]] = []
+
+    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        sent.append((container_id, resources))
+
+    async def stopped(kit: NriPlugin, request: Message) -> Message:
+        return nri.StopContainerResponse(update=[cpu_update("ctr-other", 2048)])
+
+    async def scenario() -> None:
+        async with host_on(socket_path, store) as host:
+            host.updater = updater
+            starts = plugin("starts", "10", event_mask(nri.START_CONTAINER),
+                            StartContainer=(nri.StartContainerRequest, _empty))
+            stops = plugin("stops", "20", event_mask(nri.STOP_CONTAINER),
+                           StopContainer=(nri.StopContainerRequest, stopped))
+            await attached(host, starts, stops)
+            subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
+            await host.notify(extra.START_CONTAINER, subject)
+            await host.notify(extra.STOP_CONTAINER, subject)
+            assert [name for name, _ in starts.received if name not in ("Configure", "Synchronize")] == \
+                ["StartContainer"]
+            assert [name for name, _ in stops.received if name not in ("Configure", "Synchronize")] == \
+                ["StopContainer"]
+            assert sent == [("ctr-other", hooks.LinuxContainerResources(cpu_shares=2048))]
+            record = store.container("ctr-other")
+            assert record is not None and record.info.container_resources.cpu_shares == 2048
+            # An unsolicited update, while nothing waits on the plugin.
+            answer = await stops.update_containers(cpu_update("ctr-other", 300), cpu_update("ctr-gone", 5))
+            assert [update.container_id for update in answer.failed] == ["ctr-gone"]
+            assert sent[-1] == ("ctr-other", hooks.LinuxContainerResources(cpu_shares=300))
+    run(scenario())
+
+
+async def _empty(kit: NriPlugin, request: Message) -> Message:
+    return nri.Empty()
+
+
+def test_an_update_of_the_container_itself_changes_the_update_request(socket_path: Path) -> None:
+    async def update(kit: NriPlugin, request: Message) -> Message:
+        return nri.UpdateContainerResponse(update=[cpu_update("ctr-1", 777), cpu_update("ctr-x", 1)])
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            await attached(host, plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
+                                        UpdateContainer=(nri.UpdateContainerRequest, update)))
+            result = await host.adjust(extra.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1",
+                                                                       container_info()), None)
+            assert result.container_resources.cpu_shares == 777
+    run(scenario())
