@@ -25,6 +25,9 @@ from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
+from runtimeproxy.cri.messages import convert
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,9 @@ def _serving(ok: bool) -> int:
     return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+_OWN_UPDATE_TIMEOUT = 10.0  # seconds for an update the proxy itself sends
+
+
 class CriFrontend:
     """CRI mode's server: the gRPC server on the proxy socket (claimed by runtimeproxy.app), the backend
     channels and their health; the hooked calls (cri.points) and the store rebuild (cri.recovery) run on
@@ -188,6 +194,17 @@ class CriFrontend:
                 asyncio.create_task(channel.probe(self._backend_health.on_responsiveness), name=f"probe-{channel.role}"),
             )
         ]
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers)."""
+        request = cri.UpdateContainerResourcesRequest(container_id=container_id,
+                                                      linux=convert(resources, cri.LinuxContainerResources))
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.backend.runtime.channel.unary_unary(
+            "/runtime.v1.RuntimeService/UpdateContainerResources")
+        try:
+            await call(request.SerializeToString(), timeout=_OWN_UPDATE_TIMEOUT)
+        except grpc.aio.AioRpcError as error:
+            raise RuntimeError(f"UpdateContainerResources: {error.code().name}: {error.details()}") from None
 
     async def stop(self, grace: float) -> None:
         """Stop accepting and give in-flight calls `grace` seconds."""

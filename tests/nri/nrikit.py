@@ -32,6 +32,7 @@ class NriPlugin:
     methods: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]] = \
         field(default_factory=dict)
     received: list[tuple[str, Message]] = field(default_factory=list)
+    every_event: bool = False  # answer (and record) every lifecycle event `methods` does not handle
     shut_down: asyncio.Event = field(default_factory=asyncio.Event)
     mux: Mux | None = None
     runtime: Endpoint | None = None
@@ -44,7 +45,8 @@ class NriPlugin:
         serving.register(PLUGIN_SERVICE, "Configure", nri.ConfigureRequest, self._configure)
         serving.register(PLUGIN_SERVICE, "Synchronize", nri.SynchronizeRequest, self._synchronize)
         serving.register(PLUGIN_SERVICE, "Shutdown", nri.Empty, self._shutdown)
-        for method, (request_type, handler) in self.methods.items():
+        methods = {**(_EVERY_EVENT if self.every_event else {}), **self.methods}
+        for method, (request_type, handler) in methods.items():
             serving.register(PLUGIN_SERVICE, method, request_type, self._recording(method, handler))
         serving.start()
         self.runtime.start()
@@ -87,6 +89,21 @@ class NriPlugin:
             self.received.append((method, request))
             return await handler(self, request)
         return handle
+
+
+def _answer(response_type: type[Message]) -> Callable[[NriPlugin, Message], Awaitable[Message]]:
+    async def handle(plugin: NriPlugin, request: Message) -> Message:
+        return response_type()
+    return handle
+
+
+# Every lifecycle event, answered with an empty response (no adjustment, no update).
+_EVERY_EVENT: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]] = {
+    method: (getattr(nri, f"{method}Request"), _answer(getattr(nri, f"{method}Response")))
+    for method in ("RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer",
+                   "PostCreateContainer", "StartContainer", "PostStartContainer", "UpdateContainer",
+                   "PostUpdateContainer", "StopContainer", "RemoveContainer")
+}
 
 
 class MemoryStream:

@@ -1,0 +1,194 @@
+"""NRI plugins hosted by the proxy, against real containerd 1.6 (which has no NRI of its own): the project's own
+NRI plugin (tests/nri/nrikit.py) attaches to the proxy's NRI socket and what it answers lands in the OCI spec."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.message import Message
+
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.loop import LoopThread
+from rplab.process import ProxyProcess
+from runtimeproxy.nri.session import event_mask
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
+from nrikit import NriPlugin  # noqa: E402
+
+_serial = itertools.count()
+ALL_EVENTS = 0  # NRI: every lifecycle event
+ANNOTATION = "nri.runtimeproxy.test/adjusted"
+
+
+def wait_for_log(proxy: ProxyProcess, text: str, times: int = 1, timeout: float = 10) -> None:
+    """Until the proxy's log holds `text` `times` times (the log is kept across restarts)."""
+    deadline = time.monotonic() + timeout
+    while proxy.log_path.read_text(errors="replace").count(text) < times:
+        assert time.monotonic() < deadline, f"{text!r} not {times}x in the proxy log:\n{proxy.log_tail()}"
+        time.sleep(0.05)
+
+
+class NriLab:
+    def __init__(self, proxy: ProxyProcess, loop: LoopThread) -> None:
+        self.proxy = proxy
+        self.loop = loop
+        self.socket = proxy.listen_path.parent / "nri.sock"
+        self.client = CriClient(open_channel(proxy.listen_path))
+        self.plugins: list[NriPlugin] = []
+        self.starts = 1
+
+    def attach(self, plugin: NriPlugin, times: int = 1) -> NriPlugin:
+        wait_for_log(self.proxy, "NRI: serving plugins", self.starts)
+        self.loop.run(plugin.connect(self.socket))
+        self.plugins.append(plugin)
+        wait_for_log(self.proxy, f"NRI plugin {plugin.index}-{plugin.name} attached", times=times)
+        return plugin
+
+    def restart(self) -> None:
+        self.client.channel.close()
+        assert self.proxy.stop() == 0, self.proxy.log_tail()
+        self.proxy.start()
+        self.starts += 1
+        self.client = CriClient(open_channel(self.proxy.listen_path))
+
+    def close(self) -> None:
+        self.client.channel.close()
+        async def close_plugins() -> None:
+            for plugin in self.plugins:
+                plugin.close()
+        self.loop.run(close_plugins())  # the plugins' connections live on the loop thread
+
+
+@pytest.fixture
+def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[NriLab]:
+    base = workdir / f"nri{next(_serial)}"
+    proxy = ProxyProcess(base / "rp.sock", containerd.address, extra_args=[
+        f"--nri-socket={base / 'nri.sock'}", "--nri-request-timeout=1", "--log-level=debug"])
+    proxy.start()
+    lab = NriLab(proxy, loop_thread)
+    try:
+        yield lab
+    finally:
+        lab.close()
+        assert proxy.stop() == 0, proxy.log_tail()
+
+
+def adjusting(adjust: nri.ContainerAdjustment, updates: list[nri.ContainerUpdate] | None = None):  # type: ignore[no-untyped-def]
+    async def handle(plugin: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(adjust=adjust, update=updates or [])
+    return (nri.CreateContainerRequest, handle)
+
+
+def shares(value: int) -> nri.LinuxResources:
+    return nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=value)))
+
+
+def spec_of(client: CriClient, container_id: str) -> dict:
+    return json.loads(client.container_status(container_id, verbose=True).info["info"])["runtimeSpec"]
+
+
+def run_pod(client: CriClient, log_dir: Path, cleanup: list[str]) -> tuple[str, object]:
+    config = client.pod_config(f"nri{next(_serial)}", log_dir)
+    pod_id = client.run_pod(config)
+    cleanup.append(pod_id)
+    return pod_id, config
+
+
+def test_an_nri_plugin_adjusts_env_cpu_shares_and_an_annotation_and_sees_every_event(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    adjust = nri.ContainerAdjustment(annotations={ANNOTATION: "yes"}, env=[nri.KeyValue(key="NRI", value="1")],
+                                     linux=nri.LinuxContainerAdjustment(resources=shares(700)))
+    plugin = lab.attach(NriPlugin(name="adjuster", index="10", events=ALL_EVENTS, every_event=True,
+                                  methods={"CreateContainer": adjusting(adjust)}))
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    container_id = client.create_container(pod_id, client.container_config("app", envs={"KEEP": "me"}), pod_config)
+    client.start_container(container_id)
+
+    spec = spec_of(client, container_id)
+    assert "NRI=1" in spec["process"]["env"] and "KEEP=me" in spec["process"]["env"]
+    assert spec["linux"]["resources"]["cpu"]["shares"] == 700
+    assert client.container_status(container_id).status.annotations[ANNOTATION] == "yes"
+
+    client.stop_container(container_id)
+    client.remove_container(container_id)
+    client.stop_pod(pod_id)
+    client.remove_pod(pod_id)
+    events = [name for name, _ in plugin.received if name not in ("Configure", "Synchronize")]
+    assert events == ["RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartContainer",
+                      "PostStartContainer", "StopContainer", "RemoveContainer", "StopPodSandbox",
+                      "RemovePodSandbox"]
+    created = plugin.requests("CreateContainer")[0]
+    assert created.pod.id == pod_id and created.container.name == "app"  # type: ignore[attr-defined]
+
+
+def test_an_update_of_another_container_reaches_the_runtime(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    first = client.create_container(pod_id, client.container_config("first"), pod_config)
+    client.start_container(first)
+    update = nri.ContainerUpdate(container_id=first, linux=nri.LinuxContainerUpdate(resources=shares(300)))
+    lab.attach(NriPlugin(name="neighbour", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": adjusting(nri.ContainerAdjustment(), [update])}))
+    client.create_container(pod_id, client.container_config("second"), pod_config)
+    assert spec_of(client, first)["linux"]["resources"]["cpu"]["shares"] == 300
+
+
+def test_two_plugins_setting_cpu_shares_fail_the_create(lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=shares(700)))
+    for name, index in (("one", "10"), ("two", "20")):
+        lab.attach(NriPlugin(name=name, index=index, events=event_mask(nri.CREATE_CONTAINER),
+                             methods={"CreateContainer": adjusting(adjust)}))
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    with pytest.raises(grpc.RpcError) as failed:
+        client.create_container(pod_id, client.container_config("app"), pod_config)
+    assert "plugins '10-one' and '20-two' both tried to set cpu shares" in failed.value.details()
+
+
+def test_a_plugin_missing_the_timeout_is_detached_and_the_create_goes_on(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    async def stall(plugin: NriPlugin, request: Message) -> Message:
+        await plugin.shut_down.wait()  # never, while the call waits
+        return nri.CreateContainerResponse()
+
+    lab.attach(NriPlugin(name="slow", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": (nri.CreateContainerRequest, stall)}))
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
+    assert container_id
+    wait_for_log(lab.proxy, "NRI plugin 10-slow detached: CreateContainer timed out")
+
+
+def test_a_reconnecting_plugin_replaces_its_old_connection(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    events = event_mask(nri.RUN_POD_SANDBOX)
+    old = lab.attach(NriPlugin(name="again", index="10", events=events, every_event=True))
+    new = lab.attach(NriPlugin(name="again", index="10", events=events, every_event=True), times=2)
+    run_pod(lab.client, log_dir, cleanup_pods)
+    assert len(new.requests("RunPodSandbox")) == 1
+    assert old.requests("RunPodSandbox") == []
+
+
+def test_after_a_proxy_restart_synchronize_shows_the_existing_pod(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
+    lab.restart()
+    plugin = lab.attach(NriPlugin(name="late", index="10", events=event_mask(nri.CREATE_CONTAINER)))
+    sync = plugin.requests("Synchronize")[0]
+    assert pod_id in [pod.id for pod in sync.pods]  # type: ignore[attr-defined]
+    synced = {c.id: c for c in sync.containers}  # type: ignore[attr-defined]
+    assert synced[container_id].name == "app" and synced[container_id].pod_sandbox_id == pod_id
