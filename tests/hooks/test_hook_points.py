@@ -13,7 +13,8 @@ import pytest
 
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed
-from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
 from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
@@ -254,3 +255,60 @@ def test_the_rebuild_never_overwrites_what_a_call_recorded_meanwhile(core: Point
     pod, container = core.core.store.pod("p1"), core.core.store.container("c1")
     assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
     assert container is not None and container.info.container_resources.cpu_shares == 4242
+
+
+# --- plugins of another protocol (hooks.extra: NRI) -----------------------------------------------------
+
+
+@dataclass
+class RecordingExtra:
+    """An ExtraPlugins that wants every event, records them, and adds an annotation on CreateContainer."""
+
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def wants(self, event: str) -> bool:
+        return True
+
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+                     ) -> hooks.ContainerResourceHookRequest:
+        assert subject.container is not None
+        self.events.append((event, subject.pod_id, subject.container_id))
+        adjusted = hooks.ContainerResourceHookRequest()
+        adjusted.CopyFrom(subject.container)
+        adjusted.container_annotations["extra"] = event
+        return adjusted
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        self.events.append((event, subject.pod_id, subject.container_id))
+
+
+def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_removals(core: Points) -> None:
+    core.plugin({"PreCreateContainer": lambda request, _: hooks.ContainerResourceHookResponse(
+        container_annotations={"hooked": "yes"})}, ["PreCreateContainer"])
+    recorder = core.core.extra = RecordingExtra()
+    points = core.points
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    creation = core.run(points.pre_create_container("p1", bare_container(), None))
+    assert creation.changed and creation.request.container_annotations["extra"] == extra.CREATE_CONTAINER
+    assert creation.request.container_annotations["hooked"] == "yes"  # the hook chain ran first
+    core.run(points.container_created("c1", creation))
+    core.run(points.pre_start_container("c1", None))
+    core.run(points.post_start_container("c1", None))
+    update = core.run(points.pre_update_container_resources("c1", resources(cpu_shares=2), {}, None))
+    assert update is not None
+    core.run(points.container_resources_updated("c1", resources(cpu_shares=2), {}))
+    core.run(points.post_stop("c1", None))  # Docker's shared-ID stop
+    core.run(points.post_stop("p1", None))
+    # Docker's remove: one ID, both removals; only the recorded kind is an event.
+    core.run(points.pod_sandbox_removed("c1"))
+    core.run(points.container_removed("c1"))
+    core.run(points.container_removed("c-unknown"))
+    core.run(points.pod_sandbox_removed("p1"))
+    assert recorder.events == [
+        (extra.RUN_POD_SANDBOX, "p1", ""), (extra.CREATE_CONTAINER, "p1", ""),
+        (extra.POST_CREATE_CONTAINER, "p1", "c1"), (extra.START_CONTAINER, "p1", "c1"),
+        (extra.POST_START_CONTAINER, "p1", "c1"), (extra.UPDATE_CONTAINER, "p1", "c1"),
+        (extra.POST_UPDATE_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1"),
+        (extra.STOP_POD_SANDBOX, "p1", ""), (extra.REMOVE_CONTAINER, "p1", "c1"),
+        (extra.REMOVE_POD_SANDBOX, "p1", ""),
+    ]
