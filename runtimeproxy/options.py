@@ -24,6 +24,9 @@ DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
 # Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
 DEFAULT_MAX_CONCURRENT_CALLS = 10_000
+# The decision trace's ring per pod (runtimeproxy.hooks.trace): a pod with a few containers goes through
+# ~5 hooked calls per container (create, start, post-start, stop, post-stop), so 32 keeps a small pod's life.
+DEFAULT_HOOK_TRACE_ENTRIES = 32
 
 
 # A proxy serving another CRI socket than the default (a second proxy on the node: Docker mode beside CRI
@@ -70,6 +73,8 @@ class ProxyOptions:
     state_dir: Path | None = None  # toggles are kept in memory only when None
     metrics_address: str | None = None  # "host:port"
     log_format: str = "text"  # or "json"
+    # The decision trace's ring per pod (hooks.trace); 0 turns the trace off.
+    hook_trace_entries: int = DEFAULT_HOOK_TRACE_ENTRIES
 
     @property
     def effective_image_path(self) -> Path:

@@ -121,6 +121,8 @@ class HookPoints:
                                   time_remaining: float | None) -> PodSandboxRun:
         skip = self.context.skip.applies(pod.labels)
         if skip or not self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
+            if skip and self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
+                self.dispatcher.trace_skipped(points.PRE_RUN_POD_SANDBOX, pod)
             return PodSandboxRun(pod, False, skip)
         changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
         return PodSandboxRun(changed, changed != pod, skip)
@@ -129,6 +131,7 @@ class HookPoints:
         """The runtime created the pod: record it as created."""
         if pod_id:
             self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
+            self.dispatcher.trace.learn_sandbox(run.request, pod_id)
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
@@ -136,6 +139,7 @@ class HookPoints:
     def pod_sandbox_removed(self, pod_id: str) -> None:
         """Forget the pod and its containers (also after the runtime said it did not know it)."""
         self.store.remove_pod(pod_id)
+        self.dispatcher.trace.forget_pod(pod_id)
 
     # -- containers ------------------------------------------------------------------------------------
 
@@ -152,6 +156,8 @@ class HookPoints:
         if pod is not None:
             set_pod_context(container, pod.info)
             if pod.skip_hooks:
+                if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
+                    self.dispatcher.trace_skipped(points.PRE_CREATE_CONTAINER, container)
                 return ContainerCreation(pod_id, container, False, False)
         if not self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
             return ContainerCreation(pod_id, container, False, True)
@@ -163,6 +169,7 @@ class HookPoints:
         if container_id:
             creation.request.container_meta.id = container_id
             self.store.put_container(container_id, ContainerRecord(creation.pod_id, creation.request))
+            self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
         """The start carries nothing to change: plugins act on the container's cgroups themselves."""
