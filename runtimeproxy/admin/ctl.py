@@ -276,7 +276,7 @@ def render_trace(trace: admin.TraceResponse) -> str:
              f"{', '.join(sid[:13] for sid in trace.sandbox_ids) or '-'}"]
     if trace.containers:
         lines.append("containers: " + ", ".join(f"{c.name or '?'} ({c.id[:13]})" for c in trace.containers))
-    kept = f"{len(trace.entries)} calls (a ring of {trace.entries_per_pod} per pod"
+    kept = f"{len(trace.entries)} hooked call{'' if len(trace.entries) == 1 else 's'} (a ring of {trace.entries_per_pod} per pod"
     kept += f"; {trace.dropped_entries} older ones dropped)" if trace.dropped_entries else ")"
     lines.append(kept)
     width = max((len(s.plugin) for e in trace.entries for s in e.steps), default=0)
@@ -288,9 +288,11 @@ def render_trace(trace: admin.TraceResponse) -> str:
         for collision in entry.collisions:
             lines.append(f"  COLLISION {collision.field}: {collision.earlier_plugin} set {collision.earlier_value}, "
                          f"{collision.later_plugin} set {collision.later_value}; {collision.later_plugin} wins")
-        sent = "; ".join(_change(c) for c in entry.sent_changes)
-        lines.append(f"  => {entry.result}" + (f": {sent}" if sent else (" unchanged" if entry.result ==
-                                                                          "sent to the runtime" else "")))
+        if entry.sent_changes:
+            lines.append(f"  => {entry.result}:")
+            lines += [f"       {_change(c)}" for c in entry.sent_changes]
+        else:
+            lines.append(f"  => {entry.result}" + (" unchanged" if entry.result == "sent to the runtime" else ""))
     return "\n".join(lines) + "\n"
 
 
