@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runtimeproxy.hooks.trace import Change, PodTrace, TraceEntry, TraceRecorder
+from runtimeproxy.hooks.changes import FieldChange
+from runtimeproxy.hooks.trace import PodTrace, TraceEntry, TraceRecorder, shown
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 
 
@@ -30,16 +31,16 @@ def trace_response(pod: PodTrace, recorder: TraceRecorder) -> admin.TraceRespons
 
 def _entry(entry: TraceEntry) -> admin.TraceEntry:
     return admin.TraceEntry(
-        unix_seconds=entry.unix_seconds, hook=entry.hook, target=entry.target, request=entry.request,
+        unix_seconds=entry.unix_seconds, hook=entry.hook, target=entry.target, request=entry.request_line(),
         steps=[admin.TraceStep(plugin=s.plugin, outcome=s.outcome, shadow=s.shadow, code=s.code, details=s.details,
                                latency_seconds=s.seconds, changes=_changes(s.changes),
                                disagreements=_changes(s.disagreements)) for s in entry.steps],
-        collisions=[admin.Collision(field=c.field, earlier_plugin=c.earlier_plugin, earlier_value=c.earlier_value,
-                                    later_plugin=c.later_plugin, later_value=c.later_value)
+        collisions=[admin.Collision(field=c.field, earlier_plugin=c.earlier_plugin, earlier_value=shown(c.earlier_value),
+                                    later_plugin=c.later_plugin, later_value=shown(c.later_value))
                     for c in entry.collisions],
         result=entry.result, sent_changes=_changes(entry.sent_changes),
     )
 
 
-def _changes(changes: Iterable[Change]) -> list[admin.FieldChange]:
-    return [admin.FieldChange(field=c.field, before=c.before, after=c.after) for c in changes]
+def _changes(changes: Iterable[FieldChange]) -> list[admin.FieldChange]:
+    return [admin.FieldChange(field=c.field, before=shown(c.before), after=shown(c.after)) for c in changes]

@@ -20,10 +20,8 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.changes import FieldChange, field_changes, show
-from runtimeproxy.hooks.trace import (
-    Change, Collision, Step, TraceEntry, compact, kept_changes, clip,
-)
+from runtimeproxy.hooks.changes import FieldChange, field_changes
+from runtimeproxy.hooks.trace import Collision, Step, TraceEntry, bounded_changes, kept_request
 
 
 @dataclass
@@ -31,13 +29,14 @@ class _Answer:
     step: Step
     before: Message
     after: Message
+    changes: list[FieldChange] | None = None  # computed once read
 
 
 @dataclass(frozen=True)
 class ShadowOutcome:
     plugin: str
     changed: bool
-    disagreements: tuple[Change, ...]
+    disagreements: tuple[FieldChange, ...]
 
 
 class ChainRecord:
@@ -74,15 +73,15 @@ class ChainRecord:
         owners: dict[str, tuple[str, object]] = {}  # field -> (plugin, value it set)
         found = []
         for answer in self._applied:
-            changes = field_changes(answer.before, answer.after)
+            changes = answer.changes = field_changes(answer.before, answer.after)
             plugin = answer.step.plugin
             for change in changes:
                 owner = owners.get(change.field)
                 if owner is not None and owner[0] != plugin:
-                    found.append(Collision(change.field, owner[0], _shown(owner[1]), plugin, _shown(change.after)))
+                    found.append(Collision(change.field, owner[0], owner[1], plugin, change.after))
                 owners[change.field] = (plugin, change.after)
             if self.traced:
-                answer.step.changes = kept_changes(changes)
+                answer.step.changes = bounded_changes(changes)
         return found
 
     def shadow_outcomes(self, final: Message) -> list[ShadowOutcome]:
@@ -92,17 +91,26 @@ class ChainRecord:
             changes = field_changes(answer.before, answer.after)
             wanted = {change.field for change in changes}
             differences = [change for change in field_changes(final, answer.after) if change.field in wanted]
-            answer.step.changes = kept_changes(changes)
-            answer.step.disagreements = kept_changes(differences)
+            answer.step.changes = bounded_changes(changes)
+            answer.step.disagreements = bounded_changes(differences)
             outcomes.append(ShadowOutcome(answer.step.plugin, bool(changes), answer.step.disagreements))
         return outcomes
 
     def entry(self, target: str, final: Message, collisions: list[Collision], result: str,
               written_back: bool) -> TraceEntry:
-        sent: list[FieldChange] = field_changes(self.original, final) if written_back else []
-        return TraceEntry(self.unix_seconds, self.hook, target, compact(self.original), self.steps,
-                          tuple(collisions), result, kept_changes(sent))
+        """The trace entry (after `collisions()`, which computes each applied answer's changes)."""
+        sent = self._composed_changes() if written_back else []
+        return TraceEntry(self.unix_seconds, self.hook, target, kept_request(self.original), type(self.original),
+                          self.steps, tuple(collisions), result, bounded_changes(sent))
 
-
-def _shown(value: object) -> str:
-    return clip(show(value))
+    def _composed_changes(self) -> list[FieldChange]:
+        """The whole chain's changes, folded from each answer's (no second walk over the messages): per field,
+        the value before the first change and after the last, unless they are equal."""
+        first: dict[str, FieldChange] = {}
+        last: dict[str, object] = {}
+        for answer in self._applied:
+            for change in answer.changes or ():
+                first.setdefault(change.field, change)
+                last[change.field] = change.after
+        return [FieldChange(name, change.before, last[name]) for name, change in first.items()
+                if change.before != last[name]]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.changes import FieldChange, show
+from runtimeproxy.hooks.changes import UNSET, FieldChange, show
 from runtimeproxy.options import DEFAULT_HOOK_TRACE_ENTRIES
 
 # A ring of this many entries per pod (--hook-trace-entries; 0: no trace).
@@ -38,6 +38,7 @@ MAX_CONTAINER_IDS_PER_POD = 64
 MAX_REQUEST_CHARS = 400
 MAX_VALUE_CHARS = 160
 MAX_CHANGES_PER_STEP = 64
+MAX_KEPT_REQUEST_BYTES = 4096  # a bigger request is kept as its compact line (MAX_REQUEST_CHARS)
 
 SHORT_ID_CHARS = 13  # as crictl and docker show IDs
 
@@ -60,23 +61,34 @@ def clip(text: str, limit: int = MAX_VALUE_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-@dataclass(frozen=True)
-class Change:
-    """A field change as kept in the trace: values already shown (and clipped) as text."""
-
-    field: str
-    before: str
-    after: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.before} -> {self.after}"
+def shown(value: object) -> str:
+    """A traced value as the trace shows it (read time: recording keeps the value itself)."""
+    return clip(show(value))
 
 
-def kept_changes(changes: Sequence[FieldChange]) -> tuple[Change, ...]:
-    kept = tuple(Change(c.field, clip(show(c.before)), clip(show(c.after))) for c in changes[:MAX_CHANGES_PER_STEP])
+def bounded_changes(changes: Sequence[FieldChange]) -> tuple[FieldChange, ...]:
+    """At most MAX_CHANGES_PER_STEP changes, long strings clipped: what one step may keep in memory."""
+    kept = tuple(_bounded(change) for change in changes[:MAX_CHANGES_PER_STEP])
     if len(changes) > MAX_CHANGES_PER_STEP:
-        kept += (Change(f"(and {len(changes) - MAX_CHANGES_PER_STEP} more fields)", "", ""),)
+        kept += (FieldChange(f"(and {len(changes) - MAX_CHANGES_PER_STEP} more fields)", UNSET, UNSET),)
     return kept
+
+
+def _bounded(change: FieldChange) -> FieldChange:
+    before, after = change.before, change.after
+    if (isinstance(before, str) and len(before) > MAX_VALUE_CHARS) or (
+            isinstance(after, str) and len(after) > MAX_VALUE_CHARS) or isinstance(before, list) or isinstance(
+            after, list):
+        return FieldChange(change.field, _bounded_value(before), _bounded_value(after))
+    return change
+
+
+def _bounded_value(value: object) -> object:
+    if isinstance(value, str):
+        return clip(value)
+    if isinstance(value, list):
+        return clip(show(value))  # repeated fields (hugepage limits) are rare: shown now
+    return value
 
 
 @dataclass(frozen=True)
@@ -85,13 +97,13 @@ class Collision:
 
     field: str
     earlier_plugin: str
-    earlier_value: str
+    earlier_value: object
     later_plugin: str
-    later_value: str
+    later_value: object
 
     def __str__(self) -> str:
-        return (f"{self.field}: {self.earlier_plugin} set {self.earlier_value}, {self.later_plugin} set "
-                f"{self.later_value} (the later plugin wins)")
+        return (f"{self.field}: {self.earlier_plugin} set {shown(self.earlier_value)}, {self.later_plugin} set "
+                f"{shown(self.later_value)} (the later plugin wins)")
 
 
 @dataclass
@@ -104,20 +116,35 @@ class Step:
     code: str = ""  # the gRPC code of a failure or refusal
     details: str = ""
     seconds: float = 0.0
-    changes: tuple[Change, ...] = ()  # applied (or, in shadow, what would have been)
-    disagreements: tuple[Change, ...] = ()  # shadow only: field: applied value -> the shadow's
+    changes: tuple[FieldChange, ...] = ()  # applied (or, in shadow, what would have been)
+    disagreements: tuple[FieldChange, ...] = ()  # shadow only: field: applied value -> the shadow's
 
 
 @dataclass
 class TraceEntry:
     unix_seconds: float
     hook: str
-    target: str  # "pod default/web" or "container app (id ...)"
-    request: str  # the request as it came, one compact line
+    target: str  # "pod" or "container app (0123456789ab)"
+    # The request as it came: its bytes (made into a compact line when read), or the line itself for a big one.
+    request: bytes | str
+    request_type: type[Message] | None = None
     steps: list[Step] = field(default_factory=list)
     collisions: tuple[Collision, ...] = ()
     result: str = ""  # what went to the runtime, in words
-    sent_changes: tuple[Change, ...] = ()  # the chain's changes as the frontend writes them back
+    sent_changes: tuple[FieldChange, ...] = ()  # the chain's changes as the frontend writes them back
+
+    def request_line(self) -> str:
+        if isinstance(self.request, str) or self.request_type is None:
+            return str(self.request)
+        return compact(self.request_type.FromString(self.request))
+
+
+def kept_request(request: Message) -> bytes | str:
+    """What an entry keeps of its request: the bytes of a small one (cheap now, rendered when read), else the
+    compact line (bounded)."""
+    if request.ByteSize() <= MAX_KEPT_REQUEST_BYTES:
+        return request.SerializeToString()
+    return compact(request)
 
 
 def compact(message: Message, limit: int = MAX_REQUEST_CHARS) -> str:

@@ -53,7 +53,7 @@ def test_a_chain_is_traced_plugin_by_plugin(chain: PluginBench, caplog: pytest.L
     assert pod is not None
     [entry] = pod.entries
     assert entry.hook == HOOK and entry.target == "container app"
-    assert 'name="web"' in entry.request and "cpu_shares=2" in entry.request
+    assert 'name="web"' in entry.request_line() and "cpu_shares=2" in entry.request_line()
     assert [(s.plugin, s.outcome, s.shadow) for s in entry.steps] == [
         ("10-a.json", OK, False), ("20-b.json", OK, False), ("30-bad.json", REFUSED, False),
         ("40-next.json", OK, True)]
