@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.cases.measure import Scale, alternate, available, column
+from bench.trace_cost import traced_call_microseconds
 from bench.peers import IMAGES, RUNTIME, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
 from bench.procfs import threads_cpu_seconds
 from bench.report import CaseReport
@@ -201,6 +202,11 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
     steps = "; ".join(f"{step} " + "/".join(f"{result[peer.name][step + '_ms']:.0f}" for peer in peers)
                       for step in LIFECYCLE_STEPS)
     report.notes.append(f"median ms per step, {'/'.join(peer.name for peer in peers)}: {steps}")
+    cost = traced_call_microseconds()
+    report.raw.update(trace_cost=cost)
+    report.notes.append(f"decision trace, in-process, one plugin answering a koordlet-like change: "
+                        f"{cost['trace_us_per_call']:.0f} us per traced call on top of the merge's "
+                        f"{cost['untraced_us']:.0f} us (bench.trace_cost)")
     plugin_peers = sum(1 for peer in peers if "plugin" in peer.name)  # they share the one no-op plugin
     report.notes.append(f"no-op plugin calls (expected {plugin_peers * (scale.lifecycles + 1)} per lifecycle hook; "
                         f"PreUpdateContainerResources is in no lifecycle): {json.dumps(counts, sort_keys=True)}")
