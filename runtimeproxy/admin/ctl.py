@@ -6,7 +6,7 @@
     runtimeproxyctl enable koordlet [--hook ...]...
     runtimeproxyctl disable --all --reason "..." / enable --all
     runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook HOOK]...  (no proxy needed)
-    runtimeproxyctl trace POD       # namespace/name, pod uid, sandbox or container ID: each hooked call, oldest first
+    runtimeproxyctl trace POD       # namespace/name, pod uid, sandbox or container ID: its hooked calls
     runtimeproxyctl shadow koordlet-next / unshadow koordlet-next   # on trial (called, never applied) / promoted
 
 Human tables by default, `-o json` for machines; notes about a change (nothing to enable, a
@@ -16,8 +16,8 @@ toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
     1  the proxy could not be reached, or refused (one line naming the socket)
     2  usage: bad arguments, an unknown hook name, a missing --reason
     3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
-       nothing changed. For trace: no trace of that pod. A typo must not look like a disabled plugin: `--stage` disables a
-       name whose file is not there yet (status shows it as staged).
+       nothing changed (for trace: no trace of that pod). A typo must not look like a disabled plugin:
+       `--stage` disables a name whose file is not there yet (status shows it as staged).
 
 The toggle's author is who this command runs as (and SUDO_USER), as it reports it: gRPC does
 not give the proxy the socket peer's credentials, and the socket is root-only anyway.
@@ -265,8 +265,8 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
 def render_shadows(settings: Sequence[admin.ShadowSetting]) -> str:
     if not settings:
         return "(no shadow settings: each plugin is in shadow as its config file says)\n"
-    rows = [[s.plugin, "in shadow" if s.shadow else "promoted (applied)", _when(s.since_unix_seconds), s.author or "-"]
-            for s in settings]
+    rows = [[s.plugin, "in shadow" if s.shadow else "promoted (applied)", _when(s.since_unix_seconds),
+             s.author or "-"] for s in settings]
     return "\n".join(_table(["PLUGIN", "STATE", "SINCE", "BY"], rows)) + "\n"
 
 
@@ -276,7 +276,8 @@ def render_trace(trace: admin.TraceResponse) -> str:
              f"{', '.join(sid[:13] for sid in trace.sandbox_ids) or '-'}"]
     if trace.containers:
         lines.append("containers: " + ", ".join(f"{c.name or '?'} ({c.id[:13]})" for c in trace.containers))
-    kept = f"{len(trace.entries)} hooked call{'' if len(trace.entries) == 1 else 's'} (a ring of {trace.entries_per_pod} per pod"
+    count = len(trace.entries)
+    kept = f"{count} hooked call{'' if count == 1 else 's'} (a ring of {trace.entries_per_pod} per pod"
     kept += f"; {trace.dropped_entries} older ones dropped)" if trace.dropped_entries else ")"
     lines.append(kept)
     width = max((len(s.plugin) for e in trace.entries for s in e.steps), default=0)

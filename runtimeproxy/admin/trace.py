@@ -35,8 +35,9 @@ def _entry(entry: TraceEntry) -> admin.TraceEntry:
         steps=[admin.TraceStep(plugin=s.plugin, outcome=s.outcome, shadow=s.shadow, code=s.code, details=s.details,
                                latency_seconds=s.seconds, changes=_changes(s.changes),
                                disagreements=_changes(s.disagreements)) for s in entry.steps],
-        collisions=[admin.Collision(field=c.field, earlier_plugin=c.earlier_plugin, earlier_value=shown(c.earlier_value),
-                                    later_plugin=c.later_plugin, later_value=shown(c.later_value))
+        collisions=[admin.Collision(field=c.field, earlier_plugin=c.earlier_plugin,
+                                    earlier_value=shown(c.earlier_value), later_plugin=c.later_plugin,
+                                    later_value=shown(c.later_value))
                     for c in entry.collisions],
         result=entry.result, sent_changes=_changes(entry.sent_changes),
     )

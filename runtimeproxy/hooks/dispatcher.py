@@ -165,7 +165,8 @@ class Dispatcher:
             for plugin in self._registry.plugins_for(point.name):
                 if not allows(plugin.name, point.name):
                     if record.traced:
-                        record.step(plugin.name, SKIPPED_TOGGLE, details=self.toggles.reason_for(plugin.name, point.name))
+                        reason = self.toggles.reason_for(plugin.name, point.name)
+                        record.step(plugin.name, SKIPPED_TOGGLE, details=reason)
                     continue
                 shadow = self.in_shadow(plugin)
                 response = await self._call(point, plugin, request, time_remaining, record, shadow)

@@ -10,7 +10,8 @@ from runtimeproxy.hooks.changes import field_changes
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
-def container(uid: str = "u-1", cpu_shares: int = 2, cpuset: str = "", cid: str = "") -> hooks.ContainerResourceHookRequest:
+def container(uid: str = "u-1", cpu_shares: int = 2, cpuset: str = "",
+              cid: str = "") -> hooks.ContainerResourceHookRequest:
     return hooks.ContainerResourceHookRequest(
         pod_meta=hooks.PodSandboxMetadata(name=f"web-{uid}", uid=uid, namespace="ns"),
         container_meta=hooks.ContainerMetadata(name="app", id=cid),
