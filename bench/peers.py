@@ -341,17 +341,24 @@ class Lab:
         return self._once("plugin proxy", lambda: self._plugin_proxy("plugin", None))
 
     @property
+    def untraced_plugin_proxy(self) -> Peer:
+        """The plugin proxy with the decision trace off (--hook-trace-entries=0): the trace's cost is the gap."""
+        return self._once("untraced plugin proxy",
+                          lambda: self._plugin_proxy("plugin-notrace", None, ("--hook-trace-entries=0",)))
+
+    @property
     def baseline_plugin_proxy(self) -> Peer:
         """The baseline checkout's proxy with the same no-op plugin on all seven hooks."""
         return self._once("baseline plugin proxy", lambda: self._plugin_proxy("baseline-plugin", self.baseline))
 
-    def _plugin_proxy(self, name: str, checkout: Path | None) -> Peer:
+    def _plugin_proxy(self, name: str, checkout: Path | None, extra_args: tuple[str, ...] = ()) -> Peer:
         socket = self.noop_plugin_socket
         hook_dir = self.base / f"{name}-hooks"
         hook_dir.mkdir()
         (hook_dir / "noop.json").write_bytes(registration(socket, list(HOOK_NAMES)))
         # Logs at info: "plugin noop.json registered" is an info line (there are no per-call ones).
-        peer = self._proxy(f"{name}-proxy", self.containerd, hook_dir=hook_dir, log_level="info", checkout=checkout)
+        peer = self._proxy(f"{name}-proxy", self.containerd, hook_dir=hook_dir, log_level="info", checkout=checkout,
+                           extra_args=extra_args)
         proxy = self._started[f"process {name}-proxy"]
         wait_until(lambda: "plugin noop.json registered" in proxy.log_tail(200), "plugin registration", 15)
         peer.name = name

@@ -31,6 +31,7 @@ from runtimeproxy.options import (
     default_admin_socket,
     default_metrics_address,
     default_state_dir,
+    DEFAULT_HOOK_TRACE_ENTRIES,
 )
 
 PROG = "koord-runtime-proxy"
@@ -143,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
 def _metrics_address(value: str) -> str:
     if value:
         try:
@@ -165,6 +176,9 @@ def _operator_flags(parser: argparse.ArgumentParser) -> None:
     _flag(parser, "metrics-bind-address", type=_metrics_address, default=argparse.SUPPRESS,
           metavar="HOST:PORT", help=f"serves /metrics, /healthz, /readyz; empty disables (default: "
           f"{DEFAULT_METRICS_ADDRESS} for the default CRI socket, else off)")
+    _flag(parser, "hook-trace-entries", type=_non_negative_int, default=DEFAULT_HOOK_TRACE_ENTRIES, metavar="N",
+          help="hooked calls kept per pod for `runtimeproxyctl trace` (in memory; 0 turns the trace off; "
+          "default: %(default)s)")
 
 
 def _nri_flags(parser: argparse.ArgumentParser) -> None:
@@ -211,6 +225,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> CommandLine:
         state_dir=getattr(args, "state_dir", default_state_dir(listen_path)),
         metrics_address=getattr(args, "metrics_bind_address", default_metrics_address(listen_path)) or None,
         log_format=args.log_format,
+        hook_trace_entries=args.hook_trace_entries,
         nri_socket=args.nri_socket or (DEFAULT_NRI_SOCKET if args.enable_nri else None),
         nri_registration_timeout=args.nri_registration_timeout,
         nri_request_timeout=args.nri_request_timeout,

@@ -24,6 +24,9 @@ DEFAULT_STATE_DIR = Path("/var/lib/koord-runtimeproxy")
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9318"
 # Calls in progress beyond this get RESOURCE_EXHAUSTED (a bound far above any kubelet's needs).
 DEFAULT_MAX_CONCURRENT_CALLS = 10_000
+# The decision trace's ring per pod (runtimeproxy.hooks.trace): a pod with a few containers goes through
+# ~5 hooked calls per container (create, start, post-start, stop, post-stop), so 32 keeps a small pod's life.
+DEFAULT_HOOK_TRACE_ENTRIES = 32
 # NRI (runtimeproxy.nri): the socket NRI plugins connect to by default, and NRI's own timeouts.
 DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
 DEFAULT_NRI_REGISTRATION_TIMEOUT = 5.0
@@ -74,6 +77,8 @@ class ProxyOptions:
     state_dir: Path | None = None  # toggles are kept in memory only when None
     metrics_address: str | None = None  # "host:port"
     log_format: str = "text"  # or "json"
+    # The decision trace's ring per pod (hooks.trace); 0 turns the trace off.
+    hook_trace_entries: int = DEFAULT_HOOK_TRACE_ENTRIES
     # The NRI socket the proxy hosts NRI plugins on; None: NRI off (the drop-in default).
     nri_socket: Path | None = None
     nri_registration_timeout: float = DEFAULT_NRI_REGISTRATION_TIMEOUT

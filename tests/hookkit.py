@@ -158,10 +158,10 @@ def container_request() -> hooks.ContainerResourceHookRequest:
 
 def register(
     config_dir: Path, name: str, socket: Path, hooks: Iterable[str] = HOOK_NAMES,
-    policy: str = "Ignore", timeout: float | None = None,
+    policy: str = "Ignore", timeout: float | None = None, shadow: bool = False,
 ) -> None:
     config_dir.mkdir(parents=True, exist_ok=True)
-    (config_dir / name).write_bytes(registration(socket, list(hooks), policy, timeout))
+    (config_dir / name).write_bytes(registration(socket, list(hooks), policy, timeout, shadow))
 
 
 def refresh_on_loop(loop: LoopThread, registry: PluginRegistry) -> None:
@@ -197,8 +197,8 @@ class PluginBench:
         return socket
 
     def register(self, name: str, socket: Path, hooks: Iterable[str] = HOOK_NAMES,
-                 policy: str = "Ignore", timeout: float | None = None) -> None:
-        register(self.config_dir, name, socket, hooks, policy, timeout)
+                 policy: str = "Ignore", timeout: float | None = None, shadow: bool = False) -> None:
+        register(self.config_dir, name, socket, hooks, policy, timeout, shadow)
         refresh_on_loop(self.loop, self.registry)
         assert name in [plugin.name for plugin in self.registry.plugins], f"{name} not registered"
 

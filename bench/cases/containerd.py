@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.cases.measure import Scale, alternate, available, column
+from bench.trace_cost import traced_call_microseconds
 from bench.peers import IMAGES, RUNTIME, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
 from bench.procfs import threads_cpu_seconds
 from bench.report import CaseReport
@@ -110,6 +111,7 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
         starters["baseline"] = lambda: lab.hop("baseline", containerd, "containerd")
     if with_plugin:
         starters["plugin"] = lambda: lab.plugin_proxy
+        starters["plugin-notrace"] = lambda: lab.untraced_plugin_proxy
         if lab.baseline is not None:
             starters["baseline-plugin"] = lambda: lab.baseline_plugin_proxy
     return available(lab, report, starters)
@@ -190,7 +192,8 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
     counts = lab.plugin_counts()
     report.raw.update(result=result, plugin_calls=counts)
     row = report.row("pod startup (Run, Create, Start), median", "ms", column(result, "startup_ms"),
-                     note="plugin: the proxy with a no-op plugin on all seven hooks")
+                     note="plugin: the proxy with a no-op plugin on all seven hooks; plugin-notrace: the same "
+                     "with the decision trace off (--hook-trace-entries=0)")
     ratio = row.ratio("plugin", "direct")
     if ratio is not None:
         report.target(row, f"startup with a plugin on all hooks <= {PLUGIN_STARTUP_LIMIT}x direct",
@@ -199,6 +202,11 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
     steps = "; ".join(f"{step} " + "/".join(f"{result[peer.name][step + '_ms']:.0f}" for peer in peers)
                       for step in LIFECYCLE_STEPS)
     report.notes.append(f"median ms per step, {'/'.join(peer.name for peer in peers)}: {steps}")
-    plugin_peers = sum(1 for peer in peers if peer.name.endswith("plugin"))  # they share the one no-op plugin
+    cost = traced_call_microseconds()
+    report.raw.update(trace_cost=cost)
+    report.notes.append(f"decision trace, in-process, one plugin answering a koordlet-like change: "
+                        f"{cost['trace_us_per_call']:.0f} us per traced call on top of the merge's "
+                        f"{cost['untraced_us']:.0f} us (bench.trace_cost)")
+    plugin_peers = sum(1 for peer in peers if "plugin" in peer.name)  # they share the one no-op plugin
     report.notes.append(f"no-op plugin calls (expected {plugin_peers * (scale.lifecycles + 1)} per lifecycle hook; "
                         f"PreUpdateContainerResources is in no lifecycle): {json.dumps(counts, sort_keys=True)}")

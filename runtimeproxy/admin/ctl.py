@@ -6,6 +6,8 @@
     runtimeproxyctl enable koordlet [--hook ...]...
     runtimeproxyctl disable --all --reason "..." / enable --all
     runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook HOOK]...  (no proxy needed)
+    runtimeproxyctl trace POD       # namespace/name, pod uid, sandbox or container ID: its hooked calls
+    runtimeproxyctl shadow koordlet-next / unshadow koordlet-next   # on trial (called, never applied) / promoted
 
 Human tables by default, `-o json` for machines; notes about a change (nothing to enable, a
 toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
@@ -14,8 +16,8 @@ toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
     1  the proxy could not be reached, or refused (one line naming the socket)
     2  usage: bad arguments, an unknown hook name, a missing --reason
     3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
-       nothing changed. A typo must not look like a disabled plugin: `--stage` disables a
-       name whose file is not there yet (status shows it as staged).
+       nothing changed (for trace: no trace of that pod). A typo must not look like a disabled plugin:
+       `--stage` disables a name whose file is not there yet (status shows it as staged).
 
 The toggle's author is who this command runs as (and SUDO_USER), as it reports it: gRPC does
 not give the proxy the socket peer's credentials, and the socket is root-only anyway.
@@ -86,6 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--reason", required=True, help="why; logged and shown in status")
             command.add_argument("--stage", action="store_true",
                                  help="accept a PLUGIN with no config file (yet): the toggle applies when it appears")
+    trace = commands.add_parser("trace", parents=[common], help="why a pod got what it got: each hooked call of "
+                                "the pod and its containers, plugin by plugin, oldest first")
+    trace.add_argument("pod", metavar="POD", help="namespace/name, pod uid, sandbox or container ID (or a unique "
+                       "prefix), or a pod name")
+    for name, verb in (("shadow", "put a plugin on trial: called on its hooks, its answers traced, never applied"),
+                       ("unshadow", "take a plugin off trial: its answers are applied (promote it)")):
+        command = commands.add_parser(name, parents=[common], help=verb)
+        command.add_argument("plugin", help="the plugin's config file name: koordlet-next.json or koordlet-next")
     try_plugin = commands.add_parser(
         "try-plugin", parents=[common], help="call a running plugin's hooks with sample requests; show what the "
         "proxy's validation and merge make of its answers (no proxy needed)")
@@ -125,7 +135,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         out.write(orjson.dumps(_as_dict(answer), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif isinstance(answer, admin.StatusResponse):
         out.write(render_status(answer))
-    else:
+    elif isinstance(answer, admin.TraceResponse):
+        out.write(render_trace(answer))
+    elif isinstance(answer, admin.ShadowResponse):
+        for note in answer.notes:
+            print(f"{PROG}: {note}", file=sys.stderr)
+        out.write(render_shadows(answer.settings))
+    elif isinstance(answer, admin.ToggleResponse):
         for note in answer.notes:
             print(f"{PROG}: {note}", file=sys.stderr)
         out.write(render_toggles(answer.toggles))
@@ -141,9 +157,14 @@ def _try_plugin(args: argparse.Namespace, out: TextIO) -> int:
         return EXIT_USAGE
 
 
-def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> admin.StatusResponse | admin.ToggleResponse:
+def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> Message:
     if args.command == "status":
         return stub.Status(admin.StatusRequest(), timeout=args.timeout)
+    if args.command == "trace":
+        return stub.Trace(admin.TraceRequest(pod=args.pod), timeout=args.timeout)
+    if args.command in ("shadow", "unshadow"):
+        rpc = stub.Shadow if args.command == "shadow" else stub.Unshadow
+        return rpc(admin.ShadowRequest(plugin=args.plugin, author=author()), timeout=args.timeout)
     request = admin.ToggleRequest(plugin=args.plugin or "", hooks=args.hook, all=args.all,
                                   reason=getattr(args, "reason", ""), stage=getattr(args, "stage", False),
                                   author=author())
@@ -165,6 +186,9 @@ def author() -> str:
 def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
     code, details = error.code(), error.details() or ""
     socket: Path = args.admin_endpoint
+    if code is grpc.StatusCode.NOT_FOUND and args.command == "trace":
+        print(f"{PROG}: {details}", file=sys.stderr)
+        return EXIT_NO_SUCH_PLUGIN
     if code is grpc.StatusCode.NOT_FOUND:
         if args.command == "disable":
             details += "" if details.endswith("?") else "."
@@ -213,7 +237,11 @@ def render_status(status: admin.StatusResponse) -> str:
 
 def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
     state = "enabled" if plugin.enabled else f"DISABLED ({plugin.disabled_reason})"
+    if plugin.shadow:
+        state += "  IN SHADOW (called, never applied)"
     lines = [f"{plugin.file}  {state}"]
+    if plugin.shadow_setting:
+        lines.append(f"  shadow setting: {plugin.shadow_setting}")
     if plugin.endpoint:
         lines.append(f"  endpoint {plugin.endpoint}, policy {plugin.failure_policy}, "
                      f"timeout {plugin.timeout_seconds:g}s")
@@ -225,8 +253,75 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
                  _millis(h.p50_seconds), _millis(h.p99_seconds),
                  f"{h.last_error} ({_when(h.last_error_unix_seconds)})" if h.last_error else "-"]
                 for h in plugin.hook_stats]
-        lines += ["  " + line for line in _table(["HOOK", "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"], rows)]
+        header = ["HOOK", "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"]
+        if plugin.shadow or any(h.shadow_changes for h in plugin.hook_stats):
+            header.insert(4, "WOULD CHANGE/DIFFER")
+            for row, h in zip(rows, plugin.hook_stats):
+                row.insert(4, f"{h.shadow_changes}/{h.shadow_disagreements}")
+        lines += ["  " + line for line in _table(header, rows)]
     return lines
+
+
+def render_shadows(settings: Sequence[admin.ShadowSetting]) -> str:
+    if not settings:
+        return "(no shadow settings: each plugin is in shadow as its config file says)\n"
+    rows = [[s.plugin, "in shadow" if s.shadow else "promoted (applied)", _when(s.since_unix_seconds),
+             s.author or "-"] for s in settings]
+    return "\n".join(_table(["PLUGIN", "STATE", "SINCE", "BY"], rows)) + "\n"
+
+
+def render_trace(trace: admin.TraceResponse) -> str:
+    """One pod's hooked calls, oldest first: per call its plugins in chain order, then what was sent."""
+    lines = [f"pod {trace.pod_namespace}/{trace.pod_name}  uid {trace.pod_uid or '-'}  sandbox "
+             f"{', '.join(sid[:13] for sid in trace.sandbox_ids) or '-'}"]
+    if trace.containers:
+        lines.append("containers: " + ", ".join(f"{c.name or '?'} ({c.id[:13]})" for c in trace.containers))
+    count = len(trace.entries)
+    kept = f"{count} hooked call{'' if count == 1 else 's'} (a ring of {trace.entries_per_pod} per pod"
+    kept += f"; {trace.dropped_entries} older ones dropped)" if trace.dropped_entries else ")"
+    lines.append(kept)
+    width = max((len(s.plugin) for e in trace.entries for s in e.steps), default=0)
+    for entry in trace.entries:
+        lines += ["", f"{_when_precise(entry.unix_seconds)}  {entry.hook}  {entry.target}",
+                  f"  request: {entry.request or '(empty)'}"]
+        for step in entry.steps:
+            lines += _step_lines(step, width, entry.hook.startswith("Pre"))
+        for collision in entry.collisions:
+            lines.append(f"  COLLISION {collision.field}: {collision.earlier_plugin} set {collision.earlier_value}, "
+                         f"{collision.later_plugin} set {collision.later_value}; {collision.later_plugin} wins")
+        if entry.sent_changes:
+            lines.append(f"  => {entry.result}:")
+            lines += [f"       {_change(c)}" for c in entry.sent_changes]
+        else:
+            lines.append(f"  => {entry.result}" + (" unchanged" if entry.result == "sent to the runtime" else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _step_lines(step: admin.TraceStep, width: int, pre_hook: bool) -> list[str]:
+    outcome = step.outcome + (" (shadow: not applied)" if step.shadow else "")
+    head = f"  {step.plugin.ljust(width)}  {outcome}"
+    if step.latency_seconds:
+        head += f"  {step.latency_seconds * 1000:.1f}ms"
+    if step.code or step.details:
+        head += f"  {step.code}: {step.details}" if step.code else f"  {step.details}"
+    indent = " " * (width + 4)
+    verb = "would set" if step.shadow else "set"
+    lines = [head]
+    lines += [f"{indent}{verb} {_change(c)}" for c in step.changes]
+    lines += [f"{indent}differs from applied: {c.field}: applied {c.before}, shadow {c.after}"
+              for c in step.disagreements]
+    if pre_hook and step.outcome == "ok" and not step.changes:
+        lines.append(f"{indent}{'would change' if step.shadow else 'changed'} nothing")
+    return lines
+
+
+def _change(change: admin.FieldChange) -> str:
+    return f"{change.field}: {change.before} -> {change.after}"
+
+
+def _when_precise(unix_seconds: float) -> str:
+    moment = datetime.datetime.fromtimestamp(unix_seconds, datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def render_toggles(toggles: Sequence[admin.Toggle]) -> str:

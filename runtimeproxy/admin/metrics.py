@@ -61,16 +61,35 @@ class ProxyCollector(Collector):
                                         labels=["plugin", "hook"])
         changes = CounterMetricFamily(f"{PREFIX}_hook_changes_applied",
                                       "Pre-hook answers that changed the CRI request.", labels=["plugin", "hook"])
-        for (plugin, hook), stats in self._parts.hooks.dispatcher.stats.items():
+        shadow_changes = CounterMetricFamily(
+            f"{PREFIX}_shadow_changes", "Answers of plugins in shadow that would have changed the request "
+            "(never applied).", labels=["plugin", "hook"])
+        disagreements = CounterMetricFamily(
+            f"{PREFIX}_shadow_disagreements", "Answers of plugins in shadow that would have set a field to another "
+            "value than the one applied.", labels=["plugin", "hook"])
+        stats_by_key = self._parts.hooks.dispatcher.stats
+        for (plugin, hook), stats in stats_by_key.items():
             for outcome, count in sorted(stats.outcomes.items()):
                 calls.add_metric([plugin, hook, outcome], count)
             if stats.latency.count:
                 _add_histogram(latency, [plugin, hook], stats.latency)
             if stats.changes:
                 changes.add_metric([plugin, hook], stats.changes)
+            if stats.shadow_changes or stats.shadow_disagreements:
+                shadow_changes.add_metric([plugin, hook], stats.shadow_changes)
+                disagreements.add_metric([plugin, hook], stats.shadow_disagreements)
+        collisions = CounterMetricFamily(
+            f"{PREFIX}_hook_collisions", "Calls where two plugins of one chain set a field to different values "
+            "(the later plugin's stands), by hook, plugin pair and field (map keys as [*]).",
+            labels=["hook", "plugin", "overridden_plugin", "field"])
+        for (hook, earlier, later, family), count in sorted(stats_by_key.collisions.items()):
+            collisions.add_metric([hook, later, earlier, family], count)
         yield calls
         yield latency
         yield changes
+        yield shadow_changes
+        yield disagreements
+        yield collisions
 
     def _plugins(self) -> Iterator[Metric]:
         hooks = self._parts.hooks

@@ -18,7 +18,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from runtimeproxy.admin.status import ProxyParts, status, toggle_messages
+from runtimeproxy.admin.status import ProxyParts, shadow_messages, status, toggle_messages
+from runtimeproxy.admin.trace import not_traced, trace_response
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.toggles import (
     ToggleError, UnknownPlugin, hook_names, plugin_file_name, unknown_plugin,
@@ -51,6 +52,41 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return await self._change(context, request, lambda: toggles.enable(
             request.plugin, hook_names(list(request.hooks)), everything=request.all
         ))
+
+    async def Trace(self, request: admin.TraceRequest, context: grpc.aio.ServicerContext) -> admin.TraceResponse:
+        recorder = self._parts.hooks.trace
+        pod = recorder.find(request.pod)
+        if pod is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, not_traced(request.pod, recorder))
+        assert pod is not None  # abort raised
+        return trace_response(pod, recorder)
+
+    async def Shadow(self, request: admin.ShadowRequest, context: grpc.aio.ServicerContext) -> admin.ShadowResponse:
+        return await self._set_shadow(request, context, True)
+
+    async def Unshadow(self, request: admin.ShadowRequest,
+                       context: grpc.aio.ServicerContext) -> admin.ShadowResponse:
+        return await self._set_shadow(request, context, False)
+
+    async def _set_shadow(self, request: admin.ShadowRequest, context: grpc.aio.ServicerContext,
+                          shadow: bool) -> admin.ShadowResponse:
+        hooks = self._parts.hooks
+        notes: list[str] = []
+        try:
+            await self._check_known(request.plugin)
+            name = plugin_file_name(request.plugin)
+            configured = next((p.config.shadow for p in hooks.registry.plugins if p.name == name), False)
+            notes = hooks.toggles.set_shadow(name, shadow, configured, author=request.author)
+        except UnknownPlugin as error:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+        except ToggleError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except OSError as error:
+            path = hooks.toggles.state_path
+            log.error("cannot persist a shadow setting to %s: %s; nothing changed", path, error)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
+        return admin.ShadowResponse(settings=shadow_messages(hooks), notes=notes)
 
     async def _change(self, context: grpc.aio.ServicerContext, request: admin.ToggleRequest,
                       change: Callable[[], list[str]]) -> admin.ToggleResponse:

@@ -93,6 +93,11 @@ def _plugin_status(
     answer.timeout_seconds = config.timeout_seconds
     answer.hooks.extend(config.ordered_hooks)
     answer.config_warnings.extend(config.warnings)
+    override = toggles.shadow_override(name)
+    answer.shadow = config.shadow if override is None else override
+    setting = next((s for s in toggles.shadow_settings if s.plugin == name), None)
+    if setting is not None:
+        answer.shadow_setting = setting.describe()
     enabled_hooks = [hook for hook in config.ordered_hooks if toggles.allows(name, hook)]
     answer.enabled = bool(enabled_hooks)
     if not enabled_hooks:
@@ -108,6 +113,8 @@ def _plugin_status(
             last_error_unix_seconds=calls.last_error_unix_seconds,
             p50_seconds=calls.percentile_seconds(0.50),
             p99_seconds=calls.percentile_seconds(0.99),
+            shadow_changes=calls.shadow_changes,
+            shadow_disagreements=calls.shadow_disagreements,
         ))
     return answer
 
@@ -128,3 +135,8 @@ def toggle_message(toggle: Toggle, staged: bool = False) -> admin.Toggle:
         staged=staged,
         except_hooks=[hook for hook in HOOK_NAMES if hook in toggle.hooks_on],
     )
+
+
+def shadow_messages(hooks: HookService) -> list[admin.ShadowSetting]:
+    return [admin.ShadowSetting(plugin=s.plugin, shadow=s.shadow, since_unix_seconds=s.since_unix_seconds,
+                                author=s.author) for s in hooks.toggles.shadow_settings]

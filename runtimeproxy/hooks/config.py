@@ -28,7 +28,9 @@ _ENDPOINT_KEY = "remote-endpoint"
 _POLICY_KEY = "failure-policy"
 _HOOKS_KEY = "runtime-hooks"
 _TIMEOUT_KEY = "timeout-seconds"
-_KNOWN_KEYS = frozenset({_ENDPOINT_KEY, _POLICY_KEY, _HOOKS_KEY, _TIMEOUT_KEY})
+# This project's own key (koordinator's Go config has none): the plugin is on trial, called but never applied.
+SHADOW_KEY = "shadow"
+_KNOWN_KEYS = frozenset({_ENDPOINT_KEY, _POLICY_KEY, _HOOKS_KEY, _TIMEOUT_KEY, SHADOW_KEY})
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -58,6 +60,8 @@ class PluginConfig:
     failure_policy: FailurePolicy
     hooks: frozenset[str]
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
+    # In shadow (hooks.dispatcher): called on its hooks, its answer validated and traced, never applied.
+    shadow: bool = False
     # What the file says that was not used (unknown keys), one line each, for status.
     warnings: tuple[str, ...] = ()
 
@@ -69,6 +73,7 @@ class PluginConfig:
         return (
             f"endpoint {grpc_target(self.endpoint)}, policy {self.failure_policy.value}, "
             f"hooks {','.join(self.ordered_hooks)}, timeout {self.timeout_seconds:g}s"
+            + (", in shadow" if self.shadow else "")
         )
 
 
@@ -81,6 +86,7 @@ def parse_plugin_config(name: str, data: bytes) -> PluginConfig:
         failure_policy=_parse_policy(name, document),
         hooks=_parse_hooks(name, document),
         timeout_seconds=_parse_timeout(name, document),
+        shadow=_parse_shadow(name, document),
         warnings=unknown_key_warnings(document.keys()),
     )
     # Only once the file is usable, so that a broken file still costs one log line.
@@ -194,6 +200,14 @@ def _parse_timeout(name: str, document: dict[str, Any]) -> float:
     return float(value)
 
 
+
+def _parse_shadow(name: str, document: dict[str, Any]) -> bool:
+    value = document.get(SHADOW_KEY)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise PluginConfigError(name, f"{SHADOW_KEY}: expected true or false, got {_json_type(value)}")
+    return value
 
 
 def _json_type(value: object) -> str:

@@ -7,6 +7,11 @@ naming the plugin and hook, and the frontend fails the call (CRI: cri.failures; 
 An answer that decodes but would apply something unsafe (hooks.validate) is such a failure too.
 What each answer changed is logged at debug level (field, before -> after), and an answer that drops
 environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
+
+Each run is collected in a `hooks.chain.ChainRecord` (steps, changes, collisions, shadows) and, with the
+trace on, kept in the pod's ring (hooks.trace). A plugin in shadow (its config's `"shadow": true`, or
+`runtimeproxyctl shadow`) is called in its place in the chain, its answer validated, merged privately,
+counted and traced, never applied; its failures never fail a call whatever its policy.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ from typing import Generic, Protocol, TypeVar
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
+from runtimeproxy.hooks.trace import (
+    FAILED, OK as STEP_OK, REFUSED, SKIPPED_LABEL, SKIPPED_TOGGLE, TraceRecorder, field_family, pod_key,
+)
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.hooks.stats import OK, HookStats
@@ -125,12 +134,19 @@ def failure_fields(plugin: PluginRef, point: HookPoint, code: grpc.StatusCode) -
     return {"plugin": plugin.name, "hook": point.name, "code": code.name}
 
 
+# Pre-hooks whose merged request the frontend does not write back: the start call carries nothing to change.
+_NOT_WRITTEN_BACK = frozenset({names.PRE_START_CONTAINER})
+
+
 class Dispatcher:
-    def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None) -> None:
+    def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None,
+                 trace: TraceRecorder | None = None) -> None:
         self._registry = registry
         # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went (counted there only).
         self.toggles = toggles or Toggles(None)
         self.stats = HookStats()
+        self.trace = trace or TraceRecorder()
+        self._collisions_logged: set[tuple[str, str, str, str]] = set()
 
     @property
     def outcomes(self) -> collections.Counter[tuple[str, str, str]]:
@@ -148,20 +164,79 @@ class Dispatcher:
     def has_plugins(self, point: HookPoint) -> bool:
         return bool(self._plugins_for(point))
 
+    def in_shadow(self, plugin: Plugin) -> bool:
+        override = self.toggles.shadow_override(plugin.name)
+        return plugin.config.shadow if override is None else override
+
     async def run(self, point: HookPoint[Req, Resp], request: Req, time_remaining: float | None) -> Req:
         """Call every plugin of the hook; returns the request as the plugins left it."""
-        for plugin in self._plugins_for(point):
-            response = await self._call(point, plugin, request, time_remaining)
-            if response is not None and point.merge is not None:
+        record = ChainRecord(point.name, request, self.trace.enabled)
+        allows = self.toggles.allows
+        try:
+            for plugin in self._registry.plugins_for(point.name):
+                if not allows(plugin.name, point.name):
+                    if record.traced:
+                        reason = self.toggles.reason_for(plugin.name, point.name)
+                        record.step(plugin.name, SKIPPED_TOGGLE, details=reason)
+                    continue
+                shadow = self.in_shadow(plugin)
+                response = await self._call(point, plugin, request, time_remaining, record, shadow)
+                if response is None or point.merge is None:
+                    continue
                 merged = point.merge(request, response)
+                if shadow:
+                    record.shadowed(request, merged)
+                    continue
                 if merged != request:
                     self.stats.changed(plugin.name, point.name)
+                    record.applied(request, merged)
                 report_answer(point, plugin, request, response, merged)
                 request = merged
+        except HookFailed as failure:
+            self._finish(point, record, request, f"not sent: {failure.plugin.name} failed under failure-policy "
+                         f"Fail ({failure.code.name}); the call fails")
+            raise
+        self._finish(point, record, request)
         return request
 
+    def _finish(self, point: HookPoint, record: ChainRecord, final: Message, failure: str = "") -> None:
+        """Collisions and shadows counted and logged; the run kept in the pod's trace."""
+        collisions = record.collisions()
+        for collision in collisions:
+            self._collided(point, collision.earlier_plugin, collision.later_plugin, collision.field)
+        if record.has_shadows:
+            for outcome in record.shadow_outcomes(final):
+                self.stats.shadowed(outcome.plugin, point.name, outcome.changed, bool(outcome.disagreements))
+        if record.traced:
+            who = pod_key(record.original)
+            written_back = point.is_pre and point.name not in _NOT_WRITTEN_BACK and not failure
+            self.trace.record(who, record.entry(who.target, final, collisions,
+                                                failure or _result(point), written_back))
+
+    def _collided(self, point: HookPoint, earlier: str, later: str, field: str) -> None:
+        """Counted every time; logged at warning the first time per hook, plugin pair and field."""
+        key = (point.name, earlier, later, field_family(field))
+        self.stats.collided(*key)
+        level = logging.DEBUG if key in self._collisions_logged else logging.WARNING
+        self._collisions_logged.add(key)
+        log.log(level, "plugins %s and %s both set %s on %s; %s's value stands (the later plugin in file-name order "
+                "wins; see runtimeproxyctl trace)", earlier, later, field, point.name, later,
+                extra={"plugin": later, "hook": point.name, "field": field, "overridden_plugin": earlier})
+
+    def trace_skipped(self, point: HookPoint, request: Message) -> None:
+        """A call of a pod with the skip label: its plugins are not called, the trace says why."""
+        if not self.trace.enabled:
+            return
+        record = ChainRecord(point.name, request, True)
+        for plugin in self._registry.plugins_for(point.name):
+            record.step(plugin.name, SKIPPED_LABEL)
+        who = pod_key(request)
+        self.trace.record(who, record.entry(who.target, request, [], "sent to the runtime as it came (skip label)",
+                                            False))
+
     async def _call(
-        self, point: HookPoint[Req, Resp], plugin: Plugin, request: Req, time_remaining: float | None
+        self, point: HookPoint[Req, Resp], plugin: Plugin, request: Req, time_remaining: float | None,
+        record: ChainRecord, shadow: bool = False,
     ) -> Resp | None:
         timeout = plugin.timeout_seconds
         if time_remaining is not None:
@@ -171,19 +246,23 @@ class Dispatcher:
             # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
             answer = await plugin.call(point.path, request.SerializeToString(), timeout)
         except PluginCallFailed as error:
-            self._failed(point, plugin, error.code, error.details, started)
+            self._failed(point, plugin, error.code, error.details, started, record, shadow)
             return None
         try:
             response = point.response_type.FromString(answer)
         except DecodeError as error:
             self._failed(point, plugin, grpc.StatusCode.INTERNAL,
-                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}", started)
+                         f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}", started,
+                         record, shadow)
             return None
         problem = answer_problem(request, response) if point.is_pre else None
         if problem is not None:
-            self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", started, problem.field)
+            self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", started, record, shadow,
+                         problem.field, refused=True)
             return None
-        self.stats.record(plugin.name, point.name, OK, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.stats.record(plugin.name, point.name, OK, seconds)
+        record.step(plugin.name, STEP_OK, seconds, shadow)
         return response
 
     def failures(self, plugin: str) -> int:
@@ -191,15 +270,28 @@ class Dispatcher:
 
     def _failed(
         self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, started: float,
-        field: str = "",
+        record: ChainRecord, shadow: bool = False, field: str = "", refused: bool = False,
     ) -> None:
-        self.stats.record(plugin.name, point.name, code.name, time.perf_counter() - started, details)
-        if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL:
+        seconds = time.perf_counter() - started
+        self.stats.record(plugin.name, point.name, code.name, seconds, details)
+        record.step(plugin.name, REFUSED if refused else FAILED, seconds, shadow, code.name, details)
+        if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL and not shadow:
             raise HookFailed(point, plugin, code, details, field)
-        consequence = "the call goes on without it" if point.is_pre else "the response is unaffected"
+        if shadow:
+            consequence = "in shadow: the call is unaffected"
+        else:
+            consequence = "the call goes on without it" if point.is_pre else "the response is unaffected"
         log.warning(
             "plugin %s failed %s (policy %s; %s; %d failures so far): %s: %s",
             plugin.name, point.name, plugin.failure_policy.value, consequence,
             self.failures(plugin.name), code.name, details,
             extra=failure_fields(plugin, point, code),
         )
+
+
+def _result(point: HookPoint) -> str:
+    if not point.is_pre:
+        return "post-hook: the runtime's answer is unaffected"
+    if point.name in _NOT_WRITTEN_BACK:
+        return "sent to the runtime as it came (the start carries nothing to change)"
+    return "sent to the runtime"

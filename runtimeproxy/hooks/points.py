@@ -147,6 +147,8 @@ class HookPoints:
                                   time_remaining: float | None) -> PodSandboxRun:
         skip = self.context.skip.applies(pod.labels)
         if skip or not self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
+            if skip and self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
+                self.dispatcher.trace_skipped(points.PRE_RUN_POD_SANDBOX, pod)
             return PodSandboxRun(pod, False, skip)
         changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
         return PodSandboxRun(changed, changed != pod, skip)
@@ -155,6 +157,7 @@ class HookPoints:
         """The runtime created the pod: record it as created."""
         if pod_id:
             self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
+            self.dispatcher.trace.learn_sandbox(run.request, pod_id)
             await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
@@ -166,6 +169,7 @@ class HookPoints:
         if self.store.pod(pod_id) is not None:  # only a recorded pod: the runtime no longer has it
             await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
         self.store.remove_pod(pod_id)
+        self.dispatcher.trace.forget_pod(pod_id)
 
     # -- containers ------------------------------------------------------------------------------------
 
@@ -182,6 +186,8 @@ class HookPoints:
         if pod is not None:
             set_pod_context(container, pod.info)
             if pod.skip_hooks:
+                if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
+                    self.dispatcher.trace_skipped(points.PRE_CREATE_CONTAINER, container)
                 return ContainerCreation(pod_id, container, False, False)
         changed = container
         if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
@@ -196,6 +202,7 @@ class HookPoints:
         if container_id:
             creation.request.container_meta.id = container_id
             self.store.put_container(container_id, ContainerRecord(creation.pod_id, creation.request))
+            self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
             await self._notify_extra(extra.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:

@@ -21,6 +21,7 @@ from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME, Toggles
+from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.listener import SocketInUseError, SocketLock, lock_socket_path
 from runtimeproxy.options import ProxyOptions
 
@@ -37,7 +38,8 @@ class HookService:
         self.store = Store()
         self.state_dir = options.state_dir
         self.toggles = Toggles(options.state_dir)
-        self.dispatcher = Dispatcher(self.registry, self.toggles)
+        self.trace = TraceRecorder(options.hook_trace_entries)
+        self.dispatcher = Dispatcher(self.registry, self.toggles, self.trace)
         self.extra: ExtraPlugins = NO_EXTRA_PLUGINS  # plugins of another protocol (NRI), set by the process
         self._tasks: list[asyncio.Task[None]] = []
         self._state_lock: SocketLock | None = None

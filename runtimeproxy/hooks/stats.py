@@ -2,7 +2,7 @@
 
 Recorded by the dispatcher on every plugin call; read by the admin status and the metrics
 endpoint. Bounded: one entry per (plugin file, hook), a fixed bucket array and a fixed-size
-sample window each. Knows no transport.
+sample window each; collisions by (hook, plugin pair, field with map keys collapsed). Knows no transport.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class HookCallStats:
 
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     changes: int = 0
+    shadow_changes: int = 0  # answers in shadow that would have changed the request
+    shadow_disagreements: int = 0  # ... and set a field to another value than the one applied
     last_error: str = ""
     last_error_unix_seconds: float = 0.0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
@@ -83,6 +85,8 @@ class HookStats:
 
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, str], HookCallStats] = {}
+        # (hook, earlier plugin, later plugin, field family) -> calls where both set the field differently.
+        self.collisions: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
 
     def record(self, plugin: str, hook: str, outcome: str, seconds: float, error: str = "") -> None:
         stats = self.of(plugin, hook)
@@ -96,6 +100,15 @@ class HookStats:
     def changed(self, plugin: str, hook: str) -> None:
         """A pre-hook answer of this plugin changed the request."""
         self.of(plugin, hook).changes += 1
+
+    def shadowed(self, plugin: str, hook: str, changed: bool, disagreed: bool) -> None:
+        """An answer in shadow: would it have changed the request, and would it have set something else?"""
+        stats = self.of(plugin, hook)
+        stats.shadow_changes += changed
+        stats.shadow_disagreements += disagreed
+
+    def collided(self, hook: str, earlier: str, later: str, family: str) -> None:
+        self.collisions[(hook, earlier, later, family)] += 1
 
     def of(self, plugin: str, hook: str) -> HookCallStats:
         stats = self._by_key.get((plugin, hook))

@@ -11,6 +11,10 @@ and time: a per-hook toggle never rewrites the whole-plugin one. Whether a name 
 registered plugin is the admin service's question (it knows the registry); `unknown_plugin`
 words the refusal.
 
+Shadow settings live here too, persisted in the same file: `runtimeproxyctl shadow PLUGIN` puts a plugin
+on trial (called, never applied: hooks.dispatcher), `unshadow` takes it off trial, which for a plugin
+whose config file says `"shadow": true` is kept as a promotion that overrides the file.
+
 Owns no transport: the admin service and the dispatcher both call in here.
 """
 
@@ -92,6 +96,21 @@ class Toggle:
         return f"set{by} at {_timestamp(self.since_unix_seconds)}: {self.reason}"
 
 
+@dataclass(frozen=True)
+class ShadowSetting:
+    """An operator's word on a plugin's trial, overriding its config file's `shadow` key."""
+
+    plugin: str  # a config file name
+    shadow: bool  # True: on trial; False: promoted (its file says shadow, the operator says apply it)
+    since_unix_seconds: float
+    author: str = ""
+
+    def describe(self) -> str:
+        what = "in shadow" if self.shadow else "promoted (applied, whatever its file's shadow key says)"
+        by = f" by {self.author}" if self.author else ""
+        return f"{self.plugin} {what}, set{by} at {_timestamp(self.since_unix_seconds)}"
+
+
 def plugin_file_name(name: str) -> str:
     """`koordlet` and `koordlet.json` name the same plugin; anything path-like is refused."""
     name = name.strip()
@@ -146,6 +165,37 @@ class Toggles:
         self._toggles: dict[tuple[str, str], Toggle] = {}
         self._off: frozenset[tuple[str, str]] = frozenset()  # (plugin, hook) pairs, precomputed
         self._whole_plugins_off: frozenset[str] = frozenset()
+        self._shadows: dict[str, ShadowSetting] = {}
+
+    @property
+    def shadow_settings(self) -> tuple[ShadowSetting, ...]:
+        return tuple(self._shadows[name] for name in sorted(self._shadows))
+
+    def shadow_override(self, plugin: str) -> bool | None:
+        """True: in shadow by the operator; False: promoted; None: as its config file says."""
+        if not self._shadows:  # the common case: one dict truth test
+            return None
+        setting = self._shadows.get(plugin)
+        return setting.shadow if setting is not None else None
+
+    def set_shadow(self, plugin: str, shadow: bool, configured_shadow: bool, author: str = "") -> list[str]:
+        """Put a plugin on trial, or take it off (`configured_shadow`: its file says `"shadow": true`, so
+        taking it off is kept as a promotion). Persisted first, then logged; returns notes."""
+        name = plugin_file_name(plugin)
+        shadows = dict(self._shadows)
+        previous = shadows.pop(name, None)
+        if shadow or configured_shadow:  # unshadowing a plugin the file does not shadow needs no entry
+            shadows[name] = ShadowSetting(name, shadow, time.time(), clean_author(author))
+        notes = []
+        was_shadow = previous.shadow if previous is not None else configured_shadow
+        if was_shadow == shadow:
+            notes.append(f"{name} was already {'in shadow' if shadow else 'applied (not in shadow)'}")
+        self._save(self._toggles, shadows)
+        self._shadows = shadows
+        by = f" by {clean_author(author)}" if author else ""
+        log.warning("%s %s on this node%s", name, "put in shadow (called, never applied)" if shadow
+                    else "taken out of shadow: its answers are applied", by, extra={"plugin": name})
+        return notes
 
     @property
     def active(self) -> tuple[Toggle, ...]:
@@ -233,7 +283,7 @@ class Toggles:
         ]
 
     def _change(self, toggles: dict[tuple[str, str], Toggle]) -> None:
-        self._save(toggles)  # first: a change that cannot be persisted is not made
+        self._save(toggles, self._shadows)  # first: a change that cannot be persisted is not made
         self._install(toggles)
 
     def _install(self, toggles: dict[tuple[str, str], Toggle]) -> None:
@@ -257,18 +307,22 @@ class Toggles:
             return
         try:
             toggles = _decode(data)
+            shadows = _decode_shadows(data)
         except (ValueError, TypeError, KeyError) as error:
             log.error("toggle state %s is unreadable (%s); starting with no toggles", self.state_path, error)
             return
         self._install(toggles)
+        self._shadows = shadows
+        for setting in self.shadow_settings:
+            log.warning("%s (from %s)", setting.describe(), self.state_path, extra={"plugin": setting.plugin})
         for toggle in self.active:
             log.warning("%s is disabled on this node (toggle from %s, %s)", toggle.describe(),
                         self.state_path, toggle.provenance(), extra={"plugin": toggle.plugin})
 
-    def _save(self, toggles: dict[tuple[str, str], Toggle]) -> None:
+    def _save(self, toggles: dict[tuple[str, str], Toggle], shadows: dict[str, ShadowSetting]) -> None:
         if self.state_path is None:
             return
-        write_atomically(self.state_path, _encode(toggles))
+        write_atomically(self.state_path, _encode(toggles, shadows))
 
 
 def _scopes(hooks: frozenset[str]) -> list[str]:
@@ -320,7 +374,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 
-def _encode(toggles: dict[tuple[str, str], Toggle]) -> bytes:
+def _encode(toggles: dict[tuple[str, str], Toggle], shadows: dict[str, ShadowSetting] | None = None) -> bytes:
     # Version 1 readers (proxies before per-toggle authors) keep the last entry of each plugin:
     # the whole-plugin toggle is written last, so a downgraded proxy keeps more off, never less.
     def order(toggle: Toggle) -> tuple[str, int]:
@@ -333,7 +387,10 @@ def _encode(toggles: dict[tuple[str, str], Toggle]) -> bytes:
         if t.hooks_on:
             entry["hooks_on"] = [h for h in HOOK_NAMES if h in t.hooks_on]
         entries.append(entry)
-    document = {"version": _STATE_VERSION, "toggles": entries}
+    document: dict[str, object] = {"version": _STATE_VERSION, "toggles": entries}
+    if shadows:  # older proxies ignore the key (they apply a shadowed plugin: shadow is its file's key too)
+        document["shadows"] = [{"plugin": s.plugin, "shadow": s.shadow, "since": s.since_unix_seconds,
+                                "author": s.author} for _, s in sorted(shadows.items())]
     return orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
 
 
@@ -355,3 +412,13 @@ def _decode(data: bytes) -> dict[tuple[str, str], Toggle]:
             toggle = Toggle(plugin, scope, reason, since, author, hooks_on if not scope else frozenset())
             toggles[toggle.key] = toggle
     return toggles
+
+
+def _decode_shadows(data: bytes) -> dict[str, ShadowSetting]:
+    document = orjson.loads(data)
+    shadows = {}
+    for item in document.get("shadows", []) if isinstance(document, dict) else []:
+        name = plugin_file_name(str(item["plugin"]))
+        shadows[name] = ShadowSetting(name, bool(item["shadow"]), float(item.get("since", 0)),
+                                      clean_author(str(item.get("author", ""))))
+    return shadows

@@ -18,12 +18,15 @@ POLICIES = ("Ignore", "Fail")
 
 
 def registration(socket_path: Path, hooks: Sequence[str], policy: str = "Ignore",
-                 timeout: float | None = None) -> bytes:
-    """The JSON document that registers a plugin serving on `socket_path` for `hooks`."""
+                 timeout: float | None = None, shadow: bool = False) -> bytes:
+    """The JSON document that registers a plugin serving on `socket_path` for `hooks` (`shadow`: on trial,
+    called but never applied)."""
     document: dict[str, object] = {"remote-endpoint": str(socket_path), "failure-policy": policy,
                                    "runtime-hooks": list(hooks)}
     if timeout is not None:
         document["timeout-seconds"] = timeout
+    if shadow:
+        document["shadow"] = True
     return orjson.dumps(document, option=orjson.OPT_INDENT_2)
 
 

@@ -276,3 +276,27 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
         main(["--version"])
     assert exited.value.code == EXIT_OK
     assert capsys.readouterr().out == f"runtimeproxyctl {__version__}\n"
+
+
+def test_shadow_and_unshadow_are_persisted_and_shown(operated: Proxy, capsys: pytest.CaptureFixture[str]) -> None:
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    code, out = ctl(operated, "shadow", "koordlet")
+    assert code == EXIT_OK and "koordlet.json  in shadow" in out
+    state = json.loads((operated.options.state_dir / STATE_FILE_NAME).read_text())
+    assert state["shadows"][0]["plugin"] == "koordlet.json" and state["shadows"][0]["shadow"]
+    _, table = ctl(operated, "status")
+    assert "koordlet.json  enabled  IN SHADOW (called, never applied)" in table
+    assert "WOULD CHANGE/DIFFER" in table
+    assert ctl(operated, "unshadow", "koordlet")[0] == EXIT_OK
+    _, out = ctl(operated, "status", "-o", "json")
+    assert not json.loads(out)["plugins"][0]["shadow"]
+    capsys.readouterr()
+    assert ctl(operated, "shadow", "koordlett")[0] == EXIT_NO_SUCH_PLUGIN
+    assert "did you mean koordlet?" in capsys.readouterr().err
+
+
+def test_trace_of_an_unknown_pod_exits_3_saying_why(operated: Proxy, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ctl(operated, "trace", "default/nothere") == (EXIT_NO_SUCH_PLUGIN, "")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no trace of a pod 'default/nothere'" in err

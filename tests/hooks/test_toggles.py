@@ -258,3 +258,19 @@ def test_stats_count_calls_failures_and_changes(bench: PluginBench) -> None:
     assert bad.last_error.startswith("UNAVAILABLE") and bad.last_error_unix_seconds > 0
     assert 0 < good.percentile_seconds(0.5) <= good.percentile_seconds(0.99)
     assert good.latency.cumulative()[-1] == ("+Inf", 3)
+
+
+def test_shadow_settings_are_persisted_beside_the_toggles(tmp_path: Path) -> None:
+    toggles = Toggles(tmp_path)
+    toggles.disable("koordlet", frozenset(), "kept too")
+    toggles.set_shadow("koordlet-next", True, configured_shadow=False, author="root")
+    toggles.set_shadow("trial.json", False, configured_shadow=True)  # a promotion over the file's key
+    reloaded = Toggles(tmp_path)
+    reloaded.load()
+    assert reloaded.shadow_override("koordlet-next.json") is True
+    assert reloaded.shadow_override("trial.json") is False
+    assert reloaded.shadow_override("koordlet.json") is None
+    assert [t.plugin for t in reloaded.active] == ["koordlet.json"]
+    assert reloaded.shadow_settings[0].author == "root"
+    reloaded.set_shadow("koordlet-next.json", False, configured_shadow=False)
+    assert reloaded.shadow_override("koordlet-next.json") is None

@@ -55,7 +55,7 @@ class BackendStatus(_message.Message):
     def __init__(self, role: _Optional[str] = ..., endpoint: _Optional[str] = ..., reachable: _Optional[bool] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ...) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats", "config_warnings")
+    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats", "config_warnings", "shadow", "shadow_setting")
     FILE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,8 @@ class PluginStatus(_message.Message):
     CONFIG_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     HOOK_STATS_FIELD_NUMBER: _ClassVar[int]
     CONFIG_WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_SETTING_FIELD_NUMBER: _ClassVar[int]
     file: str
     endpoint: str
     failure_policy: str
@@ -76,10 +78,12 @@ class PluginStatus(_message.Message):
     config_problem: str
     hook_stats: _containers.RepeatedCompositeFieldContainer[HookStats]
     config_warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., config_warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    shadow: bool
+    shadow_setting: str
+    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., config_warnings: _Optional[_Iterable[str]] = ..., shadow: _Optional[bool] = ..., shadow_setting: _Optional[str] = ...) -> None: ...
 
 class HookStats(_message.Message):
-    __slots__ = ("hook", "enabled", "calls", "failures", "last_error", "last_error_unix_seconds", "p50_seconds", "p99_seconds")
+    __slots__ = ("hook", "enabled", "calls", "failures", "last_error", "last_error_unix_seconds", "p50_seconds", "p99_seconds", "shadow_changes", "shadow_disagreements")
     HOOK_FIELD_NUMBER: _ClassVar[int]
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +92,8 @@ class HookStats(_message.Message):
     LAST_ERROR_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
     P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_DISAGREEMENTS_FIELD_NUMBER: _ClassVar[int]
     hook: str
     enabled: bool
     calls: int
@@ -96,7 +102,9 @@ class HookStats(_message.Message):
     last_error_unix_seconds: float
     p50_seconds: float
     p99_seconds: float
-    def __init__(self, hook: _Optional[str] = ..., enabled: _Optional[bool] = ..., calls: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ..., last_error_unix_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ...) -> None: ...
+    shadow_changes: int
+    shadow_disagreements: int
+    def __init__(self, hook: _Optional[str] = ..., enabled: _Optional[bool] = ..., calls: _Optional[int] = ..., failures: _Optional[int] = ..., last_error: _Optional[str] = ..., last_error_unix_seconds: _Optional[float] = ..., p50_seconds: _Optional[float] = ..., p99_seconds: _Optional[float] = ..., shadow_changes: _Optional[int] = ..., shadow_disagreements: _Optional[int] = ...) -> None: ...
 
 class StoreStatus(_message.Message):
     __slots__ = ("pods", "containers")
@@ -147,3 +155,129 @@ class ToggleResponse(_message.Message):
     toggles: _containers.RepeatedCompositeFieldContainer[Toggle]
     notes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TraceRequest(_message.Message):
+    __slots__ = ("pod",)
+    POD_FIELD_NUMBER: _ClassVar[int]
+    pod: str
+    def __init__(self, pod: _Optional[str] = ...) -> None: ...
+
+class TraceResponse(_message.Message):
+    __slots__ = ("pod_uid", "pod_namespace", "pod_name", "sandbox_ids", "containers", "entries", "dropped_entries", "entries_per_pod")
+    POD_UID_FIELD_NUMBER: _ClassVar[int]
+    POD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_NAME_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_PER_POD_FIELD_NUMBER: _ClassVar[int]
+    pod_uid: str
+    pod_namespace: str
+    pod_name: str
+    sandbox_ids: _containers.RepeatedScalarFieldContainer[str]
+    containers: _containers.RepeatedCompositeFieldContainer[TracedContainer]
+    entries: _containers.RepeatedCompositeFieldContainer[TraceEntry]
+    dropped_entries: int
+    entries_per_pod: int
+    def __init__(self, pod_uid: _Optional[str] = ..., pod_namespace: _Optional[str] = ..., pod_name: _Optional[str] = ..., sandbox_ids: _Optional[_Iterable[str]] = ..., containers: _Optional[_Iterable[_Union[TracedContainer, _Mapping]]] = ..., entries: _Optional[_Iterable[_Union[TraceEntry, _Mapping]]] = ..., dropped_entries: _Optional[int] = ..., entries_per_pod: _Optional[int] = ...) -> None: ...
+
+class TracedContainer(_message.Message):
+    __slots__ = ("id", "name")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class TraceEntry(_message.Message):
+    __slots__ = ("unix_seconds", "hook", "target", "request", "steps", "collisions", "result", "sent_changes")
+    UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HOOK_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    COLLISIONS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    SENT_CHANGES_FIELD_NUMBER: _ClassVar[int]
+    unix_seconds: float
+    hook: str
+    target: str
+    request: str
+    steps: _containers.RepeatedCompositeFieldContainer[TraceStep]
+    collisions: _containers.RepeatedCompositeFieldContainer[Collision]
+    result: str
+    sent_changes: _containers.RepeatedCompositeFieldContainer[FieldChange]
+    def __init__(self, unix_seconds: _Optional[float] = ..., hook: _Optional[str] = ..., target: _Optional[str] = ..., request: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[TraceStep, _Mapping]]] = ..., collisions: _Optional[_Iterable[_Union[Collision, _Mapping]]] = ..., result: _Optional[str] = ..., sent_changes: _Optional[_Iterable[_Union[FieldChange, _Mapping]]] = ...) -> None: ...
+
+class TraceStep(_message.Message):
+    __slots__ = ("plugin", "outcome", "shadow", "code", "details", "latency_seconds", "changes", "disagreements")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    DISAGREEMENTS_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    outcome: str
+    shadow: bool
+    code: str
+    details: str
+    latency_seconds: float
+    changes: _containers.RepeatedCompositeFieldContainer[FieldChange]
+    disagreements: _containers.RepeatedCompositeFieldContainer[FieldChange]
+    def __init__(self, plugin: _Optional[str] = ..., outcome: _Optional[str] = ..., shadow: _Optional[bool] = ..., code: _Optional[str] = ..., details: _Optional[str] = ..., latency_seconds: _Optional[float] = ..., changes: _Optional[_Iterable[_Union[FieldChange, _Mapping]]] = ..., disagreements: _Optional[_Iterable[_Union[FieldChange, _Mapping]]] = ...) -> None: ...
+
+class FieldChange(_message.Message):
+    __slots__ = ("field", "before", "after")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    before: str
+    after: str
+    def __init__(self, field: _Optional[str] = ..., before: _Optional[str] = ..., after: _Optional[str] = ...) -> None: ...
+
+class Collision(_message.Message):
+    __slots__ = ("field", "earlier_plugin", "earlier_value", "later_plugin", "later_value")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    EARLIER_PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    EARLIER_VALUE_FIELD_NUMBER: _ClassVar[int]
+    LATER_PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    LATER_VALUE_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    earlier_plugin: str
+    earlier_value: str
+    later_plugin: str
+    later_value: str
+    def __init__(self, field: _Optional[str] = ..., earlier_plugin: _Optional[str] = ..., earlier_value: _Optional[str] = ..., later_plugin: _Optional[str] = ..., later_value: _Optional[str] = ...) -> None: ...
+
+class ShadowRequest(_message.Message):
+    __slots__ = ("plugin", "author")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    author: str
+    def __init__(self, plugin: _Optional[str] = ..., author: _Optional[str] = ...) -> None: ...
+
+class ShadowResponse(_message.Message):
+    __slots__ = ("settings", "notes")
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    settings: _containers.RepeatedCompositeFieldContainer[ShadowSetting]
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, settings: _Optional[_Iterable[_Union[ShadowSetting, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ShadowSetting(_message.Message):
+    __slots__ = ("plugin", "shadow", "since_unix_seconds", "author")
+    PLUGIN_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
+    SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    plugin: str
+    shadow: bool
+    since_unix_seconds: float
+    author: str
+    def __init__(self, plugin: _Optional[str] = ..., shadow: _Optional[bool] = ..., since_unix_seconds: _Optional[float] = ..., author: _Optional[str] = ...) -> None: ...

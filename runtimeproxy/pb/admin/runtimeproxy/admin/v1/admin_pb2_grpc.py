@@ -49,6 +49,21 @@ class AdminStub:
                 request_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ToggleRequest.SerializeToString,
                 response_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ToggleResponse.FromString,
                 _registered_method=True)
+        self.Trace = channel.unary_unary(
+                '/runtimeproxy.admin.v1.Admin/Trace',
+                request_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.TraceRequest.SerializeToString,
+                response_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.TraceResponse.FromString,
+                _registered_method=True)
+        self.Shadow = channel.unary_unary(
+                '/runtimeproxy.admin.v1.Admin/Shadow',
+                request_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowRequest.SerializeToString,
+                response_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowResponse.FromString,
+                _registered_method=True)
+        self.Unshadow = channel.unary_unary(
+                '/runtimeproxy.admin.v1.Admin/Unshadow',
+                request_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowRequest.SerializeToString,
+                response_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -75,6 +90,27 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Trace(self, request, context):
+        """One pod's decision trace: its hooked calls, oldest first (in memory; empty after a restart).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Shadow(self, request, context):
+        """Put a plugin on trial: called on its hooks, never applied (persisted, like toggles).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unshadow(self, request, context):
+        """Take it off trial: its answers are applied (a promotion, when its config file says shadow).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +128,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Enable,
                     request_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ToggleRequest.FromString,
                     response_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ToggleResponse.SerializeToString,
+            ),
+            'Trace': grpc.unary_unary_rpc_method_handler(
+                    servicer.Trace,
+                    request_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.TraceRequest.FromString,
+                    response_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.TraceResponse.SerializeToString,
+            ),
+            'Shadow': grpc.unary_unary_rpc_method_handler(
+                    servicer.Shadow,
+                    request_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowRequest.FromString,
+                    response_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowResponse.SerializeToString,
+            ),
+            'Unshadow': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unshadow,
+                    request_deserializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowRequest.FromString,
+                    response_serializer=admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +226,87 @@ class Admin:
             '/runtimeproxy.admin.v1.Admin/Enable',
             admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ToggleRequest.SerializeToString,
             admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ToggleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Trace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtimeproxy.admin.v1.Admin/Trace',
+            admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.TraceRequest.SerializeToString,
+            admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.TraceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Shadow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtimeproxy.admin.v1.Admin/Shadow',
+            admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowRequest.SerializeToString,
+            admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unshadow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtimeproxy.admin.v1.Admin/Unshadow',
+            admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowRequest.SerializeToString,
+            admin_dot_runtimeproxy_dot_admin_dot_v1_dot_admin__pb2.ShadowResponse.FromString,
             options,
             channel_credentials,
             insecure,

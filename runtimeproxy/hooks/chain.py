@@ -1,0 +1,116 @@
+"""What one run of a hook chain did, collected by the dispatcher loop: each plugin's step, what the applied
+answers changed, who collided with whom, and what plugins in shadow would have changed.
+
+Collisions (containerd/nri's result.go fails a second plugin touching a field another owns; here the chain
+goes on): a field is owned by the last plugin that changed it; a later plugin changing an owned field is a
+collision between the owner and it, and the later plugin's value stands (file-name order decides, as it
+decides the chain). Echoing a value is no change, so two plugins agreeing never collide.
+
+Shadow: a plugin in shadow sees the request as the chain has it at its place and is merged privately; a
+field it would set is a disagreement when the value applied in the end is another.
+
+Field-level changes cost a walk over both messages: they are computed once the chain is done, and only
+when something reads them (the trace is on, a second plugin changed the request, a plugin is in shadow).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.changes import FieldChange, field_changes
+from runtimeproxy.hooks.trace import Collision, Step, TraceEntry, bounded_changes, kept_request
+
+
+@dataclass
+class _Answer:
+    step: Step
+    before: Message
+    after: Message
+    changes: list[FieldChange] | None = None  # computed once read
+
+
+@dataclass(frozen=True)
+class ShadowOutcome:
+    plugin: str
+    changed: bool
+    disagreements: tuple[FieldChange, ...]
+
+
+class ChainRecord:
+    def __init__(self, hook: str, request: Message, traced: bool) -> None:
+        self.hook = hook
+        self.original = request
+        self.traced = traced
+        self.unix_seconds = time.time()
+        self.steps: list[Step] = []
+        self._applied: list[_Answer] = []
+        self._shadows: list[_Answer] = []
+
+    def step(self, plugin: str, outcome: str, seconds: float = 0.0, shadow: bool = False, code: str = "",
+             details: str = "") -> None:
+        self.steps.append(Step(plugin, outcome, shadow, code, details, seconds))
+
+    def applied(self, before: Message, after: Message) -> None:
+        """The last step's answer was merged: `after` is the request it left."""
+        if after is not before:
+            self._applied.append(_Answer(self.steps[-1], before, after))
+
+    def shadowed(self, before: Message, would_be: Message) -> None:
+        """The last step (in shadow) would have left `would_be`."""
+        self._shadows.append(_Answer(self.steps[-1], before, would_be))
+
+    @property
+    def has_shadows(self) -> bool:
+        return bool(self._shadows)
+
+    def collisions(self) -> list[Collision]:
+        """Fills each applied step's changes (when read) and returns the collisions, in chain order."""
+        if not self.traced and len(self._applied) < 2:
+            return []
+        owners: dict[str, tuple[str, object]] = {}  # field -> (plugin, value it set)
+        found = []
+        for answer in self._applied:
+            changes = answer.changes = field_changes(answer.before, answer.after)
+            plugin = answer.step.plugin
+            for change in changes:
+                owner = owners.get(change.field)
+                if owner is not None and owner[0] != plugin:
+                    found.append(Collision(change.field, owner[0], owner[1], plugin, change.after))
+                owners[change.field] = (plugin, change.after)
+            if self.traced:
+                answer.step.changes = bounded_changes(changes)
+        return found
+
+    def shadow_outcomes(self, final: Message) -> list[ShadowOutcome]:
+        """Per answer in shadow: would it have changed anything, and where it differs from what was applied."""
+        outcomes = []
+        for answer in self._shadows:
+            changes = field_changes(answer.before, answer.after)
+            wanted = {change.field for change in changes}
+            differences = [change for change in field_changes(final, answer.after) if change.field in wanted]
+            answer.step.changes = bounded_changes(changes)
+            answer.step.disagreements = bounded_changes(differences)
+            outcomes.append(ShadowOutcome(answer.step.plugin, bool(changes), answer.step.disagreements))
+        return outcomes
+
+    def entry(self, target: str, final: Message, collisions: list[Collision], result: str,
+              written_back: bool) -> TraceEntry:
+        """The trace entry (after `collisions()`, which computes each applied answer's changes)."""
+        sent = self._composed_changes() if written_back else []
+        return TraceEntry(self.unix_seconds, self.hook, target, kept_request(self.original), type(self.original),
+                          self.steps, tuple(collisions), result, bounded_changes(sent))
+
+    def _composed_changes(self) -> list[FieldChange]:
+        """The whole chain's changes, folded from each answer's (no second walk over the messages): per field,
+        the value before the first change and after the last, unless they are equal."""
+        first: dict[str, FieldChange] = {}
+        last: dict[str, object] = {}
+        for answer in self._applied:
+            for change in answer.changes or ():
+                first.setdefault(change.field, change)
+                last[change.field] = change.after
+        return [FieldChange(name, change.before, last[name]) for name, change in first.items()
+                if change.before != last[name]]
