@@ -63,7 +63,7 @@ def case_idle(lab: Lab, scale: Scale, report: CaseReport) -> None:
         report.raw[f"idle_cpu_percent_{plugins}_plugins"] = idle
         row = report.row(f"CPU of one core, idle, {plugins} plugins", "%", dict(idle),
                          note=f"one {seconds:.0f} s window, all peers at once" if not plugins else "")
-        if idle.get("proxy") is not None:
-            value = idle["proxy"]
+        value = idle.get("proxy")
+        if value is not None:
             report.target(row, f"idle proxy with {plugins} plugins <= {IDLE_CPU_LIMIT} % of a core",
                           value <= IDLE_CPU_LIMIT, f"{value:.3f} %")
