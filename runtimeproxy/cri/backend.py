@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -25,11 +26,15 @@ ResponsivenessListener = ReachabilityListener
 
 # The liveness probe. A backend that stops answering (containerd frozen by SIGSTOP, or
 # wedged) keeps its connection READY, so connectivity alone cannot tell: while
-# connected, a cheap call is made every interval with a short deadline.
+# connected, a cheap call is made every interval with a short deadline, unless a relayed
+# call was answered within the interval (that proves it alive: a busy proxy never probes).
+# A probe left unanswered is repeated at once, so a frozen backend is found within
+# INTERVAL + 2 * TIMEOUT (5 s). One probe costs ~1 ms of CPU (a cold gRPC call): at 2.5 s,
+# an idle proxy spends ~0.04 % of a core on it.
 PROBE_PATH = "/runtime.v1.RuntimeService/Version"
 PROBE_METADATA_KEY = "x-runtimeproxy-probe"  # marks probes, for backends (and tests) that care
-PROBE_INTERVAL_SECONDS = 1.0
-PROBE_TIMEOUT_SECONDS = 2.0
+PROBE_INTERVAL_SECONDS = 2.5
+PROBE_TIMEOUT_SECONDS = 1.25
 PROBE_FAILURES_FOR_UNRESPONSIVE = 2  # in a row: one slow answer under load is not an outage
 # Outcomes that mean no answer; any status the backend chose itself (even UNIMPLEMENTED) is one.
 _NO_ANSWER = frozenset({grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE})
@@ -60,6 +65,11 @@ class BackendChannel:
         self.path = path
         self.target = grpc_target(path)
         self.channel = grpc.aio.insecure_channel(self.target, options=channel_options(max_message_bytes))
+        self.answered_at = -PROBE_INTERVAL_SECONDS  # monotonic time of the last relayed answer
+
+    def answered(self) -> None:
+        """A relayed call got its answer: the backend is alive (the probe can rest)."""
+        self.answered_at = time.monotonic()
 
     def is_ready(self) -> bool:
         return self.channel.get_state(try_to_connect=False) is grpc.ChannelConnectivity.READY
@@ -97,10 +107,13 @@ class BackendChannel:
         responsive = True
         failures = 0
         while True:
-            await asyncio.sleep(PROBE_INTERVAL_SECONDS)
+            # One probe without an answer is checked again at once; otherwise wait the interval.
+            await asyncio.sleep(0 if failures == 1 else PROBE_INTERVAL_SECONDS)
             if not self.is_ready():
                 failures = 0  # not connected: the reachability watch reports that
                 continue
+            if responsive and not failures and time.monotonic() - self.answered_at < PROBE_INTERVAL_SECONDS:
+                continue  # relayed calls proved it alive
             code = await self._probe_fails()
             failures = failures + 1 if code is not None else 0
             now_responsive = failures < PROBE_FAILURES_FOR_UNRESPONSIVE
