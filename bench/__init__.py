@@ -34,7 +34,8 @@ Cases (--cases picks some):
            N goroutines): list (GET /containers/json?all=1) and inspect (cycling through the N) p50/p99
            at 1, calls/s at 1 and 16; an exec round trip (create, start with the 101 upgrade and the raw
            stream to EOF, inspect until exited) p50/p99 at 1, calls/s at 4; CPU per call in each hop and
-           in the client. Peers: direct (dockerd), proxy (--backend-runtime-mode=Docker), go-proxy, socat.
+           in the client. Peers: direct (dockerd), proxy (--backend-runtime-mode=Docker), go-proxy, socat
+           (and baseline, with --baseline).
            No plugin peer: no hook fires on list, inspect or exec. It takes about 2.3 minutes (mostly
            exec round trips, ~70 ms of runc each), so it is not in the default set: ask for it with
            --cases docker (or --cases all).
