@@ -1,6 +1,6 @@
 """runtimeproxy benchmark: the proxy beside its anchors, driven by a compiled client.
 
-    python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker]   (from the repo root)
+    python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle]   (from the repo root)
 
 Load side: `benchgo client` (bench/go, built by this script with Debian's Go; see gopeers.py):
 raw bytes, one HTTP/2 connection, N goroutines. It gets about 10x the calls/s a Python client
@@ -34,10 +34,13 @@ Cases (--cases picks some):
            N goroutines): list (GET /containers/json?all=1) and inspect (cycling through the N) p50/p99
            at 1, calls/s at 1 and 16; an exec round trip (create, start with the 101 upgrade and the raw
            stream to EOF, inspect until exited) p50/p99 at 1, calls/s at 4; CPU per call in each hop and
-           in the client. Peers: direct (dockerd), proxy (--backend-runtime-mode=Docker), go-proxy, socat.
+           in the client. Peers: direct (dockerd), proxy (--backend-runtime-mode=Docker), go-proxy, socat
+           (and baseline, with --baseline).
            No plugin peer: no hook fires on list, inspect or exec. It takes about 2.3 minutes (mostly
            exec round trips, ~70 ms of runc each), so it is not in the default set: ask for it with
            --cases docker (or --cases all).
+  idle     each hop's CPU % of one core over one window with no calls, all measured at once: the proxy
+           (and the baseline's) with no plugins and with 500 registered plugins, the relays beside them
 
 Figures are medians over the rounds; in each round every peer runs once, in turn, so drifting load
 hits all alike. CPU per call comes from utime+stime in /proc/PID/stat of the hop process (and its

@@ -235,7 +235,7 @@ class Lab:
         arguments = [f"--log-level={log_level}", *extra_args]
         proxy: ProxyProcess
         if upstream.http:
-            proxy = DockerModeProxy(directory / "rp.sock", upstream.socket, extra_args=arguments)
+            proxy = DockerModeProxy(directory / "rp.sock", upstream.socket, extra_args=arguments, cwd=checkout)
         else:
             hooks = hook_dir or directory / "hooks"
             proxy = ProxyProcess(directory / "rp.sock", upstream.socket, hook_config_dir=hooks, extra_args=arguments,
@@ -247,7 +247,7 @@ class Lab:
         return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid), http=upstream.http)
 
     def _baseline(self, name: str, upstream: Peer) -> Peer:
-        """The baseline checkout's proxy in front of `upstream` (CRI mode)."""
+        """The baseline checkout's proxy in front of `upstream` (CRI mode, or Docker mode before dockerd)."""
         assert self.baseline is not None
         peer = self._proxy(name, upstream, checkout=self.baseline)
         peer.name = "baseline"

@@ -207,9 +207,11 @@ def docker_api_ping(socket_path: Path, timeout: float = 2.0) -> bool:
 class DockerModeProxy(ProxyProcess):
     """The proxy process in `--backend-runtime-mode=Docker`, ready once `/_ping` answers through it."""
 
-    def __init__(self, listen_path: Path, docker_socket: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(self, listen_path: Path, docker_socket: Path, extra_args: list[str] | None = None,
+                 cwd: Path | None = None) -> None:
+        """`cwd`: run from that checkout (`python -m runtimeproxy` imports the tree it starts in)."""
         super().__init__(listen_path, docker_socket,
-                         extra_args=["--backend-runtime-mode=Docker", *(extra_args or [])])
+                         extra_args=["--backend-runtime-mode=Docker", *(extra_args or [])], cwd=cwd)
 
     def wait_until_listening(self, timeout: float, wait_serving: bool = True) -> None:
         deadline = time.monotonic() + timeout

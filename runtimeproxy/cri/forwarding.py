@@ -157,6 +157,7 @@ def _single_response(
             await relay_initial_metadata(context, call)
             await relay_failure(context, error, backend)
             raise  # unreachable: abort raises
+        backend.answered()
         # Settled: both are at hand without waiting.
         await relay_initial_metadata(context, call)
         await relay_trailing_metadata(context, call)

@@ -1,8 +1,11 @@
 """Hook plugin registration (the registry): one `*.json` file per plugin in a watched config directory.
 
-The directory is polled (no inotify dependency) so that adding, changing, renaming or
-deleting a file takes effect within a poll interval. Scanning and reading run in a worker
-thread, never on the event loop. Each entry is judged on its own: a broken, unreadable,
+The directory is watched with inotify (`dirwatch`: the directory, and the targets of links in it), so
+that adding, changing, renaming or deleting a file takes effect as soon as the event loop reads the
+event, and an idle proxy does no work for it. Where there can be no watch (no inotify, the watch limit
+reached: said in one log line) the directory is polled every poll interval instead; while it is missing
+or after it was moved away, it is polled until it can be watched again. Scanning and reading run in a
+worker thread, never on the event loop. Each entry is judged on its own: a broken, unreadable,
 untrusted (see `trust`), oversized or non-regular entry costs one log line when its state
 changes and nothing else. Such an entry never takes a plugin down: the last good version of
 that file stays in force until it is fixed or deleted (a dangling link counts as deleted).
@@ -12,6 +15,7 @@ Channels to plugin endpoints are opened on demand (see PluginChannel).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import stat
@@ -20,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.hooks.dirwatch import DirectoryWatch, WatchUnavailable
 from runtimeproxy.hooks.config import PluginConfig, PluginConfigError, is_config_name, parse_plugin_config
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.plugin import Plugin, PluginChannel
@@ -43,7 +48,7 @@ class _ConfigFile:
 
 
 class PluginRegistry:
-    """The plugins configured in a directory, kept current by polling it.
+    """The plugins configured in a directory, kept current by watching it (or polling it).
 
     reload() scans and reads the directory in a worker thread, so file IO never stalls the
     event loop, then installs the result on the loop. refresh() does both in the calling
@@ -121,18 +126,28 @@ class PluginRegistry:
         return self._scans_started
 
     async def run(self) -> None:
-        """reload() every poll_interval until cancelled; no error ends the loop."""
+        """reload() on every change (inotify), or every poll_interval where there is no watch, until
+        cancelled; no error ends the loop."""
         failure: str | None = None
-        while True:
-            try:
-                await self.reload()
-                failure = None
-            except Exception as error:  # noqa: BLE001 - config must never crash the proxy
-                # One line per distinct failure, not one per poll.
-                if repr(error) != failure:
-                    failure = repr(error)
-                    log.exception("scanning plugin configs in %s failed; will retry", self.config_dir)
-            await asyncio.sleep(self.poll_interval)
+        changes = _Changes(self)
+        try:
+            while True:
+                try:
+                    await self.reload()
+                    failure = None
+                except Exception as error:  # noqa: BLE001 - config must never crash the proxy
+                    # One line per distinct failure, not one per poll.
+                    if repr(error) != failure:
+                        failure = repr(error)
+                        log.exception("scanning plugin configs in %s failed; will retry", self.config_dir)
+                await changes.next(retry=failure is not None)
+        finally:
+            changes.close()
+
+    def linked_config_paths(self) -> list[str]:
+        """The config entries that are symbolic links (their targets are watched too)."""
+        paths = (os.path.join(self._dir_name, name) for name in self._files)
+        return [path for path in paths if os.path.islink(path)]
 
     async def close(self) -> None:
         """Unregister everything and close all channels."""
@@ -259,6 +274,68 @@ class PluginRegistry:
         task = asyncio.get_running_loop().create_task(channel.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+
+class _Changes:
+    """When the registry should scan next: on an inotify event, or after a poll interval without a watch."""
+
+    def __init__(self, registry: PluginRegistry) -> None:
+        self._registry = registry
+        self._watch: DirectoryWatch | None = None
+        self._changed = asyncio.Event()
+        self._fallback_logged = False
+
+    async def next(self, retry: bool) -> None:
+        """Wait for the next change (a first watch returns at once: what changed before it is unseen);
+        `retry`: the last scan failed, so the next one comes after a poll interval, change or not."""
+        if self._watch is None:
+            if self._start_watch() and not retry:
+                return
+        elif self._watch_targets() and not retry:
+            await self._changed.wait()
+            self._changed.clear()
+            if self._watch.gone:  # deleted or moved away: watch the path again, once it is there
+                self.close()
+            return
+        await asyncio.sleep(self._registry.poll_interval)
+
+    def _start_watch(self) -> bool:
+        try:
+            watch = DirectoryWatch(self._registry._dir_name)
+        except WatchUnavailable as error:
+            if error.errno not in (errno.ENOENT, errno.ENOTDIR):  # missing: polled until it exists
+                self._give_up(error)
+            return False
+        asyncio.get_running_loop().add_reader(watch.fileno(), self._on_readable)
+        self._watch = watch
+        return self._watch_targets()
+
+    def _watch_targets(self) -> bool:
+        assert self._watch is not None
+        try:
+            self._watch.watch_targets(self._registry.linked_config_paths())
+        except WatchUnavailable as error:
+            self._give_up(error)
+            return False
+        return True
+
+    def _on_readable(self) -> None:
+        if self._watch is not None and self._watch.drain():
+            self._changed.set()
+
+    def _give_up(self, error: WatchUnavailable) -> None:
+        """Poll instead (said once; the watch is tried again at every poll, in case the limit went up)."""
+        self.close()
+        if not self._fallback_logged:
+            self._fallback_logged = True
+            log.warning("cannot watch plugin config directory %s (%s); polling it every %gs instead",
+                        self._registry.config_dir, error.strerror, self._registry.poll_interval)
+
+    def close(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            asyncio.get_running_loop().remove_reader(watch.fileno())
+            watch.close()
 
 
 def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile | None) -> _ConfigFile:

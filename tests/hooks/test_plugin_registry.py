@@ -1,9 +1,10 @@
-"""The registry of plugins (runtimeproxy.hooks.registry): polling the directory, trusted reading of its files
+"""The registry of plugins (runtimeproxy.hooks.registry): watching (inotify, hooks.dirwatch) or polling the directory, trusted reading of its files
 (hooks.trusted_files), one plugin's channel (hooks.plugin)."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import resource
@@ -18,7 +19,8 @@ from typing import Any, TypeVar
 import pytest
 
 from configkit import KNOWN_HOOKS, KOORDLET, LOGGER, config_bytes, messages
-from runtimeproxy.hooks import trusted_files
+from runtimeproxy.hooks import dirwatch, trusted_files
+from runtimeproxy.hooks import registry as registry_module
 from rplab.loop import LoopThread
 from runtimeproxy.hooks.config import FailurePolicy, PluginConfigError, parse_plugin_config
 from runtimeproxy.hooks.plugin import Plugin, PluginChannel
@@ -396,6 +398,73 @@ def test_run_picks_up_changes_within_a_second(harness: Harness) -> None:
         assert _wait_for(lambda: harness.names() == [], timeout=1.5) < 1.0
     finally:
         harness.on_loop(task.cancel)
+
+
+WITHOUT_POLLING = 3600.0  # a poll interval no test outlives: a change seen came through inotify
+
+
+def test_run_sees_changes_through_inotify_without_polling(harness: Harness) -> None:
+    harness.registry.poll_interval = WITHOUT_POLLING
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        harness.write("koordlet.json", KOORDLET)  # before or after the watch starts: both are seen
+        _wait_for(lambda: harness.names() == ["koordlet.json"], timeout=10)
+        (harness.dir / "koordlet.json").rename(harness.dir / "moved.json")
+        _wait_for(lambda: harness.names() == ["moved.json"], timeout=10)
+        (harness.dir / "moved.json").unlink()
+        _wait_for(lambda: harness.names() == [], timeout=10)
+    finally:
+        harness.on_loop(task.cancel)
+
+
+def test_run_sees_an_edit_through_a_link_to_a_file_elsewhere(harness: Harness) -> None:
+    target = harness.dir.parent / "elsewhere.json"
+    target.write_bytes(config_bytes(remote_endpoint="/run/old.sock"))
+    (harness.dir / "link.json").symlink_to(target)
+    harness.registry.poll_interval = WITHOUT_POLLING
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        _wait_for(lambda: harness.names() == ["link.json"], timeout=10)
+        target.write_bytes(config_bytes(remote_endpoint="/run/new.sock"))
+        _wait_for(lambda: str(harness.plugin("link.json").config.endpoint) == "/run/new.sock", timeout=10)
+    finally:
+        harness.on_loop(task.cancel)
+
+
+def test_run_watches_a_directory_made_after_it_started(loop_thread: LoopThread, tmp_path: Path) -> None:
+    harness = Harness(loop_thread, tmp_path / "later.d", poll_interval=0.01)
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        harness.write("a.json", config_bytes())
+        _wait_for(lambda: harness.names() == ["a.json"], timeout=10)
+        harness.registry.poll_interval = WITHOUT_POLLING  # from now on only the watch can see a change
+        harness.write("b.json", config_bytes())
+        _wait_for(lambda: harness.names() == ["a.json", "b.json"], timeout=10)
+    finally:
+        harness.on_loop(task.cancel)
+        loop_thread.run(harness.registry.close())
+
+
+def test_run_polls_where_there_is_no_watch_and_says_so_once(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_watch(directory: str) -> None:
+        raise dirwatch.WatchUnavailable(errno.ENOSPC, "inotify_init1: the inotify watch limit is reached")
+
+    monkeypatch.setattr(registry_module, "DirectoryWatch", no_watch)
+    harness.registry.poll_interval = 0.01
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        harness.write("a.json", config_bytes())
+        _wait_for(lambda: harness.names() == ["a.json"], timeout=10)
+        (harness.dir / "a.json").unlink()
+        _wait_for(lambda: harness.names() == [], timeout=10)
+    finally:
+        harness.on_loop(task.cancel)
+    assert [line for line in messages(caplog, logging.WARNING) if "cannot watch" in line] == [
+        f"cannot watch plugin config directory {harness.dir} (inotify_init1: the inotify watch limit is reached); "
+        "polling it every 0.01s instead"
+    ]
 
 
 def test_run_survives_unexpected_errors_and_logs_them_once(
