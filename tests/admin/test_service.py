@@ -259,7 +259,8 @@ def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: 
     assert code == EXIT_OK and json.loads(out)["plugin_config_dir"] == str(config_dir)
 
     register_plugin(operated, "koordlet.json")
-    wait_for(operated, lambda s: s["plugin_config_dir_problem"] == "" and s["plugins"][0]["endpoint"])
+    wait_for(operated, lambda s: s["plugin_config_dir_problem"] == "" and bool(s["plugins"])
+             and s["plugins"][0]["endpoint"])
     config_dir.chmod(0o777)  # anyone could now register a plugin: no file of it is used
     _, out = wait_for(operated, lambda s: s["plugin_config_dir_problem"] != "")
     problem = json.loads(out)["plugin_config_dir_problem"]
