@@ -106,6 +106,24 @@ _EVERY_EVENT: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awai
 }
 
 
+Handler = tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]
+
+
+def adjusting(adjust: nri.ContainerAdjustment, updates: list[nri.ContainerUpdate] | None = None) -> Handler:
+    """A CreateContainer handler (for `methods`) answering `adjust` and `updates` of other containers."""
+    async def handle(plugin: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(adjust=adjust, update=updates or [])
+    return (nri.CreateContainerRequest, handle)
+
+
+def shares(value: int) -> nri.LinuxResources:
+    return nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=value)))
+
+
+def update_shares(container_id: str, value: int) -> nri.ContainerUpdate:
+    return nri.ContainerUpdate(container_id=container_id, linux=nri.LinuxContainerUpdate(resources=shares(value)))
+
+
 class MemoryStream:
     """One end of an in-memory byte stream pair (a ttrpc.ByteStream); `written` keeps every write whole."""
 
