@@ -11,6 +11,10 @@ misses a timeout or loses its connection is detached and the call goes on withou
 answers to CreateContainer or UpdateContainer, a conflict, a refused field or an invalid answer fails the
 call (HookFailed). Notifications never fail a call.
 
+Plugins can also be launched by the proxy from a plugin directory (nri.launch): each gets its end of a
+socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin
+Shutdown and then stops the launched processes.
+
 Updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers, Synchronize, and
 UpdateContainers a plugin sends on its own) go to `updater`, the frontend's UpdateContainerResources; without
 one they are answered as failed and logged.
@@ -36,6 +40,7 @@ from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
+from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -46,6 +51,7 @@ from runtimeproxy.nri.session import (
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+from runtimeproxy.trust import TrustedOwners
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +102,16 @@ class NriHost:
                  registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  allows: Callable[[str, str], bool] | None = None,
-                 ready: Callable[[], Awaitable[None]] | None = None) -> None:
+                 ready: Callable[[], Awaitable[None]] | None = None,
+                 plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
+                 owners: TrustedOwners | None = None) -> None:
+        """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
+        files of `owners` (default: root and the proxy's user)."""
         self.socket_path = socket_path
+        self.plugin_dir = plugin_dir
+        self.plugin_config_dir = plugin_config_dir
+        self._owners = owners or TrustedOwners.with_extra()
+        self._launched: list[LaunchedProcess] = []
         self.store = store
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
@@ -112,12 +126,52 @@ class NriHost:
     def plugins(self) -> list[PluginSession]:
         return list(self._plugins)
 
+    @property
+    def _session_options(self) -> dict[str, object]:
+        return dict(runtime_name=RUNTIME_NAME, runtime_version=__version__,
+                    registration_timeout=self.registration_timeout, request_timeout=self.request_timeout,
+                    on_update=self._unsolicited_update)
+
     async def start(self) -> None:
-        self._server = await listen(
-            self.socket_path, self._attach, runtime_name=RUNTIME_NAME, runtime_version=__version__,
-            registration_timeout=self.registration_timeout, request_timeout=self.request_timeout,
-            on_update=self._unsolicited_update)
+        self._server = await listen(self.socket_path, self._attach, **self._session_options)
         log.info("NRI: serving plugins on %s", self.socket_path)
+        if self.plugin_dir is not None:
+            self._launch_all(self.plugin_dir)
+
+    def _launch_all(self, plugin_dir: Path) -> None:
+        """Launches the directory's plugins; each registers and attaches in the background, as connected
+        plugins do (a slow one never holds up the proxy's start)."""
+        for plugin_file in discover(plugin_dir, self.plugin_config_dir, self._owners):
+            try:
+                process = LaunchedProcess.spawn(plugin_file)
+            except OSError as error:
+                log.warning("NRI: cannot launch plugin %s: %s", plugin_file.path, error)
+                continue
+            self._launched.append(process)
+            self._watch(self._start_launched(process), f"nri-launch-{plugin_file.plugin_id}")
+
+    async def _start_launched(self, process: LaunchedProcess) -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=process.connection)
+        plugin_file = process.plugin
+        session = PluginSession(reader, writer, launched_as=(plugin_file.index, plugin_file.name),
+                                config=plugin_file.config, **self._session_options)  # type: ignore[arg-type]
+        try:
+            await session.start()
+        except PluginDetached as error:
+            log.warning("NRI: launched plugin %s dropped: %s", plugin_file.plugin_id, error.message)
+            await process.stop()
+            return
+        await self._attach(session)
+
+    def _watch(self, coroutine: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coroutine)
+        task.set_name(name)
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    @property
+    def launched(self) -> list[LaunchedProcess]:
+        return list(self._launched)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -126,6 +180,8 @@ class NriHost:
         await asyncio.gather(*(plugin.shutdown() for plugin in plugins), return_exceptions=True)
         for task in list(self._watchers):
             task.cancel()
+        launched, self._launched = self._launched, []
+        await asyncio.gather(*(process.stop() for process in launched), return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
@@ -155,9 +211,7 @@ class NriHost:
         log.info("NRI plugin %s attached (events 0x%x; synchronized %d pods, %d containers)",
                  plugin.plugin_id, plugin.events, len(pods), len(containers))
         await self._update_others(plugin.plugin_id, updates, "")
-        watcher = asyncio.create_task(self._forget_when_closed(plugin), name=f"nri-{plugin.plugin_id}")
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
+        self._watch(self._forget_when_closed(plugin), f"nri-{plugin.plugin_id}")
 
     async def _forget_when_closed(self, plugin: PluginSession) -> None:
         await plugin.wait_closed()

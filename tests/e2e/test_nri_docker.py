@@ -24,6 +24,7 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
+from launched_plugin import plugin_file  # noqa: E402
 from nrikit import NriPlugin, adjusting, shares, update_shares  # noqa: E402
 
 _serial = itertools.count()
@@ -78,10 +79,19 @@ class DockerNriLab:
 
 
 @pytest.fixture
-def lab(dockerd: DockerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[DockerNriLab]:
-    base = workdir / f"nridk{next(_serial)}"
-    proxy = DockerModeProxy(base / "rp.sock", dockerd.socket,
-                            extra_args=[f"--nri-socket={base / 'nri.sock'}", "--log-level=debug"])
+def base(workdir: Path) -> Path:
+    path = workdir / f"nridk{next(_serial)}"
+    (path / "plugins").mkdir(mode=0o755, parents=True)
+    (path / "conf.d").mkdir(mode=0o755)
+    return path
+
+
+@pytest.fixture
+def lab(dockerd: DockerdInstance, base: Path, loop_thread: LoopThread) -> Iterator[DockerNriLab]:
+    """The proxy in Docker mode with NRI on; it launches the plugins the test put in base/plugins first."""
+    proxy = DockerModeProxy(base / "rp.sock", dockerd.socket, extra_args=[
+        f"--nri-socket={base / 'nri.sock'}", f"--nri-plugin-path={base / 'plugins'}",
+        f"--nri-plugin-config-path={base / 'conf.d'}", "--log-level=debug"])
     proxy.start()
     lab = DockerNriLab(dockerd, proxy, loop_thread, CriDockerdReplay(proxy.listen_path))
     try:
@@ -121,3 +131,26 @@ def test_updates_of_another_container_reach_dockerd(lab: DockerNriLab) -> None:
     answer = lab.loop.run(plugin.update_containers(update_shares(first, 400)))  # unsolicited
     assert list(answer.failed) == []
     assert lab.inspect(first)["HostConfig"]["CpuShares"] == 400
+
+
+@pytest.fixture
+def launched(base: Path) -> Path:
+    """A plugin in the plugin directory (before the proxy starts), with a config that adds a variable."""
+    plugin_file(base / "plugins" / "10-launched")
+    record = base / "launched.jsonl"
+    (base / "conf.d" / "10-launched.conf").write_text(json.dumps({"env": {"LAUNCHED": "yes"},
+                                                                    "record": str(record)}))
+    return record
+
+
+def test_a_plugin_launched_from_the_plugin_directory_adjusts_the_container_and_stops_with_the_proxy(
+        launched: Path, lab: DockerNriLab) -> None:
+    wait_for_log(lab.proxy, "NRI plugin 10-launched attached")
+    pod = lab.run_pod()
+    container_id = lab.create(pod, "box")
+    assert "LAUNCHED=yes" in lab.inspect(container_id)["Config"]["Env"]
+    assert lab.proxy.stop() == 0, lab.proxy.log_tail()
+    lab.proxy.start()  # for the fixture's own stop; the plugin is launched again
+    configured, stopped = [json.loads(line) for line in launched.read_text().splitlines()][:2]
+    assert configured["runtime"] == "runtimeproxy" and configured["environ"]["NRI_PLUGIN_NAME"] == "launched"
+    assert "CreateContainer" in stopped["events"] and stopped["events"][-1] == "Shutdown"

@@ -8,12 +8,15 @@ event mask, record Synchronize and events, and stop on Shutdown. Knobs make it m
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf.message import Message
 
+from runtimeproxy.nri.launch import PLUGIN_IDX_ENV, PLUGIN_NAME_ENV, PLUGIN_SOCKET_ENV
 from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.session import PLUGIN_SERVICE, RUNTIME_SERVICE
 from runtimeproxy.nri.ttrpc import Endpoint
@@ -38,7 +41,16 @@ class NriPlugin:
     runtime: Endpoint | None = None
 
     async def connect(self, path: Path) -> None:
-        reader, writer = await asyncio.open_unix_connection(str(path))
+        await self.serve(*await asyncio.open_unix_connection(str(path)))
+
+    async def connect_launched(self) -> None:
+        """As a plugin the runtime launched: the connection is fd NRI_PLUGIN_SOCKET, name and index from the
+        environment (it still registers, as NRI's stub does)."""
+        connection = socket.socket(fileno=int(os.environ[PLUGIN_SOCKET_ENV]))
+        self.name, self.index = os.environ[PLUGIN_NAME_ENV], os.environ[PLUGIN_IDX_ENV]
+        await self.serve(*await asyncio.open_unix_connection(sock=connection))
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.mux = Mux(reader, writer, name=f"plugin {self.index}-{self.name}")
         serving = Endpoint(self.mux.open(PLUGIN_SERVICE_CONN), name="plugin side")
         self.runtime = Endpoint(self.mux.open(RUNTIME_SERVICE_CONN), name="plugin's runtime client")
