@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +35,11 @@ import grpc
 from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
 from runtimeproxy.hooks.merge import merge_container_response
+from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
@@ -116,7 +119,8 @@ class NriHost:
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
         self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
-        self._allows = allows or (lambda plugin, event: True)  # the node's toggles
+        self._allows = allows or (lambda plugin, event: True)  # the node's toggles (by extra_toggle_name)
+        self.stats = HookStats()  # calls by plugin id and event, for status and metrics
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         self._server: asyncio.Server | None = None
@@ -227,8 +231,31 @@ class NriHost:
 
     def _subscribers(self, event: str) -> list[PluginSession]:
         number = EVENTS[event]
-        return [plugin for plugin in self._plugins
-                if plugin.subscribed(number) and not plugin.detached and self._allows(plugin.plugin_id, event)]
+        return [plugin for plugin in self._plugins if plugin.subscribed(number) and not plugin.detached
+                and self._allows(extra_toggle_name(plugin.plugin_id), event)]
+
+    def statuses(self) -> list[ExtraPluginStatus]:
+        return [ExtraPluginStatus(
+            name=plugin.plugin_id, toggle_name=extra_toggle_name(plugin.plugin_id),
+            kind="launched" if plugin.launched else "connected",
+            events=tuple(event for event, number in EVENTS.items() if plugin.subscribed(number)),
+            since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
+            for plugin in self._plugins]
+
+    def _record(self, plugin: PluginSession, event: str, started: float, error: BaseException | None) -> None:
+        """One call's outcome in the statistics: ok, "detached", the code the plugin answered, or "conflict",
+        "refused" (a field the request cannot carry), "invalid" (the answer fails validation)."""
+        if error is None:
+            outcome, message = OK, ""
+        elif isinstance(error, PluginDetached):
+            outcome, message = "detached", error.message
+        elif isinstance(error, TtrpcError):
+            outcome, message = Code(error.code).name, error.message
+        else:
+            outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
+                "refused" if isinstance(error, AdjustmentError) else "invalid"
+            message = str(error)
+        self.stats.record(plugin.plugin_id, event, outcome, time.monotonic() - started, message)
 
     def wants(self, event: str) -> bool:
         return bool(self._plugins) and bool(self._subscribers(event))
@@ -240,16 +267,21 @@ class NriHost:
             container = convert.container(subject.container_id, subject.pod_id, subject.container,
                                           _STATE.get(event, nri.CONTAINER_UNKNOWN))
         for plugin in self._subscribers(event):
+            started = time.monotonic()
             try:
                 if event == extra.STOP_CONTAINER and container is not None:
                     answer = await plugin.call("StopContainer", nri.StopContainerRequest(
                         pod=pod, container=container), nri.StopContainerResponse)
+                    self._record(plugin, event, started, None)
                     await self._update_others(plugin.plugin_id, list(answer.update), subject.container_id)
                 else:
                     await plugin.notify(EVENTS[event], pod, container)
-            except PluginDetached:
+                    self._record(plugin, event, started, None)
+            except PluginDetached as error:
+                self._record(plugin, event, started, error)
                 self._drop(plugin)
             except TtrpcError as error:
+                self._record(plugin, event, started, error)
                 log.warning("NRI plugin %s failed %s: %s", plugin.plugin_id, event, error)
 
     async def adjust(self, event: str, subject: Subject,
@@ -262,21 +294,27 @@ class NriHost:
             before = hooks.ContainerResourceHookRequest()
             before.CopyFrom(adjustments.container)
             container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0))
+            started = time.monotonic()
             try:
                 updates = await self._ask(plugin, event, pod, container, subject, adjustments)
-            except PluginDetached:
+            except PluginDetached as error:
+                self._record(plugin, event, started, error)
                 self._drop(plugin)
                 continue
             except TtrpcError as error:
+                self._record(plugin, event, started, error)
                 raise self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}")
             except AdjustmentError as error:
+                self._record(plugin, event, started, error)
                 code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
                     grpc.StatusCode.FAILED_PRECONDITION
                 raise self._failed(event, plugin, code, str(error), error.field) from None
             problem = answer_problem(before, adjustments.as_answer())
             if problem is not None:
+                self._record(plugin, event, started, ValueError(f"invalid answer: {problem}"))
                 raise self._failed(event, plugin, grpc.StatusCode.INTERNAL, f"invalid answer: {problem}",
                                    problem.field)
+            self._record(plugin, event, started, None)
             others.append((plugin.plugin_id, updates))
         for plugin_id, updates in others:
             await self._update_others(plugin_id, updates, subject.container_id)

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'admin/runtimeproxy/admin/v1/admin.proto\x12\x15runtimeproxy.admin.v1\"\x0f\n\rStatusRequest\"\xbb\x03\n\x0eStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x02 \x01(\x01\x12\x36\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32$.runtimeproxy.admin.v1.BackendStatus\x12\x34\n\x07plugins\x18\x04 \x03(\x0b\x32#.runtimeproxy.admin.v1.PluginStatus\x12\x31\n\x05store\x18\x05 \x01(\x0b\x32\".runtimeproxy.admin.v1.StoreStatus\x12.\n\x07toggles\x18\x06 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\x19\n\x11plugin_config_dir\x18\x07 \x01(\t\x12!\n\x19plugin_config_dir_problem\x18\x08 \x01(\t\x12\x17\n\x0flisten_endpoint\x18\t \x01(\t\x12\x14\n\x0c\x62\x61\x63kend_mode\x18\n \x01(\t\x12\x16\n\x0e\x61\x64min_endpoint\x18\x0b \x01(\t\x12\x11\n\tstate_dir\x18\x0c \x01(\t\x12\x17\n\x0fmetrics_address\x18\r \x01(\t\"q\n\rBackendStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x11\n\treachable\x18\x03 \x01(\x08\x12\x14\n\x0cruntime_name\x18\x04 \x01(\t\x12\x17\n\x0fruntime_version\x18\x05 \x01(\t\"\xff\x01\n\x0cPluginStatus\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x16\n\x0e\x66\x61ilure_policy\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\r\n\x05hooks\x18\x05 \x03(\t\x12\x0f\n\x07\x65nabled\x18\x06 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x07 \x01(\t\x12\x16\n\x0e\x63onfig_problem\x18\x08 \x01(\t\x12\x34\n\nhook_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\x12\x17\n\x0f\x63onfig_warnings\x18\n \x03(\t\"\xaa\x01\n\tHookStats\x12\x0c\n\x04hook\x18\x01 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x02 \x01(\x08\x12\r\n\x05\x63\x61lls\x18\x03 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\x04 \x01(\x04\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x1f\n\x17last_error_unix_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bp50_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bp99_seconds\x18\x08 \x01(\x01\"/\n\x0bStoreStatus\x12\x0c\n\x04pods\x18\x01 \x01(\x04\x12\x12\n\ncontainers\x18\x02 \x01(\x04\"\x89\x01\n\x06Toggle\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1a\n\x12since_unix_seconds\x18\x04 \x01(\x01\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12\x0e\n\x06staged\x18\x06 \x01(\x08\x12\x14\n\x0c\x65xcept_hooks\x18\x07 \x03(\t\"j\n\rToggleRequest\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0b\n\x03\x61ll\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\r\n\x05stage\x18\x05 \x01(\x08\x12\x0e\n\x06\x61uthor\x18\x06 \x01(\t\"O\n\x0eToggleResponse\x12.\n\x07toggles\x18\x01 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\r\n\x05notes\x18\x02 \x03(\t2\x8d\x02\n\x05\x41\x64min\x12U\n\x06Status\x12$.runtimeproxy.admin.v1.StatusRequest\x1a%.runtimeproxy.admin.v1.StatusResponse\x12V\n\x07\x44isable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponse\x12U\n\x06\x45nable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'admin/runtimeproxy/admin/v1/admin.proto\x12\x15runtimeproxy.admin.v1\"\x0f\n\rStatusRequest\"\x8e\x04\n\x0eStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x02 \x01(\x01\x12\x36\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32$.runtimeproxy.admin.v1.BackendStatus\x12\x34\n\x07plugins\x18\x04 \x03(\x0b\x32#.runtimeproxy.admin.v1.PluginStatus\x12\x31\n\x05store\x18\x05 \x01(\x0b\x32\".runtimeproxy.admin.v1.StoreStatus\x12.\n\x07toggles\x18\x06 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\x19\n\x11plugin_config_dir\x18\x07 \x01(\t\x12!\n\x19plugin_config_dir_problem\x18\x08 \x01(\t\x12\x17\n\x0flisten_endpoint\x18\t \x01(\t\x12\x14\n\x0c\x62\x61\x63kend_mode\x18\n \x01(\t\x12\x16\n\x0e\x61\x64min_endpoint\x18\x0b \x01(\t\x12\x11\n\tstate_dir\x18\x0c \x01(\t\x12\x17\n\x0fmetrics_address\x18\r \x01(\t\x12;\n\x0bnri_plugins\x18\x0e \x03(\x0b\x32&.runtimeproxy.admin.v1.NriPluginStatus\x12\x14\n\x0cnri_endpoint\x18\x0f \x01(\t\"\xee\x01\n\x0fNriPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0btoggle_name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x65vents\x18\x04 \x03(\t\x12$\n\x1c\x63onnected_since_unix_seconds\x18\x05 \x01(\x01\x12\x13\n\x0bnri_version\x18\x06 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x07 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x08 \x01(\t\x12\x35\n\x0b\x65vent_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\"q\n\rBackendStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x11\n\treachable\x18\x03 \x01(\x08\x12\x14\n\x0cruntime_name\x18\x04 \x01(\t\x12\x17\n\x0fruntime_version\x18\x05 \x01(\t\"\xff\x01\n\x0cPluginStatus\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x16\n\x0e\x66\x61ilure_policy\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\r\n\x05hooks\x18\x05 \x03(\t\x12\x0f\n\x07\x65nabled\x18\x06 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x07 \x01(\t\x12\x16\n\x0e\x63onfig_problem\x18\x08 \x01(\t\x12\x34\n\nhook_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\x12\x17\n\x0f\x63onfig_warnings\x18\n \x03(\t\"\xaa\x01\n\tHookStats\x12\x0c\n\x04hook\x18\x01 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x02 \x01(\x08\x12\r\n\x05\x63\x61lls\x18\x03 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\x04 \x01(\x04\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x1f\n\x17last_error_unix_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bp50_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bp99_seconds\x18\x08 \x01(\x01\"/\n\x0bStoreStatus\x12\x0c\n\x04pods\x18\x01 \x01(\x04\x12\x12\n\ncontainers\x18\x02 \x01(\x04\"\x89\x01\n\x06Toggle\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1a\n\x12since_unix_seconds\x18\x04 \x01(\x01\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12\x0e\n\x06staged\x18\x06 \x01(\x08\x12\x14\n\x0c\x65xcept_hooks\x18\x07 \x03(\t\"j\n\rToggleRequest\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0b\n\x03\x61ll\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\r\n\x05stage\x18\x05 \x01(\x08\x12\x0e\n\x06\x61uthor\x18\x06 \x01(\t\"O\n\x0eToggleResponse\x12.\n\x07toggles\x18\x01 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\r\n\x05notes\x18\x02 \x03(\t2\x8d\x02\n\x05\x41\x64min\x12U\n\x06Status\x12$.runtimeproxy.admin.v1.StatusRequest\x1a%.runtimeproxy.admin.v1.StatusResponse\x12V\n\x07\x44isable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponse\x12U\n\x06\x45nable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,21 +34,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_start=66
   _globals['_STATUSREQUEST']._serialized_end=81
   _globals['_STATUSRESPONSE']._serialized_start=84
-  _globals['_STATUSRESPONSE']._serialized_end=527
-  _globals['_BACKENDSTATUS']._serialized_start=529
-  _globals['_BACKENDSTATUS']._serialized_end=642
-  _globals['_PLUGINSTATUS']._serialized_start=645
-  _globals['_PLUGINSTATUS']._serialized_end=900
-  _globals['_HOOKSTATS']._serialized_start=903
-  _globals['_HOOKSTATS']._serialized_end=1073
-  _globals['_STORESTATUS']._serialized_start=1075
-  _globals['_STORESTATUS']._serialized_end=1122
-  _globals['_TOGGLE']._serialized_start=1125
-  _globals['_TOGGLE']._serialized_end=1262
-  _globals['_TOGGLEREQUEST']._serialized_start=1264
-  _globals['_TOGGLEREQUEST']._serialized_end=1370
-  _globals['_TOGGLERESPONSE']._serialized_start=1372
-  _globals['_TOGGLERESPONSE']._serialized_end=1451
-  _globals['_ADMIN']._serialized_start=1454
-  _globals['_ADMIN']._serialized_end=1723
+  _globals['_STATUSRESPONSE']._serialized_end=610
+  _globals['_NRIPLUGINSTATUS']._serialized_start=613
+  _globals['_NRIPLUGINSTATUS']._serialized_end=851
+  _globals['_BACKENDSTATUS']._serialized_start=853
+  _globals['_BACKENDSTATUS']._serialized_end=966
+  _globals['_PLUGINSTATUS']._serialized_start=969
+  _globals['_PLUGINSTATUS']._serialized_end=1224
+  _globals['_HOOKSTATS']._serialized_start=1227
+  _globals['_HOOKSTATS']._serialized_end=1397
+  _globals['_STORESTATUS']._serialized_start=1399
+  _globals['_STORESTATUS']._serialized_end=1446
+  _globals['_TOGGLE']._serialized_start=1449
+  _globals['_TOGGLE']._serialized_end=1586
+  _globals['_TOGGLEREQUEST']._serialized_start=1588
+  _globals['_TOGGLEREQUEST']._serialized_end=1694
+  _globals['_TOGGLERESPONSE']._serialized_start=1696
+  _globals['_TOGGLERESPONSE']._serialized_end=1775
+  _globals['_ADMIN']._serialized_start=1778
+  _globals['_ADMIN']._serialized_end=2047
 # @@protoc_insertion_point(module_scope)
