@@ -19,6 +19,8 @@ Peers, each its own process, all in one run:
   echo-hop   a bare Python grpc.aio server answering itself (rplab.synthetic): what one
              Python server hop costs, with no upstream call
   plugin     the proxy with a no-op plugin (rplab.example_plugin --empty) on all seven hooks
+  nri        the proxy hosting NRI (--nri-socket) with one no-op NRI plugin (rplab.nri_plugin, launched
+             from its plugin directory) on every NRI event; startup case only
   decode-all the proxy with --benchmark-decode-all (every message decoded and re-encoded: the
              rejected design), at 16 MB
 

@@ -4,6 +4,7 @@ each started on first use by one Lab and stopped by its ExitStack; and the wire 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import signal
@@ -29,6 +30,7 @@ from rplab.example_plugin import registration
 from rplab.images import build_and_import
 from rplab.process import ProxyProcess
 from rplab.synthetic import list_containers_response
+from runtimeproxy.admin.ctl import main as ctl_main
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
@@ -363,6 +365,39 @@ class Lab:
         wait_until(lambda: "plugin noop.json registered" in proxy.log_tail(200), "plugin registration", 15)
         peer.name = name
         return peer
+
+    @property
+    def nri_proxy(self) -> Peer:
+        """A proxy in front of containerd hosting NRI, with one no-op NRI plugin (rplab.nri_plugin) subscribed to
+        every event, launched by the proxy from its plugin directory as NRI runtimes launch plugins."""
+        def start() -> Peer:
+            directory = self.base / "nri"
+            plugins = directory / "plugins"
+            plugins.mkdir(mode=0o755, parents=True)
+            directory.chmod(0o755)
+            plugin = plugins / "10-noop"
+            plugin.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
+                              "from rplab.nri_plugin import main\nmain()\n")
+            plugin.chmod(0o755)
+            peer = self._proxy("nri-proxy", self.containerd, log_level="info", extra_args=(
+                f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={plugins}",
+                f"--nri-plugin-config-path={directory / 'conf.d'}"))
+            proxy = self._started["process nri-proxy"]
+            wait_until(lambda: "NRI plugin 10-noop attached" in proxy.log_tail(200), "NRI plugin attach", 15)
+            peer.name = "nri"
+            return peer
+        return self._once("nri proxy", start)
+
+    def nri_counts(self) -> dict[str, int]:
+        """The NRI plugin's calls per event so far, from the NRI proxy's `runtimeproxyctl status`."""
+        proxy = self._started.get("process nri-proxy")
+        if proxy is None:
+            return {}
+        out = io.StringIO()
+        if ctl_main([f"--admin-endpoint={proxy.admin_path}", "status", "-o", "json"], out=out) != 0:
+            return {}
+        plugins = json.loads(out.getvalue()).get("nri_plugins", [])
+        return {entry["hook"]: int(entry["calls"]) for plugin in plugins for entry in plugin.get("event_stats", [])}
 
     @property
     def plugin_counts_path(self) -> Path:

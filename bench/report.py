@@ -15,11 +15,11 @@ from typing import Any
 # go-relay: grpc-go raw relay (koord-runtime-proxy's engine); go-proxy: Go's httputil.ReverseProxy
 # (Docker mode's counterpart); socat: L4 byte relay; echo-hop: a bare Python grpc.aio server answering
 # itself (one Python server hop, no upstream); plugin: the proxy with a no-op plugin on all hooks;
-# plugin-notrace: the same with the decision trace off (--hook-trace-entries=0);
-# decode-all: the proxy decoding and re-encoding every message; baseline, baseline-plugin: the proxy and the
-# plugin peer of another revision (--baseline).
+# plugin-notrace: the same with the decision trace off (--hook-trace-entries=0); nri: the proxy hosting NRI
+# with one no-op NRI plugin on every event; decode-all: the proxy decoding and re-encoding every message;
+# baseline, baseline-plugin: the proxy and the plugin peer of another revision (--baseline).
 PEERS = ("direct", "proxy", "baseline", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
-         "plugin-notrace", "baseline-plugin", "decode-all")
+         "plugin-notrace", "baseline-plugin", "nri", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
 RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"), ("proxy", "go-proxy"),
           ("proxy", "baseline"))

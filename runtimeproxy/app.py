@@ -102,15 +102,19 @@ class Proxy:
                  len(self.hook_service.registry.plugins), self.operator.summary())
 
     async def _start_nri(self, socket_path: Path) -> None:
-        """NRI plugins as plugins of the hook core: the host goes on the hook service; updates of other
-        containers go through the frontend's UpdateContainerResources when it has one."""
+        """NRI plugins as plugins of the hook core: the host goes on the hook service (launching the plugins of
+        the plugin directory); updates of other containers go through the frontend's own update (CRI's
+        UpdateContainerResources, Docker's POST /containers/{id}/update)."""
         from runtimeproxy.nri.host import NriHost
+        from runtimeproxy.trust import TrustedOwners
 
         assert self.hook_service is not None and self.frontend is not None
-        service = self.hook_service
+        service, options = self.hook_service, self.options
         host = self.nri = NriHost(socket_path, service.store, ready=service.store_rebuilt,
-                                  registration_timeout=self.options.nri_registration_timeout,
-                                  request_timeout=self.options.nri_request_timeout, allows=service.toggles.allows)
+                                  registration_timeout=options.nri_registration_timeout,
+                                  request_timeout=options.nri_request_timeout, allows=service.toggles.allows,
+                                  plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
+                                  owners=TrustedOwners.with_extra(options.hook_config_trusted_uids))
         host.updater = getattr(self.frontend, "update_container_resources", None)
         await host.start()
         service.extra = host

@@ -21,6 +21,8 @@ from runtimeproxy.options import (
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_NRI_REGISTRATION_TIMEOUT,
     DEFAULT_NRI_REQUEST_TIMEOUT,
+    DEFAULT_NRI_PLUGIN_CONFIG_PATH,
+    DEFAULT_NRI_PLUGIN_PATH,
     DEFAULT_NRI_SOCKET,
     DEFAULT_PROXY_SOCKET,
     DEFAULT_RUNTIME_SOCKET,
@@ -193,6 +195,11 @@ def _nri_flags(parser: argparse.ArgumentParser) -> None:
     _flag(parser, "nri-request-timeout", type=_positive_float, default=DEFAULT_NRI_REQUEST_TIMEOUT,
           metavar="SECONDS", help="how long an NRI plugin may take to answer; one that misses it is detached "
           "(default: %(default)s)")
+    _flag(parser, "nri-plugin-path", type=str, default=str(DEFAULT_NRI_PLUGIN_PATH), metavar="DIR",
+          help="launch the NRI plugins found here (executables NN-name, owned by trusted uids, as hook plugin "
+          "files) when NRI is on; empty: launch none (default: %(default)s)")
+    _flag(parser, "nri-plugin-config-path", type=str, default=str(DEFAULT_NRI_PLUGIN_CONFIG_PATH), metavar="DIR",
+          help="configs of launched NRI plugins: NN-name.conf, else name.conf (default: %(default)s)")
 
 
 @dataclass(frozen=True)
@@ -229,6 +236,8 @@ def parse_command_line(argv: Sequence[str] | None = None) -> CommandLine:
         nri_socket=args.nri_socket or (DEFAULT_NRI_SOCKET if args.enable_nri else None),
         nri_registration_timeout=args.nri_registration_timeout,
         nri_request_timeout=args.nri_request_timeout,
+        nri_plugin_path=Path(args.nri_plugin_path) if args.nri_plugin_path else None,
+        nri_plugin_config_path=Path(args.nri_plugin_config_path) if args.nri_plugin_config_path else None,
     )
     return CommandLine(options, args.log_level or klog.level or "info", klog)
 

@@ -31,6 +31,9 @@ DEFAULT_HOOK_TRACE_ENTRIES = 32
 DEFAULT_NRI_SOCKET = Path("/var/run/nri/nri.sock")
 DEFAULT_NRI_REGISTRATION_TIMEOUT = 5.0
 DEFAULT_NRI_REQUEST_TIMEOUT = 2.0
+# Where NRI runtimes launch plugins from (NN-name executables) and read their configs (NN-name.conf, name.conf).
+DEFAULT_NRI_PLUGIN_PATH = Path("/opt/nri/plugins")
+DEFAULT_NRI_PLUGIN_CONFIG_PATH = Path("/etc/nri/conf.d")
 
 
 # A proxy serving another CRI socket than the default (a second proxy on the node: Docker mode beside CRI
@@ -83,6 +86,8 @@ class ProxyOptions:
     nri_socket: Path | None = None
     nri_registration_timeout: float = DEFAULT_NRI_REGISTRATION_TIMEOUT
     nri_request_timeout: float = DEFAULT_NRI_REQUEST_TIMEOUT
+    nri_plugin_path: Path | None = None  # plugins launched from there; None: none (the command line's default is NRI's)
+    nri_plugin_config_path: Path | None = None
 
     @property
     def effective_image_path(self) -> Path:

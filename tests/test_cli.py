@@ -164,3 +164,11 @@ def test_operator_endpoints_given_win_and_empty_turns_them_off() -> None:
                                 "--metrics-bind-address=127.0.0.1:9400", "--state-dir=/var/lib/x"])
     assert (options.admin_path, options.metrics_address, options.state_dir) == \
         (None, "127.0.0.1:9400", Path("/var/lib/x"))
+
+
+def test_nri_plugins_are_launched_from_nris_directories_unless_emptied() -> None:
+    options, _ = parse_options(["--enable-nri"])
+    assert (options.nri_plugin_path, options.nri_plugin_config_path) == (Path("/opt/nri/plugins"),
+                                                                         Path("/etc/nri/conf.d"))
+    options, _ = parse_options(["--enable-nri", "--nri-plugin-path=", "--nri-plugin-config-path=/c"])
+    assert (options.nri_plugin_path, options.nri_plugin_config_path) == (None, Path("/c"))

@@ -1,5 +1,6 @@
 """Cases 3 and 4, against a real containerd: a kubelet's steady state on a node of N pods (each hop's CPU), and
-pod startup and lifecycle, also through the proxy with the no-op plugin on all seven hooks."""
+pod startup and lifecycle, also through the proxy with the no-op plugin on all seven hooks, and through the proxy
+hosting NRI with one no-op NRI plugin on every NRI event (containerd 1.6 has no NRI of its own)."""
 
 from __future__ import annotations
 
@@ -114,6 +115,7 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
         starters["plugin-notrace"] = lambda: lab.untraced_plugin_proxy
         if lab.baseline is not None:
             starters["baseline-plugin"] = lambda: lab.baseline_plugin_proxy
+        starters["nri"] = lambda: lab.nri_proxy
     return available(lab, report, starters)
 
 
@@ -190,10 +192,16 @@ def case_startup(lab: Lab, scale: Scale, report: CaseReport) -> None:
     with cri_clients(peers) as clients:
         result = alternate(peers, lambda peer: pod_lifecycle(clients[peer.name], log_root), scale.lifecycles)
     counts = lab.plugin_counts()
-    report.raw.update(result=result, plugin_calls=counts)
+    nri_counts = lab.nri_counts()
+    report.raw.update(result=result, plugin_calls=counts, nri_plugin_calls=nri_counts)
     row = report.row("pod startup (Run, Create, Start), median", "ms", column(result, "startup_ms"),
                      note="plugin: the proxy with a no-op plugin on all seven hooks; plugin-notrace: the same "
-                     "with the decision trace off (--hook-trace-entries=0)")
+                     "with the decision trace off (--hook-trace-entries=0); nri: the proxy hosting NRI with one "
+                     "no-op NRI plugin on every event")
+    nri_ratio = row.ratio("nri", "direct")
+    if nri_ratio is not None:
+        report.notes.append(f"pod startup with one NRI plugin on all events vs direct: {nri_ratio:.2f}x; "
+                            f"its calls per event: {json.dumps(nri_counts, sort_keys=True)}")
     ratio = row.ratio("plugin", "direct")
     if ratio is not None:
         report.target(row, f"startup with a plugin on all hooks <= {PLUGIN_STARTUP_LIMIT}x direct",

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("status", parents=[common], help="version, backends, plugins and their calls, toggles")
     for name, verb in (("disable", "turn off"), ("enable", "turn on again")):
         command = commands.add_parser(name, parents=[common], help=f"{verb} a plugin, some of its hooks, or all")
-        command.add_argument("plugin", nargs="?", help="the plugin's config file name: koordlet.json or koordlet")
+        command.add_argument("plugin", nargs="?", help="the plugin's config file name (koordlet.json or koordlet), "
+                             "or an NRI plugin's id (10-name, or nri:10-name)")
         command.add_argument("--hook", action="append", default=[], metavar="HOOK",
                              help=f"only this hook (repeatable): {', '.join(HOOK_NAMES)}")
         command.add_argument("--all", action="store_true", help="every plugin's every hook on this node")
@@ -230,9 +231,34 @@ def render_status(status: admin.StatusResponse) -> str:
         lines.append("(none registered)")
     for plugin in status.plugins:
         lines += _plugin_lines(plugin)
+    if status.nri_endpoint or status.nri_plugins:
+        lines += ["", f"NRI PLUGINS  (socket {status.nri_endpoint or '-'})"]
+        if not status.nri_plugins:
+            lines.append("(none attached)")
+        for nri_plugin in status.nri_plugins:
+            lines += _nri_plugin_lines(nri_plugin)
     lines += ["", f"STORE  pods {status.store.pods}, containers {status.store.containers}", "", "TOGGLES"]
     lines.append(render_toggles(status.toggles).rstrip("\n"))
     return "\n".join(lines) + "\n"
+
+
+def _nri_plugin_lines(plugin: admin.NriPluginStatus) -> list[str]:
+    state = "enabled" if plugin.enabled else f"DISABLED ({plugin.disabled_reason})"
+    version = f", NRI {plugin.nri_version}" if plugin.nri_version else ""
+    lines = [f"{plugin.name}  {state}  (toggle name {plugin.toggle_name})",
+             f"  {plugin.kind}{version}, since {_when(plugin.connected_since_unix_seconds)}; "
+             f"events {','.join(plugin.events) or '-'}"]
+    return lines + _stats_table("EVENT", plugin.event_stats)
+
+
+def _stats_table(first: str, stats: Sequence[admin.HookStats]) -> list[str]:
+    if not stats:
+        return []
+    rows = [[h.hook, "on" if h.enabled else "OFF", str(h.calls), str(h.failures),
+             _millis(h.p50_seconds), _millis(h.p99_seconds),
+             f"{h.last_error} ({_when(h.last_error_unix_seconds)})" if h.last_error else "-"]
+            for h in stats]
+    return ["  " + line for line in _table([first, "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"], rows)]
 
 
 def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:

@@ -1,8 +1,8 @@
 """The proxy's Prometheus series (prefix `runtimeproxy_`), built from its parts at scrape time.
 
 Nothing is counted twice: the series are read from the frontend's call counters (runtimeproxy.report), the
-dispatcher's hook statistics, the plugin registry, the toggles, the store and the
-backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
+dispatcher's hook statistics, the plugin registry, the toggles, the store, the NRI plugins'
+statistics (hooks.extra, through the hook service) and the backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
 code names only (bounded; no pod or container IDs). prometheus_client does the text
 exposition.
 """
@@ -33,6 +33,7 @@ class ProxyCollector(Collector):
         yield from self._frontend_calls()
         yield from self._hook_calls()
         yield from self._plugins()
+        yield from self._nri_plugins()
         yield from self._backend_and_store()
         info = GaugeMetricFamily(f"{PREFIX}_build_info", "Version of the running proxy; always 1.",
                                  labels=["version", "python_version"])
@@ -109,6 +110,23 @@ class ProxyCollector(Collector):
         yield GaugeMetricFamily(f"{PREFIX}_plugin_configs_rejected",
                                 "Plugin config files whose current content is invalid (last good version kept).",
                                 value=len(hooks.registry.config_problems()))
+
+    def _nri_plugins(self) -> Iterator[Metric]:
+        extra = self._parts.hooks.extra
+        yield GaugeMetricFamily(f"{PREFIX}_nri_plugins", "NRI plugins attached (registered, configured, "
+                                "synchronized).", value=len(extra.statuses()))
+        calls = CounterMetricFamily(f"{PREFIX}_nri_calls", "NRI plugin calls, by plugin (index-name), NRI event "
+                                    "and outcome (ok, detached, conflict, refused, invalid or the ttrpc code).",
+                                    labels=["plugin", "event", "outcome"])
+        latency = HistogramMetricFamily(f"{PREFIX}_nri_call_duration_seconds",
+                                        "Time an NRI plugin took to answer an event.", labels=["plugin", "event"])
+        for (plugin, event), stats in extra.stats.items():
+            for outcome, count in sorted(stats.outcomes.items()):
+                calls.add_metric([plugin, event, outcome], count)
+            if stats.latency.count:
+                _add_histogram(latency, [plugin, event], stats.latency)
+        yield calls
+        yield latency
 
     def _backend_and_store(self) -> Iterator[Metric]:
         reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable", "1 while the backend runtime socket is "

@@ -4,7 +4,8 @@ Served by a separate aio server, with reflection and health, so `grpcurl` works 
 `runtimeproxyctl`. Bad requests get INVALID_ARGUMENT with a one-line message; a toggle naming
 no config file the proxy knows gets NOT_FOUND with the registered names and a did-you-mean,
 unless it asks to be staged; a toggle that cannot be persisted gets FAILED_PRECONDITION and
-changes nothing.
+changes nothing. An attached NRI plugin is named by its id (`10-name`, when no config file
+`10-name.json` is registered) or its toggle name (`nri:10-name`), and is toggled whole.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from runtimeproxy.admin.status import ProxyParts, shadow_messages, status, toggl
 from runtimeproxy.admin.trace import not_traced, trace_response
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.toggles import (
-    ToggleError, UnknownPlugin, hook_names, plugin_file_name, unknown_plugin,
+    EXTRA_PREFIX, ToggleError, UnknownPlugin, extra_toggle_name, hook_names, plugin_file_name, unknown_plugin,
 )
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
@@ -43,14 +44,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     async def Disable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
         toggles = self._parts.hooks.toggles
         return await self._change(context, request, lambda: toggles.disable(
-            request.plugin, hook_names(list(request.hooks)), request.reason, everything=request.all,
+            self._toggle_name(request), hook_names(list(request.hooks)), request.reason, everything=request.all,
             author=request.author,
         ))
 
     async def Enable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
         toggles = self._parts.hooks.toggles
         return await self._change(context, request, lambda: toggles.enable(
-            request.plugin, hook_names(list(request.hooks)), everything=request.all
+            self._toggle_name(request), hook_names(list(request.hooks)), everything=request.all
         ))
 
     async def Trace(self, request: admin.TraceRequest, context: grpc.aio.ServicerContext) -> admin.TraceResponse:
@@ -88,13 +89,33 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                                 f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
         return admin.ShadowResponse(settings=shadow_messages(hooks), notes=notes)
 
+    def _toggle_name(self, request: admin.ToggleRequest) -> str:
+        """The name the toggle is kept under: an NRI plugin's id becomes its toggle name, unless a config
+        file of that name is registered. Raises ToggleError for per-hook toggles of an NRI plugin."""
+        if request.all:
+            return request.plugin
+        hooks = self._parts.hooks
+        name = request.plugin.strip()
+        if not name.startswith(EXTRA_PREFIX):
+            as_extra = extra_toggle_name(name)
+            known = plugin_file_name(name) in hooks.registry.config_file_names()
+            if known or not (as_extra in self._extra_names() or hooks.toggles.of(as_extra)):
+                return name
+            name = as_extra
+        if request.hooks:
+            raise ToggleError(f"NRI plugin {name} is toggled whole: leave out --hook")
+        return name
+
+    def _extra_names(self) -> set[str]:
+        return {plugin.toggle_name for plugin in self._parts.hooks.extra.statuses()}
+
     async def _change(self, context: grpc.aio.ServicerContext, request: admin.ToggleRequest,
                       change: Callable[[], list[str]]) -> admin.ToggleResponse:
         notes: list[str] = []
         try:
             hook_names(list(request.hooks))  # a usage error is reported before an unknown plugin
             if not request.all and not request.stage:
-                await self._check_known(request.plugin)
+                await self._check_known(self._toggle_name(request))
             notes = change()
         except UnknownPlugin as error:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
@@ -116,12 +137,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             return
         await hooks.registry.reload()  # a file written just before the command is not a typo
         if not self._knows(name):
-            raise unknown_plugin(plugin, hooks.registry.config_file_names(), hooks.registry.directory_problem(),
+            raise unknown_plugin(plugin, hooks.registry.config_file_names() | self._extra_names(),
+                                 hooks.registry.directory_problem(),
                                  toggled={t.plugin for t in hooks.toggles.active})
 
     def _knows(self, name: str) -> bool:
         hooks = self._parts.hooks
-        return name in hooks.registry.config_file_names() or bool(hooks.toggles.of(name))
+        return (name in hooks.registry.config_file_names() or name in self._extra_names()
+                or bool(hooks.toggles.of(name)))
 
 
 class AdminServer:

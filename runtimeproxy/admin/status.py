@@ -1,7 +1,8 @@
 """What `runtimeproxyctl status` shows, read from the running proxy's parts.
 
 Builds the admin API's StatusResponse from the frontend's report (runtimeproxy.report), the plugin registry,
-the node's toggles, the dispatcher's call statistics and the store. Reading only:
+the node's toggles, the dispatcher's call statistics, the store, and the NRI plugins the hook service's
+extra plugins (hooks.extra) report. Reading only:
 nothing here changes the proxy.
 """
 
@@ -49,6 +50,7 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
         toggles=toggle_messages(hooks),
         plugin_config_dir=str(hooks.registry.config_dir),
         plugin_config_dir_problem=hooks.registry.directory_problem(),
+        nri_plugins=nri_plugin_statuses(hooks),
         **own_endpoints(parts.options),
     )
 
@@ -59,7 +61,7 @@ def own_endpoints(options: ProxyOptions | None) -> dict[str, str]:
         return {}
     return {"listen_endpoint": str(options.listen_path), "backend_mode": options.backend_mode,
             "admin_endpoint": str(options.admin_path or ""), "state_dir": str(options.state_dir or ""),
-            "metrics_address": options.metrics_address or ""}
+            "metrics_address": options.metrics_address or "", "nri_endpoint": str(options.nri_socket or "")}
 
 
 async def backend_statuses(report: FrontendReport) -> list[admin.BackendStatus]:
@@ -119,8 +121,28 @@ def _plugin_status(
     return answer
 
 
+def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
+    """The attached NRI plugins, their toggle state and their calls by event."""
+    toggles, stats = hooks.toggles, hooks.extra.stats
+    answers = []
+    for plugin in hooks.extra.statuses():
+        enabled = toggles.allows(plugin.toggle_name, "")  # NRI plugins are toggled whole
+        answer = admin.NriPluginStatus(
+            name=plugin.name, toggle_name=plugin.toggle_name, kind=plugin.kind, events=plugin.events,
+            connected_since_unix_seconds=plugin.since_unix_seconds, nri_version=plugin.protocol_version,
+            enabled=enabled, disabled_reason="" if enabled else toggles.reason_for(plugin.toggle_name))
+        for event in plugin.events:
+            calls = stats.of(plugin.name, event)
+            answer.event_stats.append(admin.HookStats(
+                hook=event, enabled=enabled, calls=calls.calls, failures=calls.failures,
+                last_error=calls.last_error, last_error_unix_seconds=calls.last_error_unix_seconds,
+                p50_seconds=calls.percentile_seconds(0.50), p99_seconds=calls.percentile_seconds(0.99)))
+        answers.append(answer)
+    return answers
+
+
 def toggle_messages(hooks: HookService) -> list[admin.Toggle]:
-    present = hooks.registry.config_file_names()
+    present = hooks.registry.config_file_names() | {plugin.toggle_name for plugin in hooks.extra.statuses()}
     return [toggle_message(toggle, staged=toggle.plugin not in present and toggle.plugin != ALL_PLUGINS)
             for toggle in hooks.toggles.active]
 

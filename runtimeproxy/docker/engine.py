@@ -1,7 +1,7 @@
-"""The proxy's own questions to dockerd (list and inspect containers), over a fresh connection each.
+"""The proxy's own requests to dockerd (list and inspect containers, update one), over a fresh connection each.
 
-Used to fill the hook store: after a restart (list + inspect) and on a miss (inspect). Not on the
-relay's path: a client's requests never wait behind these.
+Used to fill the hook store: after a restart (list + inspect) and on a miss (inspect); and for NRI plugins'
+updates of other containers (update). Not on the relay's path: a client's requests never wait behind these.
 """
 
 from __future__ import annotations
@@ -46,10 +46,33 @@ class EngineClient:
         except ValueError as error:
             raise EngineError(f"GET {target}: not JSON: {error}") from None
 
-    async def _get(self, target: str) -> tuple[int, bytes]:
-        upstream = await Upstream.connect(self._socket)
+    async def post_json(self, target: str, body: Any, timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
+        """POST `body` as JSON to `target`; the decoded JSON answer (None when empty). Raises EngineError
+        for anything but a 2xx (dockerd's message in it)."""
+        data = json.dumps(body).encode()
         try:
-            await upstream.send(h11.Request(method="GET", target=target, headers=[("Host", "docker")]))
+            status, answer = await asyncio.wait_for(self._exchange("POST", target, data), timeout)
+        except (ConnectionError, TimeoutError) as error:
+            raise EngineError(f"POST {target}: {error or 'timed out'}") from None
+        if not 200 <= status < 300:
+            raise EngineError(f"POST {target}: dockerd answered {status}: {_message(answer)}")
+        try:
+            return json.loads(answer) if answer.strip() else None
+        except ValueError as error:
+            raise EngineError(f"POST {target}: not JSON: {error}") from None
+
+    async def _get(self, target: str) -> tuple[int, bytes]:
+        return await self._exchange("GET", target, None)
+
+    async def _exchange(self, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
+        upstream = await Upstream.connect(self._socket)
+        headers = [("Host", "docker")]
+        if body is not None:
+            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        try:
+            await upstream.send(h11.Request(method=method, target=target, headers=headers))
+            if body:
+                await upstream.send(h11.Data(data=body))
             await upstream.send(h11.EndOfMessage())
             head, body = await upstream.whole_answer(MAX_ANSWER_BYTES)
             return head.status_code, body
@@ -66,6 +89,10 @@ class EngineClient:
     async def inspect(self, container_id: str) -> Any:
         return await self.get_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/json")
 
+    async def update(self, container_id: str, resources: dict[str, Any]) -> None:
+        """`POST /containers/{id}/update` with Docker's resource fields (absent or zero: unchanged)."""
+        await self.post_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/update", resources)
+
     async def list_labelled(self, label: str) -> dict[str, dict[str, str]]:
         """All containers (running or not) that carry `label`: ID -> labels."""
         filters = urllib.parse.quote(json.dumps({"label": [label]}))
@@ -76,3 +103,14 @@ class EngineClient:
                 labels = entry.get("Labels")
                 listed[str(entry["Id"])] = labels if isinstance(labels, dict) else {}
         return listed
+
+
+def _message(answer: bytes) -> str:
+    """dockerd's error message ({"message": ...}), else the answer's start."""
+    try:
+        decoded = json.loads(answer)
+    except ValueError:
+        decoded = None
+    if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
+        return decoded["message"]
+    return repr(answer[:200])

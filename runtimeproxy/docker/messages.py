@@ -245,6 +245,18 @@ def apply_to_update_body(body: Body, update: ResourceUpdate) -> None:
             body[docker_name] = value
 
 
+def update_config(resources: hooks.LinuxContainerResources) -> Body:
+    """The body of the proxy's own `POST /containers/{id}/update` (NRI plugins' updates of other containers):
+    the non-zero resources. Raises BodyError for what dockerd's update cannot take (hugepages, unified keys,
+    the OOM score)."""
+    for hook_name, present in (("hugepage_limits", bool(resources.hugepage_limits)),
+                               ("unified", bool(resources.unified)), ("oom_score_adj", bool(resources.oom_score_adj))):
+        if present:
+            raise BodyError(f"dockerd cannot update {hook_name} of a container")
+    return {docker_name: getattr(resources, hook_name) for docker_name, hook_name in RESOURCE_FIELDS
+            if docker_name != "OomScoreAdj" and getattr(resources, hook_name)}
+
+
 # --- inspect (recovery) ---------------------------------------------------------------------------
 
 

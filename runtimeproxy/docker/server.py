@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from runtimeproxy.docker.engine import EngineClient
+from runtimeproxy.docker.engine import EngineClient, EngineError
 from runtimeproxy.docker.hooks import DockerHooks
 from runtimeproxy.docker.interception import Interceptor
+from runtimeproxy.docker.messages import BodyError, update_config
 from runtimeproxy.docker.recovery import DockerRecords
 from runtimeproxy.docker.relay import ClientSession
 from runtimeproxy.docker.report import DockerReport
@@ -21,6 +22,7 @@ from runtimeproxy.docker.requests import DockerRequestRecorder
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.options import ProxyOptions
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,14 @@ class DockerFrontend:
             log.exception("Docker relay: connection failed")
         finally:
             self._sessions.pop(task, None)
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        """The proxy's own update on dockerd (NRI plugins' updates of other containers): only the changed,
+        non-zero resources, as cri-dockerd's UpdateContainerResources sends them."""
+        try:
+            await self.engine.update(container_id, update_config(resources))
+        except (EngineError, BodyError) as error:
+            raise RuntimeError(str(error)) from None
 
     def _count_request(self) -> None:
         self.calls_started += 1

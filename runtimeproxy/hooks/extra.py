@@ -6,6 +6,10 @@ puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute re
 plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
 (CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
 `notify` for the others. `adjust` raises hooks.dispatcher.HookFailed to fail the call.
+
+For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
+attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
+NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.extra_toggle_name).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 RUN_POD_SANDBOX = "RunPodSandbox"
@@ -38,7 +43,24 @@ class Subject:
     container: hooks.ContainerResourceHookRequest | None = None
 
 
+@dataclass(frozen=True)
+class ExtraPluginStatus:
+    """One attached plugin as `runtimeproxyctl status` shows it."""
+
+    name: str  # the plugin's id in its protocol ("10-resource-policy")
+    toggle_name: str  # the node's toggles name it so
+    kind: str  # "connected" or "launched"
+    events: tuple[str, ...]  # subscribed, in lifecycle order
+    since_unix_seconds: float
+    protocol_version: str = ""
+
+
 class ExtraPlugins(Protocol):
+    stats: HookStats
+
+    def statuses(self) -> list[ExtraPluginStatus]:
+        """Every attached plugin, in the order they are called."""
+
     def wants(self, event: str) -> bool:
         """Some attached plugin subscribed to the event (cheap: checked before anything is looked up)."""
 
@@ -51,6 +73,11 @@ class ExtraPlugins(Protocol):
 
 
 class _NoExtraPlugins:
+    stats = HookStats()
+
+    def statuses(self) -> list[ExtraPluginStatus]:
+        return []
+
     def wants(self, event: str) -> bool:
         return False
 

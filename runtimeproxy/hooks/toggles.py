@@ -9,7 +9,8 @@ appears. `disable --all` (plugin `*`) turns every hook on the node off.
 Each toggle has a scope (a whole plugin, or one hook of it) and keeps its own reason, author
 and time: a per-hook toggle never rewrites the whole-plugin one. Whether a name is a
 registered plugin is the admin service's question (it knows the registry); `unknown_plugin`
-words the refusal.
+words the refusal. Plugins of another protocol (NRI, hooks.extra) are toggled whole under
+`nri:<index-name>` (`extra_toggle_name`), a name no config file can have.
 
 Shadow settings live here too, persisted in the same file: `runtimeproxyctl shadow PLUGIN` puts a plugin
 on trial (called, never applied: hooks.dispatcher), `unshadow` takes it off trial, which for a plugin
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 STATE_FILE_NAME = "toggles.json"
 ALL_PLUGINS = "*"
+EXTRA_PREFIX = "nri:"  # toggles of NRI plugins (hooks.extra): "nri:10-resource-policy"
 WHOLE_PLUGIN = ""  # the scope of a toggle that covers every hook of its plugin
 # 2: one entry per toggle (scope), with its author; 1 (still read): one entry per plugin.
 _STATE_VERSION = 2
@@ -112,11 +114,19 @@ class ShadowSetting:
 
 
 def plugin_file_name(name: str) -> str:
-    """`koordlet` and `koordlet.json` name the same plugin; anything path-like is refused."""
+    """`koordlet` and `koordlet.json` name the same plugin; anything path-like is refused. An NRI
+    plugin's toggle name (`nri:10-name`) is kept as it is."""
     name = name.strip()
-    if not name or "/" in name or name.startswith("."):
+    if not name or "/" in name or name.startswith(".") or name == EXTRA_PREFIX:
         raise ToggleError(f"{name!r} is not a plugin config file name (e.g. koordlet.json)")
+    if name.startswith(EXTRA_PREFIX):
+        return name
     return name if name.endswith(CONFIG_SUFFIX) else name + CONFIG_SUFFIX
+
+
+def extra_toggle_name(plugin_id: str) -> str:
+    """The toggle name of an NRI plugin (hooks.extra): "10-name" -> "nri:10-name"."""
+    return EXTRA_PREFIX + plugin_id
 
 
 def hook_names(names: list[str] | tuple[str, ...]) -> frozenset[str]:

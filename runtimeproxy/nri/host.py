@@ -11,6 +11,10 @@ misses a timeout or loses its connection is detached and the call goes on withou
 answers to CreateContainer or UpdateContainer, a conflict, a refused field or an invalid answer fails the
 call (HookFailed). Notifications never fail a call.
 
+Plugins can also be launched by the proxy from a plugin directory (nri.launch): each gets its end of a
+socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin
+Shutdown and then stops the launched processes.
+
 Updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers, Synchronize, and
 UpdateContainers a plugin sends on its own) go to `updater`, the frontend's UpdateContainerResources; without
 one they are answered as failed and logged.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +35,15 @@ import grpc
 from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
 from runtimeproxy.hooks.merge import merge_container_response
+from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
+from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -46,6 +54,7 @@ from runtimeproxy.nri.session import (
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+from runtimeproxy.trust import TrustedOwners
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +105,22 @@ class NriHost:
                  registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  allows: Callable[[str, str], bool] | None = None,
-                 ready: Callable[[], Awaitable[None]] | None = None) -> None:
+                 ready: Callable[[], Awaitable[None]] | None = None,
+                 plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
+                 owners: TrustedOwners | None = None) -> None:
+        """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
+        files of `owners` (default: root and the proxy's user)."""
         self.socket_path = socket_path
+        self.plugin_dir = plugin_dir
+        self.plugin_config_dir = plugin_config_dir
+        self._owners = owners or TrustedOwners.with_extra()
+        self._launched: list[LaunchedProcess] = []
         self.store = store
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
         self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
-        self._allows = allows or (lambda plugin, event: True)  # the node's toggles
+        self._allows = allows or (lambda plugin, event: True)  # the node's toggles (by extra_toggle_name)
+        self.stats = HookStats()  # calls by plugin id and event, for status and metrics
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         self._server: asyncio.Server | None = None
@@ -112,12 +130,52 @@ class NriHost:
     def plugins(self) -> list[PluginSession]:
         return list(self._plugins)
 
+    @property
+    def _session_options(self) -> dict[str, object]:
+        return dict(runtime_name=RUNTIME_NAME, runtime_version=__version__,
+                    registration_timeout=self.registration_timeout, request_timeout=self.request_timeout,
+                    on_update=self._unsolicited_update)
+
     async def start(self) -> None:
-        self._server = await listen(
-            self.socket_path, self._attach, runtime_name=RUNTIME_NAME, runtime_version=__version__,
-            registration_timeout=self.registration_timeout, request_timeout=self.request_timeout,
-            on_update=self._unsolicited_update)
+        self._server = await listen(self.socket_path, self._attach, **self._session_options)
         log.info("NRI: serving plugins on %s", self.socket_path)
+        if self.plugin_dir is not None:
+            self._launch_all(self.plugin_dir)
+
+    def _launch_all(self, plugin_dir: Path) -> None:
+        """Launches the directory's plugins; each registers and attaches in the background, as connected
+        plugins do (a slow one never holds up the proxy's start)."""
+        for plugin_file in discover(plugin_dir, self.plugin_config_dir, self._owners):
+            try:
+                process = LaunchedProcess.spawn(plugin_file)
+            except OSError as error:
+                log.warning("NRI: cannot launch plugin %s: %s", plugin_file.path, error)
+                continue
+            self._launched.append(process)
+            self._watch(self._start_launched(process), f"nri-launch-{plugin_file.plugin_id}")
+
+    async def _start_launched(self, process: LaunchedProcess) -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=process.connection)
+        plugin_file = process.plugin
+        session = PluginSession(reader, writer, launched_as=(plugin_file.index, plugin_file.name),
+                                config=plugin_file.config, **self._session_options)  # type: ignore[arg-type]
+        try:
+            await session.start()
+        except PluginDetached as error:
+            log.warning("NRI: launched plugin %s dropped: %s", plugin_file.plugin_id, error.message)
+            await process.stop()
+            return
+        await self._attach(session)
+
+    def _watch(self, coroutine: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coroutine)
+        task.set_name(name)
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    @property
+    def launched(self) -> list[LaunchedProcess]:
+        return list(self._launched)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -126,6 +184,8 @@ class NriHost:
         await asyncio.gather(*(plugin.shutdown() for plugin in plugins), return_exceptions=True)
         for task in list(self._watchers):
             task.cancel()
+        launched, self._launched = self._launched, []
+        await asyncio.gather(*(process.stop() for process in launched), return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
@@ -155,9 +215,7 @@ class NriHost:
         log.info("NRI plugin %s attached (events 0x%x; synchronized %d pods, %d containers)",
                  plugin.plugin_id, plugin.events, len(pods), len(containers))
         await self._update_others(plugin.plugin_id, updates, "")
-        watcher = asyncio.create_task(self._forget_when_closed(plugin), name=f"nri-{plugin.plugin_id}")
-        self._watchers.add(watcher)
-        watcher.add_done_callback(self._watchers.discard)
+        self._watch(self._forget_when_closed(plugin), f"nri-{plugin.plugin_id}")
 
     async def _forget_when_closed(self, plugin: PluginSession) -> None:
         await plugin.wait_closed()
@@ -173,8 +231,31 @@ class NriHost:
 
     def _subscribers(self, event: str) -> list[PluginSession]:
         number = EVENTS[event]
-        return [plugin for plugin in self._plugins
-                if plugin.subscribed(number) and not plugin.detached and self._allows(plugin.plugin_id, event)]
+        return [plugin for plugin in self._plugins if plugin.subscribed(number) and not plugin.detached
+                and self._allows(extra_toggle_name(plugin.plugin_id), event)]
+
+    def statuses(self) -> list[ExtraPluginStatus]:
+        return [ExtraPluginStatus(
+            name=plugin.plugin_id, toggle_name=extra_toggle_name(plugin.plugin_id),
+            kind="launched" if plugin.launched else "connected",
+            events=tuple(event for event, number in EVENTS.items() if plugin.subscribed(number)),
+            since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
+            for plugin in self._plugins]
+
+    def _record(self, plugin: PluginSession, event: str, started: float, error: BaseException | None) -> None:
+        """One call's outcome in the statistics: ok, "detached", the code the plugin answered, or "conflict",
+        "refused" (a field the request cannot carry), "invalid" (the answer fails validation)."""
+        if error is None:
+            outcome, message = OK, ""
+        elif isinstance(error, PluginDetached):
+            outcome, message = "detached", error.message
+        elif isinstance(error, TtrpcError):
+            outcome, message = Code(error.code).name, error.message
+        else:
+            outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
+                "refused" if isinstance(error, AdjustmentError) else "invalid"
+            message = str(error)
+        self.stats.record(plugin.plugin_id, event, outcome, time.monotonic() - started, message)
 
     def wants(self, event: str) -> bool:
         return bool(self._plugins) and bool(self._subscribers(event))
@@ -186,16 +267,21 @@ class NriHost:
             container = convert.container(subject.container_id, subject.pod_id, subject.container,
                                           _STATE.get(event, nri.CONTAINER_UNKNOWN))
         for plugin in self._subscribers(event):
+            started = time.monotonic()
             try:
                 if event == extra.STOP_CONTAINER and container is not None:
                     answer = await plugin.call("StopContainer", nri.StopContainerRequest(
                         pod=pod, container=container), nri.StopContainerResponse)
+                    self._record(plugin, event, started, None)
                     await self._update_others(plugin.plugin_id, list(answer.update), subject.container_id)
                 else:
                     await plugin.notify(EVENTS[event], pod, container)
-            except PluginDetached:
+                    self._record(plugin, event, started, None)
+            except PluginDetached as error:
+                self._record(plugin, event, started, error)
                 self._drop(plugin)
             except TtrpcError as error:
+                self._record(plugin, event, started, error)
                 log.warning("NRI plugin %s failed %s: %s", plugin.plugin_id, event, error)
 
     async def adjust(self, event: str, subject: Subject,
@@ -208,21 +294,27 @@ class NriHost:
             before = hooks.ContainerResourceHookRequest()
             before.CopyFrom(adjustments.container)
             container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0))
+            started = time.monotonic()
             try:
                 updates = await self._ask(plugin, event, pod, container, subject, adjustments)
-            except PluginDetached:
+            except PluginDetached as error:
+                self._record(plugin, event, started, error)
                 self._drop(plugin)
                 continue
             except TtrpcError as error:
+                self._record(plugin, event, started, error)
                 raise self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}")
             except AdjustmentError as error:
+                self._record(plugin, event, started, error)
                 code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
                     grpc.StatusCode.FAILED_PRECONDITION
                 raise self._failed(event, plugin, code, str(error), error.field) from None
             problem = answer_problem(before, adjustments.as_answer())
             if problem is not None:
+                self._record(plugin, event, started, ValueError(f"invalid answer: {problem}"))
                 raise self._failed(event, plugin, grpc.StatusCode.INTERNAL, f"invalid answer: {problem}",
                                    problem.field)
+            self._record(plugin, event, started, None)
             others.append((plugin.plugin_id, updates))
         for plugin_id, updates in others:
             await self._update_others(plugin_id, updates, subject.container_id)

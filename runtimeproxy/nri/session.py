@@ -24,6 +24,7 @@ import contextlib
 import logging
 import re
 import socket
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -98,6 +99,7 @@ class PluginSession:
         self._on_update = on_update
         # A plugin the proxy launched is known by its file name (index, name); one that connects says who it is.
         self._launched = launched_as is not None
+        self.connected_unix_seconds = time.time()
         self.index, self.name = launched_as or ("", "")
         self.nri_version = ""
         self.events = 0
@@ -116,6 +118,11 @@ class PluginSession:
     def plugin_id(self) -> str:
         """NRI's name for the plugin: "index-name"."""
         return f"{self.index}-{self.name}"
+
+    @property
+    def launched(self) -> bool:
+        """The runtime launched it (from its plugin directory) rather than it connecting on its own."""
+        return self._launched
 
     @property
     def detached(self) -> bool:

@@ -22,6 +22,7 @@ from runtimeproxy.docker.messages import (
     parse_kube_name,
     pod_from_inspect,
     sandbox_create_request,
+    update_config,
     update_resources,
 )
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response, with_pod
@@ -172,6 +173,21 @@ def test_apply_to_update_body_sends_only_what_plugins_changed_and_never_a_zero()
 def _inspect(body: dict, container_id: str, name: str) -> dict:
     return {"Id": container_id, "Name": name, "Config": {"Labels": body["Labels"], "Env": body.get("Env", [])},
             "HostConfig": body["HostConfig"]}
+
+
+def test_the_proxys_own_update_sends_only_the_non_zero_docker_fields() -> None:
+    changes = hooks.LinuxContainerResources(cpu_shares=300, memory_limit_in_bytes=64 << 20, cpuset_cpus="0")
+    assert update_config(changes) == {"CpuShares": 300, "Memory": 64 << 20, "CpusetCpus": "0"}
+
+
+@pytest.mark.parametrize("changes", [
+    hooks.LinuxContainerResources(unified={"memory.high": "1"}),
+    hooks.LinuxContainerResources(hugepage_limits=[hooks.HugepageLimit(page_size="2MB", limit=1)]),
+    hooks.LinuxContainerResources(oom_score_adj=5),
+])
+def test_the_proxys_own_update_refuses_what_dockerd_cannot_update(changes: hooks.LinuxContainerResources) -> None:
+    with pytest.raises(BodyError, match="dockerd cannot update"):
+        update_config(changes)
 
 
 def test_inspect_reads_back_what_create_sent() -> None:

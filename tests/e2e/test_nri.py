@@ -22,7 +22,7 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
-from nrikit import NriPlugin  # noqa: E402
+from nrikit import NriPlugin, adjusting, shares  # noqa: E402
 
 _serial = itertools.count()
 ALL_EVENTS = 0  # NRI: every lifecycle event
@@ -80,16 +80,6 @@ def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) 
     finally:
         lab.close()
         assert proxy.stop() == 0, proxy.log_tail()
-
-
-def adjusting(adjust: nri.ContainerAdjustment, updates: list[nri.ContainerUpdate] | None = None):  # type: ignore[no-untyped-def]
-    async def handle(plugin: NriPlugin, request: Message) -> Message:
-        return nri.CreateContainerResponse(adjust=adjust, update=updates or [])
-    return (nri.CreateContainerRequest, handle)
-
-
-def shares(value: int) -> nri.LinuxResources:
-    return nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=value)))
 
 
 def spec_of(client: CriClient, container_id: str) -> dict:

@@ -1,109 +1,13 @@
-"""The project's own minimal NRI plugin, written from the protocol, and in-memory byte streams for unit tests.
-
-`NriPlugin` is what an NRI stub does on the plugin side: connect to the runtime's socket, multiplex it,
-serve the Plugin service on connection 1, call RegisterPlugin on connection 2, answer Configure with its
-event mask, record Synchronize and events, and stop on Shutdown. Knobs make it misbehave for fault tests.
-"""
+"""NRI test helpers: the project's NRI plugin (rplab.nri_plugin, re-exported) and in-memory byte streams for unit
+tests."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from google.protobuf.message import Message
+from rplab.nri_plugin import NriPlugin, adjusting, shares, update_shares
 
-from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
-from runtimeproxy.nri.session import PLUGIN_SERVICE, RUNTIME_SERVICE
-from runtimeproxy.nri.ttrpc import Endpoint
-from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
-
-
-@dataclass
-class NriPlugin:
-    name: str = "nrikit"
-    index: str = "10"
-    events: int = 0
-    register: bool = True
-    configure_delay: float = 0.0  # seconds to stall before answering Configure (to miss the request timeout)
-    sync_updates: list[nri.ContainerUpdate] = field(default_factory=list)
-    # Extra Plugin methods: name -> (request type, async handler(plugin, request) -> response).
-    methods: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]] = \
-        field(default_factory=dict)
-    received: list[tuple[str, Message]] = field(default_factory=list)
-    every_event: bool = False  # answer (and record) every lifecycle event `methods` does not handle
-    shut_down: asyncio.Event = field(default_factory=asyncio.Event)
-    mux: Mux | None = None
-    runtime: Endpoint | None = None
-
-    async def connect(self, path: Path) -> None:
-        reader, writer = await asyncio.open_unix_connection(str(path))
-        self.mux = Mux(reader, writer, name=f"plugin {self.index}-{self.name}")
-        serving = Endpoint(self.mux.open(PLUGIN_SERVICE_CONN), name="plugin side")
-        self.runtime = Endpoint(self.mux.open(RUNTIME_SERVICE_CONN), name="plugin's runtime client")
-        serving.register(PLUGIN_SERVICE, "Configure", nri.ConfigureRequest, self._configure)
-        serving.register(PLUGIN_SERVICE, "Synchronize", nri.SynchronizeRequest, self._synchronize)
-        serving.register(PLUGIN_SERVICE, "Shutdown", nri.Empty, self._shutdown)
-        methods = {**(_EVERY_EVENT if self.every_event else {}), **self.methods}
-        for method, (request_type, handler) in methods.items():
-            serving.register(PLUGIN_SERVICE, method, request_type, self._recording(method, handler))
-        serving.start()
-        self.runtime.start()
-        self.mux.start()
-        if self.register:
-            await self.runtime.call(RUNTIME_SERVICE, "RegisterPlugin", nri.RegisterPluginRequest(
-                plugin_name=self.name, plugin_idx=self.index, NRI_version="v0.8.0"), nri.Empty, timeout=5)
-
-    async def update_containers(self, *updates: nri.ContainerUpdate) -> nri.UpdateContainersResponse:
-        assert self.runtime is not None
-        return await self.runtime.call(RUNTIME_SERVICE, "UpdateContainers",
-                                       nri.UpdateContainersRequest(update=updates), nri.UpdateContainersResponse,
-                                       timeout=5)
-
-    def requests(self, method: str) -> list[Message]:
-        return [request for name, request in self.received if name == method]
-
-    def close(self) -> None:
-        if self.mux is not None:
-            self.mux.close()
-
-    async def _configure(self, request: nri.ConfigureRequest) -> nri.ConfigureResponse:
-        self.received.append(("Configure", request))
-        if self.configure_delay:
-            await asyncio.sleep(self.configure_delay)
-        return nri.ConfigureResponse(events=self.events)
-
-    async def _synchronize(self, request: nri.SynchronizeRequest) -> nri.SynchronizeResponse:
-        self.received.append(("Synchronize", request))
-        return nri.SynchronizeResponse(update=[] if request.more else self.sync_updates, more=request.more)
-
-    async def _shutdown(self, request: nri.Empty) -> nri.Empty:
-        self.received.append(("Shutdown", request))
-        self.shut_down.set()
-        return nri.Empty()
-
-    def _recording(self, method: str, handler: Callable[[NriPlugin, Message], Awaitable[Message]]
-                   ) -> Callable[[Message], Awaitable[Message]]:
-        async def handle(request: Message) -> Message:
-            self.received.append((method, request))
-            return await handler(self, request)
-        return handle
-
-
-def _answer(response_type: type[Message]) -> Callable[[NriPlugin, Message], Awaitable[Message]]:
-    async def handle(plugin: NriPlugin, request: Message) -> Message:
-        return response_type()
-    return handle
-
-
-# Every lifecycle event, answered with an empty response (no adjustment, no update).
-_EVERY_EVENT: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]] = {
-    method: (getattr(nri, f"{method}Request"), _answer(getattr(nri, f"{method}Response")))
-    for method in ("RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer",
-                   "PostCreateContainer", "StartContainer", "PostStartContainer", "UpdateContainer",
-                   "PostUpdateContainer", "StopContainer", "RemoveContainer")
-}
+__all__ = ["MemoryStream", "NriPlugin", "adjusting", "memory_pipe", "shares", "update_shares"]
 
 
 class MemoryStream:

@@ -11,7 +11,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address")
+    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address", "nri_plugins", "nri_endpoint")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,8 @@ class StatusResponse(_message.Message):
     ADMIN_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     STATE_DIR_FIELD_NUMBER: _ClassVar[int]
     METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    NRI_PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    NRI_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     version: str
     uptime_seconds: float
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
@@ -38,7 +40,31 @@ class StatusResponse(_message.Message):
     admin_endpoint: str
     state_dir: str
     metrics_address: str
-    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ...) -> None: ...
+    nri_plugins: _containers.RepeatedCompositeFieldContainer[NriPluginStatus]
+    nri_endpoint: str
+    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ..., nri_plugins: _Optional[_Iterable[_Union[NriPluginStatus, _Mapping]]] = ..., nri_endpoint: _Optional[str] = ...) -> None: ...
+
+class NriPluginStatus(_message.Message):
+    __slots__ = ("name", "toggle_name", "kind", "events", "connected_since_unix_seconds", "nri_version", "enabled", "disabled_reason", "event_stats")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TOGGLE_NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NRI_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_REASON_FIELD_NUMBER: _ClassVar[int]
+    EVENT_STATS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    toggle_name: str
+    kind: str
+    events: _containers.RepeatedScalarFieldContainer[str]
+    connected_since_unix_seconds: float
+    nri_version: str
+    enabled: bool
+    disabled_reason: str
+    event_stats: _containers.RepeatedCompositeFieldContainer[HookStats]
+    def __init__(self, name: _Optional[str] = ..., toggle_name: _Optional[str] = ..., kind: _Optional[str] = ..., events: _Optional[_Iterable[str]] = ..., connected_since_unix_seconds: _Optional[float] = ..., nri_version: _Optional[str] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., event_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
     __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version")

@@ -1,0 +1,95 @@
+"""NRI plugins for operators: `runtimeproxyctl status` lists them with their calls by event, /metrics counts them,
+and `runtimeproxyctl disable/enable` toggles one by its id (in-process proxy hosting NRI, the project's own NRI
+plugin on its socket)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from adminkit import http_get, promtool_check
+from rplab.loop import LoopThread
+from rplab.synthetic import SyntheticBackend, install_benchmark_answers
+from runtimeproxy.admin.ctl import EXIT_OK, EXIT_USAGE
+from runtimeproxy.app import Proxy
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.nri.session import event_mask
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+from test_service import ctl
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
+from nrikit import NriPlugin  # noqa: E402
+
+
+@pytest.fixture
+def hosting(start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend, tmp_path: Path,
+            loop_thread: LoopThread) -> tuple[Proxy, NriPlugin]:
+    install_benchmark_answers(synthetic)
+    proxy = start_proxy(runtime_path=synthetic.path, admin_path=tmp_path / "admin.sock",
+                        state_dir=tmp_path / "state", metrics_address="127.0.0.1:0", nri_socket=tmp_path / "nri.sock")
+    plugin = NriPlugin(name="ops", index="10", every_event=True,
+                       events=event_mask(nri.RUN_POD_SANDBOX, nri.STOP_POD_SANDBOX))
+    loop_thread.run(plugin.connect(tmp_path / "nri.sock"))
+    deadline = time.monotonic() + 10
+    while not proxy.nri or not proxy.nri.plugins:
+        assert time.monotonic() < deadline, "the NRI plugin never attached"
+        time.sleep(0.01)
+    return proxy, plugin
+
+
+def run_pod(proxy: Proxy, loop_thread: LoopThread) -> None:
+    assert proxy.hook_service is not None
+    subject = Subject("pod-1", hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web")))
+    loop_thread.run(proxy.hook_service.extra.notify(extra.RUN_POD_SANDBOX, subject))
+
+
+def test_status_and_metrics_show_an_nri_plugin_and_its_calls(hosting: tuple[Proxy, NriPlugin],
+                                                             loop_thread: LoopThread) -> None:
+    proxy, plugin = hosting
+    run_pod(proxy, loop_thread)
+    code, out = ctl(proxy, "status", "-o", "json")
+    assert code == EXIT_OK
+    status = json.loads(out)
+    assert status["nri_endpoint"] == str(proxy.options.nri_socket)
+    (shown,) = status["nri_plugins"]
+    assert (shown["name"], shown["toggle_name"], shown["kind"]) == ("10-ops", "nri:10-ops", "connected")
+    assert shown["events"] == ["RunPodSandbox", "StopPodSandbox"] and shown["enabled"]
+    assert shown["nri_version"] == "v0.8.0" and shown["connected_since_unix_seconds"] > 0
+    stats = {entry["hook"]: entry for entry in shown["event_stats"]}
+    assert (stats["RunPodSandbox"]["calls"], stats["RunPodSandbox"]["failures"]) == (1, 0)
+    assert stats["StopPodSandbox"]["calls"] == 0
+
+    _, human = ctl(proxy, "status")
+    assert "NRI PLUGINS" in human and "10-ops  enabled" in human and "RunPodSandbox" in human
+
+    status_code, exposition = http_get(proxy, "/metrics")
+    assert status_code == 200
+    assert "runtimeproxy_nri_plugins 1.0" in exposition
+    assert 'runtimeproxy_nri_calls_total{event="RunPodSandbox",outcome="ok",plugin="10-ops"} 1.0' in exposition
+    promtool_check(exposition)
+
+
+def test_disable_and_enable_toggle_an_nri_plugin_by_its_id(hosting: tuple[Proxy, NriPlugin],
+                                                          loop_thread: LoopThread) -> None:
+    proxy, plugin = hosting
+    code, out = ctl(proxy, "disable", "10-ops", "--reason", "noisy")
+    assert code == EXIT_OK, out
+    run_pod(proxy, loop_thread)
+    assert plugin.requests("RunPodSandbox") == []
+    (shown,) = json.loads(ctl(proxy, "status", "-o", "json")[1])["nri_plugins"]
+    assert not shown["enabled"] and shown["disabled_reason"] == "noisy"
+    (toggle,) = json.loads(ctl(proxy, "status", "-o", "json")[1])["toggles"]
+    assert toggle["plugin"] == "nri:10-ops" and not toggle["staged"]
+
+    assert ctl(proxy, "disable", "10-ops", "--hook", "PreRunPodSandbox", "--reason", "x")[0] == EXIT_USAGE
+    assert ctl(proxy, "enable", "nri:10-ops")[0] == EXIT_OK
+    run_pod(proxy, loop_thread)
+    assert len(plugin.requests("RunPodSandbox")) == 1

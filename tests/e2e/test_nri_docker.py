@@ -1,0 +1,156 @@
+"""NRI plugins hosted by the proxy in Docker mode, against a real dockerd (which has no NRI): cri-dockerd's
+requests replayed (rplab.cridockerd_replay, no cri-dockerd needed) through the proxy, the project's own NRI
+plugin (tests/nri/nrikit.py) on the proxy's NRI socket; what it answers lands in `docker inspect`."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rplab.cridockerd_replay import CriDockerdReplay
+from rplab.cridockerd_requests import PodShape
+from rplab.dockerd import DockerdInstance, DockerModeProxy
+from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from rplab.loop import LoopThread
+from runtimeproxy.nri.session import event_mask
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
+from launched_plugin import plugin_file  # noqa: E402
+from nrikit import NriPlugin, adjusting, shares, update_shares  # noqa: E402
+
+_serial = itertools.count()
+ANNOTATION = "nri.runtimeproxy.test/adjusted"
+WAIT_SECONDS = 15.0
+
+
+def wait_for_log(proxy: DockerModeProxy, text: str) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while text not in proxy.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"{text!r} not in the proxy log:\n{proxy.log_tail()}"
+        time.sleep(0.05)
+
+
+@dataclasses.dataclass
+class DockerNriLab:
+    dockerd: DockerdInstance
+    proxy: DockerModeProxy
+    loop: LoopThread
+    replay: CriDockerdReplay
+    plugins: list[NriPlugin] = dataclasses.field(default_factory=list)
+    sandboxes: list[str] = dataclasses.field(default_factory=list)
+
+    def attach(self, plugin: NriPlugin) -> NriPlugin:
+        wait_for_log(self.proxy, "NRI: serving plugins")
+        self.loop.run(plugin.connect(self.proxy.listen_path.parent / "nri.sock"))
+        self.plugins.append(plugin)
+        wait_for_log(self.proxy, f"NRI plugin {plugin.index}-{plugin.name} attached")
+        return plugin
+
+    def run_pod(self) -> PodShape:
+        pod = PodShape(name=f"nri{next(_serial)}", uid=str(uuid.uuid4()), cgroup_parent="/rp-nri",
+                       labels={"app": "rp-nri"}, sandbox_image=PAUSE_IMAGE, image=BUSYBOX_IMAGE)
+        self.sandboxes.append(self.replay.run_pod_sandbox(pod))
+        return pod
+
+    def create(self, pod: PodShape, container: str) -> str:
+        return self.replay.create_container(dataclasses.replace(pod, container=container), self.sandboxes[-1])
+
+    def inspect(self, container_id: str) -> dict:
+        return json.loads(self.dockerd.docker("inspect", container_id).stdout)[0]
+
+    def close(self) -> None:
+        for sandbox_id in self.sandboxes:
+            self.replay.clean_up(sandbox_id)
+        self.replay.close()
+
+        async def close_plugins() -> None:
+            for plugin in self.plugins:
+                plugin.close()
+        self.loop.run(close_plugins())  # the plugins' connections live on the loop thread
+
+
+@pytest.fixture
+def base(workdir: Path) -> Path:
+    path = workdir / f"nridk{next(_serial)}"
+    (path / "plugins").mkdir(mode=0o755, parents=True)
+    (path / "conf.d").mkdir(mode=0o755)
+    return path
+
+
+@pytest.fixture
+def lab(dockerd: DockerdInstance, base: Path, loop_thread: LoopThread) -> Iterator[DockerNriLab]:
+    """The proxy in Docker mode with NRI on; it launches the plugins the test put in base/plugins first."""
+    proxy = DockerModeProxy(base / "rp.sock", dockerd.socket, extra_args=[
+        f"--nri-socket={base / 'nri.sock'}", f"--nri-plugin-path={base / 'plugins'}",
+        f"--nri-plugin-config-path={base / 'conf.d'}", "--log-level=debug"])
+    proxy.start()
+    lab = DockerNriLab(dockerd, proxy, loop_thread, CriDockerdReplay(proxy.listen_path))
+    try:
+        yield lab
+    finally:
+        lab.close()
+        assert proxy.stop() == 0, proxy.log_tail()
+
+
+def test_an_nri_plugin_adjusts_env_cpu_shares_and_an_annotation_in_docker_inspect(lab: DockerNriLab) -> None:
+    adjust = nri.ContainerAdjustment(annotations={ANNOTATION: "yes"}, env=[nri.KeyValue(key="NRI", value="1")],
+                                     linux=nri.LinuxContainerAdjustment(resources=shares(700)))
+    plugin = lab.attach(NriPlugin(name="adjuster", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                                  methods={"CreateContainer": adjusting(adjust)}))
+    pod = lab.run_pod()
+    container_id = lab.create(pod, "box")
+    lab.replay.start_container(container_id)
+
+    inspected = lab.inspect(container_id)
+    assert "NRI=1" in inspected["Config"]["Env"] and "KEEP=me" in inspected["Config"]["Env"]
+    assert inspected["HostConfig"]["CpuShares"] == 700
+    assert inspected["Config"]["Labels"][f"annotation.{ANNOTATION}"] == "yes"
+    (created,) = plugin.requests("CreateContainer")
+    assert created.pod.id == lab.sandboxes[-1] and created.container.name == "box"  # type: ignore[attr-defined]
+
+
+def test_updates_of_another_container_reach_dockerd(lab: DockerNriLab) -> None:
+    pod = lab.run_pod()
+    first = lab.create(pod, "first")
+    lab.replay.start_container(first)
+    plugin = lab.attach(NriPlugin(name="neighbour", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                                  methods={"CreateContainer": adjusting(nri.ContainerAdjustment(),
+                                                                        [update_shares(first, 300)])}))
+    lab.create(pod, "second")
+    assert lab.inspect(first)["HostConfig"]["CpuShares"] == 300  # asked during another container's create
+
+    answer = lab.loop.run(plugin.update_containers(update_shares(first, 400)))  # unsolicited
+    assert list(answer.failed) == []
+    assert lab.inspect(first)["HostConfig"]["CpuShares"] == 400
+
+
+@pytest.fixture
+def launched(base: Path) -> Path:
+    """A plugin in the plugin directory (before the proxy starts), with a config that adds a variable."""
+    plugin_file(base / "plugins" / "10-launched")
+    record = base / "launched.jsonl"
+    (base / "conf.d" / "10-launched.conf").write_text(json.dumps({"env": {"LAUNCHED": "yes"},
+                                                                    "record": str(record)}))
+    return record
+
+
+def test_a_plugin_launched_from_the_plugin_directory_adjusts_the_container_and_stops_with_the_proxy(
+        launched: Path, lab: DockerNriLab) -> None:
+    wait_for_log(lab.proxy, "NRI plugin 10-launched attached")
+    pod = lab.run_pod()
+    container_id = lab.create(pod, "box")
+    assert "LAUNCHED=yes" in lab.inspect(container_id)["Config"]["Env"]
+    assert lab.proxy.stop() == 0, lab.proxy.log_tail()
+    lab.proxy.start()  # for the fixture's own stop; the plugin is launched again
+    configured, stopped = [json.loads(line) for line in launched.read_text().splitlines()][:2]
+    assert configured["runtime"] == "runtimeproxy" and configured["environ"]["NRI_PLUGIN_NAME"] == "launched"
+    assert "CreateContainer" in stopped["events"] and stopped["events"][-1] == "Shutdown"
