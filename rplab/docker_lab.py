@@ -71,22 +71,30 @@ PluginStarter = Callable[[ExitStack, Path, Path], str]  # (stack, socket, reques
 Step = Callable[[str, Callable[[], Any]], Any]  # (label, action) -> action's result, timed and printed
 
 
+def _dockerd_and_hooked_proxy(stack: ExitStack, base: Path, image_cache: Path, start_plugin: PluginStarter,
+                              step: Step) -> tuple[DockerdInstance, DockerModeProxy]:
+    """A private dockerd with the offline images, the example plugin and the proxy in Docker mode in front of
+    dockerd with the plugin on all seven hooks; each stopped by `stack`."""
+    dockerd = DockerdInstance(base / "dk")
+    step("start dockerd (private root)", dockerd.start)
+    stack.callback(dockerd.stop)
+    step("load offline images into dockerd", lambda: dockerd.load_images(build_docker_archives(image_cache)))
+    plugin_socket = base / "plugin" / "example.sock"
+    step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
+    proxy = DockerModeProxy(base / "proxy" / "runtimeproxy.sock", dockerd.socket)
+    proxy.hook_config_dir.mkdir(parents=True)
+    (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
+    step("start koord-runtime-proxy (Docker mode)", proxy.start)
+    stack.callback(proxy.stop)
+    return dockerd, proxy
+
+
 @contextmanager
 def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarter,
                        step: Step) -> Iterator[tuple[DockerdInstance, CriDockerd]]:
     """dockerd, the example plugin, the proxy in Docker mode and cri-dockerd, stopped in reverse order."""
     with ExitStack() as stack:
-        dockerd = DockerdInstance(base / "dk")
-        step("start dockerd (private root)", dockerd.start)
-        stack.callback(dockerd.stop)
-        step("load offline images into dockerd", lambda: dockerd.load_images(build_docker_archives(image_cache)))
-        plugin_socket = base / "plugin" / "example.sock"
-        step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
-        proxy = DockerModeProxy(base / "proxy" / "runtimeproxy.sock", dockerd.socket)
-        proxy.hook_config_dir.mkdir(parents=True)
-        (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
-        step("start koord-runtime-proxy (Docker mode)", proxy.start)
-        stack.callback(proxy.stop)
+        dockerd, proxy = _dockerd_and_hooked_proxy(stack, base, image_cache, start_plugin, step)
         binary = find_tool("cri-dockerd")
         assert binary is not None
         cri = CriDockerd(binary, base / "cridk", proxy.listen_path, PAUSE_IMAGE)
@@ -110,17 +118,7 @@ def replay_lifecycle(base: Path, image_cache: Path, start_plugin: PluginStarter,
     """cri-dockerd's requests for a pod's life, replayed through the proxy with the example plugin; prints what
     cri-dockerd asked for next to what dockerd runs."""
     with ExitStack() as stack:
-        dockerd = DockerdInstance(base / "dk")
-        step("start dockerd (private root)", dockerd.start)
-        stack.callback(dockerd.stop)
-        step("load offline images into dockerd", lambda: dockerd.load_images(build_docker_archives(image_cache)))
-        plugin_socket = base / "plugin" / "example.sock"
-        step("start the example plugin", lambda: start_plugin(stack, plugin_socket, base / "plugin-requests.jsonl"))
-        proxy = DockerModeProxy(base / "proxy" / "runtimeproxy.sock", dockerd.socket)
-        proxy.hook_config_dir.mkdir(parents=True)
-        (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin_socket, list(HOOK_NAMES)))
-        step("start koord-runtime-proxy (Docker mode)", proxy.start)
-        stack.callback(proxy.stop)
+        dockerd, proxy = _dockerd_and_hooked_proxy(stack, base, image_cache, start_plugin, step)
         print(f"  replayed cri-dockerd  ->  proxy (Docker mode) {proxy.listen_path}  ->  dockerd: {dockerd.socket}")
         pod = PodShape(name="lab-pod", uid=str(uuid.uuid4()), labels={"app": "lab"}, annotations={"team": "lab"},
                        cgroup_parent="/runtimeproxy-lab/kubepods",  # the plugin moves it up to /runtimeproxy-lab

@@ -190,3 +190,22 @@ def apply_resource_update(
     del result.hugepage_limits[:]
     result.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit) for size, limit in pages.items())
     return result
+
+
+def changed_resources(before: hooks.LinuxContainerResources, after: hooks.LinuxContainerResources,
+                      with_hugepages: bool = False) -> hooks.LinuxContainerResources:
+    """Only the resources `after` changes over `before`, as a sparse update: a zero or empty value is never
+    included (to the runtimes it means "unchanged": it cannot clear a field). Hugepage limits only when asked
+    (a hook answer's are not taken: the merge keeps the request's)."""
+    changes = hooks.LinuxContainerResources()
+    for field in after.DESCRIPTOR.fields:
+        if field.message_type is None and not field.is_repeated:
+            value = getattr(after, field.name)
+            if value and value != getattr(before, field.name):
+                setattr(changes, field.name, value)
+    changes.unified.update((key, value) for key, value in after.unified.items() if before.unified.get(key) != value)
+    if with_hugepages:
+        before_pages = {limit.page_size: limit.limit for limit in before.hugepage_limits}
+        changes.hugepage_limits.extend(limit for limit in after.hugepage_limits
+                                       if before_pages.get(limit.page_size) != limit.limit)
+    return changes

@@ -24,7 +24,7 @@ from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.context import HookContext, RecordSource
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.extra import ExtraPlugins, Subject
-from runtimeproxy.hooks.merge import apply_resource_update, set_pod_context
+from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.rebuild import BackendState, rebuild_store
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord
@@ -75,16 +75,7 @@ class ResourceUpdate:
         resources, so what they echoed must not be sent as if the kubelet had asked for it; a zero or empty
         value is never sent: to the runtimes it means "unchanged", it cannot clear a field, and it must not
         cancel what the kubelet asked for. hugepage_limits: the merge keeps the request's."""
-        before, after = self.seen.container_resources, self.request.container_resources
-        changes = hooks.LinuxContainerResources()
-        for field in after.DESCRIPTOR.fields:
-            if field.message_type is None and not field.is_repeated:
-                value = getattr(after, field.name)
-                if value and value != getattr(before, field.name):
-                    setattr(changes, field.name, value)
-        changes.unified.update((key, value) for key, value in after.unified.items()
-                               if before.unified.get(key) != value)
-        return changes
+        return changed_resources(self.seen.container_resources, self.request.container_resources)
 
     def annotation_changes(self) -> dict[str, str]:
         before = self.seen.container_annotations

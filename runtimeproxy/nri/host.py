@@ -36,7 +36,7 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint
 from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
-from runtimeproxy.hooks.merge import merge_container_response
+from runtimeproxy.hooks.merge import changed_resources, merge_container_response
 from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import extra_toggle_name
@@ -365,8 +365,8 @@ class NriHost:
             adjustments = Adjustments(record.info)
             try:
                 adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
-                changes = _resource_changes(record.info.container_resources,
-                                            adjustments.container.container_resources)
+                changes = changed_resources(record.info.container_resources,
+                                            adjustments.container.container_resources, with_hugepages=True)
                 await self.updater(update.container_id, changes)
             except (AdjustmentError, OSError, RuntimeError) as error:
                 log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id, update.container_id,
@@ -386,17 +386,3 @@ class NriHost:
         return nri.UpdateContainersResponse(failed=failed)
 
 
-def _resource_changes(before: hooks.LinuxContainerResources,
-                      after: hooks.LinuxContainerResources) -> hooks.LinuxContainerResources:
-    """Only what changed: an update's zero means "unchanged" to the runtimes."""
-    changes = hooks.LinuxContainerResources()
-    for field in after.DESCRIPTOR.fields:
-        if field.message_type is None and not field.is_repeated:
-            value = getattr(after, field.name)
-            if value and value != getattr(before, field.name):
-                setattr(changes, field.name, value)
-    changes.unified.update((key, value) for key, value in after.unified.items() if before.unified.get(key) != value)
-    before_pages = {limit.page_size: limit.limit for limit in before.hugepage_limits}
-    changes.hugepage_limits.extend(limit for limit in after.hugepage_limits
-                                   if before_pages.get(limit.page_size) != limit.limit)
-    return changes
