@@ -12,8 +12,6 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-import h11
-
 from runtimeproxy.docker.upstream import Upstream
 
 # One inspect or list answer; a node with thousands of containers lists a few MB. As large as the CRI
@@ -49,10 +47,9 @@ class EngineClient:
     async def _get(self, target: str) -> tuple[int, bytes]:
         upstream = await Upstream.connect(self._socket)
         try:
-            await upstream.send(h11.Request(method="GET", target=target, headers=[("Host", "docker")]))
-            await upstream.send(h11.EndOfMessage())
+            await upstream.send_head(b"GET", target.encode(), [(b"Host", b"docker")], end=True)
             head, body = await upstream.whole_answer(MAX_ANSWER_BYTES)
-            return head.status_code, body
+            return head.status, body
         finally:
             upstream.close()
 
