@@ -204,43 +204,52 @@ class ClientSession:
         try:
             upstream = await self._upstream_connection()
             # A request without a body (most) goes up in one write.
-            complete = self._conn.next_event() if self._conn.their_state is h11.SEND_BODY else None
+            first = self._conn.next_event() if self._conn.their_state is h11.SEND_BODY else None
             await upstream.send_head(request.method, request.target,
                                      forwarded_request_headers(request.headers.raw_items()),
-                                     end=isinstance(complete, h11.EndOfMessage) and not complete.headers)
-            if isinstance(complete, h11.Data):  # a body: what arrived with the head goes first
-                await upstream.send_body(bytes(complete.data))
-            elif isinstance(complete, h11.EndOfMessage) and complete.headers:
-                await upstream.end_body(complete.headers.raw_items())
+                                     end=isinstance(first, h11.EndOfMessage) and not first.headers)
         except (DockerdUnreachable, UpstreamBroken) as error:
             return await self._answer_error(503, str(error), close=True)
         self._body_forwarded = False
         self._hijack_possible = is_hijack_route(request.method, request.target)
-        self._client_reader = asyncio.create_task(self._forward_request_body(upstream))
-        answer = asyncio.create_task(self._relay_answer(upstream))
+        # The answer is relayed in this task; the client reader cancels it if the client fails or goes.
+        exchange = asyncio.current_task()
+        assert exchange is not None
+        reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, first))
+        relaying = [True]
+
+        def reader_done(task: asyncio.Task[None]) -> None:
+            if relaying[0] and not task.cancelled() and task.exception() is not None:
+                exchange.cancel()
+
+        reader.add_done_callback(reader_done)
         try:
-            pending: set[asyncio.Task[None]] = {answer, self._client_reader}
-            while answer in pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if self._client_reader in done and self._client_reader.exception() is not None:
-                    raise self._client_reader.exception()  # type: ignore[misc]
-            answer.result()
+            await self._relay_answer(upstream)
+            relaying[0] = False
+        except asyncio.CancelledError:
+            relaying[0] = False
+            if not reader.done() or reader.cancelled() or reader.exception() is None or exchange.uncancel():
+                raise  # not the reader's doing
+            raise reader.exception() from None  # type: ignore[misc]
         except UpstreamBroken as error:
             return await self._answer_error(502, str(error), close=True)
         finally:
-            answer.cancel()
             await self._stop_client_reader()
         return self._body_forwarded and upstream.finish_exchange() or self._drop_upstream()
 
-    async def _forward_request_body(self, upstream: Upstream) -> None:
-        """Stream the body up; then keep reading so a client that hangs up is noticed."""
+    async def _forward_request_body(self, upstream: Upstream, first: h11.Event | type[h11.NEED_DATA] | None) -> None:
+        """Stream the body up (from `first`, the event read with the head); then keep reading so a client that
+        hangs up is noticed."""
+        event = first
         try:
             while not upstream.request_sent:
-                event = await self._client_event()
+                if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+                    event = await self._client_event()
                 if isinstance(event, h11.Data):
                     await upstream.send_body(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     await upstream.end_body(event.headers.raw_items())
+                event = None
         except UpstreamBroken:
             return  # dockerd stopped reading; its answer (or hang-up) is reported by _relay_answer
         self._body_forwarded = True
