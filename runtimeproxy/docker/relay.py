@@ -56,6 +56,7 @@ from runtimeproxy.docker.upstream import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_REQUEST_READ = (h11.DONE, h11.MIGHT_SWITCH_PROTOCOL)
 
 
 def _connection_tokens(request: h11.Request) -> list[bytes]:
@@ -166,17 +167,23 @@ class ClientSession:
         if close:
             self._keep_alive = False
         log.debug("answering %d: %s", status, message)
-        head, _ = self._answer_head(status, b"", headers)
+        head, framing = self._answer_head(status, b"", headers)
         with contextlib.suppress(ClientGone):
-            await self._write(head + body)
+            await self._write(head + framed(body, framing))
             self._answer_done = True
         return self._keep_alive
 
+    def _request_finished(self) -> bool:
+        """Both sides of the exchange are complete and the connection may carry another (a declined upgrade
+        leaves h11's client side waiting for the switch: the final answer ends that wait, as in h11)."""
+        return self._answer_done and self._keep_alive and self._conn.their_state in _REQUEST_READ
+
     def _start_next_cycle(self) -> bool:
         """A fresh h11 connection for the next request, holding what the client already sent."""
-        if not (self._answer_done and self._keep_alive and self._conn.their_state is h11.DONE):
+        if not self._request_finished():
             return False
         pending, closed = self._conn.trailing_data
+        self._method = b""
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         if pending:
             self._conn.receive_data(pending)
@@ -427,7 +434,7 @@ class ClientSession:
         """Close the upstream connection after an exchange that left it unusable; the client may go on
         only if its own side of the exchange completed."""
         self._close_upstream()
-        return self._answer_done and self._keep_alive and self._conn.their_state is h11.DONE
+        return self._request_finished()
 
     def _close_upstream(self) -> None:
         upstream, self._upstream = self._upstream, None

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dockerkit import FakeDockerd, read_head
+
 from runtimeproxy.docker.upstream import END, AnswerHead, Upstream, UpstreamBroken
-from tests.docker.dockerkit import FakeDockerd, read_head
 
 WAIT_SECONDS = 5
 
