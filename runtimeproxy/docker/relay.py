@@ -244,7 +244,7 @@ class ClientSession:
             await self._stop_client_reader()
         return self._body_forwarded and upstream.finish_exchange() or self._drop_upstream()
 
-    async def _forward_request_body(self, upstream: Upstream, first: h11.Event | type[h11.NEED_DATA] | None) -> None:
+    async def _forward_request_body(self, upstream: Upstream, first: object) -> None:
         """Stream the body up (from `first`, the event read with the head); then keep reading so a client that
         hangs up is noticed."""
         event = first
