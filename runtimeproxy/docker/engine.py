@@ -12,8 +12,6 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-import h11
-
 from runtimeproxy.docker.upstream import Upstream
 
 # One inspect or list answer; a node with thousands of containers lists a few MB. As large as the CRI
@@ -66,16 +64,13 @@ class EngineClient:
 
     async def _exchange(self, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
         upstream = await Upstream.connect(self._socket)
-        headers = [("Host", "docker")]
+        headers = [(b"Host", b"docker")]
         if body is not None:
-            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+            headers += [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(body)).encode())]
         try:
-            await upstream.send(h11.Request(method=method, target=target, headers=headers))
-            if body:
-                await upstream.send(h11.Data(data=body))
-            await upstream.send(h11.EndOfMessage())
-            head, body = await upstream.whole_answer(MAX_ANSWER_BYTES)
-            return head.status_code, body
+            await upstream.send_head(method.encode(), target.encode(), headers, body=body, end=True)
+            head, answer = await upstream.whole_answer(MAX_ANSWER_BYTES)
+            return head.status, answer
         finally:
             upstream.close()
 

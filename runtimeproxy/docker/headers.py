@@ -2,7 +2,7 @@
 
 Hop-by-hop headers describe one connection, so they are dropped, together with every header the
 `Connection` header names; an upgrade keeps `Connection: Upgrade` and `Upgrade`, as Go's ReverseProxy
-does. Framing is re-decided per hop by h11: we only say "chunked" or keep `Content-Length`. Framing
+does. Framing is re-decided per hop (`framing`): we only say "chunked" or keep `Content-Length`. Framing
 headers are never dropped because `Connection` names them (the body would lose its length), and a
 forwarded message has exactly one: with both, `Transfer-Encoding` wins (RFC 9112 §6.3) and
 `Content-Length` is removed, which is also how dockerd (Go's net/http) reads such a request.
@@ -21,6 +21,11 @@ HOP_BY_HOP_HEADERS = frozenset({
 # Never dropped for being named in `Connection`: the message's length depends on them.
 FRAMING_HEADERS = frozenset({b"content-length", b"transfer-encoding"})
 RAW_STREAM_TYPES = (b"application/vnd.docker.raw-stream", b"application/vnd.docker.multiplexed-stream")
+
+
+def _plain(headers: list[Header]) -> bool:
+    """No hop-by-hop header at all (then none is named by `Connection` either, as that is one)."""
+    return HOP_BY_HOP_HEADERS.isdisjoint([name.lower() for name, _ in headers])
 
 
 def header_value(headers: Iterable[Header], name: bytes) -> bytes | None:
@@ -66,6 +71,8 @@ def upgrade_headers(headers: Iterable[Header]) -> list[Header]:
 def forwarded_request_headers(headers: Iterable[Header], body_length: int | None = None) -> list[Header]:
     """Request headers for dockerd; `body_length` set when the body was replaced (hooked routes)."""
     headers = list(headers)
+    if body_length is None and _plain(headers) and header_value(headers, b"host") is not None:
+        return headers  # most requests: nothing to drop or add
     kept = end_to_end(headers)
     if header_value(kept, b"host") is None:
         kept.insert(0, (b"Host", b""))  # HTTP/1.0 clients may omit it; dockerd's HTTP/1.1 needs one
@@ -81,11 +88,13 @@ def forwarded_request_headers(headers: Iterable[Header], body_length: int | None
 
 
 def forwarded_response_headers(headers: Iterable[Header], status: int) -> list[Header]:
-    """Response headers for the client. Without Content-Length, h11 frames the body for the client
+    """Response headers for the client. Without Content-Length, `framing` frames the body for the client
     (chunked for HTTP/1.1, close-delimited for HTTP/1.0)."""
     headers = list(headers)
+    if status != 101 and _plain(headers):
+        return headers  # most answers: nothing to drop or add
     kept = end_to_end(headers)
-    if is_chunked(headers):  # h11 read it chunked; a Content-Length beside that is no length at all
+    if is_chunked(headers):  # llhttp read it chunked; a Content-Length beside that is no length at all
         kept = [(k, v) for k, v in kept if k.lower() != b"content-length"]
     if status == 101:
         kept += upgrade_headers(headers)
@@ -101,6 +110,6 @@ def is_raw_stream_answer(status: int, headers: Iterable[Header]) -> bool:
 
 
 def raw_head(status: int, reason: bytes, headers: Iterable[Header]) -> bytes:
-    """A response head written as is (for an answer h11 must not frame)."""
+    """A response head written as is (for an answer that must not be framed)."""
     lines = [b"HTTP/1.1 %d %s" % (status, reason)] + [name + b": " + value for name, value in headers]
     return b"\r\n".join(lines) + b"\r\n\r\n"

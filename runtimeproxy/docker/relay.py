@@ -1,7 +1,7 @@
 """The Docker Engine API reverse proxy: one `ClientSession` per client connection.
 
-Shaped like Go's `httputil.ReverseProxy`: read a request head (h11 parses; malformed input gets `400`
-and the connection closes), forward it to dockerd on this session's own upstream connection (reused
+Shaped like Go's `httputil.ReverseProxy`: read a request head (h11 parses and checks what clients send;
+malformed input gets `400` and the connection closes; h11 is used for nothing else, see `framing`), forward it to dockerd on this session's own upstream connection (reused
 while both sides keep the connection alive), stream the request body up and the response down chunk by
 chunk, each write awaiting the peer (backpressure), nothing buffered whole. A `101` answer turns the
 connection into a raw tunnel (`tunnel`), and so does dockerd's `200` + raw stream to an exec start or
@@ -25,7 +25,9 @@ from typing import NoReturn, TypeVar
 
 import h11
 
+from runtimeproxy.docker.framing import BodyFraming, answer_framing, body_end, framed, response_head
 from runtimeproxy.docker.headers import (
+    Header,
     end_to_end,
     forwarded_request_headers,
     forwarded_response_headers,
@@ -43,6 +45,8 @@ from runtimeproxy.docker.routes import RouteMatch, hooked_route, is_hijack_route
 from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES, TunnelEnd, run_tunnel
 from runtimeproxy.docker.upstream import (
     MAX_HEAD_BYTES,
+    END,
+    AnswerHead,
     DockerdUnreachable,
     ReachabilityLog,
     Upstream,
@@ -52,6 +56,12 @@ from runtimeproxy.docker.upstream import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_REQUEST_READ = (h11.DONE, h11.MIGHT_SWITCH_PROTOCOL)
+
+
+def _connection_tokens(request: h11.Request) -> list[bytes]:
+    return [token.strip().lower() for name, value in request.headers if name == b"connection"
+            for token in value.split(b",")]
 
 
 class ClientGone(ConnectionError):
@@ -80,7 +90,10 @@ class ClientSession:
         self._reachability = reachability
         self._on_request = on_request
         self._on_answered = on_answered
-        self._answer_status: int | None = None
+        self._answer_status: int | None = None  # set when an answer head is written
+        self._answer_done = False
+        self._keep_alive = True  # the client's request lets the connection carry another
+        self._method = b""
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._upstream: Upstream | None = None
         self._client_reader: asyncio.Task[None] | None = None
@@ -97,6 +110,8 @@ class ClientSession:
                     return  # ConnectionClosed: the client is done
                 self.idle = False
                 self._on_request()
+                self._method, self._answer_status, self._answer_done = event.method, None, False
+                self._keep_alive = event.http_version >= b"1.1" and b"close" not in _connection_tokens(event)
                 if not await self._answered_exchange(event) or not self._start_next_cycle():
                     return
                 self.idle = True
@@ -127,11 +142,8 @@ class ClientSession:
                 raise ClientGone(str(error)) from None
             self._conn.receive_data(data)
 
-    async def _send(self, *events: h11.Event) -> None:
-        """Frame `events` and write them in one go (one syscall for a small answer), awaiting the client."""
-        if events and isinstance(events[0], h11.Response):
-            self._answer_status = events[0].status_code
-        data = b"".join(self._conn.send(event) or b"" for event in events)
+    async def _write(self, data: bytes) -> None:
+        """Write to the client (one syscall for a small answer), awaiting it."""
         if data:
             try:
                 self._writer.write(data)
@@ -139,25 +151,45 @@ class ClientSession:
             except OSError as error:
                 raise ClientGone(str(error)) from None
 
+    def _answer_head(self, status: int, reason: bytes, headers: list[Header]) -> tuple[bytes, BodyFraming]:
+        """The head of the (final) answer to the client, and how its body is framed."""
+        headers, framing, self._keep_alive = answer_framing(
+            self._method, status, headers, self._conn.their_http_version == b"1.1", self._keep_alive)
+        self._answer_status = status
+        return response_head(status, reason, headers), framing
+
     async def _answer_error(self, status: int, message: str, *, close: bool = False) -> bool:
         """Docker's error shape; returns whether the connection may carry another request."""
-        if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._answer_status is not None:
             return False  # an answer has begun: all we can do is close
         body = json.dumps({"message": message}).encode()
         headers = [(b"Content-Type", b"application/json"), (b"Content-Length", str(len(body)).encode())]
         if close:
-            headers.append((b"Connection", b"close"))
+            self._keep_alive = False
         log.debug("answering %d: %s", status, message)
-        with contextlib.suppress(ClientGone, h11.LocalProtocolError):
-            await self._send(h11.Response(status_code=status, headers=headers), h11.Data(data=body),
-                             h11.EndOfMessage())
-        return not close
+        head, framing = self._answer_head(status, b"", headers)
+        with contextlib.suppress(ClientGone):
+            await self._write(head + framed(body, framing))
+            self._answer_done = True
+        return self._keep_alive
+
+    def _request_finished(self) -> bool:
+        """Both sides of the exchange are complete and the connection may carry another (a declined upgrade
+        leaves h11's client side waiting for the switch: the final answer ends that wait, as in h11)."""
+        return self._answer_done and self._keep_alive and self._conn.their_state in _REQUEST_READ
 
     def _start_next_cycle(self) -> bool:
-        if self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE:
-            self._conn.start_next_cycle()
-            return True
-        return False
+        """A fresh h11 connection for the next request, holding what the client already sent."""
+        if not self._request_finished():
+            return False
+        pending, closed = self._conn.trailing_data
+        self._method = b""
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        if pending:
+            self._conn.receive_data(pending)
+        if closed:
+            self._conn.receive_data(b"")  # h11's EOF
+        return True
 
     # -- one exchange -----------------------------------------------------------------------------------
 
@@ -178,45 +210,53 @@ class ClientSession:
             return await self._hooked_exchange(request, match)
         try:
             upstream = await self._upstream_connection()
-            await upstream.send(h11.Request(
-                method=request.method, target=request.target,
-                headers=forwarded_request_headers(request.headers.raw_items()),
-            ))
+            # A request without a body (most) goes up in one write.
+            first = self._conn.next_event() if self._conn.their_state is h11.SEND_BODY else None
+            await upstream.send_head(request.method, request.target,
+                                     forwarded_request_headers(request.headers.raw_items()),
+                                     end=isinstance(first, h11.EndOfMessage) and not first.headers)
         except (DockerdUnreachable, UpstreamBroken) as error:
             return await self._answer_error(503, str(error), close=True)
-        except h11.LocalProtocolError as error:
-            return await self._answer_error(400, f"cannot forward this request: {error}", close=True)
         self._body_forwarded = False
         self._hijack_possible = is_hijack_route(request.method, request.target)
-        self._client_reader = asyncio.create_task(self._forward_request_body(upstream))
-        answer = asyncio.create_task(self._relay_answer(upstream))
+        # The answer is relayed in this task; the client reader cancels it if the client fails or goes.
+        exchange = asyncio.current_task()
+        assert exchange is not None
+        reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, first))
+        relaying = [True]
+
+        def reader_done(task: asyncio.Task[None]) -> None:
+            if relaying[0] and not task.cancelled() and task.exception() is not None:
+                exchange.cancel()
+
+        reader.add_done_callback(reader_done)
         try:
-            pending: set[asyncio.Task[None]] = {answer, self._client_reader}
-            while answer in pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if self._client_reader in done and self._client_reader.exception() is not None:
-                    raise self._client_reader.exception()  # type: ignore[misc]
-            answer.result()
+            await self._relay_answer(upstream)
+            relaying[0] = False
+        except asyncio.CancelledError:
+            relaying[0] = False
+            if not reader.done() or reader.cancelled() or reader.exception() is None or exchange.uncancel():
+                raise  # not the reader's doing
+            raise reader.exception() from None  # type: ignore[misc]
         except UpstreamBroken as error:
             return await self._answer_error(502, str(error), close=True)
-        except h11.LocalProtocolError as error:  # the body does not fit the framing forwarded
-            self._drop_upstream()
-            return await self._answer_error(400, f"cannot forward this request: {error}", close=True)
         finally:
-            answer.cancel()
             await self._stop_client_reader()
         return self._body_forwarded and upstream.finish_exchange() or self._drop_upstream()
 
-    async def _forward_request_body(self, upstream: Upstream) -> None:
-        """Stream the body up; then keep reading so a client that hangs up is noticed."""
+    async def _forward_request_body(self, upstream: Upstream, first: object) -> None:
+        """Stream the body up (from `first`, the event read with the head); then keep reading so a client that
+        hangs up is noticed."""
+        event = first
         try:
-            while True:
-                event = await self._client_event()
+            while not upstream.request_sent:
+                if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+                    event = await self._client_event()
                 if isinstance(event, h11.Data):
-                    await upstream.send(h11.Data(data=bytes(event.data)))
+                    await upstream.send_body(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
-                    await upstream.send(h11.EndOfMessage(headers=event.headers))
-                    break
+                    await upstream.end_body(event.headers.raw_items())
+                event = None
         except UpstreamBroken:
             return  # dockerd stopped reading; its answer (or hang-up) is reported by _relay_answer
         self._body_forwarded = True
@@ -247,54 +287,45 @@ class ClientSession:
     async def _relay_answer(self, upstream: Upstream) -> None:
         while True:
             event = await upstream.next_event()
-            if isinstance(event, h11.Response):
+            assert isinstance(event, AnswerHead)
+            if event.status >= 200:
                 break
-            assert isinstance(event, h11.InformationalResponse)
-            if event.status_code == 101:
+            if event.status == 101:
                 await self._switch_protocols(upstream, event)
-            await self._send(h11.InformationalResponse(
-                status_code=event.status_code, headers=event.headers.raw_items(), reason=event.reason))
-        if self._hijack_possible and is_raw_stream_answer(event.status_code, event.headers.raw_items()):
-            head = raw_head(200, event.reason, end_to_end(event.headers.raw_items()))
-            await self._tunnel(upstream, head)
-        outgoing: list[h11.Event] = [h11.Response(
-            status_code=event.status_code, reason=event.reason,
-            headers=forwarded_response_headers(event.headers.raw_items(), event.status_code),
-        )]
+            await self._write(response_head(event.status, event.reason, event.headers))
+        if self._hijack_possible and is_raw_stream_answer(event.status, event.headers):
+            await self._tunnel(upstream, raw_head(200, event.reason, end_to_end(event.headers)))
+        head, framing = self._answer_head(
+            event.status, event.reason, forwarded_response_headers(event.headers, event.status))
+        outgoing = [head]
         try:
-            body_event: h11.Event | None = event
-            while not isinstance(body_event, h11.EndOfMessage):
+            body_event: object = event
+            while body_event is not END:
                 # What has arrived goes out in one write; the client gets it before we wait for more.
                 if (body_event := upstream.buffered_event()) is None:
-                    await self._send(*outgoing)
+                    await self._write(b"".join(outgoing))
                     outgoing = []
                     body_event = await upstream.next_event()
-                # A body is Data events, then EndOfMessage (h11 reads trailers into it).
-                outgoing.append(h11.Data(data=bytes(body_event.data)) if isinstance(body_event, h11.Data)
-                                else h11.EndOfMessage())
+                outgoing.append(framed(body_event, framing) if isinstance(body_event, bytes) else body_end(framing))
         except UpstreamBroken as error:
-            await self._send(*outgoing)  # what did arrive; then closing tells the client the rest is lost
+            await self._write(b"".join(outgoing))  # what did arrive; then closing tells the client the rest is lost
             raise _Abandon(str(error)) from None
-        await self._send(*outgoing)
+        await self._write(b"".join(outgoing))
+        self._answer_done = True
+        if framing is BodyFraming.UNTIL_CLOSE:
+            raise _Abandon("answer delimited by closing the connection")
 
-    async def _switch_protocols(self, upstream: Upstream, answer: h11.InformationalResponse) -> None:
-        head = self._conn.send(h11.InformationalResponse(
-            status_code=101, reason=answer.reason,
-            headers=forwarded_response_headers(answer.headers.raw_items(), 101),
-        ))
-        await self._tunnel(upstream, head or b"")
+    async def _switch_protocols(self, upstream: Upstream, answer: AnswerHead) -> None:
+        head = response_head(101, answer.reason, forwarded_response_headers(answer.headers, 101))
+        await self._tunnel(upstream, head)
 
     async def _tunnel(self, upstream: Upstream, head: bytes) -> NoReturn:
         """Write `head`, then carry raw bytes both ways until both sides are done; the connection ends."""
         self._answer_status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else None
         await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
-        try:
-            self._writer.write(head)
-            await self._writer.drain()
-        except OSError as error:
-            raise ClientGone(str(error)) from None
+        await self._write(head)
         client_bytes, client_eof = self._conn.trailing_data
-        upstream_bytes, upstream_eof = upstream.conn.trailing_data
+        upstream_bytes, upstream_eof = upstream.trailing_data()
         self._upstream = None  # the tunnel owns it now
         try:
             await run_tunnel(
@@ -327,12 +358,10 @@ class ClientSession:
             return await self._answer_error(outcome.status, outcome.message)
         try:
             upstream = await self._upstream_connection()
-            await upstream.send(h11.Request(
-                method=request.method, target=request.target,
-                headers=forwarded_request_headers(request.headers.raw_items(), body_length=len(outcome)),
-            ))
-            await upstream.send(h11.Data(data=outcome))
-            await upstream.send(h11.EndOfMessage())
+            await upstream.send_head(
+                request.method, request.target,
+                forwarded_request_headers(request.headers.raw_items(), body_length=len(outcome)),
+                body=outcome, end=True)
             answer = await self._whole_answer(upstream)
         except DockerdUnreachable as error:
             return await self._answer_error(503, str(error))
@@ -343,10 +372,12 @@ class ClientSession:
             await self._interceptor.after(call, answer)
         except Exception:  # a post step never changes the answer
             log.exception("post step for %s failed", match.route.value)
-        await self._send(
-            h11.Response(status_code=answer.status,
-                         headers=forwarded_response_headers(answer.headers, answer.status)),
-            h11.Data(data=answer.body), h11.EndOfMessage())
+        head, framing = self._answer_head(
+            answer.status, b"", forwarded_response_headers(list(answer.headers), answer.status))
+        await self._write(head + framed(answer.body, framing) + body_end(framing))
+        self._answer_done = True
+        if framing is BodyFraming.UNTIL_CLOSE:
+            return False
         return upstream.finish_exchange() or self._drop_upstream()
 
     async def _while_client_waits(self, step: Awaitable[T]) -> T:
@@ -367,7 +398,7 @@ class ClientSession:
     async def _whole_request_body(self) -> bytes | None:
         """The complete request body, or None (body left unread) when it exceeds the limit."""
         if self._conn.they_are_waiting_for_100_continue:
-            await self._send(h11.InformationalResponse(status_code=100, headers=[]))
+            await self._write(b"HTTP/1.1 100 \r\n\r\n")
         chunks: list[bytes] = []
         size = 0
         try:
@@ -383,7 +414,7 @@ class ClientSession:
 
     async def _whole_answer(self, upstream: Upstream) -> UpstreamAnswer:
         head, body = await upstream.whole_answer(MAX_HOOKED_BODY_BYTES)
-        return UpstreamAnswer(head.status_code, tuple(head.headers.raw_items()), body)
+        return UpstreamAnswer(head.status, tuple(head.headers), body)
 
     # -- the upstream connection ------------------------------------------------------------------------
 
@@ -403,7 +434,7 @@ class ClientSession:
         """Close the upstream connection after an exchange that left it unusable; the client may go on
         only if its own side of the exchange completed."""
         self._close_upstream()
-        return self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
+        return self._request_finished()
 
     def _close_upstream(self) -> None:
         upstream, self._upstream = self._upstream, None

@@ -1,14 +1,23 @@
-"""One HTTP/1.1 client connection to dockerd's unix socket, framed by h11."""
+"""One HTTP/1.1 client connection to dockerd's unix socket: requests framed by hand, answers read by llhttp.
+
+llhttp (`httptools`) parses dockerd's answers in C: an answer is an `AnswerHead` (1xx heads first, if any),
+its body as `bytes` chunks, then `END`. Requests are written as they come (their headers were parsed and
+checked on the client side, and `headers` decided their framing). Answers without a body are told apart
+by status (204, 304, 1xx) and by the request's method (HEAD); a body without a length runs to EOF.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from pathlib import Path
 
-import h11
+import httptools
 
+from runtimeproxy.docker.framing import chunk, framing_of_request, last_chunk, request_head
+from runtimeproxy.docker.headers import Header
 from runtimeproxy.docker.tunnel import READ_CHUNK_BYTES
 
 log = logging.getLogger(__name__)
@@ -59,11 +68,96 @@ def forget_stream_error(reader: asyncio.StreamReader) -> None:
         error.__context__, error = None, error.__context__
 
 
+class AnswerHead:
+    """A status line and headers from dockerd (names and order as received)."""
+
+    __slots__ = ("status", "reason", "headers")
+
+    def __init__(self, status: int, reason: bytes, headers: list[Header]) -> None:
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+
+
+class _End:
+    def __repr__(self) -> str:
+        return "END"
+
+
+END = _End()  # the answer's body is complete
+AnswerEvent = AnswerHead | bytes | _End
+
+
+class _HeadOnly(Exception):
+    """Raised from the parser's callback to stop at the head of an answer that has no body (HEAD)."""
+
+
+class _AnswerReader:
+    """llhttp's callbacks, turned into a queue of answer events."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.events: collections.deque[AnswerEvent] = collections.deque()
+        self.head_only = False  # the request was HEAD: the answer has no body, whatever its headers say
+        self.head_bytes = 0  # bytes fed while the head is incomplete
+        self.in_head = True
+        self.until_eof = False  # the body runs to EOF
+        self.keep_alive = False
+        self._reason = b""
+        self._headers: list[Header] = []
+
+    def on_message_begin(self) -> None:
+        self.in_head, self._reason, self._headers = True, b"", []
+
+    def on_status(self, reason: bytes) -> None:
+        self._reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        self.events.append(AnswerHead(status, self._reason, self._headers))
+        if status < 200:
+            return
+        self.in_head = False
+        if self.head_only:
+            self.keep_alive = self.parser.should_keep_alive()
+            self.events.append(END)
+            raise _HeadOnly
+        self.until_eof = status not in (204, 304) and _unframed(self._headers)
+
+    def on_body(self, data: bytes) -> None:
+        self.events.append(data)
+
+    def on_message_complete(self) -> None:
+        if self.in_head:  # a 1xx head: the answer follows
+            return
+        self.keep_alive = self.parser.should_keep_alive() and not self.until_eof
+        self.events.append(END)
+
+
+def _unframed(headers: list[Header]) -> bool:
+    """Neither Content-Length nor Transfer-Encoding: the body is delimited by EOF."""
+    for name, _ in headers:
+        lowered = name.lower()
+        if lowered == b"content-length" or lowered == b"transfer-encoding":
+            return False
+    return True
+
+
 class Upstream:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
-        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._answer = _AnswerReader()
+        self._chunked = False  # the request body being sent is chunked
+        self._request_done = False
+        self._answer_done = False
+        self._idle = True
+        self._eof = False
+        self._upgraded = b""  # bytes after a 101 head
+        self._switched = False
 
     @classmethod
     async def connect(cls, socket_path: Path) -> Upstream:
@@ -77,62 +171,120 @@ class Upstream:
     @property
     def reusable(self) -> bool:
         """Idle, and dockerd has not closed it meanwhile."""
-        return self.conn.our_state is h11.IDLE and not self.reader.at_eof() and not self.writer.is_closing()
+        return self._idle and not self.reader.at_eof() and not self.writer.is_closing()
 
-    async def send(self, event: h11.Event) -> None:
-        data = self.conn.send(event)
-        if data:
-            try:
-                self.writer.write(data)
-                await self.writer.drain()
-            except OSError as error:
-                raise UpstreamBroken(f"writing to dockerd failed: {error}") from None
+    @property
+    def request_sent(self) -> bool:
+        """The request's body has been ended."""
+        return self._request_done
 
-    def buffered_event(self) -> h11.Event | None:
-        """The next response event if what was read already holds it, else None (no I/O)."""
+    async def _write(self, data: bytes) -> None:
         try:
-            event = self.conn.next_event()
-        except h11.RemoteProtocolError as error:
-            if self.conn.trailing_data[1]:  # h11 saw EOF mid-message
-                raise UpstreamBroken("dockerd closed the connection before its answer was complete") from None
-            raise UpstreamBroken(f"dockerd sent an invalid answer: {error}") from None
-        if isinstance(event, h11.ConnectionClosed):
-            raise UpstreamBroken("dockerd closed the connection")
-        if isinstance(event, h11.Event):
-            return event
-        if event is h11.PAUSED:  # h11 pauses only between exchanges, and each ends before the next is read
-            raise UpstreamBroken("dockerd's connection is paused mid-exchange")
-        return None  # NEED_DATA
+            self.writer.write(data)
+            await self.writer.drain()
+        except OSError as error:
+            raise UpstreamBroken(f"writing to dockerd failed: {error}") from None
 
-    async def next_event(self) -> h11.Event:
-        """The next response event; UpstreamBroken when dockerd hangs up or sends garbage."""
+    async def send_head(self, method: bytes, target: bytes, headers: list[Header], *, body: bytes | None = None,
+                        end: bool = False) -> None:
+        """Write a request head (and, with `end`, `body` and the body's end in the same write)."""
+        self._idle, self._request_done, self._answer_done = False, False, False
+        self._answer.head_only = method == b"HEAD"
+        self._chunked = framing_of_request(headers)
+        data = request_head(method, target, headers)
+        if body:
+            data += chunk(body) if self._chunked else body
+        if end:
+            data += self._end_bytes(())
+        await self._write(data)
+
+    async def send_body(self, data: bytes) -> None:
+        if data:  # an empty chunk would end a chunked body
+            await self._write(chunk(data) if self._chunked else data)
+
+    async def end_body(self, trailers: list[Header] | tuple[Header, ...] = ()) -> None:
+        data = self._end_bytes(trailers)
+        if data:
+            await self._write(data)
+
+    def _end_bytes(self, trailers: list[Header] | tuple[Header, ...]) -> bytes:
+        self._request_done = True
+        return last_chunk(trailers) if self._chunked else b""
+
+    def _feed(self, data: bytes) -> None:
+        answer = self._answer
+        if answer.in_head:
+            answer.head_bytes += len(data)
+            if answer.head_bytes > MAX_HEAD_BYTES:
+                raise UpstreamBroken(f"dockerd sent an invalid answer: a head over {MAX_HEAD_BYTES} bytes")
+        try:
+            answer.parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgrade:
+            self._switched = True
+            self._upgraded = data[upgrade.args[0]:]
+        except httptools.HttpParserCallbackError as error:
+            if not isinstance(error.__context__, _HeadOnly):
+                raise
+            answer.parser = httptools.HttpResponseParser(answer)  # llhttp stopped mid-message: a fresh one
+        except httptools.HttpParserError as error:
+            raise UpstreamBroken(f"dockerd sent an invalid answer: {error}") from None
+
+    def buffered_event(self) -> AnswerEvent | None:
+        """The next answer event if what was read already holds it, else None (no I/O)."""
+        events = self._answer.events
+        if events:
+            event = events.popleft()
+            if event is END:
+                self._answer_done = True
+                self._answer.head_bytes, self._answer.in_head = 0, True
+            return event
+        if self._eof:
+            answer = self._answer
+            if answer.until_eof and not answer.in_head and not self._answer_done:
+                self._answer_done = True
+                return END
+            raise UpstreamBroken("dockerd closed the connection before its answer was complete")
+        return None
+
+    async def next_event(self) -> AnswerEvent:
+        """The next answer event; UpstreamBroken when dockerd hangs up or sends garbage."""
         while (event := self.buffered_event()) is None:
+            if self._switched:
+                raise UpstreamBroken("dockerd switched protocols")
             try:
                 data = await self.reader.read(READ_CHUNK_BYTES)
             except OSError as error:
                 raise UpstreamBroken(f"reading from dockerd failed: {error}") from None
-            self.conn.receive_data(data)
+            if data:
+                self._feed(data)
+            else:
+                self._eof = True
         return event
 
-    async def whole_answer(self, limit_bytes: int) -> tuple[h11.Response, bytes]:
+    def trailing_data(self) -> tuple[bytes, bool]:
+        """What was read past the head of a 101 or raw-stream answer, and whether dockerd's EOF was seen:
+        the tunnel starts with it."""
+        body = [event for event in self._answer.events if isinstance(event, bytes)]
+        self._answer.events.clear()
+        return self._upgraded + b"".join(body), self._eof
+
+    async def whole_answer(self, limit_bytes: int) -> tuple[AnswerHead, bytes]:
         """The answer's head (after any 1xx) and its complete body; UpstreamBroken past `limit_bytes`."""
-        while not isinstance(head := await self.next_event(), h11.Response):
+        while not isinstance(head := await self.next_event(), AnswerHead) or head.status < 200:
             pass  # 1xx before the answer
         chunks: list[bytes] = []
         size = 0
-        while isinstance(event := await self.next_event(), h11.Data):
-            size += len(event.data)
+        while isinstance(event := await self.next_event(), bytes):
+            size += len(event)
             if size > limit_bytes:
                 raise UpstreamBroken(f"dockerd's answer is over {limit_bytes} bytes")
-            chunks.append(bytes(event.data))
+            chunks.append(event)
         return head, b"".join(chunks)
 
     def finish_exchange(self) -> bool:
         """Ready the connection for the next request; False when it cannot be reused."""
-        if self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE:
-            self.conn.start_next_cycle()
-            return True
-        return False
+        self._idle = self._request_done and self._answer_done and self._answer.keep_alive and not self._eof
+        return self._idle
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop may already be closed at shutdown

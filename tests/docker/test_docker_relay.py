@@ -345,3 +345,31 @@ def test_a_session_ended_by_an_aborted_upload_is_freed_without_the_cycle_collect
         run(scenario())
     finally:
         gc.enable()
+
+
+def test_declined_upgrade_keeps_the_connection_for_the_next_request(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not reader.at_eof():
+            try:
+                head = await read_head(reader)
+            except asyncio.IncompleteReadError:
+                return
+            if b"Upgrade: tcp" in head:
+                await reader.readexactly(2)
+                body = b'{"message":"no such exec"}'
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            else:
+                writer.write(OK_ANSWER)
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd), docker_proxy(tmp_path) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            response, _ = await exchange(reader, writer, (
+                b"POST /v1.41/exec/nope/start HTTP/1.1\r\nHost: \r\nConnection: Upgrade\r\nUpgrade: tcp\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"))
+            assert response.status_code == 404
+            response, body = await exchange(reader, writer, b"GET /v1.41/version HTTP/1.1\r\nHost: \r\n\r\n")
+            assert response.status_code == 200 and body == OK_BODY
+
+    run(scenario())
