@@ -110,6 +110,20 @@ class ProxyProcess:
                 raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
         return proc.returncode
 
+    def log_count(self, text: str) -> int:
+        """How often `text` stands in the log (kept across restarts of this process)."""
+        try:
+            return self.log_path.read_text(errors="replace").count(text)
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_log(self, text: str, times: int = 1, timeout: float = 10.0) -> None:
+        """Until the log holds `text` at least `times` times; fails naming it, with the log's tail."""
+        deadline = time.monotonic() + timeout
+        while self.log_count(text) < times:
+            assert time.monotonic() < deadline, f"{text!r} not {times}x in the proxy log:\n{self.log_tail()}"
+            time.sleep(0.05)
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

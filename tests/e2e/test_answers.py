@@ -31,7 +31,7 @@ from rplab.example_plugin import registration
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
-from test_hooks import Lab, lab, spec_of, wait_for_log  # noqa: F401 (lab: the fixture)
+from test_hooks import Lab, lab, spec_of  # noqa: F401 (lab: the fixture)
 from test_swap import DockerApi, sandbox_body
 
 KiB = 1024
@@ -83,7 +83,7 @@ def test_cri_oversized_answers_under_ignore_are_skipped_naming_plugin_and_field(
     assert "big" not in client.pod_status(pod_id).status.annotations
     env = client.exec_sync(container_id, ["env"]).stdout.decode().split()  # it runs: no E2BIG
     assert "KEEP=me" in env and not any(line.startswith("BIG=") for line in env)
-    wait_for_log(lab.proxy, "plugin 10-oversized.json failed PreRunPodSandbox (policy Ignore")
+    lab.proxy.wait_for_log("plugin 10-oversized.json failed PreRunPodSandbox (policy Ignore")
     log = lab.proxy.log_path.read_text()
     assert (f"invalid answer: annotations: would be {validate.ANNOTATIONS_MAX_BYTES + 4} bytes of keys and "
             f"values, over {validate.ANNOTATIONS_MAX_BYTES}") in log
@@ -140,7 +140,7 @@ def test_cri_an_answer_for_another_pod_is_not_applied(lab: Lab, log_dir: Path, c
     annotations = client.container_status(container_id).status.annotations
     assert {key: annotations[key] for key in kubelet_annotations} == kubelet_annotations
     assert spec_of(client, container_id)["linux"]["cgroupsPath"].startswith(f"/runtimeproxy-e2e/pod{uid}/")
-    wait_for_log(lab.proxy, "plugin 10-confused.json failed PreCreateContainer")
+    lab.proxy.wait_for_log("plugin 10-confused.json failed PreCreateContainer")
     log = lab.proxy.log_path.read_text()
     assert "invalid answer: cgroup_parent: " in log and "is the cgroup of another pod" in log
     assert 'invalid answer: container_annotations["io.kubernetes.container.hash"]: ' in log
@@ -184,7 +184,7 @@ def test_cri_a_container_with_a_verbose_status_over_16_mib_is_recorded_after_a_r
     lab.register("10-watcher.json", socket, ["PostStopContainer"])
     assert lab.proxy.stop() == 0
     lab.proxy.start()
-    wait_for_log(lab.proxy, "store rebuilt from the backend")
+    lab.proxy.wait_for_log("store rebuilt from the backend")
     client = CriClient(open_channel(lab.proxy.listen_path))
     try:
         client.stop_container(container_id)
@@ -212,7 +212,7 @@ def docker_lab(dockerd: DockerdInstance, workdir: Path, loop_thread: LoopThread)
         plugins.append(plugin)
         (proxy.hook_config_dir / "10-plugin.json").write_bytes(
             registration(base / "plugin.sock", list(answers), policy))
-        wait_for_log(proxy, "plugin 10-plugin.json ")  # type: ignore[arg-type]
+        proxy.wait_for_log("plugin 10-plugin.json ")
         return plugin
 
     try:
@@ -259,7 +259,7 @@ def test_docker_an_oversized_annotation_is_refused_naming_plugin_and_field(
     assert status == 201, answer
     labels = direct.call("GET", f"/containers/{answer['Id']}/json")[1]["Config"]["Labels"]
     assert "annotation.big" not in labels and labels["annotation.example.com/kept"] == "yes"
-    wait_for_log(proxy, "plugin 10-plugin.json failed PreRunPodSandbox (policy Ignore")  # type: ignore[arg-type]
+    proxy.wait_for_log("plugin 10-plugin.json failed PreRunPodSandbox (policy Ignore")
     # The listing cri-dockerd makes for every ListPodSandbox stays small.
     assert len(str(direct.call("GET", "/containers/json?all=1")[1]).encode()) < 1 * MiB
 

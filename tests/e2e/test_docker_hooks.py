@@ -12,7 +12,6 @@ import itertools
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,14 +62,14 @@ class DockerLab:
         socket = self.base / f"plugin{next(_serial)}.sock"
         self.loop.run(plugin.start(socket))
         config = self.proxy.hook_config_dir / f"{next(_serial):02d}-example.json"
-        seen = log_count(self.proxy, f"plugin {config.name} registered")
+        seen = self.proxy.log_count(f"plugin {config.name} registered")
         config.write_bytes(registration(socket, list(hooks_), policy))
-        wait_for_log(self.proxy, f"plugin {config.name} registered", seen)
+        self.proxy.wait_for_log(f"plugin {config.name} registered", seen + 1, WAIT_SECONDS)
         return plugin, config
 
     def unregister(self, plugin: ExamplePlugin, config: Path) -> None:
         config.unlink()
-        wait_for_log(self.proxy, f"plugin {config.name} removed")
+        self.proxy.wait_for_log(f"plugin {config.name} removed", timeout=WAIT_SECONDS)
         self.loop.run(plugin.stop())
 
     def container_ids(self) -> set[str]:
@@ -87,16 +86,6 @@ def pod_shape(labels: dict[str, str] | None = None) -> PodShape:
                     sandbox_image=PAUSE_IMAGE, image=BUSYBOX_IMAGE)
 
 
-def log_count(proxy: DockerModeProxy, text: str) -> int:
-    return proxy.log_path.read_text(errors="replace").count(text)
-
-
-def wait_for_log(proxy: DockerModeProxy, text: str, seen_before: int = 0) -> None:
-    """Until the log holds `text` more than `seen_before` times (the log is appended across restarts)."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while log_count(proxy, text) <= seen_before:
-        assert time.monotonic() < deadline, f"{text!r} not in the proxy log:\n{proxy.log_tail()}"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -247,10 +236,10 @@ def test_after_a_proxy_restart_hooks_still_get_full_context(docker_lab: DockerLa
     plugin, config = lab.plugin(ExampleSettings(pod_cgroup_parent=POD_CGROUP_PARENT))
     try:
         _, _, container_id = _run(driver, pods)
-        rebuilt = log_count(lab.proxy, "store rebuilt from dockerd")
+        rebuilt = lab.proxy.log_count("store rebuilt from dockerd")
         assert lab.proxy.stop() == 0
         lab.proxy.start()  # the store is rebuilt from dockerd (list + inspect)
-        wait_for_log(lab.proxy, "store rebuilt from dockerd", rebuilt)
+        lab.proxy.wait_for_log("store rebuilt from dockerd", rebuilt + 1, WAIT_SECONDS)
         driver.update_memory(container_id, 96 * MiB)
         driver.stop_container(container_id)
         (run,) = plugin.seen_by("PreRunPodSandbox")

@@ -4,8 +4,6 @@ version, with the real dockerd and the docker CLI (Debian's docker.io) through t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 from rplab.dockerd import DockerdInstance, DockerModeProxy
 
 from docker_fixtures import Docker
-from test_operating import free_port
+from test_operating import free_port, status as proxy_status
 
 
 @pytest.fixture
@@ -50,10 +48,7 @@ def test_requests_are_counted_by_route_and_status(metered_proxy: tuple[DockerMod
 def test_status_names_dockerds_version(metered_proxy: tuple[DockerModeProxy, int], dockerd: DockerdInstance) -> None:
     proxy, _ = metered_proxy
     server = json.loads(Docker(dockerd.socket).out("version", "--format", "{{json .Server}}"))
-    done = subprocess.run([sys.executable, "-m", "runtimeproxy.admin.ctl", f"--admin-endpoint={proxy.admin_path}",
-                           "status", "-o", "json"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
+    status = proxy_status(proxy)
     assert (status["listen_endpoint"], status["backend_mode"], status["admin_endpoint"]) == \
         (str(proxy.listen_path), "Docker", str(proxy.admin_path))
     assert status["state_dir"] == str(proxy.listen_path.parent / "state")

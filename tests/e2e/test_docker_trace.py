@@ -16,7 +16,6 @@ from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from rplab.loop import LoopThread
 from runtimeproxy.admin.ctl import EXIT_NO_SUCH_PLUGIN, main as ctl
 
-from test_docker_hooks import wait_for_log
 
 HOOKS = ["PreRunPodSandbox", "PreCreateContainer", "PostStopContainer"]
 
@@ -40,7 +39,7 @@ def test_trace_in_docker_mode(dockerd: DockerdInstance, workdir: Path, loop_thre
             (proxy.hook_config_dir / "10-live.json").write_bytes(registration(base / "live.sock", HOOKS))
             (proxy.hook_config_dir / "20-trial.json").write_bytes(
                 registration(base / "trial.sock", HOOKS, "Fail", shadow=True))
-            wait_for_log(proxy, "plugin 20-trial.json registered")
+            proxy.wait_for_log("plugin 20-trial.json registered")
             with CriDockerdReplay(proxy.listen_path) as replay:
                 sandbox_id = replay.run_pod_sandbox(pod)
                 container_id = replay.create_container(pod, sandbox_id)

@@ -30,12 +30,6 @@ _serial = itertools.count()
 MiB = 1024 * 1024
 
 
-def wait_for_log(proxy: ProxyProcess, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in proxy.log_path.read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"{text!r} not in the proxy log:\n{proxy.log_tail()}"
-        time.sleep(0.05)
-
 
 class Lab:
     """A proxy with its own plugin config dir, plus helpers to register in-process plugins."""
@@ -58,7 +52,7 @@ class Lab:
     def register(self, name: str, socket: Path, hooks: list[str] | tuple[str, ...] = HOOK_NAMES,
                  policy: str = "Ignore", timeout: float | None = None) -> None:
         (self.proxy.hook_config_dir / name).write_bytes(registration(socket, list(hooks), policy, timeout))
-        wait_for_log(self.proxy, f"plugin {name} ")
+        self.proxy.wait_for_log(f"plugin {name} ")
 
     def close(self) -> None:
         self.client.channel.close()
@@ -203,17 +197,17 @@ def test_config_added_changed_broken_and_deleted_live(lab: Lab, log_dir: Path, c
     assert plugin.seen_by("PreRunPodSandbox") == []
 
     config.write_bytes(registration(socket, ["PreRunPodSandbox"]))
-    wait_for_log(lab.proxy, "plugin 10-live.json changed")
+    lab.proxy.wait_for_log("plugin 10-live.json changed")
     new_pod()
     assert len(plugin.seen_by("PreRunPodSandbox")) == 1
 
     config.write_text('{"remote-endpoint": "/x.sock", "runtime-hooks": ["PreRunPodSand')  # half-written
-    wait_for_log(lab.proxy, "invalid plugin config 10-live.json")
+    lab.proxy.wait_for_log("invalid plugin config 10-live.json")
     new_pod()
     assert len(plugin.seen_by("PreRunPodSandbox")) == 2  # the last good version stays
 
     config.unlink()
-    wait_for_log(lab.proxy, "plugin 10-live.json removed")
+    lab.proxy.wait_for_log("plugin 10-live.json removed")
     new_pod()
     assert len(plugin.seen_by("PreRunPodSandbox")) == 2
 
@@ -258,7 +252,7 @@ def test_a_config_file_of_an_untrusted_owner_registers_nothing(
     staged.write_bytes(registration(socket, list(HOOK_NAMES), "Fail"))
     os.chown(staged, 65534, 65534)  # written by nobody: it would see every container's env
     os.rename(staged, lab.proxy.hook_config_dir / "10-untrusted.json")  # appears already untrusted
-    wait_for_log(lab.proxy, "invalid plugin config 10-untrusted.json: not trusted: the file is owned by uid 65534")
+    lab.proxy.wait_for_log("invalid plugin config 10-untrusted.json: not trusted: the file is owned by uid 65534")
     pod_id, container_id = run_pod_with_container(lab.client, log_dir, cleanup_pods)
     assert lab.client.container_status(container_id).status.state == lab.client.api.CONTAINER_RUNNING
     assert plugin.seen == []
@@ -306,7 +300,7 @@ def test_an_escaping_pod_cgroup_parent_is_refused(
     info = json.loads(client.pod_status(pod_id, verbose=True).info["info"])
     assert info["config"]["linux"]["cgroup_parent"] == "/runtimeproxy-e2e"  # as the kubelet sent it
     assert ANNOTATION not in client.pod_status(pod_id).status.annotations  # the whole answer is skipped
-    wait_for_log(lab.proxy, "invalid answer: cgroup_parent")
+    lab.proxy.wait_for_log("invalid answer: cgroup_parent")
 
 
 @pytest.mark.parametrize("policy", ["Ignore", "Fail"])
@@ -398,7 +392,7 @@ def test_readme_kit_plugin_adds_an_env_var_and_keeps_the_others(
                                "--register", str(registration_file)],
                               env={**os.environ, "PYTHONPATH": checkout})
     try:
-        wait_for_log(lab.proxy, "plugin my-plugin.json ", timeout=30)
+        lab.proxy.wait_for_log("plugin my-plugin.json ", timeout=30)
         assert json.loads(registration_file.read_text())["runtime-hooks"] == ["PreCreateContainer"]
         assert oct(socket.stat().st_mode & 0o777) == "0o600"
 
@@ -407,7 +401,7 @@ def test_readme_kit_plugin_adds_an_env_var_and_keeps_the_others(
         env = lab.client.exec_sync(container_id, ["env"]).stdout.decode().split()
         assert {"MY_VAR=x", "KEEP=me", "ALSO=kept"} <= set(env), env
         assert any(var.startswith("PATH=") for var in env), env  # the image's variables too
-        wait_for_log(lab.proxy, 'plugin my-plugin.json PreCreateContainer changed container_envs["MY_VAR"]: '
+        lab.proxy.wait_for_log('plugin my-plugin.json PreCreateContainer changed container_envs["MY_VAR"]: '
                                 '(unset) -> "x"')
         assert "answered container_envs without" not in lab.proxy.log_path.read_text()
 

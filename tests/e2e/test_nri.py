@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +28,6 @@ ALL_EVENTS = 0  # NRI: every lifecycle event
 ANNOTATION = "nri.runtimeproxy.test/adjusted"
 
 
-def wait_for_log(proxy: ProxyProcess, text: str, times: int = 1, timeout: float = 10) -> None:
-    """Until the proxy's log holds `text` `times` times (the log is kept across restarts)."""
-    deadline = time.monotonic() + timeout
-    while proxy.log_path.read_text(errors="replace").count(text) < times:
-        assert time.monotonic() < deadline, f"{text!r} not {times}x in the proxy log:\n{proxy.log_tail()}"
-        time.sleep(0.05)
-
 
 class NriLab:
     def __init__(self, proxy: ProxyProcess, loop: LoopThread) -> None:
@@ -47,10 +39,10 @@ class NriLab:
         self.starts = 1
 
     def attach(self, plugin: NriPlugin, times: int = 1) -> NriPlugin:
-        wait_for_log(self.proxy, "NRI: serving plugins", self.starts)
+        self.proxy.wait_for_log("NRI: serving plugins", self.starts)
         self.loop.run(plugin.connect(self.socket))
         self.plugins.append(plugin)
-        wait_for_log(self.proxy, f"NRI plugin {plugin.index}-{plugin.name} attached", times=times)
+        self.proxy.wait_for_log(f"NRI plugin {plugin.index}-{plugin.name} attached", times=times)
         return plugin
 
     def restart(self) -> None:
@@ -158,7 +150,7 @@ def test_a_plugin_missing_the_timeout_is_detached_and_the_create_goes_on(
     pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
     container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
     assert container_id
-    wait_for_log(lab.proxy, "NRI plugin 10-slow detached: CreateContainer timed out")
+    lab.proxy.wait_for_log("NRI plugin 10-slow detached: CreateContainer timed out")
 
 
 def test_a_reconnecting_plugin_replaces_its_old_connection(

@@ -8,7 +8,6 @@ import dataclasses
 import itertools
 import json
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,12 +31,6 @@ ANNOTATION = "nri.runtimeproxy.test/adjusted"
 WAIT_SECONDS = 15.0
 
 
-def wait_for_log(proxy: DockerModeProxy, text: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while text not in proxy.log_path.read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"{text!r} not in the proxy log:\n{proxy.log_tail()}"
-        time.sleep(0.05)
-
 
 @dataclasses.dataclass
 class DockerNriLab:
@@ -49,10 +42,10 @@ class DockerNriLab:
     sandboxes: list[str] = dataclasses.field(default_factory=list)
 
     def attach(self, plugin: NriPlugin) -> NriPlugin:
-        wait_for_log(self.proxy, "NRI: serving plugins")
+        self.proxy.wait_for_log("NRI: serving plugins", timeout=WAIT_SECONDS)
         self.loop.run(plugin.connect(self.proxy.listen_path.parent / "nri.sock"))
         self.plugins.append(plugin)
-        wait_for_log(self.proxy, f"NRI plugin {plugin.index}-{plugin.name} attached")
+        self.proxy.wait_for_log(f"NRI plugin {plugin.index}-{plugin.name} attached", timeout=WAIT_SECONDS)
         return plugin
 
     def run_pod(self) -> PodShape:
@@ -145,7 +138,7 @@ def launched(base: Path) -> Path:
 
 def test_a_plugin_launched_from_the_plugin_directory_adjusts_the_container_and_stops_with_the_proxy(
         launched: Path, lab: DockerNriLab) -> None:
-    wait_for_log(lab.proxy, "NRI plugin 10-launched attached")
+    lab.proxy.wait_for_log("NRI plugin 10-launched attached", timeout=WAIT_SECONDS)
     pod = lab.run_pod()
     container_id = lab.create(pod, "box")
     assert "LAUNCHED=yes" in lab.inspect(container_id)["Config"]["Env"]

@@ -22,7 +22,7 @@ from rplab.cri import CriClient, open_channel
 from rplab.process import ProxyProcess
 
 from hookkit import ScriptedPlugin
-from test_hooks import Lab, lab, run_pod_with_container  # noqa: F401 (lab: the fixture)
+from test_hooks import Lab, lab  # noqa: F401 (lab: the fixture)
 
 WAIT_SECONDS = 20.0
 

@@ -27,7 +27,7 @@ from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 from test_hooks import (  # noqa: F401 (lab: the fixture)
-    Lab, cgroup_value, lab, run_pod_with_container, spec_of, update_resources, wait_for_log,
+    Lab, cgroup_value, lab, run_pod_with_container, spec_of, update_resources,
 )
 
 MiB = 1024 * 1024
@@ -148,7 +148,7 @@ def docker_proxy(dockerd: DockerdInstance, workdir: Path, loop_thread: LoopThrea
     created: list[str] = []
     try:
         (proxy.hook_config_dir / "10-koordlet-like.json").write_bytes(registration(base / "plugin.sock", HOOKS, "Fail"))
-        wait_for_log(proxy, "plugin 10-koordlet-like.json ")  # type: ignore[arg-type]
+        proxy.wait_for_log("plugin 10-koordlet-like.json ")
         yield proxy, plugin
     finally:
         loop_thread.run(plugin.stop())

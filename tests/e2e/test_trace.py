@@ -11,7 +11,7 @@ from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ExampleSettings, registration
 from runtimeproxy.admin.ctl import EXIT_NO_SUCH_PLUGIN, main as ctl
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from test_hooks import Lab, lab, run_pod_with_container, spec_of, wait_for_log  # noqa: F401 (lab: the fixture)
+from test_hooks import Lab, lab, run_pod_with_container, spec_of  # noqa: F401 (lab: the fixture)
 
 CREATE = "PreCreateContainer"
 
@@ -28,7 +28,7 @@ def runtimeproxyctl(lab: Lab, *args: str) -> tuple[int, str]:
 
 def register_shadow(lab: Lab, name: str, socket: Path, hooks_: list[str]) -> None:
     (lab.proxy.hook_config_dir / name).write_bytes(registration(socket, hooks_, "Fail", shadow=True))
-    wait_for_log(lab.proxy, f"plugin {name} ")
+    lab.proxy.wait_for_log(f"plugin {name} ")
 
 
 def test_trace_shows_each_plugins_changes_a_shadow_a_collision_and_a_refusal(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -46,12 +45,6 @@ def _load_wirekit() -> ModuleType:
 wirekit = _load_wirekit()
 
 
-def wait_for_log(proxy: ProxyProcess, text: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in proxy.log_path.read_text(errors="replace"):
-        assert time.monotonic() < deadline, f"{text!r} not in the proxy log:\n{proxy.log_tail()}"
-        time.sleep(0.05)
-
 
 class Wired:
     def __init__(self, proxy: ProxyProcess, plugin: Any) -> None:
@@ -75,7 +68,7 @@ def wired(containerd: ContainerdInstance, workdir: Path) -> Iterator[Wired]:
         proxy.start()
         # Fail: a call the plugin could not take would fail the CRI call, not pass unnoticed.
         (proxy.hook_config_dir / "10-wire.json").write_bytes(registration(plugin.socket, list(HOOK_NAMES), "Fail"))
-        wait_for_log(proxy, "plugin 10-wire.json ")
+        proxy.wait_for_log("plugin 10-wire.json ")
         yield Wired(proxy, plugin)
     finally:
         assert proxy.stop() == 0, proxy.log_tail()
@@ -175,7 +168,7 @@ def test_a_pod_moved_by_pre_run_pod_sandbox_alone_takes_its_containers_along(
     """containerd places a container under CreateContainer's sandbox_config cgroup parent."""
     config = wired.proxy.hook_config_dir / "10-wire.json"
     config.write_bytes(registration(wired.plugin.socket, ["PreRunPodSandbox"], "Fail"))
-    wait_for_log(wired.proxy, "plugin 10-wire.json changed")
+    wired.proxy.wait_for_log("plugin 10-wire.json changed")
     client = CriClient(open_channel(wired.proxy.listen_path))
     try:
         pod_config = client.pod_config(f"wire{next(_serial)}", log_dir, cgroup_parent=POD_PARENT)
