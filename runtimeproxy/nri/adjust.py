@@ -132,15 +132,11 @@ class Adjustments:
             self._claim(plugin, "args")
             edits = nri_edits.apply_args(edits, list(adjust.args))
         for mount in adjust.mounts:
-            destination, removal = nri_edits.marked(mount.destination)
-            self._claim(plugin, f"mount {destination!r}")
-            edits = nri_edits.remove_mount(edits, destination) if removal else \
-                nri_edits.put_mount(edits, nri_edits.bind_mount(mount))
+            self._claim(plugin, f"mount {nri_edits.marked(mount.destination)[0]!r}")
+        edits = nri_edits.apply_mounts(edits, list(adjust.mounts))
         for device in adjust.linux.devices:
-            path, removal = nri_edits.marked(device.path)
-            self._claim(plugin, f"device {path!r}")
-            edits = nri_edits.remove_device(edits, path) if removal else \
-                nri_edits.put_device(edits, nri_edits.host_device(device, self._stat))
+            self._claim(plugin, f"device {nri_edits.marked(device.path)[0]!r}")
+        edits = nri_edits.apply_devices(edits, list(adjust.linux.devices), self._stat)
         resources = adjust.linux.resources
         if resources.devices:
             nri_edits.check_device_rules(edits, list(resources.devices), self._stat)

@@ -10,6 +10,8 @@ The merge, one plugin's ContainerAdjustment after another (nri.adjust drives it 
             request carries, any other option or type is refused. A mount replaces one at the same
             destination; "-/dest" removes one the request (or an earlier plugin) carries; a mount the runtime
             adds itself (containerd's /etc/hostname, /dev/shm, ...) cannot be removed through its request.
+            As containerd/nri, one adjustment's removals go first, so "-/dest" + "/dest" replaces (and is
+            fine when there was none).
   devices   a host device node at the same path (CRI Device / Docker HostConfig.Devices, "rwm"): the runtime
             copies the host node, so the node must exist with the type and numbers asked, and a mode, uid or
             gid the plugin sets must be the host node's. "-/path" removes a device the request carries.
@@ -107,6 +109,33 @@ def bind_mount(mount: nri.Mount) -> BindMount:
             raise EditRefused("mounts", f"{where} has option {option!r}: a request's bind mount carries only "
                                         f"ro/rw and a propagation (private, slave, shared)")
     return BindMount(mount.destination, mount.source, readonly, propagation)
+
+
+def apply_mounts(edits: ContainerEdits, mounts: list[nri.Mount]) -> ContainerEdits:
+    """One adjustment's mounts, as containerd/nri folds them: removals first, then additions (so "-/dest" with
+    "/dest" replaces; a removal of what the request lacks is fine when the same adjustment adds it)."""
+    added = [bind_mount(mount) for mount in mounts if not marked(mount.destination)[1]]
+    readded = {mount.destination for mount in added}
+    for mount in mounts:
+        destination, removal = marked(mount.destination)
+        if removal and not (destination in readded and edits.mount_at(destination) is None):
+            edits = remove_mount(edits, destination)
+    for bind in added:
+        edits = put_mount(edits, bind)
+    return edits
+
+
+def apply_devices(edits: ContainerEdits, devices: list[nri.LinuxDevice], stat_path: Stat = os.stat) -> ContainerEdits:
+    """One adjustment's devices: removals first, then additions (as apply_mounts)."""
+    added = [host_device(device, stat_path) for device in devices if not marked(device.path)[1]]
+    readded = {device.path for device in added}
+    for device in devices:
+        path, removal = marked(device.path)
+        if removal and not (path in readded and edits.device_at(path) is None):
+            edits = remove_device(edits, path)
+    for host in added:
+        edits = put_device(edits, host)
+    return edits
 
 
 def remove_mount(edits: ContainerEdits, destination: str) -> ContainerEdits:

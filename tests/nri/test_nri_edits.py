@@ -200,3 +200,12 @@ def test_the_container_shows_argv_bind_mounts_host_devices_and_the_rdt_class() -
     assert (loop.path, loop.type, loop.major, loop.minor, loop.file_mode.value, loop.gid.value) == \
         ("/dev/xvdb", "b", 7, 7, 0o660, 6)
     assert device_message(Device("/dev/gone", "/dev/gone"), host_stat) == nri.LinuxDevice(path="/dev/gone")
+
+
+def test_removals_come_before_additions_so_remove_and_add_replaces_even_what_the_request_lacks() -> None:
+    after = edits_after(("10-p", adjust(mounts=[mount("/data", "/srv/new"), mount("-/data"), mount("/opt", "/srv/o"),
+                                                mount("-/opt")],
+                                        devices=[device("/dev/fuse"), device("-/dev/fuse")])))
+    assert after.mounts == (BindMount("/etc/hosts", "/var/lib/kubelet/hosts", True), BindMount("/data", "/srv/new"),
+                            BindMount("/opt", "/srv/o"))  # order is free: the runtimes sort mounts by depth
+    assert after.devices[-1] == Device("/dev/fuse", "/dev/fuse")
