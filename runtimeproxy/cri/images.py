@@ -41,11 +41,11 @@ class ImageProcess:
             except DecodeError as error:
                 log.warning("cannot read image %s: %s", image, error)
                 return [], []
-            return _process_of(answer, image)
+            return entrypoint_and_cmd_of(answer, image)
         return [], []
 
 
-def _process_of(answer: cri.ImageStatusResponse, image: str) -> tuple[list[str], list[str]]:
+def entrypoint_and_cmd_of(answer: cri.ImageStatusResponse, image: str) -> tuple[list[str], list[str]]:
     try:
         config = orjson.loads(answer.info.get("info", "{}")).get("imageSpec", {}).get("config", {})
         return list(config.get("Entrypoint") or []), list(config.get("Cmd") or [])

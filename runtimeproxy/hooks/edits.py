@@ -14,15 +14,17 @@ container at the same path (type, numbers, mode and owner read from the host nod
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import Hashable, TypeVar
+from typing import TypeVar
 
+T = TypeVar("T", bound=Hashable)
+
+# The kinds of edits (the ContainerEdits field names).
 ARGS = "args"
 MOUNTS = "mounts"
 DEVICES = "devices"
 RDT_CLASS = "rdt_class"
-T = TypeVar("T", bound=Hashable)
-
 ALL_KINDS = frozenset({ARGS, MOUNTS, DEVICES, RDT_CLASS})
 
 PRIVATE, SLAVE, SHARED = "rprivate", "rslave", "rshared"

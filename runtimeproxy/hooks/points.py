@@ -22,8 +22,8 @@ from google.protobuf.message import Message
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.context import HookContext, RecordSource
-from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import ExtraPlugins, Subject
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.rebuild import BackendState, rebuild_store

@@ -13,6 +13,7 @@ from runtimeproxy.cri.edits import (
     container_edits,
     process_argv,
 )
+from runtimeproxy.cri.images import entrypoint_and_cmd_of
 from runtimeproxy.hooks.edits import BindMount, Device
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
@@ -72,3 +73,10 @@ def test_kinds_that_did_not_change_are_not_touched() -> None:
     seen = container_edits(wire, ("/entry", "-x"))
     apply_edits(wire, seen, seen.changed_kinds(seen))
     assert wire == request()
+
+
+def test_the_images_entrypoint_and_cmd_come_from_containerds_verbose_image_info() -> None:
+    info = '{"imageSpec": {"config": {"Entrypoint": ["/entry"], "Cmd": ["sh"]}}}'
+    assert entrypoint_and_cmd_of(cri.ImageStatusResponse(info={"info": info}), "busybox") == (["/entry"], ["sh"])
+    for unreadable in ({"info": "not json"}, {"info": '["a list"]'}, {}):
+        assert entrypoint_and_cmd_of(cri.ImageStatusResponse(info=unreadable), "busybox") == ([], [])
