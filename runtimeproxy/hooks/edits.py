@@ -54,7 +54,7 @@ class ContainerEdits:
     mounts: tuple[BindMount, ...] = ()
     devices: tuple[Device, ...] = ()
     rdt_class: str | None = None  # None: none set
-    carries: frozenset[str] = field(default=ALL_KINDS, compare=False)
+    carries: frozenset[str] = field(default=frozenset(), compare=False)  # the kinds the request can carry
 
     def changed_kinds(self, before: ContainerEdits) -> frozenset[str]:
         """The kinds that differ from `before` (what a frontend must write back)."""

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from runtimeproxy.hooks.edits import ContainerEdits, BindMount, Device
+from runtimeproxy.hooks.edits import ALL_KINDS, BindMount, ContainerEdits, Device
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentRefused, Adjustments
 from runtimeproxy.nri.edits import device_message
@@ -37,7 +37,7 @@ def host_stat(path: str) -> os.stat_result:
 REQUEST_EDITS = ContainerEdits(
     args=("/bin/app", "--serve"),
     mounts=(BindMount("/data", "/srv/data"), BindMount("/etc/hosts", "/var/lib/kubelet/hosts", True)),
-    devices=(Device("/dev/null", "/dev/null", "rw"),))
+    devices=(Device("/dev/null", "/dev/null", "rw"),), carries=ALL_KINDS)
 
 
 def adjustments(edits: ContainerEdits | None = REQUEST_EDITS) -> Adjustments:
@@ -176,6 +176,7 @@ def test_the_rdt_class_is_set_once() -> None:
     (adjust(resources=nri.LinuxResources(blockio_class=nri.OptionalString(value="slow"))), REQUEST_EDITS,
      "linux.resources.blockio_class"),  # containerd 1.6 has no blockio classes
     (adjust(args=["/bin/true"]), None, "args"),  # a frontend that carries no edits
+    (adjust(mounts=[mount("/x")]), ContainerEdits(), "mounts"),
     (adjust(devices=[device("/dev/fuse")]), None, "linux.devices"),
     (nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(rdt=nri.LinuxRdt())), REQUEST_EDITS, "linux.rdt"),
 ])
