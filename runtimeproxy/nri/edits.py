@@ -204,15 +204,18 @@ def check_device_rules(edits: ContainerEdits, rules: list[nri.LinuxDeviceCgroup]
             granted[key] = granted.get(key, frozenset()) | frozenset(device.permissions)
     for rule in rules:
         access = frozenset(rule.access or "rwm")
-        numbers = (rule.major.value if rule.HasField("major") else None,
-                   rule.minor.value if rule.HasField("minor") else None)
-        key = (rule.type, *numbers)
+        key = (rule.type, rule.major.value if rule.HasField("major") else None,
+               rule.minor.value if rule.HasField("minor") else None)
         if not rule.allow or not access <= _ACCESS or not access <= granted.get(key, frozenset()):
-            what = f"{'allow' if rule.allow else 'deny'} {rule.type or 'a'} " \
-                   f"{'*' if numbers[0] is None else numbers[0]}:{'*' if numbers[1] is None else numbers[1]} " \
-                   f"{rule.access}"
-            raise EditRefused("linux.resources.devices", f"linux.resources.devices: the rule {what!r} is not "
-                              f"what a device of the container gets; a request carries no device cgroup rules")
+            raise EditRefused("linux.resources.devices", f"linux.resources.devices: the rule {_rule_text(rule)!r} "
+                                                         f"is not what a device of the container gets; a request "
+                                                         f"carries no device cgroup rules")
+
+
+def _rule_text(rule: nri.LinuxDeviceCgroup) -> str:
+    major, minor = (rule.major.value if rule.HasField("major") else "*"), \
+        (rule.minor.value if rule.HasField("minor") else "*")
+    return f"{'allow' if rule.allow else 'deny'} {rule.type or 'a'} {major}:{minor} {rule.access}"
 
 
 def apply_args(edits: ContainerEdits, args: list[str]) -> ContainerEdits:
