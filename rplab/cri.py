@@ -151,6 +151,11 @@ class CriClient:
         response = self.runtime.ListPodSandbox(self.api.ListPodSandboxRequest(), timeout=30)
         return [pod.id for pod in response.items]
 
+    def container_ids(self, pod_id: str) -> list[str]:
+        response = self.runtime.ListContainers(self.api.ListContainersRequest(
+            filter=self.api.ContainerFilter(pod_sandbox_id=pod_id)), timeout=30)
+        return [container.id for container in response.containers]
+
     def image_tags(self) -> list[str]:
         response = self.images.ListImages(self.api.ListImagesRequest(), timeout=30)
         return [tag for image in response.images for tag in image.repo_tags]

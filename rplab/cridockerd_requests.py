@@ -55,6 +55,7 @@ class PodShape:
     image: str = ""
     command: tuple[str, ...] = ("sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done")
     envs: tuple[tuple[str, str], ...] = (("KEEP", "me"), ("ALSO", "kept"))
+    binds: tuple[str, ...] = ()  # HostConfig.Binds of the container ("/host:/container[:ro]", as cri-dockerd)
     cpu_shares: int = 256
     cpu_period: int = 100000
     cpu_quota: int = 50000
@@ -231,7 +232,7 @@ def container_create_body(pod: PodShape) -> Json:
         "HostConfig": _host_config(
             {"CpuShares": pod.cpu_shares, "Memory": pod.memory, "CgroupParent": "<cgroup-parent>",
              "CpuPeriod": pod.cpu_period, "CpuQuota": pod.cpu_quota, "Devices": [], "MemorySwap": pod.memory},
-            Binds=[], NetworkMode=joined, RestartPolicy={"Name": "no", "MaximumRetryCount": 0}, IpcMode=joined,
+            Binds=list(pod.binds), NetworkMode=joined, RestartPolicy={"Name": "no", "MaximumRetryCount": 0}, IpcMode=joined,
             OomScoreAdj=pod.oom_score_adj, PidMode=joined, SecurityOpt=["seccomp=unconfined"]),
         "NetworkingConfig": None,
     }

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import socket
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,22 @@ def adjusting(adjust: nri.ContainerAdjustment, updates: list[nri.ContainerUpdate
 
 def shares(value: int) -> nri.LinuxResources:
     return nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=value)))
+
+
+def bind_mount(destination: str, source: str, *options: str) -> nri.Mount:
+    """A bind mount as NRI plugins write it ("-/dest" as destination removes one)."""
+    return nri.Mount(destination=destination, type="bind", source=source, options=["rbind", *options])
+
+
+def host_device(path: str) -> nri.LinuxDevice:
+    """The host's device node at `path`, as an NRI plugin adds it (type and numbers read from the node)."""
+    found = os.stat(path)
+    kind = "b" if stat.S_ISBLK(found.st_mode) else "c"
+    return nri.LinuxDevice(path=path, type=kind, major=os.major(found.st_rdev), minor=os.minor(found.st_rdev))
+
+
+def rdt_class(name: str) -> nri.LinuxResources:
+    return nri.LinuxResources(rdt_class=nri.OptionalString(value=name))
 
 
 def update_shares(container_id: str, value: int) -> nri.ContainerUpdate:

@@ -16,7 +16,9 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri import failures
+from runtimeproxy.cri.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
+from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import (
     align_sandbox_cgroup_parent,
     apply_to_container_config,
@@ -28,6 +30,7 @@ from runtimeproxy.cri.messages import (
 )
 from runtimeproxy.hooks.context import RecordSource
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.points import HookPoints
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -65,8 +68,17 @@ async def abort_on(failure: HookFailed, context: Context) -> None:
 
 
 class RuntimeHooks:
-    def __init__(self, service: HookService, records: RecordSource) -> None:
+    def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None) -> None:
         self.points = HookPoints(service, records)
+        self._images = images  # the image's argv for NRI plugins' view (None: not read)
+
+    async def _edits(self, request: cri.CreateContainerRequest) -> ContainerEdits:
+        """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer)."""
+        entrypoint: list[str] = []
+        cmd: list[str] = []
+        if not request.config.command and self._images is not None:
+            entrypoint, cmd = await self._images.entrypoint_and_cmd(request.config.image.image)
+        return container_edits(request, process_argv(request.config, entrypoint, cmd))
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {
@@ -125,13 +137,19 @@ class RuntimeHooks:
 
         try:
             creation = await self.points.pre_create_container(
-                request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox)
+                request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
+                lambda: self._edits(request))
         except HookFailed as failure:
             await abort_on(failure, context)
             raise
         rewritten = False
         if creation.changed:
             apply_to_container_config(request, creation.request, [kv.key for kv in request.config.envs])
+            rewritten = True
+        edited = creation.changed_edits()
+        if edited:
+            assert creation.edits is not None
+            apply_edits(request, creation.edits, edited)
             rewritten = True
         # containerd places the container under sandbox_config's cgroup parent.
         if align_sandbox_cgroup_parent(request, creation.cgroup_parent):

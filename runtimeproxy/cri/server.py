@@ -18,6 +18,7 @@ from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.cri.calls import CriCallRecorder
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
+from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.points import RuntimeHooks
 from runtimeproxy.cri.recovery import BackendRecords
 from runtimeproxy.cri.report import CriReport
@@ -163,7 +164,7 @@ class CriFrontend:
     async def start(self) -> None:
         options, hook_service = self.options, self._hook_service
         records = BackendRecords(self.backend.runtime)
-        cri_hooks = RuntimeHooks(hook_service, records)
+        cri_hooks = RuntimeHooks(hook_service, records, ImageProcess(self.backend.image))
         hook_service.run_in_background(cri_hooks.points.rebuild_store(records), "store-rebuild")
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),

@@ -20,8 +20,10 @@ nothing reaches dockerd. Post-hooks run after dockerd answered 2xx/304 and never
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from runtimeproxy.docker.bodies import parse_body, serialize_body
+from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
 from runtimeproxy.docker.messages import (
     CONTAINER_TYPE,
@@ -45,6 +47,7 @@ from runtimeproxy.docker.messages import (
 from runtimeproxy.docker.routes import HookedRoute
 from runtimeproxy.hooks.context import RecordSource
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.points import ContainerCreation, HookPoints, PodSandboxRun
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -64,8 +67,19 @@ def _succeeded(answer: UpstreamAnswer) -> bool:
 class DockerHooks:
     """The `Interceptor` of Docker mode (see `docker.interception`)."""
 
-    def __init__(self, service: HookService, records: RecordSource) -> None:
+    def __init__(self, service: HookService, records: RecordSource,
+                 image_process: Callable[[str], Awaitable[tuple[list[str], list[str]]]] | None = None) -> None:
         self.points = HookPoints(service, records)
+        self._image_process = image_process  # an image's Entrypoint and Cmd, for NRI plugins' view of the argv
+
+    async def _edits(self, body: Body) -> ContainerEdits:
+        """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer); the
+        image is read only when the body leaves the argv to it."""
+        entrypoint: list[str] = []
+        cmd: list[str] = []
+        if not body.get("Entrypoint") and self._image_process is not None and isinstance(body.get("Image"), str):
+            entrypoint, cmd = await self._image_process(body["Image"])
+        return container_edits(body, process_argv(body, entrypoint, cmd))
 
     async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
         route = call.match.route
@@ -131,11 +145,17 @@ class DockerHooks:
             return pod_of_container(name, body)
 
         creation = await self.points.pre_create_container(
-            body["Labels"].get(SANDBOX_ID_LABEL, ""), container_create_request(name, body), NO_DEADLINE, sandbox)
+            body["Labels"].get(SANDBOX_ID_LABEL, ""), container_create_request(name, body), NO_DEADLINE, sandbox,
+            lambda: self._edits(body))
         call.notes[_CREATED_NOTE] = creation
         rewritten = False
         if creation.changed:
             apply_to_container_body(body, creation.request)
+            rewritten = True
+        edited = creation.changed_edits()
+        if edited:
+            assert creation.edits is not None
+            apply_edits(body, creation.edits, edited)
             rewritten = True
         if apply_cgroup_parent(body, creation.cgroup_parent):
             rewritten = True

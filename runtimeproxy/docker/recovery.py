@@ -9,6 +9,7 @@ dockerd keeps what it was asked to create, after our hooks changed it: labels (p
 from __future__ import annotations
 
 import logging
+import urllib.parse
 
 from runtimeproxy.docker.engine import EngineClient, EngineError
 from runtimeproxy.docker.messages import (
@@ -44,6 +45,16 @@ class DockerRecords:
         except EngineError as error:
             log.warning("cannot read %s from dockerd: %s", container_id, error)
             return None
+
+    async def image_process(self, image: str) -> tuple[list[str], list[str]]:
+        """The image's Entrypoint and Cmd (for an NRI plugin's view of the argv); empty when unreadable."""
+        try:
+            config = (await self._engine.get_json(f"/images/{urllib.parse.quote(image, safe='/:@')}/json")
+                      ).get("Config") or {}
+            return list(config.get("Entrypoint") or []), list(config.get("Cmd") or [])
+        except (EngineError, AttributeError, TypeError) as error:
+            log.warning("cannot read image %s from dockerd: %s", image, error)
+            return [], []
 
     async def list_objects(self) -> Listing:
         """Every Kubernetes sandbox and container dockerd has (the list's labels say which is which)."""

@@ -34,7 +34,7 @@ class DockerFrontend:
         self._hook_service = hook_service
         self.engine = EngineClient(options.runtime_path)
         self.records = DockerRecords(self.engine)
-        self.docker_hooks = DockerHooks(hook_service, self.records)
+        self.docker_hooks = DockerHooks(hook_service, self.records, self.records.image_process)
         self.interceptor: Interceptor = interceptor or self.docker_hooks
         self._hooked = interceptor is None
         self._server: asyncio.Server | None = None

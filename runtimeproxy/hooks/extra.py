@@ -5,7 +5,9 @@ puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute re
 (hooks.points) call it after the hook-protocol chain, so the extra plugins see the request as the hook
 plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
 (CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
-`notify` for the others. `adjust` raises hooks.dispatcher.HookFailed to fail the call.
+`notify` for the others. `adjust` raises hooks.dispatcher.HookFailed to fail the call. At CreateContainer the
+subject also carries what the hook model lacks (hooks.edits.ContainerEdits: argv, bind mounts, devices, RDT
+class, as the frontend's request says); `adjust` leaves them in `subject.edits` as the plugins changed them.
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
@@ -17,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -41,6 +44,7 @@ class Subject:
     pod: hooks.PodSandboxHookRequest | None
     container_id: str = ""
     container: hooks.ContainerResourceHookRequest | None = None
+    edits: ContainerEdits | None = None  # CreateContainer: what the hook model lacks (None: not carried)
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,8 @@ class ExtraPlugins(Protocol):
 
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
-        """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated)."""
+        """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated); at
+        CreateContainer subject.edits is replaced by the edits as the plugins leave them."""
 
     async def notify(self, event: str, subject: Subject) -> None:
         """Any other event; never fails the call."""

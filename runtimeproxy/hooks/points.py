@@ -23,6 +23,7 @@ from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.context import HookContext, RecordSource
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import ExtraPlugins, Subject
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.rebuild import BackendState, rebuild_store
@@ -50,6 +51,14 @@ class ContainerCreation:
     request: hooks.ContainerResourceHookRequest  # with its pod's context, as the plugins left it
     changed: bool  # the plugins changed it: the frontend writes it back into its request
     hooked: bool  # False for a container of a pod with the skip label
+    edits: ContainerEdits | None = None  # argv, mounts, ... as the extra plugins left them (None: not asked)
+    edits_seen: ContainerEdits | None = None  # as the frontend's request said
+
+    def changed_edits(self) -> frozenset[str]:
+        """The kinds of edits (hooks.edits) the frontend must write back into its request."""
+        if self.edits is None or self.edits_seen is None:
+            return frozenset()
+        return self.edits.changed_kinds(self.edits_seen)
 
     @property
     def cgroup_parent(self) -> str:
@@ -167,10 +176,13 @@ class HookPoints:
     async def pre_create_container(
         self, pod_id: str, container: hooks.ContainerResourceHookRequest, time_remaining: float | None,
         sandbox: Callable[[], hooks.PodSandboxHookRequest] | None = None,
+        edits: Callable[[], Awaitable[ContainerEdits]] | None = None,
     ) -> ContainerCreation:
         """`container` has only its container part; the pod part is filled here from the recorded pod (read
         from the backend on a miss), else from `sandbox()`: what the frontend's request says of the pod. A pod
-        the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels)."""
+        the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels).
+        `edits()` reads what the hook model lacks from the frontend's request, only when an extra plugin
+        subscribed to CreateContainer (never on the hook-protocol-only path)."""
         pod = await self.context.pod(pod_id)
         if pod is None and sandbox is not None:
             pod = self.context.pod_record(sandbox())
@@ -183,9 +195,12 @@ class HookPoints:
         changed = container
         if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
             changed = await self._pre_hook(points.PRE_CREATE_CONTAINER, container, time_remaining)
+        seen = None
         if self.extra.wants(extra.CREATE_CONTAINER):
-            subject = Subject(pod_id, pod.info if pod else None, "", changed)
+            seen = await edits() if edits is not None else None
+            subject = Subject(pod_id, pod.info if pod else None, "", changed, seen)
             changed = await self.extra.adjust(extra.CREATE_CONTAINER, subject, time_remaining)
+            return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen)
         return ContainerCreation(pod_id, changed, changed != container, True)
 
     async def container_created(self, container_id: str, creation: ContainerCreation) -> None:

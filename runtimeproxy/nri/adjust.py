@@ -4,21 +4,31 @@ A ContainerAdjustment (CreateContainer) and a ContainerUpdate's resources (Updat
 another container) are folded into a hooks.ContainerResourceHookRequest, which the frontend writes back into
 its request as it does a hook plugin's answer. Applied: annotations and environment (a key "-name" removes,
 NRI's removal marker), CPU shares/quota/period, cpuset cpus/mems, memory limit and swap, hugepage limits,
-unified (cgroup v2) keys, and at creation the OOM score adjustment. Anything else an answer sets (mounts,
-args, devices, OCI hooks, rlimits, CDI devices, a cgroups path, blockio/RDT class, pids, realtime CPU,
-memory reservation/kernel/swappiness, namespaces, sysctls, seccomp, scheduler, I/O priority, ...) is
+unified (cgroup v2) keys, and at creation the OOM score adjustment. At creation, what the hook model lacks
+is folded into hooks.edits.ContainerEdits (nri.edits: args, bind mounts, devices and their cgroup rules, the
+RDT class), for the kinds the frontend's request carries (ContainerEdits.carries). Anything else an answer
+sets (OCI hooks, rlimits, CDI devices, a cgroups path, blockio class, pids, realtime CPU, memory
+reservation/kernel/swappiness, namespaces, sysctls, seccomp, scheduler, I/O priority, linux.rdt, ...) is
 refused: the request the proxy forwards has no place for it, and dropping it silently would lie to the
 plugin. `AdjustmentRefused` names the field.
 
 NRI's conflict rule: within one call, every field (each annotation, each variable, each resource, each
-hugepage size and unified key) is owned by the first plugin that sets or removes it; another plugin
-touching it fails the call (`AdjustmentConflict`), as containerd/nri's result collection does.
+hugepage size and unified key, each mount destination, each device path, the args, the RDT class) is owned
+by the first plugin that sets or removes it; another plugin touching it fails the call (`AdjustmentConflict`),
+as containerd/nri's result collection does (args starting with "" take them over, as there).
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
+
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks import edits as kinds
+from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.nri import edits as nri_edits
+from runtimeproxy.nri.edits import EditRefused, Stat
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -33,6 +43,18 @@ _RESOURCES = frozenset({
 })
 APPLIED_AT_CREATION = _RESOURCES | {"annotations", "env", "linux.oom_score_adj"}
 APPLIED_IN_UPDATES = _RESOURCES
+# The adjustment fields of each kind of hooks.edits, applied when the frontend's request carries that kind.
+EDIT_FIELDS = {
+    kinds.ARGS: frozenset({"args"}),
+    kinds.MOUNTS: frozenset({"mounts"}),
+    kinds.DEVICES: frozenset({"linux.devices", "linux.resources.devices"}),
+    kinds.RDT_CLASS: frozenset({"linux.resources.rdt_class"}),
+}
+
+
+def applied_at_creation(edits: ContainerEdits | None) -> frozenset[str]:
+    carried = edits.carries if edits is not None else frozenset()
+    return APPLIED_AT_CREATION.union(*(EDIT_FIELDS[kind] for kind in carried))
 
 
 class AdjustmentError(Exception):
@@ -68,9 +90,12 @@ def unsupported_fields(message: Message, applied: frozenset[str], prefix: str = 
 class Adjustments:
     """One call's answers, plugin after plugin, folded into `container` (a copy of the request)."""
 
-    def __init__(self, request: hooks.ContainerResourceHookRequest) -> None:
+    def __init__(self, request: hooks.ContainerResourceHookRequest, edits: ContainerEdits | None = None,
+                 stat_path: Stat = os.stat) -> None:
         self.container = hooks.ContainerResourceHookRequest()
         self.container.CopyFrom(request)
+        self.edits = edits  # what the hook model lacks (None: the frontend carries none of it)
+        self._stat = stat_path  # host device nodes (a fake in unit tests)
         self._owners: dict[str, str] = {}
 
     def _claim(self, plugin: str, what: str) -> None:
@@ -79,9 +104,15 @@ class Adjustments:
             raise AdjustmentConflict(plugin, what, f"plugins {owner!r} and {plugin!r} both tried to set {what}")
 
     def apply_adjustment(self, plugin: str, adjust: nri.ContainerAdjustment, action: str) -> None:
-        refused = unsupported_fields(adjust, APPLIED_AT_CREATION)
+        refused = unsupported_fields(adjust, applied_at_creation(self.edits))
         if refused:
             raise AdjustmentRefused(plugin, refused[0], _refusal(plugin, refused, action))
+        if self.edits is not None:
+            try:
+                self.edits = self._apply_edits(plugin, adjust, self.edits)
+            except EditRefused as error:
+                raise AdjustmentRefused(plugin, error.field, f"NRI plugin {plugin}: {error} (see the README's "
+                                                             f"table of NRI adjustments)") from None
         for key, value in adjust.annotations.items():
             self._set_or_remove(plugin, "annotation", self.container.container_annotations, key, value)
         for entry in adjust.env:
@@ -93,6 +124,26 @@ class Adjustments:
             self.container.container_resources.oom_score_adj = linux.oom_score_adj.value
         if linux.HasField("resources"):
             self.apply_resources(plugin, linux.resources)
+
+    def _apply_edits(self, plugin: str, adjust: nri.ContainerAdjustment, edits: ContainerEdits) -> ContainerEdits:
+        if adjust.args:
+            if adjust.args[0] == "":
+                self._owners.pop("args", None)
+            self._claim(plugin, "args")
+            edits = nri_edits.apply_args(edits, list(adjust.args))
+        for mount in adjust.mounts:
+            self._claim(plugin, f"mount {nri_edits.marked(mount.destination)[0]!r}")
+        edits = nri_edits.apply_mounts(edits, list(adjust.mounts))
+        for device in adjust.linux.devices:
+            self._claim(plugin, f"device {nri_edits.marked(device.path)[0]!r}")
+        edits = nri_edits.apply_devices(edits, list(adjust.linux.devices), self._stat)
+        resources = adjust.linux.resources
+        if resources.devices:
+            nri_edits.check_device_rules(edits, list(resources.devices), self._stat)
+        if resources.HasField("rdt_class"):
+            self._claim(plugin, "rdt class")
+            edits = replace(edits, rdt_class=resources.rdt_class.value)
+        return edits
 
     def apply_update(self, plugin: str, update: nri.ContainerUpdate, action: str) -> None:
         refused = unsupported_fields(update.linux, APPLIED_IN_UPDATES, "linux.")

@@ -1,13 +1,17 @@
 """The hook core's view of pods and containers as NRI messages (PodSandbox, Container, LinuxResources).
 
 What the store records is what the kubelet's requests said (after the hook plugins): names, labels,
-annotations, environment, the Linux resources CRI carries, the pod's cgroup parent. What a CRI request does
-not carry (mounts, args, devices, the process's pid, rlimits, the OCI hooks) is left empty: an NRI plugin on
-containerd would see the runtime's defaults there, a plugin behind the proxy sees nothing.
+annotations, environment, the Linux resources CRI carries, the pod's cgroup parent. At CreateContainer the
+container also shows what the frontend's request carries beyond the hook model (hooks.edits: args, bind
+mounts, devices, RDT class; nri.edits). Otherwise (the other events, Synchronize) and for what no request
+carries (the runtime's own mounts and devices, the process's pid, rlimits, the OCI hooks) it is left empty:
+an NRI plugin on containerd would see the runtime's values there, a plugin behind the proxy sees nothing.
 """
 
 from __future__ import annotations
 
+from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.nri.edits import fill_container
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -31,7 +35,7 @@ def pod_sandbox(pod_id: str, pod: hooks.PodSandboxHookRequest | None) -> nri.Pod
 
 
 def container(container_id: str, pod_id: str, request: hooks.ContainerResourceHookRequest,
-              state: int = nri.CONTAINER_UNKNOWN) -> nri.Container:
+              state: int = nri.CONTAINER_UNKNOWN, edits: ContainerEdits | None = None) -> nri.Container:
     message = nri.Container(id=container_id, pod_sandbox_id=pod_id, name=request.container_meta.name,
                             state=state)
     message.annotations.update(request.container_annotations)
@@ -40,6 +44,8 @@ def container(container_id: str, pod_id: str, request: hooks.ContainerResourceHo
     message.linux.resources.CopyFrom(linux_resources(resources))
     if resources.oom_score_adj:
         message.linux.oom_score_adj.value = resources.oom_score_adj
+    if edits is not None:
+        fill_container(message, edits)
     return message
 
 

@@ -288,12 +288,13 @@ class NriHost:
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
-        adjustments = Adjustments(subject.container)
+        adjustments = Adjustments(subject.container, subject.edits)
         others: list[tuple[str, list[nri.ContainerUpdate]]] = []
         for plugin in self._subscribers(event):
             before = hooks.ContainerResourceHookRequest()
             before.CopyFrom(adjustments.container)
-            container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0))
+            container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0),
+                                          adjustments.edits)
             started = time.monotonic()
             try:
                 updates = await self._ask(plugin, event, pod, container, subject, adjustments)
@@ -318,6 +319,7 @@ class NriHost:
             others.append((plugin.plugin_id, updates))
         for plugin_id, updates in others:
             await self._update_others(plugin_id, updates, subject.container_id)
+        subject.edits = adjustments.edits
         return adjustments.container
 
     async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,

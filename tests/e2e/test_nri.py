@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
-from nrikit import NriPlugin, adjusting, shares  # noqa: E402
+from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares  # noqa: E402
 
 _serial = itertools.count()
 ALL_EVENTS = 0  # NRI: every lifecycle event
@@ -174,3 +175,73 @@ def test_after_a_proxy_restart_synchronize_shows_the_existing_pod(
     assert pod_id in [pod.id for pod in sync.pods]  # type: ignore[attr-defined]
     synced = {c.id: c for c in sync.containers}  # type: ignore[attr-defined]
     assert synced[container_id].name == "app" and synced[container_id].pod_sandbox_id == pod_id
+
+
+KEEP_RUNNING = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+HOST_DEVICE = "/dev/fuse"  # a node containerd does not add by default
+
+
+def test_args_a_bind_mount_and_a_device_land_in_the_oci_spec_and_the_plugin_sees_the_images_argv(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str], workdir: Path) -> None:
+    if not Path(HOST_DEVICE).exists():
+        pytest.skip(f"{HOST_DEVICE} is not on this host")
+    source = workdir / f"nri-bind{next(_serial)}"
+    source.mkdir()
+    adjust = nri.ContainerAdjustment(
+        args=KEEP_RUNNING, mounts=[bind_mount("/nri-data", str(source), "ro"), bind_mount("-/req-data", "")],
+        linux=nri.LinuxContainerAdjustment(devices=[host_device(HOST_DEVICE)]))
+    plugin = lab.attach(NriPlugin(name="editor", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                                  methods={"CreateContainer": adjusting(adjust)}))
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    config = client.container_config("app")
+    del config.command[:]  # containerd then runs the image's Entrypoint + Cmd (busybox: sh)
+    config.mounts.add(container_path="/req-data", host_path=str(source))
+    container_id = client.create_container(pod_id, config, pod_config)
+
+    (created,) = plugin.requests("CreateContainer")
+    seen = created.container  # type: ignore[attr-defined]
+    assert list(seen.args) == ["sh"]  # the image's Cmd, read with ImageStatus
+    assert [(m.destination, m.source) for m in seen.mounts] == [("/req-data", str(source))]
+    spec = spec_of(client, container_id)
+    assert spec["process"]["args"] == KEEP_RUNNING
+    mounts = {m["destination"]: m for m in spec["mounts"]}
+    assert "/req-data" not in mounts
+    assert mounts["/nri-data"]["source"] == str(source) and "ro" in mounts["/nri-data"]["options"]
+    found = os.stat(HOST_DEVICE)
+    (device,) = [d for d in spec["linux"]["devices"] if d["path"] == HOST_DEVICE]
+    assert (device["type"], device["major"], device["minor"]) == ("c", os.major(found.st_rdev), os.minor(found.st_rdev))
+    assert {"allow": True, "type": "c", "major": device["major"], "minor": device["minor"], "access": "rwm"} in \
+        spec["linux"]["resources"]["devices"]
+
+
+def test_an_rdt_class_reaches_containerd_as_its_container_annotation(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    if Path("/sys/fs/resctrl/info").exists():
+        pytest.skip("RDT is available here: containerd would need an RDT class configuration")
+    adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=rdt_class("gold")))
+    lab.attach(NriPlugin(name="rdt", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": adjusting(adjust)}))
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    with pytest.raises(grpc.RpcError) as failed:
+        client.create_container(pod_id, client.container_config("app"), pod_config)
+    # containerd read the class from io.kubernetes.cri.rdt-class; on a node without RDT it refuses it
+    # ("RDT not initialized, class ... not available").
+    details = failed.value.details()
+    assert "failed to set RDT class" in details and '"gold"' in details, details
+    assert client.container_ids(pod_id) == []
+
+
+def test_a_mount_no_cri_request_can_carry_is_refused_and_nothing_is_created(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    tmpfs = nri.Mount(destination="/scratch", type="tmpfs", source="tmpfs", options=["nosuid"])
+    lab.attach(NriPlugin(name="tmpfs", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": adjusting(nri.ContainerAdjustment(mounts=[tmpfs]))}))
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    with pytest.raises(grpc.RpcError) as failed:
+        client.create_container(pod_id, client.container_config("app"), pod_config)
+    assert failed.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "NRI plugin 10-tmpfs: mounts[/scratch] has type 'tmpfs'" in failed.value.details()
+    assert client.container_ids(pod_id) == []

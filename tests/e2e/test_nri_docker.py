@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rplab.cridockerd_replay import CriDockerdReplay
+from rplab.cridockerd_replay import CriDockerdReplay, ReplayError
 from rplab.cridockerd_requests import PodShape
 from rplab.dockerd import DockerdInstance, DockerModeProxy
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
@@ -24,7 +24,7 @@ from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
 from launched_plugin import plugin_file  # noqa: E402
-from nrikit import NriPlugin, adjusting, shares, update_shares  # noqa: E402
+from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares, update_shares  # noqa: E402
 
 _serial = itertools.count()
 ANNOTATION = "nri.runtimeproxy.test/adjusted"
@@ -147,3 +147,51 @@ def test_a_plugin_launched_from_the_plugin_directory_adjusts_the_container_and_s
     configured, stopped = [json.loads(line) for line in launched.read_text().splitlines()][:2]
     assert configured["runtime"] == "runtimeproxy" and configured["environ"]["NRI_PLUGIN_NAME"] == "launched"
     assert "CreateContainer" in stopped["events"] and stopped["events"][-1] == "Shutdown"
+
+
+KEEP_RUNNING = ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+HOST_DEVICE = "/dev/fuse"  # a node dockerd does not add by default
+
+
+def test_args_a_bind_mount_and_a_device_land_in_docker_inspect_and_the_plugin_sees_the_images_argv(
+        lab: DockerNriLab, base: Path) -> None:
+    if not Path(HOST_DEVICE).exists():
+        pytest.skip(f"{HOST_DEVICE} is not on this host")
+    source, requested = base / "nri-bind", base / "req-bind"
+    source.mkdir()
+    requested.mkdir()
+    adjust = nri.ContainerAdjustment(
+        args=KEEP_RUNNING, mounts=[bind_mount("/nri-data", str(source), "ro"), bind_mount("-/req-data", "")],
+        linux=nri.LinuxContainerAdjustment(devices=[host_device(HOST_DEVICE)]))
+    plugin = lab.attach(NriPlugin(name="editor", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                                  methods={"CreateContainer": adjusting(adjust)}))
+    pod = lab.run_pod()
+    # No command: dockerd runs the image's Cmd (busybox: sh); one bind mount of the kubelet's.
+    container_id = lab.create(dataclasses.replace(pod, command=(), binds=(f"{requested}:/req-data",)), "box")
+
+    (created,) = plugin.requests("CreateContainer")
+    seen = created.container  # type: ignore[attr-defined]
+    assert list(seen.args) == ["sh"]  # the image's Cmd, read with GET /images/{name}/json
+    assert [(m.destination, m.source) for m in seen.mounts] == [("/req-data", str(requested))]
+    inspected = lab.inspect(container_id)
+    assert [inspected["Path"], *inspected["Args"]] == KEEP_RUNNING
+    mounts = {m["Destination"]: m for m in inspected["Mounts"]}
+    assert "/req-data" not in mounts
+    assert (mounts["/nri-data"]["Type"], mounts["/nri-data"]["Source"], mounts["/nri-data"]["RW"]) == \
+        ("bind", str(source), False)
+    assert {"PathOnHost": HOST_DEVICE, "PathInContainer": HOST_DEVICE, "CgroupPermissions": "rwm"} in \
+        inspected["HostConfig"]["Devices"]
+
+
+def test_an_rdt_class_is_refused_in_docker_mode_naming_plugin_and_field_and_nothing_is_created(
+        lab: DockerNriLab) -> None:
+    adjust = nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=rdt_class("gold")))
+    lab.attach(NriPlugin(name="rdt", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": adjusting(adjust)}))
+    pod = lab.run_pod()
+    with pytest.raises(ReplayError) as failed:
+        lab.create(pod, "box")
+    assert "answered 500" in str(failed.value)
+    assert "NRI plugin 10-rdt set linux.resources.rdt_class" in str(failed.value)
+    listed = lab.dockerd.docker("ps", "-a", "-q", "--filter", f"label=io.kubernetes.sandbox.id={lab.sandboxes[-1]}")
+    assert listed.stdout.strip() == b""

@@ -5,7 +5,7 @@ both frontends share, so where CRI and Docker mode once disagreed, this is where
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -14,6 +14,7 @@ import pytest
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed
 from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
 from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
@@ -312,3 +313,29 @@ def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_re
         (extra.STOP_POD_SANDBOX, "p1", ""), (extra.REMOVE_CONTAINER, "p1", "c1"),
         (extra.REMOVE_POD_SANDBOX, "p1", ""),
     ]
+
+
+def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(core: Points) -> None:
+    reads: list[str] = []
+    seen = ContainerEdits(args=("/bin/sh",), rdt_class="gold")
+
+    async def edits() -> ContainerEdits:
+        reads.append("edits")
+        return seen
+
+    points = core.points
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
+    assert reads == [] and creation.edits is None and creation.changed_edits() == frozenset()  # no extra plugin
+
+    class EditingExtra(RecordingExtra):
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+                         ) -> hooks.ContainerResourceHookRequest:
+            assert subject.edits == seen
+            subject.edits = replace(seen, args=("/bin/true",))
+            return await super().adjust(event, subject, time_remaining)
+
+    core.core.extra = EditingExtra()
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
+    assert reads == ["edits"] and creation.edits_seen == seen
+    assert creation.edits is not None and creation.edits.args == ("/bin/true",)
+    assert creation.changed_edits() == frozenset({"args"})

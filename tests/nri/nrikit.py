@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from rplab.nri_plugin import NriPlugin, adjusting, shares, update_shares
+from rplab.nri_plugin import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares, update_shares
 
-__all__ = ["MemoryStream", "NriPlugin", "adjusting", "memory_pipe", "shares", "update_shares"]
+__all__ = ["MemoryStream", "NriPlugin", "adjusting", "bind_mount", "host_device", "memory_pipe", "rdt_class", "shares",
+           "update_shares"]
 
 
 class MemoryStream:

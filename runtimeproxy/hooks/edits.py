@@ -1,0 +1,82 @@
+"""What a container's create request carries beyond the hook protocol's model: argv, bind mounts, devices, RDT class.
+
+koordinator's hooks.ContainerResourceHookRequest has no place for these, but plugins of another protocol (NRI,
+hooks.extra) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
+wire request (only when such a plugin subscribed to CreateContainer: hooks.points asks for it lazily), the
+extra plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
+names the kinds the frontend's request can carry at all (CRI: all four; Docker: no RDT class); a plugin
+changing another kind is refused, naming it.
+
+Values are as the runtimes apply them: a bind mount is always recursive with a recursive propagation (CRI
+and Docker's Binds say rbind and r-propagation), a device is a host node the runtime copies into the
+container at the same path (type, numbers, mode and owner read from the host node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+T = TypeVar("T", bound=Hashable)
+
+# The kinds of edits (the ContainerEdits field names).
+ARGS = "args"
+MOUNTS = "mounts"
+DEVICES = "devices"
+RDT_CLASS = "rdt_class"
+ALL_KINDS = frozenset({ARGS, MOUNTS, DEVICES, RDT_CLASS})
+
+PRIVATE, SLAVE, SHARED = "rprivate", "rslave", "rshared"
+PROPAGATIONS = (PRIVATE, SLAVE, SHARED)
+
+
+@dataclass(frozen=True)
+class BindMount:
+    destination: str  # in the container
+    source: str  # on the host
+    readonly: bool = False
+    propagation: str = PRIVATE
+
+
+@dataclass(frozen=True)
+class Device:
+    path: str  # in the container
+    host_path: str
+    permissions: str = "rwm"  # cgroup access the runtime allows
+
+
+@dataclass(frozen=True)
+class ContainerEdits:
+    """A container's argv, bind mounts, devices and RDT class, as the runtime is to create it."""
+
+    args: tuple[str, ...] = ()  # the whole argv; () when unknown (the runtime falls back to the image's)
+    mounts: tuple[BindMount, ...] = ()
+    devices: tuple[Device, ...] = ()
+    rdt_class: str | None = None  # None: none set
+    carries: frozenset[str] = field(default=frozenset(), compare=False)  # the kinds the request can carry
+
+    def changed_kinds(self, before: ContainerEdits) -> frozenset[str]:
+        """The kinds that differ from `before` (what a frontend must write back)."""
+        return frozenset(kind for kind in ALL_KINDS if getattr(self, kind) != getattr(before, kind))
+
+    def with_mounts(self, mounts: tuple[BindMount, ...]) -> ContainerEdits:
+        return replace(self, mounts=mounts)
+
+    def with_devices(self, devices: tuple[Device, ...]) -> ContainerEdits:
+        return replace(self, devices=devices)
+
+    def mount_at(self, destination: str) -> BindMount | None:
+        return next((mount for mount in self.mounts if mount.destination == destination), None)
+
+    def device_at(self, path: str) -> Device | None:
+        return next((device for device in self.devices if device.path == path), None)
+
+
+def kept_and_added(wanted: tuple[T, ...], view: list[T]) -> tuple[list[int], list[T]]:
+    """Write-back helper for a frontend: `view` is the core value of each of its wire entries (same order).
+    Returns the indexes of the wire entries to keep as they are (unknown fields and all) and the values to
+    add as new entries (in `wanted`'s order); the other wire entries were removed or replaced."""
+    keep = [index for index, value in enumerate(view) if value in wanted]
+    kept = {view[index] for index in keep}
+    return keep, [item for item in wanted if item not in kept]

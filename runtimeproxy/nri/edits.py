@@ -1,0 +1,223 @@
+"""NRI's args, mounts, devices and RDT class <-> the hook core's ContainerEdits (hooks.edits): view and merge.
+
+The view: what an NRI plugin sees in CreateContainer's Container (args, mounts as rbind mounts with their
+propagation and ro/rw, linux.devices with the host node's type, numbers, mode and owner, the RDT class).
+
+The merge, one plugin's ContainerAdjustment after another (nri.adjust drives it and owns the conflict rule):
+  args      the whole argv, replaced (a leading "" only drops an earlier plugin's claim, as containerd/nri).
+  mounts    bind mounts only (type "bind", or no type with a bind/rbind option); "ro"/"rw" and a propagation
+            (private, slave, shared, recursive or not: the runtimes always make it recursive) are the options a
+            request carries, any other option or type is refused. A mount replaces one at the same
+            destination; "-/dest" removes one the request (or an earlier plugin) carries; a mount the runtime
+            adds itself (containerd's /etc/hostname, /dev/shm, ...) cannot be removed through its request.
+            As containerd/nri, one adjustment's removals go first, so "-/dest" + "/dest" replaces (and is
+            fine when there was none).
+  devices   a host device node at the same path (CRI Device / Docker HostConfig.Devices, "rwm"): the runtime
+            copies the host node, so the node must exist with the type and numbers asked, and a mode, uid or
+            gid the plugin sets must be the host node's. "-/path" removes a device the request carries.
+  linux.resources.devices   cgroup rules: accepted when each only allows what a device of the container
+            gets anyway (the runtime adds that rule itself), refused otherwise.
+  linux.resources.rdt_class the RDT class (CRI mode: containerd's container annotation; see the frontend).
+A refusal is `AdjustmentRefused` naming the plugin and the field; a kind the frontend's request cannot carry
+(ContainerEdits.carries) is refused by nri.adjust before anything here runs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import replace
+
+from runtimeproxy.hooks.edits import PRIVATE, SHARED, SLAVE, BindMount, ContainerEdits, Device
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+REMOVAL_MARK = "-"
+Stat = Callable[[str], os.stat_result]
+
+_PROPAGATION_OPTIONS = {"private": PRIVATE, "rprivate": PRIVATE, "slave": SLAVE, "rslave": SLAVE,
+                        "shared": SHARED, "rshared": SHARED}
+_BIND_OPTIONS = frozenset({"bind", "rbind"})
+_ACCESS = frozenset("rwm")
+_DEVICE_TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b"}
+
+
+class EditRefused(ValueError):
+    """An adjustment the request cannot carry; `field` is the NRI field (nri.adjust adds the plugin)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# --- the view -------------------------------------------------------------------------------------
+
+
+def mount_message(mount: BindMount) -> nri.Mount:
+    return nri.Mount(destination=mount.destination, type="bind", source=mount.source,
+                     options=["rbind", mount.propagation, "ro" if mount.readonly else "rw"])
+
+
+def device_message(device: Device, stat_path: Stat = os.stat) -> nri.LinuxDevice:
+    """The device as the runtime will create it: the host node's type, numbers, mode and owner."""
+    message = nri.LinuxDevice(path=device.path)
+    try:
+        found = stat_path(device.host_path)
+    except OSError:
+        return message
+    kind = _DEVICE_TYPES.get(stat.S_IFMT(found.st_mode))
+    if kind is None:
+        return message
+    message.type, message.major, message.minor = kind, os.major(found.st_rdev), os.minor(found.st_rdev)
+    message.file_mode.value = stat.S_IMODE(found.st_mode)
+    message.uid.value, message.gid.value = found.st_uid, found.st_gid
+    return message
+
+
+def fill_container(message: nri.Container, edits: ContainerEdits, stat_path: Stat = os.stat) -> None:
+    message.args.extend(edits.args)
+    message.mounts.extend(mount_message(mount) for mount in edits.mounts)
+    message.linux.devices.extend(device_message(device, stat_path) for device in edits.devices)
+    if edits.rdt_class is not None:
+        message.linux.resources.rdt_class.value = edits.rdt_class
+
+
+# --- the merge ------------------------------------------------------------------------------------
+
+
+def marked(name: str) -> tuple[str, bool]:
+    """NRI's removal marker: ("/dest", True) for "-/dest"."""
+    return (name[len(REMOVAL_MARK):], True) if name.startswith(REMOVAL_MARK) else (name, False)
+
+
+def bind_mount(mount: nri.Mount) -> BindMount:
+    """An NRI mount as a request can carry it, or EditRefused."""
+    where = f"mounts[{mount.destination}]"
+    options = list(mount.options)
+    if mount.type not in ("bind", "") or (mount.type == "" and not _BIND_OPTIONS & set(options)):
+        raise EditRefused("mounts", f"{where} has type {mount.type or '(none)'!r}: a CRI or Docker create "
+                                    f"request carries only bind mounts")
+    if not mount.source.startswith("/") or not mount.destination.startswith("/"):
+        raise EditRefused("mounts", f"{where}: source and destination must be absolute paths")
+    readonly, propagation = False, PRIVATE
+    for option in options:
+        if option in ("ro", "rw"):
+            readonly = option == "ro"
+        elif option in _PROPAGATION_OPTIONS:
+            propagation = _PROPAGATION_OPTIONS[option]
+        elif option not in _BIND_OPTIONS:
+            raise EditRefused("mounts", f"{where} has option {option!r}: a request's bind mount carries only "
+                                        f"ro/rw and a propagation (private, slave, shared)")
+    return BindMount(mount.destination, mount.source, readonly, propagation)
+
+
+def apply_mounts(edits: ContainerEdits, mounts: list[nri.Mount]) -> ContainerEdits:
+    """One adjustment's mounts, as containerd/nri folds them: removals first, then additions (so "-/dest" with
+    "/dest" replaces; a removal of what the request lacks is fine when the same adjustment adds it)."""
+    added = [bind_mount(mount) for mount in mounts if not marked(mount.destination)[1]]
+    readded = {mount.destination for mount in added}
+    for mount in mounts:
+        destination, removal = marked(mount.destination)
+        if removal and not (destination in readded and edits.mount_at(destination) is None):
+            edits = remove_mount(edits, destination)
+    for bind in added:
+        edits = put_mount(edits, bind)
+    return edits
+
+
+def apply_devices(edits: ContainerEdits, devices: list[nri.LinuxDevice], stat_path: Stat = os.stat) -> ContainerEdits:
+    """One adjustment's devices: removals first, then additions (as apply_mounts)."""
+    added = [host_device(device, stat_path) for device in devices if not marked(device.path)[1]]
+    readded = {device.path for device in added}
+    for device in devices:
+        path, removal = marked(device.path)
+        if removal and not (path in readded and edits.device_at(path) is None):
+            edits = remove_device(edits, path)
+    for host in added:
+        edits = put_device(edits, host)
+    return edits
+
+
+def remove_mount(edits: ContainerEdits, destination: str) -> ContainerEdits:
+    if edits.mount_at(destination) is None:
+        raise EditRefused("mounts", f"mounts[-{destination}]: the request has no mount at {destination}; a mount "
+                                    f"the runtime adds itself cannot be removed through the request")
+    return edits.with_mounts(tuple(m for m in edits.mounts if m.destination != destination))
+
+
+def put_mount(edits: ContainerEdits, mount: BindMount) -> ContainerEdits:
+    """Replaces a mount at the same destination (in its place) or adds it at the end."""
+    if edits.mount_at(mount.destination) is None:
+        return edits.with_mounts((*edits.mounts, mount))
+    return edits.with_mounts(tuple(mount if m.destination == mount.destination else m for m in edits.mounts))
+
+
+def host_device(device: nri.LinuxDevice, stat_path: Stat = os.stat) -> Device:
+    """An NRI device as a request can carry it (the host node at that path), or EditRefused."""
+    where = f"linux.devices[{device.path}]"
+    try:
+        found = stat_path(device.path)
+    except OSError as error:
+        raise EditRefused("linux.devices", f"{where}: no device node on the host ({error.strerror}); the "
+                                           f"runtime copies the host's node into the container") from None
+    kind = _DEVICE_TYPES.get(stat.S_IFMT(found.st_mode))
+    if kind is None:
+        raise EditRefused("linux.devices", f"{where}: {device.path} on the host is not a device node")
+    wanted = "c" if device.type == "u" else device.type
+    numbers = (os.major(found.st_rdev), os.minor(found.st_rdev))
+    if (wanted, device.major, device.minor) != (kind, *numbers):
+        raise EditRefused("linux.devices", f"{where}: the plugin asks for {device.type} {device.major}:"
+                                           f"{device.minor}, the host node is {kind} {numbers[0]}:{numbers[1]}")
+    for name, present, value, host_value in (
+        ("file_mode", device.HasField("file_mode"), device.file_mode.value, stat.S_IMODE(found.st_mode)),
+        ("uid", device.HasField("uid"), device.uid.value, found.st_uid),
+        ("gid", device.HasField("gid"), device.gid.value, found.st_gid),
+    ):
+        if present and value != host_value:
+            shown = oct if name == "file_mode" else str
+            raise EditRefused("linux.devices", f"{where}: {name} {shown(value)} differs from the host node's "
+                                               f"({shown(host_value)}); the runtime gives the device the host "
+                                               f"node's")
+    return Device(device.path, device.path)
+
+
+def remove_device(edits: ContainerEdits, path: str) -> ContainerEdits:
+    if edits.device_at(path) is None:
+        raise EditRefused("linux.devices", f"linux.devices[-{path}]: the request has no device at {path}; a "
+                                           f"device the runtime adds itself cannot be removed through the request")
+    return edits.with_devices(tuple(d for d in edits.devices if d.path != path))
+
+
+def put_device(edits: ContainerEdits, device: Device) -> ContainerEdits:
+    if edits.device_at(device.path) is None:
+        return edits.with_devices((*edits.devices, device))
+    return edits.with_devices(tuple(device if d.path == device.path else d for d in edits.devices))
+
+
+def check_device_rules(edits: ContainerEdits, rules: list[nri.LinuxDeviceCgroup], stat_path: Stat = os.stat) -> None:
+    """Device cgroup rules: each must only allow what one of the container's devices gets anyway."""
+    granted: dict[tuple[str, int | None, int | None], frozenset[str]] = {}
+    for device in edits.devices:
+        message = device_message(device, stat_path)
+        if message.type:
+            key = (message.type, message.major, message.minor)
+            granted[key] = granted.get(key, frozenset()) | frozenset(device.permissions)
+    for rule in rules:
+        access = frozenset(rule.access or "rwm")
+        key = (rule.type, rule.major.value if rule.HasField("major") else None,
+               rule.minor.value if rule.HasField("minor") else None)
+        if not rule.allow or not access <= _ACCESS or not access <= granted.get(key, frozenset()):
+            raise EditRefused("linux.resources.devices", f"linux.resources.devices: the rule {_rule_text(rule)!r} "
+                                                         f"is not what a device of the container gets; a request "
+                                                         f"carries no device cgroup rules")
+
+
+def _rule_text(rule: nri.LinuxDeviceCgroup) -> str:
+    major, minor = (rule.major.value if rule.HasField("major") else "*"), \
+        (rule.minor.value if rule.HasField("minor") else "*")
+    return f"{'allow' if rule.allow else 'deny'} {rule.type or 'a'} {major}:{minor} {rule.access}"
+
+
+def apply_args(edits: ContainerEdits, args: list[str]) -> ContainerEdits:
+    argv = args[1:] if args and args[0] == "" else args
+    return replace(edits, args=tuple(argv)) if argv else edits

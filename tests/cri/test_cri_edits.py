@@ -1,0 +1,82 @@
+"""A CRI CreateContainerRequest <-> ContainerEdits (cri.edits): containerd 1.6's argv rule, mounts, devices and
+the RDT class annotations as goresctrl reads them; written back so that what the plugins kept stays byte-exact."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from runtimeproxy.cri.edits import (
+    RDT_CONTAINER_ANNOTATION,
+    RDT_POD_ANNOTATION,
+    RDT_POD_CONTAINER_PREFIX,
+    apply_edits,
+    container_edits,
+    process_argv,
+)
+from runtimeproxy.cri.images import entrypoint_and_cmd_of
+from runtimeproxy.hooks.edits import BindMount, Device
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+
+
+def request() -> cri.CreateContainerRequest:
+    config = cri.ContainerConfig(
+        metadata=cri.ContainerMetadata(name="app"), image=cri.ImageSpec(image="busybox"), args=["-x"],
+        mounts=[cri.Mount(container_path="/data", host_path="/srv/data", selinux_relabel=True),
+                cri.Mount(container_path="/logs", host_path="/srv/logs", readonly=True,
+                          propagation=cri.PROPAGATION_HOST_TO_CONTAINER)],
+        devices=[cri.Device(container_path="/dev/xvdb", host_path="/dev/loop7", permissions="r")])
+    return cri.CreateContainerRequest(pod_sandbox_id="p1", config=config, sandbox_config=cri.PodSandboxConfig(
+        annotations={RDT_POD_ANNOTATION: "silver"}))
+
+
+def test_the_argv_is_containerds_command_args_and_image_fallback() -> None:
+    config = request().config
+    assert process_argv(config, ["/entry"], ["image-cmd"]) == ("/entry", "-x")  # no command: image Entrypoint
+    del config.args[:]
+    assert process_argv(config, ["/entry"], ["image-cmd"]) == ("/entry", "image-cmd")  # nor args: image Cmd
+    config.command.append("/bin/app")
+    assert process_argv(config, ["/entry"], ["image-cmd"]) == ("/bin/app",)  # a command: no image part
+
+
+def test_mounts_devices_and_the_rdt_class_as_containerd_reads_them() -> None:
+    wire = request()
+    edits = container_edits(wire, ("/entry", "-x"))
+    assert edits.mounts == (BindMount("/data", "/srv/data"), BindMount("/logs", "/srv/logs", True, "rslave"))
+    assert edits.devices == (Device("/dev/xvdb", "/dev/loop7", "r"),)
+    assert edits.rdt_class == "silver"  # the pod-wide annotation
+    wire.sandbox_config.annotations[RDT_POD_CONTAINER_PREFIX + "app"] = "bronze"
+    assert container_edits(wire, ()).rdt_class == "bronze"
+    wire.config.annotations[RDT_CONTAINER_ANNOTATION] = "gold"
+    assert container_edits(wire, ()).rdt_class == "gold"  # the container annotation wins
+    assert container_edits(request(), ()).carries == frozenset({"args", "mounts", "devices", "rdt_class"})
+
+
+def test_written_back_kept_entries_stay_as_they_were_and_new_ones_are_appended() -> None:
+    wire = request()
+    seen = container_edits(wire, ("/entry", "-x"))
+    after = replace(seen, args=("/bin/sh", "-c", "true"),
+                    mounts=(seen.mounts[0], BindMount("/cache", "/srv/cache", True, "rshared")),
+                    devices=(Device("/dev/fuse", "/dev/fuse"),), rdt_class="gold")
+    apply_edits(wire, after, after.changed_kinds(seen))
+    config = wire.config
+    assert (list(config.command), list(config.args)) == (["/bin/sh", "-c", "true"], [])
+    assert list(config.mounts) == [
+        cri.Mount(container_path="/data", host_path="/srv/data", selinux_relabel=True),  # kept as it was
+        cri.Mount(container_path="/cache", host_path="/srv/cache", readonly=True,
+                  propagation=cri.PROPAGATION_BIDIRECTIONAL)]
+    assert list(config.devices) == [cri.Device(container_path="/dev/fuse", host_path="/dev/fuse", permissions="rwm")]
+    assert config.annotations[RDT_CONTAINER_ANNOTATION] == "gold"
+
+
+def test_kinds_that_did_not_change_are_not_touched() -> None:
+    wire = request()
+    seen = container_edits(wire, ("/entry", "-x"))
+    apply_edits(wire, seen, seen.changed_kinds(seen))
+    assert wire == request()
+
+
+def test_the_images_entrypoint_and_cmd_come_from_containerds_verbose_image_info() -> None:
+    info = '{"imageSpec": {"config": {"Entrypoint": ["/entry"], "Cmd": ["sh"]}}}'
+    assert entrypoint_and_cmd_of(cri.ImageStatusResponse(info={"info": info}), "busybox") == (["/entry"], ["sh"])
+    for unreadable in ({"info": "not json"}, {"info": '["a list"]'}, {}):
+        assert entrypoint_and_cmd_of(cri.ImageStatusResponse(info=unreadable), "busybox") == ([], [])
