@@ -10,6 +10,7 @@ runtime.v1 and runtime.v1alpha2.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -65,8 +66,10 @@ async def abort_on(failure: HookFailed, context: Context) -> None:
 
 
 class RuntimeHooks:
-    def __init__(self, service: HookService, records: RecordSource) -> None:
+    def __init__(self, service: HookService, records: RecordSource,
+                 remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.points = HookPoints(service, records)
+        self._remove_sandbox = remove_sandbox  # undoes a RunPodSandbox an NRI plugin failed
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {
@@ -99,7 +102,14 @@ class RuntimeHooks:
             apply_to_pod_config(request.config, run.request)
             data = request.SerializeToString()
         response = await relay(data, context)
-        await self.points.pod_sandbox_ran(response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id"), run)
+        pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
+        try:
+            await self.points.pod_sandbox_ran(pod_id, run)
+        except HookFailed as failure:  # an NRI plugin failed RunPodSandbox: as containerd, no sandbox is left
+            if self._remove_sandbox is not None:
+                await self._remove_sandbox(pod_id)
+            await abort_on(failure, context)
+            raise
         return response
 
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:

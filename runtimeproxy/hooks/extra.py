@@ -5,7 +5,8 @@ puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute re
 (hooks.points) call it after the hook-protocol chain, so the extra plugins see the request as the hook
 plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
 (CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
-`notify` for the others. `adjust` raises hooks.dispatcher.HookFailed to fail the call.
+`notify` for the others. Both raise hooks.dispatcher.HookFailed to fail the call (`notify` only where
+containerd with NRI fails it: RunPodSandbox and StartContainer).
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
@@ -69,7 +70,7 @@ class ExtraPlugins(Protocol):
         """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated)."""
 
     async def notify(self, event: str, subject: Subject) -> None:
-        """Any other event; never fails the call."""
+        """Any other event; raises HookFailed only for RunPodSandbox and StartContainer (as containerd)."""
 
 
 class _NoExtraPlugins:
