@@ -74,11 +74,13 @@ class NriPlugin:
             await self.runtime.call(RUNTIME_SERVICE, "RegisterPlugin", nri.RegisterPluginRequest(
                 plugin_name=self.name, plugin_idx=self.index, NRI_version="v0.8.0"), nri.Empty, timeout=5)
 
-    async def update_containers(self, *updates: nri.ContainerUpdate) -> nri.UpdateContainersResponse:
+    async def update_containers(self, *updates: nri.ContainerUpdate,
+                                evict: tuple[nri.ContainerEviction, ...] = ()) -> nri.UpdateContainersResponse:
+        """UpdateContainers on its own: `updates` of containers, and containers to `evict`."""
         assert self.runtime is not None
         return await self.runtime.call(RUNTIME_SERVICE, "UpdateContainers",
-                                       nri.UpdateContainersRequest(update=updates), nri.UpdateContainersResponse,
-                                       timeout=5)
+                                       nri.UpdateContainersRequest(update=updates, evict=evict),
+                                       nri.UpdateContainersResponse, timeout=5)
 
     def requests(self, method: str) -> list[Message]:
         return [request for name, request in self.received if name == method]

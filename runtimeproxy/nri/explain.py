@@ -17,9 +17,11 @@ from collections.abc import Sequence
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceRecorder, pod_key
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 # Outcomes (hooks.stats, nri_calls_total) that are a refusal of the answer rather than a failed call.
@@ -51,10 +53,17 @@ def asked_of_others(updates: Sequence[nri.ContainerUpdate], evictions: Sequence[
 
 
 class EventRecord:
-    def __init__(self, event: str, request: Message | None, recorder: TraceRecorder | None) -> None:
+    def __init__(self, event: str, subject: Subject, recorder: TraceRecorder | None) -> None:
+        """The event's subject is traced as its request: the container (with its pod's metadata), else the pod."""
         self.event = event
         self._recorder = recorder
+        request: Message | None = subject.container if subject.container is not None else subject.pod
         traced = recorder is not None and recorder.enabled and request is not None
+        if traced and subject.container is not None and subject.pod is not None \
+                and not subject.container.HasField("pod_meta"):
+            request = hooks.ContainerResourceHookRequest()
+            request.CopyFrom(subject.container)
+            request.pod_meta.CopyFrom(subject.pod.pod_meta)  # whose trace it belongs to
         self._chain = ChainRecord(hook_name(event), request if request is not None else nri.Empty(), traced)
 
     def ok(self, plugin_id: str, seconds: float, shadow: bool, notes: Sequence[str] = ()) -> None:

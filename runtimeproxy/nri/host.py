@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -313,8 +312,7 @@ class NriHost:
         if subject.container is not None:
             container = convert.container(subject.container_id, subject.pod_id, subject.container,
                                           _STATE.get(event, nri.CONTAINER_UNKNOWN))
-        record = EventRecord(event, subject.container if subject.container is not None else subject.pod,
-                             self.trace)
+        record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
         for plugin in self._subscribers(event):
             shadow = self.in_shadow(plugin)
@@ -357,7 +355,7 @@ class NriHost:
         assert subject.container is not None
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
         adjustments = Adjustments(subject.container)
-        record = EventRecord(event, subject.container, self.trace)
+        record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
         try:
             for plugin in self._subscribers(event):
@@ -378,7 +376,9 @@ class NriHost:
         """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
         of other containers. Raises HookFailed for an answer that fails the call."""
         shadow = self.in_shadow(plugin)
-        folded = copy.deepcopy(adjustments) if shadow else adjustments  # a shadow's conflicts are seen too
+        # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
+        # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
+        folded = Adjustments(adjustments.container) if shadow else adjustments
         before = hooks.ContainerResourceHookRequest()
         before.CopyFrom(folded.container)
         container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0))

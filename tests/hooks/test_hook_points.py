@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
-from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed
+from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
 from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
@@ -312,3 +312,35 @@ def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_re
         (extra.STOP_POD_SANDBOX, "p1", ""), (extra.REMOVE_CONTAINER, "p1", "c1"),
         (extra.REMOVE_POD_SANDBOX, "p1", ""),
     ]
+
+
+@dataclass
+class FailingRunExtra(RecordingExtra):
+    """Fails RunPodSandbox as an NRI plugin answering an error does (nri.host raises HookFailed)."""
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        await super().notify(event, subject)
+        if event == extra.RUN_POD_SANDBOX:
+            point = HookPoint("NRI RunPodSandbox", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
+            raise HookFailed(point, NamedPlugin("10-refuser", Path("/run/nri.sock")), grpc.StatusCode.UNKNOWN,
+                             "INVALID_ARGUMENT: no room")
+
+
+@dataclass(frozen=True)
+class NamedPlugin:
+    name: str
+    endpoint: Path
+
+
+def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_removed_and_forgotten(
+        core: Points) -> None:
+    recorder = core.core.extra = FailingRunExtra()
+    points = core.points
+    run = core.run(points.pre_run_pod_sandbox(pod_request(), None))
+    with pytest.raises(HookFailed) as failed:
+        core.run(points.pod_sandbox_ran("p1", run))
+    assert "10-refuser" in str(failed.value) and failed.value.code is grpc.StatusCode.UNKNOWN
+    # As containerd's NRI integration: the plugins hear the pod stopped and was removed.
+    assert recorder.events == [(extra.RUN_POD_SANDBOX, "p1", ""), (extra.STOP_POD_SANDBOX, "p1", ""),
+                               (extra.REMOVE_POD_SANDBOX, "p1", "")]
+    assert core.core.store.pod("p1") is None
