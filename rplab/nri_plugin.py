@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +145,20 @@ def shares(value: int) -> nri.LinuxResources:
 
 def update_shares(container_id: str, value: int) -> nri.ContainerUpdate:
     return nri.ContainerUpdate(container_id=container_id, linux=nri.LinuxContainerUpdate(resources=shares(value)))
+
+
+def install_noop(plugin_dir: Path, plugin_id: str = "10-noop") -> Path:
+    """The no-op plugin as an executable `plugin_id` in `plugin_dir` (for `--nri-plugin-path`: the proxy launches
+    it as NRI runtimes do); directory and file made as the proxy trusts them (0755)."""
+    from rplab import CHECKOUT
+
+    plugin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    plugin_dir.chmod(0o755)
+    plugin = plugin_dir / plugin_id
+    plugin.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(CHECKOUT)!r})\n"
+                      "from rplab.nri_plugin import main\nmain()\n")
+    plugin.chmod(0o755)
+    return plugin
 
 
 async def _serve_noop(socket_path: Path | None, name: str, index: str) -> None:
