@@ -1,6 +1,6 @@
 """NRI plugins for operators: `runtimeproxyctl status` lists them with their calls by event, /metrics counts them,
-and `runtimeproxyctl disable/enable` toggles one by its id (in-process proxy hosting NRI, the project's own NRI
-plugin on its socket)."""
+`runtimeproxyctl disable/enable` toggles one by its id and `shadow` puts it on trial, its calls in `trace`
+(in-process proxy hosting NRI, the project's own NRI plugin on its socket)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,9 @@ def test_shadow_puts_an_nri_plugin_on_trial_by_its_id_and_its_calls_are_traced(h
     code, out = ctl(proxy, "shadow", "10-ops")
     assert code == EXIT_OK, out
     assert proxy.nri.in_shadow(proxy.nri.plugins[0])
+    (shown,) = json.loads(ctl(proxy, "status", "-o", "json")[1])["nri_plugins"]
+    assert shown["shadow"]
+    assert "10-ops  enabled, in shadow" in ctl(proxy, "status")[1]
     run_pod(proxy, loop_thread)
     assert len(plugin.requests("RunPodSandbox")) == 1  # called in shadow
     code, out = ctl(proxy, "trace", "web")
