@@ -153,9 +153,9 @@ class HookPoints:
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
             try:
                 await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
-            except HookFailed as failure:
-                log.warning("%s; the sandbox %s is removed", failure, pod_id,
-                            extra=failure_fields(failure.plugin, failure.point, failure.code))
+            except HookFailed as failure:  # logged where it was raised
+                log.warning("RunPodSandbox failed by %s: the sandbox %s is stopped and removed", failure.plugin.name,
+                            pod_id, extra=failure_fields(failure.plugin, failure.point, failure.code))
                 await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
                 await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
                 self.store.remove_pod(pod_id)
