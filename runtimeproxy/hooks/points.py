@@ -207,12 +207,18 @@ class HookPoints:
             await self._notify_extra(extra.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
-        """The start carries nothing to change: plugins act on the container's cgroups themselves."""
+        """The start carries nothing to change: plugins act on the container's cgroups themselves. An extra plugin
+        failing StartContainer fails the start (HookFailed) and the extra plugins hear StopContainer, as
+        containerd does for a start NRI failed."""
         if self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
             request = await self.context.container_request(container_id)
             if request is not None:
                 await self._pre_hook(points.PRE_START_CONTAINER, request, time_remaining)
-        await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
+        try:
+            await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
+        except HookFailed:
+            await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
+            raise
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),

@@ -485,6 +485,19 @@ class NriHost:
                     plugin_id, container_id, current or "an UpdateContainers of its own", reason,
                     extra={"plugin": plugin_id})
         self.stats.evicted(plugin_id, OK)
+        await self._notify_stopped(container_id)
+
+    async def _notify_stopped(self, container_id: str) -> None:
+        """containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
+        container held): so do they here. The proxy's stop bypasses the hook points: this is its event."""
+        record = self.store.container(container_id)
+        if record is None or not self.wants(extra.STOP_CONTAINER):
+            return
+        pod = self.store.pod(record.pod_id)
+        if pod is not None and pod.skip_hooks:
+            return
+        await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
+                                                        container_id, record.info))
 
     async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
         failed = await self._apply_updates(plugin_id, updates)

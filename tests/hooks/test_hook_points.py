@@ -315,13 +315,14 @@ def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_re
 
 
 @dataclass
-class FailingRunExtra(RecordingExtra):
-    """Fails RunPodSandbox as an NRI plugin answering an error does (nri.host raises HookFailed)."""
+class FailingExtra(RecordingExtra):
+    """Fails RunPodSandbox and StartContainer as an NRI plugin answering an error does (nri.host raises
+    HookFailed)."""
 
     async def notify(self, event: str, subject: Subject) -> None:
         await super().notify(event, subject)
-        if event == extra.RUN_POD_SANDBOX:
-            point = HookPoint("NRI RunPodSandbox", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
+        if event in (extra.RUN_POD_SANDBOX, extra.START_CONTAINER):
+            point = HookPoint(f"NRI {event}", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
             raise HookFailed(point, NamedPlugin("10-refuser", Path("/run/nri.sock")), grpc.StatusCode.UNKNOWN,
                              "INVALID_ARGUMENT: no room")
 
@@ -334,7 +335,7 @@ class NamedPlugin:
 
 def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_removed_and_forgotten(
         core: Points) -> None:
-    recorder = core.core.extra = FailingRunExtra()
+    recorder = core.core.extra = FailingExtra()
     points = core.points
     run = core.run(points.pre_run_pod_sandbox(pod_request(), None))
     with pytest.raises(HookFailed) as failed:
@@ -344,3 +345,13 @@ def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped
     assert recorder.events == [(extra.RUN_POD_SANDBOX, "p1", ""), (extra.STOP_POD_SANDBOX, "p1", ""),
                                (extra.REMOVE_POD_SANDBOX, "p1", "")]
     assert core.core.store.pod("p1") is None
+
+
+def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins_hear_it_stopped(
+        core: Points) -> None:
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_container("c1", ContainerRecord("p1", container_request()))
+    recorder = core.core.extra = FailingExtra()
+    with pytest.raises(HookFailed):
+        core.run(core.points.pre_start_container("c1", None))
+    assert recorder.events == [(extra.START_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1")]

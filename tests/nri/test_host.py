@@ -251,16 +251,25 @@ def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_count
     async def scenario() -> None:
         async with host_on(socket_path, store) as host:
             host.evictor = evictor
-            kit = plugin("evicts", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, evicting))
+            kit = plugin("evicts", "10", event_mask(nri.CREATE_CONTAINER, nri.STOP_CONTAINER),
+                         CreateContainer=(nri.CreateContainerRequest, evicting),
+                         StopContainer=(nri.StopContainerRequest, _stopped))
             await attached(host, kit)
             result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
             assert result == container_info()  # a failed eviction never fails the call (as containerd)
             assert stopped == ["ctr-victim"]
             answer = await kit.update_containers(evict=(eviction("ctr-late", "pressure"),))
             assert list(answer.failed) == [] and stopped == ["ctr-victim", "ctr-late"]
+            # As containerd's own StopContainer, an eviction is a StopContainer event for the plugins.
+            assert [request.container.id for request in kit.requests("StopContainer")] == \
+                ["ctr-victim", "ctr-late"]  # type: ignore[attr-defined]
             assert host.stats.evictions == {("10-evicts", "ok"): 2, ("10-evicts", "failed"): 1,
                                             ("10-evicts", "unknown"): 1}
     run(scenario())
+
+
+async def _stopped(kit: NriPlugin, request: Message) -> Message:
+    return nri.StopContainerResponse()
 
 
 # --- failing notifications ----------------------------------------------------------------------------------
