@@ -318,7 +318,7 @@ def render_trace(trace: admin.TraceResponse) -> str:
         lines += ["", f"{_when_precise(entry.unix_seconds)}  {entry.hook}  {entry.target}",
                   f"  request: {entry.request or '(empty)'}"]
         for step in entry.steps:
-            lines += _step_lines(step, width, entry.hook.startswith("Pre"))
+            lines += _step_lines(step, width, entry.hook.startswith("Pre") or entry.hook in _NRI_CHANGING)
         for collision in entry.collisions:
             lines.append(f"  COLLISION {collision.field}: {collision.earlier_plugin} set {collision.earlier_value}, "
                          f"{collision.later_plugin} set {collision.later_value}; {collision.later_plugin} wins")
@@ -328,6 +328,10 @@ def render_trace(trace: admin.TraceResponse) -> str:
         else:
             lines.append(f"  => {entry.result}" + (" unchanged" if entry.result == "sent to the runtime" else ""))
     return "\n".join(lines) + "\n"
+
+
+# NRI events whose answers change the call (nri.explain names them "NRI <event>" in the trace).
+_NRI_CHANGING = frozenset({"NRI CreateContainer", "NRI UpdateContainer"})
 
 
 def _step_lines(step: admin.TraceStep, width: int, pre_hook: bool) -> list[str]:
