@@ -28,6 +28,7 @@ from rplab.docker_images import build_docker_archives
 from rplab.dockerd import DockerdInstance, DockerModeProxy, check_docker_prerequisites, docker_api_ping
 from rplab.example_plugin import registration
 from rplab.images import build_and_import
+from rplab.nri_plugin import install_noop
 from rplab.process import ProxyProcess
 from rplab.synthetic import list_containers_response
 from runtimeproxy.admin.ctl import main as ctl_main
@@ -373,12 +374,9 @@ class Lab:
         def start() -> Peer:
             directory = self.base / "nri"
             plugins = directory / "plugins"
-            plugins.mkdir(mode=0o755, parents=True)
+            directory.mkdir(mode=0o755, parents=True)
             directory.chmod(0o755)
-            plugin = plugins / "10-noop"
-            plugin.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                              "from rplab.nri_plugin import main\nmain()\n")
-            plugin.chmod(0o755)
+            install_noop(plugins)
             peer = self._proxy("nri-proxy", self.containerd, log_level="info", extra_args=(
                 f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={plugins}",
                 f"--nri-plugin-config-path={directory / 'conf.d'}"))

@@ -5,8 +5,9 @@ bridge network and starts a private containerd whose registry mirror config send
 ``registry.k8s.io``, ``gcr.io`` and ``docker.io`` to that registry. The lab's own pause and busybox images are
 imported too. Everything lives under one directory and is removed on exit (pods, bridge, registry).
 
-``run_conformance`` runs critest in that lab three times: direct, through a bare proxy, and through a proxy
-with a koordlet-style echo plugin on all seven hooks.
+``run_conformance`` runs critest in that lab four times: direct, through a bare proxy, through a proxy with a
+koordlet-style echo plugin on all seven hooks, and through a proxy hosting NRI with the project's no-op NRI
+plugin (rplab.nri_plugin, launched by the proxy) on every NRI event.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from rplab import CHECKOUT
 from rplab.cni import remove_bridge, write_bridge_network
@@ -25,6 +27,7 @@ from rplab.containerd import DEFAULT_CNI_BIN_DIR, ContainerdInstance, check_prer
 from rplab.critest import CritestResult, run_critest_retrying
 from rplab.example_plugin import plugin_process, registration
 from rplab.images import build_and_import
+from rplab.nri_plugin import install_noop
 from rplab.process import ProxyProcess
 from rplab.registry import LocalRegistry, write_mirror_config
 from runtimeproxy.hooks.names import HOOK_NAMES
@@ -34,6 +37,7 @@ from runtimeproxy.hooks.names import HOOK_NAMES
 CONFORMANCE_PROGRAMS = (("docker-registry", "docker-registry"), ("ipcmk", "util-linux"), ("ipcs", "util-linux"),
                         ("pgrep", "procps"), ("ip", "iproute2"), ("iptables", "iptables"))
 CNI_PLUGINS = ("bridge", "host-local", "portmap", "loopback")
+T = TypeVar("T")
 
 
 def conformance_prerequisites() -> str | None:
@@ -88,6 +92,10 @@ class ConformanceLab:
     def stop(self) -> None:
         self._stack.close()
 
+    def keep(self, context: AbstractContextManager[T]) -> T:
+        """Enter `context` for the lab's life (closed, before the lab's own parts, when it stops)."""
+        return self._stack.enter_context(context)
+
     def __enter__(self) -> ConformanceLab:
         self.start()
         return self
@@ -97,7 +105,8 @@ class ConformanceLab:
         self.stop()
 
 
-CRITEST_TARGETS = ("direct", "proxy", "proxy+plugin")
+CRITEST_TARGETS = ("direct", "proxy", "proxy+plugin", "proxy+nri")
+NRI_PLUGIN_ID = "10-noop"
 REPORT_DIR_ENV = "RUNTIMEPROXY_REPORT_DIR"
 
 
@@ -140,9 +149,29 @@ def echo_hooked_proxy_in(directory: Path, runtime_address: str) -> Iterator[Prox
             yield proxy
 
 
+@contextmanager
+def nri_hosting_proxy(lab: ConformanceLab, name: str) -> Iterator[ProxyProcess]:
+    """A proxy in front of the lab's containerd hosting NRI, with the no-op NRI plugin (NRI_PLUGIN_ID) launched
+    from its plugin directory and subscribed to every event; yielded once the plugin is attached (its calls per
+    event are in `runtimeproxyctl status`)."""
+    directory = lab.base_dir / name
+    install_noop(directory / "nri-plugins", NRI_PLUGIN_ID)
+    proxy = ProxyProcess(directory / "proxy" / "rp.sock", lab.containerd.address, extra_args=[
+        f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={directory / 'nri-plugins'}",
+        f"--nri-plugin-config-path={directory / 'nri-conf.d'}", "--log-level=info"])
+    with proxy:
+        proxy.wait_for_log(f"NRI plugin {NRI_PLUGIN_ID} attached", timeout=30)
+        yield proxy
+
+
 def echo_record(lab: ConformanceLab, name: str) -> Path:
     """The hook calls the echo plugin of ``echo_hooked_proxy(lab, name)`` received, one JSON line each."""
     return echo_record_in(lab.base_dir / name)
+
+
+def critest_nri_admin(lab: ConformanceLab) -> Path:
+    """The admin socket of run_conformance's NRI-hosting proxy (its plugin's calls per event: `status`)."""
+    return lab.base_dir / "critest-nri" / "proxy" / "admin.sock"
 
 
 def echo_record_in(directory: Path) -> Path:
@@ -152,16 +181,19 @@ def echo_record_in(directory: Path) -> Path:
 
 def run_conformance(lab: ConformanceLab, critest: Path, report_dir: Path,
                     on_result: Callable[[str, CritestResult, Path], None] | None = None) -> dict[str, CritestResult]:
-    """critest direct, through a bare proxy and through the echo-hooked proxy, one after the other.
+    """critest direct, through a bare proxy, the echo-hooked proxy and the NRI-hosting proxy, one after the other.
 
     Reports go to ``report_dir/critest-<target>.xml``; ``on_result`` hears about each run as it ends. The
-    echo plugin's record is ``echo_record(lab, "critest-hooked")``.
+    echo plugin's record is ``echo_record(lab, "critest-hooked")``; the NRI proxy's admin socket is
+    ``critest_nri_admin(lab)``, left open for its `status` until the lab stops.
     """
     results: dict[str, CritestResult] = {}
     with ExitStack() as stack:
         bare = stack.enter_context(ProxyProcess(lab.base_dir / "critest-bare" / "rp.sock", lab.containerd.address))
         hooked = stack.enter_context(echo_hooked_proxy(lab, "critest-hooked"))
-        sockets = {"direct": Path(lab.containerd.address), "proxy": bare.listen_path, "proxy+plugin": hooked.listen_path}
+        hosting = lab.keep(nri_hosting_proxy(lab, "critest-nri"))
+        sockets = {"direct": Path(lab.containerd.address), "proxy": bare.listen_path,
+                   "proxy+plugin": hooked.listen_path, "proxy+nri": hosting.listen_path}
         for target in CRITEST_TARGETS:
             report = report_dir / f"critest-{target.replace('+', '-')}.xml"
             results[target] = run_critest_retrying(critest, sockets[target], report)

@@ -17,6 +17,7 @@ import asyncio
 import os
 import socket
 import stat
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,11 +76,13 @@ class NriPlugin:
             await self.runtime.call(RUNTIME_SERVICE, "RegisterPlugin", nri.RegisterPluginRequest(
                 plugin_name=self.name, plugin_idx=self.index, NRI_version="v0.8.0"), nri.Empty, timeout=5)
 
-    async def update_containers(self, *updates: nri.ContainerUpdate) -> nri.UpdateContainersResponse:
+    async def update_containers(self, *updates: nri.ContainerUpdate,
+                                evict: tuple[nri.ContainerEviction, ...] = ()) -> nri.UpdateContainersResponse:
+        """UpdateContainers on its own: `updates` of containers, and containers to `evict`."""
         assert self.runtime is not None
         return await self.runtime.call(RUNTIME_SERVICE, "UpdateContainers",
-                                       nri.UpdateContainersRequest(update=updates), nri.UpdateContainersResponse,
-                                       timeout=5)
+                                       nri.UpdateContainersRequest(update=updates, evict=evict),
+                                       nri.UpdateContainersResponse, timeout=5)
 
     def requests(self, method: str) -> list[Message]:
         return [request for name, request in self.received if name == method]
@@ -159,6 +162,20 @@ def rdt_class(name: str) -> nri.LinuxResources:
 
 def update_shares(container_id: str, value: int) -> nri.ContainerUpdate:
     return nri.ContainerUpdate(container_id=container_id, linux=nri.LinuxContainerUpdate(resources=shares(value)))
+
+
+def install_noop(plugin_dir: Path, plugin_id: str = "10-noop") -> Path:
+    """The no-op plugin as an executable `plugin_id` in `plugin_dir` (for `--nri-plugin-path`: the proxy launches
+    it as NRI runtimes do); directory and file made as the proxy trusts them (0755)."""
+    from rplab import CHECKOUT
+
+    plugin_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    plugin_dir.chmod(0o755)
+    plugin = plugin_dir / plugin_id
+    plugin.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(CHECKOUT)!r})\n"
+                      "from rplab.nri_plugin import main\nmain()\n")
+    plugin.chmod(0o755)
+    return plugin
 
 
 async def _serve_noop(socket_path: Path | None, name: str, index: str) -> None:

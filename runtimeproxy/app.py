@@ -104,7 +104,9 @@ class Proxy:
     async def _start_nri(self, socket_path: Path) -> None:
         """NRI plugins as plugins of the hook core: the host goes on the hook service (launching the plugins of
         the plugin directory); updates of other containers go through the frontend's own update (CRI's
-        UpdateContainerResources, Docker's POST /containers/{id}/update)."""
+        UpdateContainerResources, Docker's POST /containers/{id}/update), evictions through its own stop (CRI's
+        StopContainer, Docker's POST /containers/{id}/stop, both with timeout 0); calls are traced and
+        plugins put in shadow as the hook core's."""
         from runtimeproxy.nri.host import NriHost
         from runtimeproxy.trust import TrustedOwners
 
@@ -114,8 +116,11 @@ class Proxy:
                                   registration_timeout=options.nri_registration_timeout,
                                   request_timeout=options.nri_request_timeout, allows=service.toggles.allows,
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
-                                  owners=TrustedOwners.with_extra(options.hook_config_trusted_uids))
+                                  owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
+                                  trace=service.trace,
+                                  shadowed=lambda name: service.toggles.shadow_override(name) is True)
         host.updater = getattr(self.frontend, "update_container_resources", None)
+        host.evictor = getattr(self.frontend, "evict_container", None)
         await host.start()
         service.extra = host
 

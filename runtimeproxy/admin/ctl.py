@@ -244,21 +244,28 @@ def render_status(status: admin.StatusResponse) -> str:
 
 def _nri_plugin_lines(plugin: admin.NriPluginStatus) -> list[str]:
     state = "enabled" if plugin.enabled else f"DISABLED ({plugin.disabled_reason})"
+    if plugin.shadow:
+        state += ", in shadow (called, nothing carried out)"
     version = f", NRI {plugin.nri_version}" if plugin.nri_version else ""
     lines = [f"{plugin.name}  {state}  (toggle name {plugin.toggle_name})",
              f"  {plugin.kind}{version}, since {_when(plugin.connected_since_unix_seconds)}; "
              f"events {','.join(plugin.events) or '-'}"]
-    return lines + _stats_table("EVENT", plugin.event_stats)
+    return lines + _stats_table("EVENT", plugin.event_stats, plugin.shadow)
 
 
-def _stats_table(first: str, stats: Sequence[admin.HookStats]) -> list[str]:
+def _stats_table(first: str, stats: Sequence[admin.HookStats], shadow: bool = False) -> list[str]:
     if not stats:
         return []
     rows = [[h.hook, "on" if h.enabled else "OFF", str(h.calls), str(h.failures),
              _millis(h.p50_seconds), _millis(h.p99_seconds),
              f"{h.last_error} ({_when(h.last_error_unix_seconds)})" if h.last_error else "-"]
             for h in stats]
-    return ["  " + line for line in _table([first, "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"], rows)]
+    header = [first, "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"]
+    if shadow or any(h.shadow_changes for h in stats):
+        header.insert(4, "WOULD CHANGE/DIFFER")
+        for row, h in zip(rows, stats):
+            row.insert(4, f"{h.shadow_changes}/{h.shadow_disagreements}")
+    return ["  " + line for line in _table(header, rows)]
 
 
 def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
@@ -311,7 +318,7 @@ def render_trace(trace: admin.TraceResponse) -> str:
         lines += ["", f"{_when_precise(entry.unix_seconds)}  {entry.hook}  {entry.target}",
                   f"  request: {entry.request or '(empty)'}"]
         for step in entry.steps:
-            lines += _step_lines(step, width, entry.hook.startswith("Pre"))
+            lines += _step_lines(step, width, entry.hook.startswith("Pre") or entry.hook in _NRI_CHANGING)
         for collision in entry.collisions:
             lines.append(f"  COLLISION {collision.field}: {collision.earlier_plugin} set {collision.earlier_value}, "
                          f"{collision.later_plugin} set {collision.later_value}; {collision.later_plugin} wins")
@@ -321,6 +328,10 @@ def render_trace(trace: admin.TraceResponse) -> str:
         else:
             lines.append(f"  => {entry.result}" + (" unchanged" if entry.result == "sent to the runtime" else ""))
     return "\n".join(lines) + "\n"
+
+
+# NRI events whose answers change the call (nri.explain names them "NRI <event>" in the trace).
+_NRI_CHANGING = frozenset({"NRI CreateContainer", "NRI UpdateContainer"})
 
 
 def _step_lines(step: admin.TraceStep, width: int, pre_hook: bool) -> list[str]:

@@ -120,13 +120,31 @@ class ProxyCollector(Collector):
                                     labels=["plugin", "event", "outcome"])
         latency = HistogramMetricFamily(f"{PREFIX}_nri_call_duration_seconds",
                                         "Time an NRI plugin took to answer an event.", labels=["plugin", "event"])
+        shadow_changes = CounterMetricFamily(
+            f"{PREFIX}_nri_shadow_changes", "Answers of NRI plugins in shadow that would have changed the container.",
+            labels=["plugin", "event"])
+        disagreements = CounterMetricFamily(
+            f"{PREFIX}_nri_shadow_disagreements", "Answers of NRI plugins in shadow that would have set a field to "
+            "another value than the one applied.", labels=["plugin", "event"])
         for (plugin, event), stats in extra.stats.items():
             for outcome, count in sorted(stats.outcomes.items()):
                 calls.add_metric([plugin, event, outcome], count)
             if stats.latency.count:
                 _add_histogram(latency, [plugin, event], stats.latency)
+            if stats.shadow_changes or stats.shadow_disagreements:
+                shadow_changes.add_metric([plugin, event], stats.shadow_changes)
+                disagreements.add_metric([plugin, event], stats.shadow_disagreements)
+        evictions = CounterMetricFamily(
+            f"{PREFIX}_nri_evictions", "Containers NRI plugins asked to evict, by plugin and outcome (ok: stopped; "
+            "failed; unknown: not a container the proxy knows; shadow: the plugin is in shadow, not carried out).",
+            labels=["plugin", "outcome"])
+        for (plugin, outcome), count in sorted(extra.stats.evictions.items()):
+            evictions.add_metric([plugin, outcome], count)
         yield calls
         yield latency
+        yield shadow_changes
+        yield disagreements
+        yield evictions
 
     def _backend_and_store(self) -> Iterator[Metric]:
         reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable", "1 while the backend runtime socket is "

@@ -74,8 +74,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         hooks = self._parts.hooks
         notes: list[str] = []
         try:
-            await self._check_known(request.plugin)
-            name = plugin_file_name(request.plugin)
+            typed = self._plugin_name(request.plugin)
+            await self._check_known(typed)
+            name = plugin_file_name(typed)
             configured = next((p.config.shadow for p in hooks.registry.plugins if p.name == name), False)
             notes = hooks.toggles.set_shadow(name, shadow, configured, author=request.author)
         except UnknownPlugin as error:
@@ -94,17 +95,26 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         file of that name is registered. Raises ToggleError for per-hook toggles of an NRI plugin."""
         if request.all:
             return request.plugin
-        hooks = self._parts.hooks
-        name = request.plugin.strip()
+        name = self._plugin_name(request.plugin)
         if not name.startswith(EXTRA_PREFIX):
-            as_extra = extra_toggle_name(name)
-            known = plugin_file_name(name) in hooks.registry.config_file_names()
-            if known or not (as_extra in self._extra_names() or hooks.toggles.of(as_extra)):
-                return name
-            name = as_extra
+            return name
         if request.hooks:
             raise ToggleError(f"NRI plugin {name} is toggled whole: leave out --hook")
         return name
+
+    def _plugin_name(self, typed: str) -> str:
+        """A bare NRI plugin id (`10-name`) is its toggle name (`nri:10-name`) when it is attached or toggled,
+        unless a hook plugin config file of that name is registered."""
+        hooks = self._parts.hooks
+        name = typed.strip()
+        if name.startswith(EXTRA_PREFIX):
+            return name
+        as_extra = extra_toggle_name(name)
+        known = plugin_file_name(name) in hooks.registry.config_file_names()
+        if known or not (as_extra in self._extra_names() or hooks.toggles.of(as_extra)
+                         or hooks.toggles.shadow_override(as_extra) is not None):
+            return name
+        return as_extra
 
     def _extra_names(self) -> set[str]:
         return {plugin.toggle_name for plugin in self._parts.hooks.extra.statuses()}
@@ -144,7 +154,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def _knows(self, name: str) -> bool:
         hooks = self._parts.hooks
         return (name in hooks.registry.config_file_names() or name in self._extra_names()
-                or bool(hooks.toggles.of(name)))
+                or bool(hooks.toggles.of(name)) or hooks.toggles.shadow_override(name) is not None)
 
 
 class AdminServer:

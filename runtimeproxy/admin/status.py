@@ -130,13 +130,15 @@ def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
         answer = admin.NriPluginStatus(
             name=plugin.name, toggle_name=plugin.toggle_name, kind=plugin.kind, events=plugin.events,
             connected_since_unix_seconds=plugin.since_unix_seconds, nri_version=plugin.protocol_version,
-            enabled=enabled, disabled_reason="" if enabled else toggles.reason_for(plugin.toggle_name))
+            enabled=enabled, disabled_reason="" if enabled else toggles.reason_for(plugin.toggle_name),
+            shadow=toggles.shadow_override(plugin.toggle_name) is True)
         for event in plugin.events:
             calls = stats.of(plugin.name, event)
             answer.event_stats.append(admin.HookStats(
                 hook=event, enabled=enabled, calls=calls.calls, failures=calls.failures,
                 last_error=calls.last_error, last_error_unix_seconds=calls.last_error_unix_seconds,
-                p50_seconds=calls.percentile_seconds(0.50), p99_seconds=calls.percentile_seconds(0.99)))
+                p50_seconds=calls.percentile_seconds(0.50), p99_seconds=calls.percentile_seconds(0.99),
+                shadow_changes=calls.shadow_changes, shadow_disagreements=calls.shadow_disagreements))
         answers.append(answer)
     return answers
 

@@ -10,6 +10,7 @@ runtime.v1 and runtime.v1alpha2.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -68,9 +69,11 @@ async def abort_on(failure: HookFailed, context: Context) -> None:
 
 
 class RuntimeHooks:
-    def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None) -> None:
+    def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None,
+                 remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.points = HookPoints(service, records)
         self._images = images  # the image's argv for NRI plugins' view (None: not read)
+        self._remove_sandbox = remove_sandbox  # undoes a RunPodSandbox an NRI plugin failed
 
     async def _edits(self, request: cri.CreateContainerRequest) -> ContainerEdits:
         """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer)."""
@@ -111,7 +114,14 @@ class RuntimeHooks:
             apply_to_pod_config(request.config, run.request)
             data = request.SerializeToString()
         response = await relay(data, context)
-        await self.points.pod_sandbox_ran(response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id"), run)
+        pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
+        try:
+            await self.points.pod_sandbox_ran(pod_id, run)
+        except HookFailed as failure:  # an NRI plugin failed RunPodSandbox: as containerd, no sandbox is left
+            if self._remove_sandbox is not None:
+                await self._remove_sandbox(pod_id)
+            await abort_on(failure, context)
+            raise
         return response
 
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -132,7 +133,7 @@ def _serving(ok: bool) -> int:
     return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-_OWN_UPDATE_TIMEOUT = 10.0  # seconds for an update the proxy itself sends
+_OWN_CALL_TIMEOUT = 10.0  # seconds for a call the proxy itself sends (an NRI plugin's update or eviction)
 
 
 class CriFrontend:
@@ -164,7 +165,7 @@ class CriFrontend:
     async def start(self) -> None:
         options, hook_service = self.options, self._hook_service
         records = BackendRecords(self.backend.runtime)
-        cri_hooks = RuntimeHooks(hook_service, records, ImageProcess(self.backend.image))
+        cri_hooks = RuntimeHooks(hook_service, records, ImageProcess(self.backend.image), self.remove_sandbox)
         hook_service.run_in_background(cri_hooks.points.rebuild_store(records), "store-rebuild")
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),
@@ -200,12 +201,30 @@ class CriFrontend:
         """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers)."""
         request = cri.UpdateContainerResourcesRequest(container_id=container_id,
                                                       linux=convert(resources, cri.LinuxContainerResources))
+        await self._own_call("UpdateContainerResources", request)
+
+    async def evict_container(self, container_id: str) -> None:
+        """An NRI plugin's eviction: StopContainer with timeout 0, as containerd's EvictContainer."""
+        await self._own_call("StopContainer", cri.StopContainerRequest(container_id=container_id, timeout=0))
+
+    async def remove_sandbox(self, pod_id: str) -> None:
+        """Undo a RunPodSandbox an NRI plugin failed: StopPodSandbox, then RemovePodSandbox (containerd
+        cleans up the sandbox it was creating). Errors are logged: the kubelet gets the plugin's error."""
+        for method, request in (("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod_id)),
+                                ("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod_id))):
+            try:
+                await self._own_call(method, request)
+            except RuntimeError as error:
+                log.warning("cannot remove the sandbox %s an NRI plugin failed: %s", pod_id, error)
+                return
+
+    async def _own_call(self, method: str, request: Message) -> None:
         call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.backend.runtime.channel.unary_unary(
-            "/runtime.v1.RuntimeService/UpdateContainerResources")
+            f"/runtime.v1.RuntimeService/{method}")
         try:
-            await call(request.SerializeToString(), timeout=_OWN_UPDATE_TIMEOUT)
+            await call(request.SerializeToString(), timeout=_OWN_CALL_TIMEOUT)
         except grpc.aio.AioRpcError as error:
-            raise RuntimeError(f"UpdateContainerResources: {error.code().name}: {error.details()}") from None
+            raise RuntimeError(f"{method}: {error.code().name}: {error.details()}") from None
 
     async def stop(self, grace: float) -> None:
         """Stop accepting and give in-flight calls `grace` seconds."""

@@ -1,7 +1,8 @@
-"""The proxy's own requests to dockerd (list and inspect containers, update one), over a fresh connection each.
+"""The proxy's own requests to dockerd (list and inspect containers, update, stop or remove one), over a fresh
+connection each.
 
-Used to fill the hook store: after a restart (list + inspect) and on a miss (inspect); and for NRI plugins'
-updates of other containers (update). Not on the relay's path: a client's requests never wait behind these.
+Used to fill the hook store: after a restart (list + inspect) and on a miss (inspect); and for NRI plugins:
+updates of other containers (update), evictions (stop), undoing a sandbox a plugin failed (remove). Not on the relay's path: a client's requests never wait behind these.
 """
 
 from __future__ import annotations
@@ -58,6 +59,27 @@ class EngineClient:
             return json.loads(answer) if answer.strip() else None
         except ValueError as error:
             raise EngineError(f"POST {target}: not JSON: {error}") from None
+
+    async def command(self, method: str, target: str, timeout: float = REQUEST_TIMEOUT_SECONDS) -> int:
+        """A request without a body whose answer is only a status (stop, delete): the status; raises EngineError
+        for anything but 2xx, 304 (already so) and 404 (no such container)."""
+        try:
+            body = b"" if method == "POST" else None  # Content-Length: 0
+            status, answer = await asyncio.wait_for(self._exchange(method, target, body), timeout)
+        except (ConnectionError, TimeoutError) as error:
+            raise EngineError(f"{method} {target}: {error or 'timed out'}") from None
+        if not (200 <= status < 300 or status in (304, 404)):
+            raise EngineError(f"{method} {target}: dockerd answered {status}: {_message(answer)}")
+        return status
+
+    async def stop(self, container_id: str, timeout_seconds: int) -> None:
+        """`POST /containers/{id}/stop?t=N`: dockerd sends the stop signal, then SIGKILL after N seconds."""
+        await self.command("POST", f"/containers/{urllib.parse.quote(container_id, safe='')}/stop?t={timeout_seconds}",
+                           REQUEST_TIMEOUT_SECONDS + timeout_seconds)
+
+    async def remove(self, container_id: str) -> None:
+        """`DELETE /containers/{id}?force=1&v=1`: stopped if running, removed with its anonymous volumes."""
+        await self.command("DELETE", f"/containers/{urllib.parse.quote(container_id, safe='')}?force=1&v=1")
 
     async def _get(self, target: str) -> tuple[int, bytes]:
         return await self._exchange("GET", target, None)

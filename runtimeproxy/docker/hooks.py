@@ -14,7 +14,8 @@ result is written back into the body; the hook policy (skip rule, cgroup-follow,
 the store records) is the core's. Containers Kubernetes did not create (no `io.kubernetes.docker.type` label:
 a person's `docker run`) are no hook point at all. A body that is not what Docker expects is relayed untouched
 (dockerd answers it). A Fail-policy failure answers 500 with a Docker error body naming plugin and hook;
-nothing reaches dockerd. Post-hooks run after dockerd answered 2xx/304 and never change the answer.
+nothing reaches dockerd. Post-hooks run after dockerd answered 2xx/304 and never change the answer; an NRI
+plugin failing RunPodSandbox (after dockerd created the sandbox container) has it removed and answers 500.
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ class DockerHooks:
     """The `Interceptor` of Docker mode (see `docker.interception`)."""
 
     def __init__(self, service: HookService, records: RecordSource,
-                 image_process: Callable[[str], Awaitable[tuple[list[str], list[str]]]] | None = None) -> None:
+                 image_process: Callable[[str], Awaitable[tuple[list[str], list[str]]]] | None = None,
+                 remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.points = HookPoints(service, records)
         self._image_process = image_process  # an image's Entrypoint and Cmd, for NRI plugins' view of the argv
+        self._remove_sandbox = remove_sandbox  # undoes a sandbox create an NRI plugin failed
 
     async def _edits(self, body: Body) -> ContainerEdits:
         """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer); the
@@ -96,17 +99,20 @@ class DockerHooks:
             log.info("%s relayed without hooks: %s", route.value, error)
         return body
 
-    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
         route, container_id = call.match.route, call.match.container_id or ""
         if route is HookedRoute.REMOVE:
             if _succeeded(answer) or answer.status == 404:
                 await self.points.pod_sandbox_removed(container_id)
                 await self.points.container_removed(container_id)
-            return
+            return None
         if not _succeeded(answer):
-            return
+            return None
         if route is HookedRoute.CREATE:
-            await self.after_create(call, answer)
+            try:
+                await self.after_create(call, answer)
+            except HookFailed as failure:  # RunPodSandbox failed by an NRI plugin: the sandbox was removed
+                return ErrorReply(HOOK_FAILED_STATUS, str(failure))
         elif route is HookedRoute.START:
             if not self.points.recorded_pod(container_id):  # a sandbox's start is part of RunPodSandbox
                 await self.points.post_start_container(container_id, NO_DEADLINE)
@@ -114,6 +120,7 @@ class DockerHooks:
             await self.points.container_resources_updated(container_id, call.notes.get(_UPDATE_NOTE), {})
         elif route is HookedRoute.STOP:
             await self.points.post_stop(container_id, NO_DEADLINE)
+        return None
 
     # -- create ----------------------------------------------------------------------------------------
 
@@ -169,7 +176,12 @@ class DockerHooks:
             return
         created = call.notes.get(_CREATED_NOTE)
         if isinstance(created, PodSandboxRun):
-            await self.points.pod_sandbox_ran(container_id, created)
+            try:
+                await self.points.pod_sandbox_ran(container_id, created)
+            except HookFailed:  # as containerd: no sandbox is left behind, cri-dockerd's RunPodSandbox fails
+                if self._remove_sandbox is not None:
+                    await self._remove_sandbox(container_id)
+                raise
         elif isinstance(created, ContainerCreation):
             await self.points.container_created(container_id, created)
 

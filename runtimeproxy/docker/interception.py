@@ -2,8 +2,9 @@
 
 For a hooked route (`routes.HookedRoute`) the relay reads the whole (small) JSON request body, asks the
 interceptor's `before` for the body to send (or an error to answer instead, without reaching dockerd),
-forwards it, reads dockerd's whole answer and calls `after` before the client gets it. `after` never
-changes the answer. `PassThrough` is the no-op interceptor; `docker.hooks.DockerHooks` runs the plugins.
+forwards it, reads dockerd's whole answer and calls `after` before the client gets it. `after` leaves the
+answer as it is, or returns an error to answer instead (an NRI plugin failed RunPodSandbox after dockerd
+created the sandbox, which `after` removed). `PassThrough` is the no-op interceptor; `docker.hooks.DockerHooks` runs the plugins.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ class Interceptor(Protocol):
     async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
         """The request body to forward (the same bytes, or rewritten), or an error to answer."""
 
-    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
-        """Called with dockerd's answer before the client receives it; must not raise."""
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
+        """Called with dockerd's answer before the client receives it; must not raise. None: the client gets
+        dockerd's answer; an ErrorReply: the client gets that instead."""
 
 
 class PassThrough:
@@ -60,5 +62,5 @@ class PassThrough:
     async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
         return body
 
-    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
         return None

@@ -368,10 +368,15 @@ class ClientSession:
         except UpstreamBroken as error:
             self._drop_upstream()
             return await self._answer_error(502, str(error))
+        replaced: ErrorReply | None = None
         try:
-            await self._interceptor.after(call, answer)
-        except Exception:  # a post step never changes the answer
+            replaced = await self._interceptor.after(call, answer)
+        except Exception:  # a failing post step never changes the answer
             log.exception("post step for %s failed", match.route.value)
+        if replaced is not None:  # dockerd's answer was read whole: the connection stays usable
+            if not upstream.finish_exchange():
+                self._drop_upstream()
+            return await self._answer_error(replaced.status, replaced.message)
         head, framing = self._answer_head(
             answer.status, b"", forwarded_response_headers(list(answer.headers), answer.status))
         await self._write(head + framed(answer.body, framing) + body_end(framing))

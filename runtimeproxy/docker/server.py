@@ -34,7 +34,8 @@ class DockerFrontend:
         self._hook_service = hook_service
         self.engine = EngineClient(options.runtime_path)
         self.records = DockerRecords(self.engine)
-        self.docker_hooks = DockerHooks(hook_service, self.records, self.records.image_process)
+        self.docker_hooks = DockerHooks(hook_service, self.records, self.records.image_process,
+                                        self.remove_sandbox)
         self.interceptor: Interceptor = interceptor or self.docker_hooks
         self._hooked = interceptor is None
         self._server: asyncio.Server | None = None
@@ -73,6 +74,20 @@ class DockerFrontend:
             await self.engine.update(container_id, update_config(resources))
         except (EngineError, BodyError) as error:
             raise RuntimeError(str(error)) from None
+
+    async def evict_container(self, container_id: str) -> None:
+        """An NRI plugin's eviction: `POST /containers/{id}/stop?t=0`, as containerd's EvictContainer (timeout 0)."""
+        try:
+            await self.engine.stop(container_id, 0)
+        except EngineError as error:
+            raise RuntimeError(str(error)) from None
+
+    async def remove_sandbox(self, sandbox_id: str) -> None:
+        """Undo a sandbox create an NRI plugin failed (RunPodSandbox): `DELETE /containers/{id}?force=1`."""
+        try:
+            await self.engine.remove(sandbox_id)
+        except EngineError as error:
+            log.warning("cannot remove the sandbox %s an NRI plugin failed: %s", sandbox_id, error)
 
     def _count_request(self) -> None:
         self.calls_started += 1

@@ -5,9 +5,10 @@ puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute re
 (hooks.points) call it after the hook-protocol chain, so the extra plugins see the request as the hook
 plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
 (CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
-`notify` for the others. `adjust` raises hooks.dispatcher.HookFailed to fail the call. At CreateContainer the
-subject also carries what the hook model lacks (hooks.edits.ContainerEdits: argv, bind mounts, devices, RDT
-class, as the frontend's request says); `adjust` leaves them in `subject.edits` as the plugins changed them.
+`notify` for the others. Both raise hooks.dispatcher.HookFailed to fail the call (`notify` only where
+containerd with NRI fails it: RunPodSandbox and StartContainer). At CreateContainer the subject also carries
+what the hook model lacks (hooks.edits.ContainerEdits: argv, bind mounts, devices, RDT class, as the
+frontend's request says); `adjust` leaves them in `subject.edits` as the plugins changed them.
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
@@ -74,7 +75,7 @@ class ExtraPlugins(Protocol):
         CreateContainer subject.edits is replaced by the edits as the plugins leave them."""
 
     async def notify(self, event: str, subject: Subject) -> None:
-        """Any other event; never fails the call."""
+        """Any other event; raises HookFailed only for RunPodSandbox and StartContainer (as containerd)."""
 
 
 class _NoExtraPlugins:

@@ -154,11 +154,21 @@ class HookPoints:
         return PodSandboxRun(changed, changed != pod, skip)
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
-        """The runtime created the pod: record it as created."""
+        """The runtime created the pod: record it as created. An extra plugin failing RunPodSandbox raises
+        HookFailed, as containerd fails the call: the plugins are told the pod stopped and was removed, the
+        store forgets it (its trace stays: it says why), and the frontend removes the sandbox it created."""
         if pod_id:
             self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
-            await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
+            try:
+                await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
+            except HookFailed as failure:  # logged where it was raised
+                log.warning("RunPodSandbox failed by %s: the sandbox %s is stopped and removed", failure.plugin.name,
+                            pod_id, extra=failure_fields(failure.plugin, failure.point, failure.code))
+                await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
+                await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
+                self.store.remove_pod(pod_id)
+                raise
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
@@ -212,12 +222,18 @@ class HookPoints:
             await self._notify_extra(extra.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
-        """The start carries nothing to change: plugins act on the container's cgroups themselves."""
+        """The start carries nothing to change: plugins act on the container's cgroups themselves. An extra plugin
+        failing StartContainer fails the start (HookFailed) and the extra plugins hear StopContainer, as
+        containerd does for a start NRI failed."""
         if self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
             request = await self.context.container_request(container_id)
             if request is not None:
                 await self._pre_hook(points.PRE_START_CONTAINER, request, time_remaining)
-        await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
+        try:
+            await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
+        except HookFailed:
+            await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
+            raise
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),

@@ -87,6 +87,8 @@ class HookStats:
         self._by_key: dict[tuple[str, str], HookCallStats] = {}
         # (hook, earlier plugin, later plugin, field family) -> calls where both set the field differently.
         self.collisions: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
+        # (plugin, outcome) -> containers a plugin of another protocol (NRI) asked to evict.
+        self.evictions: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def record(self, plugin: str, hook: str, outcome: str, seconds: float, error: str = "") -> None:
         stats = self.of(plugin, hook)
@@ -106,6 +108,10 @@ class HookStats:
         stats = self.of(plugin, hook)
         stats.shadow_changes += changed
         stats.shadow_disagreements += disagreed
+
+    def evicted(self, plugin: str, outcome: str) -> None:
+        """A container a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
+        self.evictions[(plugin, outcome)] += 1
 
     def collided(self, hook: str, earlier: str, later: str, family: str) -> None:
         self.collisions[(hook, earlier, later, family)] += 1

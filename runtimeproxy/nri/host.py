@@ -6,10 +6,16 @@ its old connection (one live registration per index and name), and synchronizes 
 pods and containers the store records. The hook points then hand it each lifecycle event; every plugin that
 subscribed gets it, in order. CreateContainer adjustments and UpdateContainer updates of the container
 itself are folded into the request (nri.adjust: what is applied, what is refused, NRI's conflict rule) and
-each plugin's result is checked by the same rules as a hook plugin's answer (hooks.validate). A plugin that
-misses a timeout or loses its connection is detached and the call goes on without it; an error a plugin
-answers to CreateContainer or UpdateContainer, a conflict, a refused field or an invalid answer fails the
-call (HookFailed). Notifications never fail a call.
+each plugin's result is checked by the same rules as a hook plugin's answer (hooks.validate).
+
+Failures, as containerd with NRI: a plugin that misses a timeout or loses its connection is detached and the
+call goes on without it; an error a plugin answers to CreateContainer, UpdateContainer, RunPodSandbox or
+StartContainer, a conflict, a refused field or an invalid answer fails the call (HookFailed; hooks.points
+undoes a RunPodSandbox); errors answered to the other notifications are logged.
+
+As the hook core does for hook plugins: every event's calls are kept in the pod's trace (nri.explain), and a
+plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and traced but its
+adjustment, its updates (answered, synchronized or sent on its own) and its evictions are not carried out.
 
 Plugins can also be launched by the proxy from a plugin directory (nri.launch): each gets its end of a
 socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin
@@ -17,7 +23,8 @@ Shutdown and then stops the launched processes.
 
 Updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers, Synchronize, and
 UpdateContainers a plugin sends on its own) go to `updater`, the frontend's UpdateContainerResources; without
-one they are answered as failed and logged.
+one they are answered as failed and logged. Evictions (CreateContainer/UpdateContainer answers, a plugin's own
+UpdateContainers) go to `evictor`, the frontend's stop with timeout 0, as containerd's EvictContainer.
 """
 
 from __future__ import annotations
@@ -40,9 +47,11 @@ from runtimeproxy.hooks.merge import changed_resources, merge_container_response
 from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import extra_toggle_name
+from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
+from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others
 from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
@@ -83,13 +92,32 @@ _STATE = {
     extra.REMOVE_CONTAINER: nri.CONTAINER_STOPPED,
 }
 # How a failure of an NRI plugin is reported by the hook core (its message names the event).
-_POINTS = {
+_POINTS: dict[str, HookPoint] = {
+    extra.RUN_POD_SANDBOX: HookPoint("NRI RunPodSandbox", hooks.PodSandboxHookRequest,
+                                     hooks.PodSandboxHookResponse, None),
+    extra.START_CONTAINER: HookPoint("NRI StartContainer", hooks.ContainerResourceHookRequest,
+                                     hooks.ContainerResourceHookResponse, None),
     extra.CREATE_CONTAINER: HookPoint("NRI CreateContainer", hooks.ContainerResourceHookRequest,
                                       hooks.ContainerResourceHookResponse, merge_container_response),
     extra.UPDATE_CONTAINER: HookPoint("NRI UpdateContainer", hooks.ContainerResourceHookRequest,
                                       hooks.ContainerResourceHookResponse, merge_container_response),
 }
+# Notifications whose error answer fails the CRI call in containerd (sandbox_run.go, container_start.go); the
+# others' errors are logged there. A timeout or a broken connection detaches the plugin instead (NRI's
+# isFatalError), and the call goes on.
+FAILING_NOTIFICATIONS = frozenset({extra.RUN_POD_SANDBOX, extra.START_CONTAINER})
 ContainerUpdater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
+# Stops a container at once (containerd's EvictContainer: CRI StopContainer with timeout 0).
+ContainerEvictor = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class _Asked:
+    """What one plugin's answer asks of other containers, carried out once every plugin answered."""
+
+    plugin_id: str
+    updates: list[nri.ContainerUpdate]
+    evictions: list[nri.ContainerEviction]
 
 
 @dataclass(frozen=True)
@@ -107,9 +135,12 @@ class NriHost:
                  allows: Callable[[str, str], bool] | None = None,
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
-                 owners: TrustedOwners | None = None) -> None:
+                 owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
+                 shadowed: Callable[[str], bool] | None = None) -> None:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
-        files of `owners` (default: root and the proxy's user)."""
+        files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
+        each event's calls are kept; `shadowed`: whether the node's toggles put a plugin (by toggle name) in
+        shadow."""
         self.socket_path = socket_path
         self.plugin_dir = plugin_dir
         self.plugin_config_dir = plugin_config_dir
@@ -119,6 +150,9 @@ class NriHost:
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
         self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
+        self.evictor: ContainerEvictor | None = None  # the frontend's StopContainer, timeout 0
+        self.trace = trace
+        self._shadowed = shadowed or (lambda plugin: False)
         self._allows = allows or (lambda plugin, event: True)  # the node's toggles (by extra_toggle_name)
         self.stats = HookStats()  # calls by plugin id and event, for status and metrics
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
@@ -214,7 +248,12 @@ class NriHost:
         self._plugins.sort(key=lambda p: (p.index, p.name))
         log.info("NRI plugin %s attached (events 0x%x; synchronized %d pods, %d containers)",
                  plugin.plugin_id, plugin.events, len(pods), len(containers))
-        await self._update_others(plugin.plugin_id, updates, "")
+        if self.in_shadow(plugin):
+            if updates:
+                log.warning("NRI plugin %s (in shadow) asked to update %d containers at synchronization: not "
+                            "carried out", plugin.plugin_id, len(updates))
+        else:
+            await self._update_others(plugin.plugin_id, updates, "")
         self._watch(self._forget_when_closed(plugin), f"nri-{plugin.plugin_id}")
 
     async def _forget_when_closed(self, plugin: PluginSession) -> None:
@@ -242,9 +281,11 @@ class NriHost:
             since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
             for plugin in self._plugins]
 
-    def _record(self, plugin: PluginSession, event: str, started: float, error: BaseException | None) -> None:
+    def _record(self, plugin: PluginSession, event: str, seconds: float,
+                error: BaseException | None) -> tuple[str, str]:
         """One call's outcome in the statistics: ok, "detached", the code the plugin answered, or "conflict",
-        "refused" (a field the request cannot carry), "invalid" (the answer fails validation)."""
+        "refused" (a field the request cannot carry), "invalid" (the answer fails validation). Returns the
+        outcome and its message (for the trace)."""
         if error is None:
             outcome, message = OK, ""
         elif isinstance(error, PluginDetached):
@@ -255,7 +296,12 @@ class NriHost:
             outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
                 "refused" if isinstance(error, AdjustmentError) else "invalid"
             message = str(error)
-        self.stats.record(plugin.plugin_id, event, outcome, time.monotonic() - started, message)
+        self.stats.record(plugin.plugin_id, event, outcome, seconds, message)
+        return outcome, message
+
+    def in_shadow(self, plugin: PluginSession) -> bool:
+        """On trial (`runtimeproxyctl shadow nri:10-name`): called and traced, its answers never applied."""
+        return self._shadowed(extra_toggle_name(plugin.plugin_id))
 
     def wants(self, event: str) -> bool:
         return bool(self._plugins) and bool(self._subscribers(event))
@@ -266,79 +312,134 @@ class NriHost:
         if subject.container is not None:
             container = convert.container(subject.container_id, subject.pod_id, subject.container,
                                           _STATE.get(event, nri.CONTAINER_UNKNOWN))
+        record = EventRecord(event, subject, self.trace)
+        asked: list[_Asked] = []
         for plugin in self._subscribers(event):
+            shadow = self.in_shadow(plugin)
             started = time.monotonic()
+            updates: list[nri.ContainerUpdate] = []
             try:
                 if event == extra.STOP_CONTAINER and container is not None:
                     answer = await plugin.call("StopContainer", nri.StopContainerRequest(
                         pod=pod, container=container), nri.StopContainerResponse)
-                    self._record(plugin, event, started, None)
-                    await self._update_others(plugin.plugin_id, list(answer.update), subject.container_id)
+                    updates = list(answer.update)
                 else:
                     await plugin.notify(EVENTS[event], pod, container)
-                    self._record(plugin, event, started, None)
-            except PluginDetached as error:
-                self._record(plugin, event, started, error)
-                self._drop(plugin)
             except TtrpcError as error:
-                self._record(plugin, event, started, error)
-                log.warning("NRI plugin %s failed %s: %s", plugin.plugin_id, event, error)
+                seconds = time.monotonic() - started
+                outcome, message = self._record(plugin, event, seconds, error)
+                record.failed(plugin.plugin_id, seconds, shadow, outcome, message)
+                if isinstance(error, PluginDetached):
+                    self._drop(plugin)
+                elif event in FAILING_NOTIFICATIONS and not shadow:
+                    failure = self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
+                    record.finish(self.stats, None, f"the call fails: {plugin.plugin_id} answered {outcome}")
+                    raise failure from None
+                else:
+                    log.warning("NRI plugin %s failed %s%s: %s", plugin.plugin_id, event,
+                                " (in shadow)" if shadow else "", error)
+                continue
+            seconds = time.monotonic() - started
+            self._record(plugin, event, seconds, None)
+            record.ok(plugin.plugin_id, seconds, shadow, asked_of_others(updates, [], shadow))
+            if shadow:
+                self._count_shadowed(plugin.plugin_id, [])
+            elif updates:
+                asked.append(_Asked(plugin.plugin_id, updates, []))
+        record.finish(self.stats, None, NOTIFIED)
+        for request in asked:
+            await self._carry_out(request, subject.container_id)
 
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
         adjustments = Adjustments(subject.container, subject.edits)
-        others: list[tuple[str, list[nri.ContainerUpdate]]] = []
-        for plugin in self._subscribers(event):
-            before = hooks.ContainerResourceHookRequest()
-            before.CopyFrom(adjustments.container)
-            container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0),
-                                          adjustments.edits)
-            started = time.monotonic()
-            try:
-                updates = await self._ask(plugin, event, pod, container, subject, adjustments)
-            except PluginDetached as error:
-                self._record(plugin, event, started, error)
-                self._drop(plugin)
-                continue
-            except TtrpcError as error:
-                self._record(plugin, event, started, error)
-                raise self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}")
-            except AdjustmentError as error:
-                self._record(plugin, event, started, error)
-                code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
-                    grpc.StatusCode.FAILED_PRECONDITION
-                raise self._failed(event, plugin, code, str(error), error.field) from None
-            problem = answer_problem(before, adjustments.as_answer())
-            if problem is not None:
-                self._record(plugin, event, started, ValueError(f"invalid answer: {problem}"))
-                raise self._failed(event, plugin, grpc.StatusCode.INTERNAL, f"invalid answer: {problem}",
-                                   problem.field)
-            self._record(plugin, event, started, None)
-            others.append((plugin.plugin_id, updates))
-        for plugin_id, updates in others:
-            await self._update_others(plugin_id, updates, subject.container_id)
+        record = EventRecord(event, subject, self.trace)
+        asked: list[_Asked] = []
+        try:
+            for plugin in self._subscribers(event):
+                answer = await self._adjust_by(plugin, event, pod, subject, adjustments, record)
+                if answer is not None:
+                    asked.append(answer)
+        except HookFailed as failure:
+            record.finish(self.stats, adjustments.container, f"not sent: {failure.plugin.name} failed "
+                          f"({failure.code.name}); the call fails")
+            raise
+        record.finish(self.stats, adjustments.container, SENT, written_back=True)
+        for request in asked:
+            await self._carry_out(request, subject.container_id)
         subject.edits = adjustments.edits
         return adjustments.container
 
+    async def _adjust_by(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, subject: Subject,
+                         adjustments: Adjustments, record: EventRecord) -> _Asked | None:
+        """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
+        of other containers. Raises HookFailed for an answer that fails the call."""
+        shadow = self.in_shadow(plugin)
+        # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
+        # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
+        folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
+        before = hooks.ContainerResourceHookRequest()
+        before.CopyFrom(folded.container)
+        container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0),
+                                      folded.edits)
+        started = time.monotonic()
+        failure: tuple[grpc.StatusCode, str, str] | None = None
+        try:
+            asked = await self._ask(plugin, event, pod, container, subject, folded)
+        except PluginDetached as error:
+            seconds = time.monotonic() - started
+            record.failed(plugin.plugin_id, seconds, shadow, *self._record(plugin, event, seconds, error))
+            self._drop(plugin)
+            return None
+        except TtrpcError as error:
+            failure = (grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}", "")
+            caught: Exception = error
+        except AdjustmentError as error:
+            code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
+                grpc.StatusCode.FAILED_PRECONDITION
+            failure, caught = (code, str(error), error.field), error
+        else:
+            problem = answer_problem(before, folded.as_answer())
+            if problem is not None:
+                failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
+                caught = ValueError(f"invalid answer: {problem}")
+        seconds = time.monotonic() - started
+        if failure is not None:
+            record.failed(plugin.plugin_id, seconds, shadow, *self._record(plugin, event, seconds, caught))
+            if shadow:
+                log.warning("NRI plugin %s (in shadow: the call is unaffected) failed %s: %s", plugin.plugin_id,
+                            event, failure[1])
+                return None
+            raise self._failed(event, plugin, *failure)
+        self._record(plugin, event, seconds, None)
+        record.ok(plugin.plugin_id, seconds, shadow, asked_of_others(asked.updates, asked.evictions, shadow))
+        after = hooks.ContainerResourceHookRequest()
+        after.CopyFrom(folded.container)
+        record.changed(before, after, shadow)
+        if shadow:
+            self._count_shadowed(plugin.plugin_id, asked.evictions)
+            return None
+        return asked
+
     async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,
-                   subject: Subject, adjustments: Adjustments) -> list[nri.ContainerUpdate]:
-        """One plugin's answer folded in; returns its updates of other containers."""
+                   subject: Subject, adjustments: Adjustments) -> _Asked:
+        """One plugin's answer folded in; returns its updates of other containers and its evictions."""
         if event == extra.CREATE_CONTAINER:
             created = await plugin.call("CreateContainer", nri.CreateContainerRequest(
                 pod=pod, container=container), nri.CreateContainerResponse)
             adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
-            updates = list(created.update)
+            updates, evictions = list(created.update), list(created.evict)
         else:
             request = nri.UpdateContainerRequest(pod=pod, container=container,
                                                  linux_resources=container.linux.resources)
             updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
-            updates = list(updated.update)
+            updates, evictions = list(updated.update), list(updated.evict)
         own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
         for update in own:
             adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")
-        return [update for update in updates if update not in own]
+        return _Asked(plugin.plugin_id, [update for update in updates if update not in own], evictions)
 
     def _failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
                 field: str = "") -> HookFailed:
@@ -346,7 +447,59 @@ class NriHost:
         log.warning("%s", failure)
         return failure
 
-    # -- updates of other containers --------------------------------------------------------------
+    # -- updates and evictions of other containers ------------------------------------------------
+
+    async def _carry_out(self, asked: _Asked, current: str) -> None:
+        """Evictions first, then updates (containerd's order after CreateContainer and UpdateContainer);
+        failures are logged, never fail the call (as containerd)."""
+        for eviction in asked.evictions:
+            await self._evict(asked.plugin_id, eviction, current)
+        await self._update_others(asked.plugin_id, asked.updates, current)
+
+    def _count_shadowed(self, plugin_id: str, evictions: list[nri.ContainerEviction]) -> None:
+        for eviction in evictions:
+            self.stats.evicted(plugin_id, "shadow")
+            log.warning("NRI plugin %s (in shadow) asked to evict container %s (%s): not carried out", plugin_id,
+                        eviction.container_id, eviction.reason or "no reason given")
+
+    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str) -> None:
+        """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
+        the kubelet then sees it exited and acts by the pod's restart policy."""
+        container_id, reason = eviction.container_id, eviction.reason or "no reason given"
+        if self.store.container(container_id) is None:  # containerd: an unknown container is no error
+            log.warning("NRI plugin %s asked to evict container %s (%s), which the proxy does not know: nothing "
+                        "done", plugin_id, container_id, reason)
+            self.stats.evicted(plugin_id, "unknown")
+            return
+        if self.evictor is None:
+            log.warning("NRI plugin %s asked to evict container %s (%s): this frontend cannot stop containers",
+                        plugin_id, container_id, reason)
+            self.stats.evicted(plugin_id, "failed")
+            return
+        try:
+            await self.evictor(container_id)
+        except (OSError, RuntimeError) as error:
+            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, container_id,
+                        reason, error)
+            self.stats.evicted(plugin_id, "failed")
+            return
+        log.warning("NRI plugin %s evicted container %s (asked during %s): %s; stopped with timeout 0",
+                    plugin_id, container_id, current or "an UpdateContainers of its own", reason,
+                    extra={"plugin": plugin_id})
+        self.stats.evicted(plugin_id, OK)
+        await self._notify_stopped(container_id)
+
+    async def _notify_stopped(self, container_id: str) -> None:
+        """containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
+        container held): so do they here. The proxy's stop bypasses the hook points: this is its event."""
+        record = self.store.container(container_id)
+        if record is None or not self.wants(extra.STOP_CONTAINER):
+            return
+        pod = self.store.pod(record.pod_id)
+        if pod is not None and pod.skip_hooks:
+            return
+        await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
+                                                        container_id, record.info))
 
     async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
         failed = await self._apply_updates(plugin_id, updates)
@@ -380,11 +533,16 @@ class NriHost:
 
     async def _unsolicited_update(self, plugin: PluginSession,
                                   request: nri.UpdateContainersRequest) -> nri.UpdateContainersResponse:
-        """UpdateContainers a plugin sends on its own (maybe while we wait for its answer: served apart)."""
-        failed = await self._apply_updates(plugin.plugin_id, list(request.update))
-        if request.evict:
-            log.warning("NRI plugin %s asked to evict %d containers: the proxy does not evict", plugin.plugin_id,
-                        len(request.evict))
+        """UpdateContainers a plugin sends on its own (maybe while we wait for its answer: served apart). A
+        plugin in shadow has none carried out: its updates are answered as failed, its evictions counted."""
+        updates, evictions = list(request.update), list(request.evict)
+        if self.in_shadow(plugin):
+            if updates:
+                log.warning("NRI plugin %s (in shadow) asked to update %d containers: not carried out",
+                            plugin.plugin_id, len(updates))
+            self._count_shadowed(plugin.plugin_id, evictions)
+            return nri.UpdateContainersResponse(failed=updates)
+        for eviction in evictions:
+            await self._evict(plugin.plugin_id, eviction, "")
+        failed = await self._apply_updates(plugin.plugin_id, updates)
         return nri.UpdateContainersResponse(failed=failed)
-
-

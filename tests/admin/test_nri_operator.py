@@ -1,6 +1,6 @@
 """NRI plugins for operators: `runtimeproxyctl status` lists them with their calls by event, /metrics counts them,
-and `runtimeproxyctl disable/enable` toggles one by its id (in-process proxy hosting NRI, the project's own NRI
-plugin on its socket)."""
+`runtimeproxyctl disable/enable` toggles one by its id and `shadow` puts it on trial, its calls in `trace`
+(in-process proxy hosting NRI, the project's own NRI plugin on its socket)."""
 
 from __future__ import annotations
 
@@ -93,3 +93,27 @@ def test_disable_and_enable_toggle_an_nri_plugin_by_its_id(hosting: tuple[Proxy,
     assert ctl(proxy, "enable", "nri:10-ops")[0] == EXIT_OK
     run_pod(proxy, loop_thread)
     assert len(plugin.requests("RunPodSandbox")) == 1
+
+
+def test_shadow_puts_an_nri_plugin_on_trial_by_its_id_and_its_calls_are_traced(hosting: tuple[Proxy, NriPlugin],
+                                                                              loop_thread: LoopThread) -> None:
+    proxy, plugin = hosting
+    assert proxy.nri is not None
+    code, out = ctl(proxy, "shadow", "10-ops")
+    assert code == EXIT_OK, out
+    assert proxy.nri.in_shadow(proxy.nri.plugins[0])
+    (shown,) = json.loads(ctl(proxy, "status", "-o", "json")[1])["nri_plugins"]
+    assert shown["shadow"]
+    assert "10-ops  enabled, in shadow" in ctl(proxy, "status")[1]
+    run_pod(proxy, loop_thread)
+    assert len(plugin.requests("RunPodSandbox")) == 1  # called in shadow
+    code, out = ctl(proxy, "trace", "web")
+    assert code == EXIT_OK, out
+    assert "NRI RunPodSandbox  pod" in out and "nri:10-ops  ok (shadow: not applied)" in out
+    assert ctl(proxy, "unshadow", "nri:10-ops")[0] == EXIT_OK
+    assert not proxy.nri.in_shadow(proxy.nri.plugins[0])
+
+    proxy.nri.stats.evicted("10-ops", "ok")
+    status_code, exposition = http_get(proxy, "/metrics")
+    assert 'runtimeproxy_nri_evictions_total{outcome="ok",plugin="10-ops"} 1.0' in exposition
+    promtool_check(exposition)

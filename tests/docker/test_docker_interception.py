@@ -1,4 +1,5 @@
-"""The hook seam of the Docker relay: whole bodies on hooked routes, rewrite before, report after."""
+"""The hook seam of the Docker relay: whole bodies on hooked routes, rewrite before, report after (or replace the
+answer with an error)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,31 @@ def test_error_reply_answers_without_reaching_dockerd(tmp_path: Path) -> None:
             assert fake.connections == 0
 
     asyncio.run(asyncio.wait_for(scenario(), 3 * WAIT_SECONDS))
+
+
+class UndoingInterceptor(RecordingRewriter):
+    """Replaces dockerd's answer with an error (as an NRI plugin failing RunPodSandbox after the create)."""
+
+    async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
+        self.answers.append(answer)
+        return ErrorReply(500, "runtimeproxy: NRI RunPodSandbox hook of plugin 10-x failed")
+
+
+def test_an_error_after_replaces_dockerds_answer_and_the_connection_stays_usable(tmp_path: Path) -> None:
+    bodies: list[tuple[bytes, bytes]] = []
+    undoing = UndoingInterceptor()
+    original = json.dumps({"Image": "pause", "Labels": {"io.kubernetes.docker.type": "podsandbox"}}).encode()
+
+    async def scenario() -> None:
+        async with FakeDockerd(tmp_path / "dockerd.sock", _capturing_dockerd(bodies)), \
+                docker_proxy(tmp_path, undoing) as proxy:
+            reader, writer = await asyncio.open_unix_connection(str(proxy))
+            for _ in range(2):  # the same client connection carries the next request
+                response, body = await exchange(reader, writer, _create_request(original))
+                assert response.status_code == 500 and b"10-x failed" in body
+
+    asyncio.run(asyncio.wait_for(scenario(), 3 * WAIT_SECONDS))
+    assert [a.status for a in undoing.answers] == [201, 201] and len(bodies) == 2
 
 
 def test_pass_through_forwards_the_same_bytes(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""critest, the Kubernetes CRI conformance suite: direct, through the proxy, and through the proxy with a
-koordlet-style echo plugin on all seven hooks (policy Fail), in one run against one containerd.
+"""critest, the Kubernetes CRI conformance suite: direct, through the proxy, through the proxy with a
+koordlet-style echo plugin on all seven hooks (policy Fail), and through the proxy hosting NRI with the
+project's no-op NRI plugin on every NRI event, in one run against one containerd.
 
 Whatever passes direct must pass through the proxy, both ways. The junit reports go to
 ``$RUNTIMEPROXY_REPORT_DIR`` (default ``<repo>/reports``); the counts appear in the terminal summary.
@@ -7,13 +8,16 @@ Whatever passes direct must pass through the proxy, both ways. The junit reports
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import orjson
 import pytest
 
-from rplab.conformance import ConformanceLab, echo_record, run_conformance
+from rplab.conformance import NRI_PLUGIN_ID, ConformanceLab, critest_nri_admin, echo_record, run_conformance
 from rplab.critest import CritestResult
+from runtimeproxy.admin.ctl import main as ctl_main
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 
@@ -35,7 +39,7 @@ def test_critest_direct_passes(critest_runs: dict[str, CritestResult]) -> None:
     assert direct.passed and not direct.failed, failures(direct)
 
 
-@pytest.mark.parametrize("target", ["proxy", "proxy+plugin"])
+@pytest.mark.parametrize("target", ["proxy", "proxy+plugin", "proxy+nri"])
 def test_critest_through_proxy_passes_what_passes_direct(critest_runs: dict[str, CritestResult], target: str) -> None:
     direct, proxied = critest_runs["direct"], critest_runs[target]
     assert not proxied.failed, failures(proxied)
@@ -49,3 +53,16 @@ def test_echo_plugin_saw_every_hook_critest_calls(critest_runs: dict[str, Crites
     hooks = {orjson.loads(line)["hook"] for line in record.read_bytes().splitlines()}
     # critest v1.32 has no UpdateContainerResources spec; test_crictl's `crictl update` covers that hook.
     assert hooks == set(HOOK_NAMES) - {"PreUpdateContainerResources"}
+
+
+def test_nri_plugin_saw_every_event_critest_causes(critest_runs: dict[str, CritestResult],
+                                                   conformance_lab: ConformanceLab) -> None:
+    out = io.StringIO()
+    assert ctl_main([f"--admin-endpoint={critest_nri_admin(conformance_lab)}", "status", "-o", "json"], out=out) == 0
+    plugin, = [p for p in json.loads(out.getvalue())["nri_plugins"] if p["name"] == NRI_PLUGIN_ID]
+    calls = {entry["hook"]: entry for entry in plugin["event_stats"]}
+    # critest never updates a container's resources (see above): no UpdateContainer events.
+    assert {event for event, entry in calls.items() if entry["calls"]} >= {
+        "RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer", "PostCreateContainer",
+        "StartContainer", "PostStartContainer", "StopContainer", "RemoveContainer"}
+    assert all(entry["failures"] == 0 for entry in calls.values())

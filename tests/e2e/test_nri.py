@@ -1,8 +1,11 @@
 """NRI plugins hosted by the proxy, against real containerd 1.6 (which has no NRI of its own): the project's own
-NRI plugin (tests/nri/nrikit.py) attaches to the proxy's NRI socket and what it answers lands in the OCI spec."""
+NRI plugin (tests/nri/nrikit.py) attaches to the proxy's NRI socket and what it answers lands in the OCI spec;
+`runtimeproxyctl trace` explains it, a plugin in shadow changes nothing, an eviction stops a container, a plugin
+failing RunPodSandbox leaves no sandbox behind."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -18,7 +21,10 @@ from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
+from runtimeproxy.admin.ctl import main as ctl_main
 from runtimeproxy.nri.session import event_mask
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
@@ -27,7 +33,6 @@ from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, sha
 _serial = itertools.count()
 ALL_EVENTS = 0  # NRI: every lifecycle event
 ANNOTATION = "nri.runtimeproxy.test/adjusted"
-
 
 
 class NriLab:
@@ -245,3 +250,66 @@ def test_a_mount_no_cri_request_can_carry_is_refused_and_nothing_is_created(
     assert failed.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "NRI plugin 10-tmpfs: mounts[/scratch] has type 'tmpfs'" in failed.value.details()
     assert client.container_ids(pod_id) == []
+
+
+def ctl(lab: NriLab, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = ctl_main([f"--admin-endpoint={lab.proxy.admin_path}", *args], out=out)
+    return code, out.getvalue()
+
+
+def test_the_trace_explains_an_nri_plugins_change_and_a_plugin_in_shadow_changes_nothing(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    create = event_mask(nri.CREATE_CONTAINER)
+    lab.attach(NriPlugin(name="live", index="10", events=create, methods={"CreateContainer": adjusting(
+        nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=shares(700))))}))
+    lab.attach(NriPlugin(name="trial", index="20", events=create, methods={"CreateContainer": adjusting(
+        nri.ContainerAdjustment(annotations={ANNOTATION: "trial"},
+                                linux=nri.LinuxContainerAdjustment(resources=shares(900))))}))
+    code, out = ctl(lab, "shadow", "20-trial")
+    assert code == 0, out
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
+
+    assert spec_of(client, container_id)["linux"]["resources"]["cpu"]["shares"] == 700
+    assert ANNOTATION not in client.container_status(container_id).status.annotations
+    code, out = ctl(lab, "trace", container_id)
+    assert code == 0, out
+    assert "NRI CreateContainer  container app" in out
+    assert "nri:10-live   ok" in out and "-> 700" in out
+    assert "nri:20-trial  ok (shadow: not applied)" in out
+    assert "would set container_resources.cpu_shares: 700 -> 900" in out
+    assert f'would set container_annotations["{ANNOTATION}"]: (unset) -> "trial"' in out
+
+
+def test_an_eviction_stops_the_container_in_the_runtime(lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    victim = client.create_container(pod_id, client.container_config("victim"), pod_config)
+    client.start_container(victim)
+
+    async def evicting(plugin: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(evict=[nri.ContainerEviction(container_id=victim, reason="no room")])
+
+    lab.attach(NriPlugin(name="evictor", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": (nri.CreateContainerRequest, evicting)}))
+    client.create_container(pod_id, client.container_config("newcomer"), pod_config)
+    assert client.container_status(victim).status.state == cri.CONTAINER_EXITED
+    lab.proxy.wait_for_log(f"NRI plugin 10-evictor evicted container {victim}")
+
+
+def test_a_plugin_failing_run_pod_sandbox_fails_it_and_leaves_no_sandbox(
+        lab: NriLab, log_dir: Path, direct_channel: grpc.Channel) -> None:
+    direct = CriClient(direct_channel)
+    async def refuse(plugin: NriPlugin, request: Message) -> Message:
+        raise TtrpcError(Code.FAILED_PRECONDITION, "no room on this node")
+
+    lab.attach(NriPlugin(name="gate", index="10", events=event_mask(nri.RUN_POD_SANDBOX),
+                         methods={"RunPodSandbox": (nri.RunPodSandboxRequest, refuse)}))
+    before = set(direct.pod_ids())
+    with pytest.raises(grpc.RpcError) as failed:
+        lab.client.run_pod(lab.client.pod_config(f"nri{next(_serial)}", log_dir))
+    assert "NRI RunPodSandbox hook of plugin 10-gate" in failed.value.details()
+    assert "no room on this node" in failed.value.details()
+    assert set(direct.pod_ids()) == before  # stopped and removed in containerd

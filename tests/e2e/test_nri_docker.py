@@ -1,6 +1,7 @@
 """NRI plugins hosted by the proxy in Docker mode, against a real dockerd (which has no NRI): cri-dockerd's
 requests replayed (rplab.cridockerd_replay, no cri-dockerd needed) through the proxy, the project's own NRI
-plugin (tests/nri/nrikit.py) on the proxy's NRI socket; what it answers lands in `docker inspect`."""
+plugin (tests/nri/nrikit.py) on the proxy's NRI socket; what it answers lands in `docker inspect`, an eviction
+stops the container in dockerd, a plugin failing RunPodSandbox has the sandbox container removed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
 
 from rplab.cridockerd_replay import CriDockerdReplay, ReplayError
 from rplab.cridockerd_requests import PodShape
@@ -20,6 +22,7 @@ from rplab.dockerd import DockerdInstance, DockerModeProxy
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from rplab.loop import LoopThread
 from runtimeproxy.nri.session import event_mask
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
@@ -29,7 +32,6 @@ from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, sha
 _serial = itertools.count()
 ANNOTATION = "nri.runtimeproxy.test/adjusted"
 WAIT_SECONDS = 15.0
-
 
 
 @dataclasses.dataclass
@@ -195,3 +197,32 @@ def test_an_rdt_class_is_refused_in_docker_mode_naming_plugin_and_field_and_noth
     assert "NRI plugin 10-rdt set linux.resources.rdt_class" in str(failed.value)
     listed = lab.dockerd.docker("ps", "-a", "-q", "--filter", f"label=io.kubernetes.sandbox.id={lab.sandboxes[-1]}")
     assert listed.stdout.strip() == b""
+
+
+def test_an_eviction_stops_the_container_in_dockerd(lab: DockerNriLab) -> None:
+    pod = lab.run_pod()
+    victim = lab.create(pod, "victim")
+    lab.replay.start_container(victim)
+
+    async def evicting(plugin: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(evict=[nri.ContainerEviction(container_id=victim, reason="no room")])
+
+    lab.attach(NriPlugin(name="evictor", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                         methods={"CreateContainer": (nri.CreateContainerRequest, evicting)}))
+    lab.create(pod, "newcomer")
+    state = lab.inspect(victim)["State"]
+    assert not state["Running"] and state["ExitCode"] == 137  # SIGKILL at once: docker stop -t 0
+    lab.proxy.wait_for_log(f"NRI plugin 10-evictor evicted container {victim}", timeout=WAIT_SECONDS)
+
+
+def test_a_plugin_failing_run_pod_sandbox_has_the_sandbox_container_removed(lab: DockerNriLab) -> None:
+    async def refuse(plugin: NriPlugin, request: Message) -> Message:
+        raise TtrpcError(Code.FAILED_PRECONDITION, "no room on this node")
+
+    lab.attach(NriPlugin(name="gate", index="10", events=event_mask(nri.RUN_POD_SANDBOX),
+                         methods={"RunPodSandbox": (nri.RunPodSandboxRequest, refuse)}))
+    before = lab.dockerd.docker("ps", "-aq", "--no-trunc").stdout.split()
+    with pytest.raises(ReplayError) as failed:
+        lab.run_pod()
+    assert failed.value.exchange.status == 500 and "NRI RunPodSandbox hook of plugin 10-gate" in str(failed.value)
+    assert lab.dockerd.docker("ps", "-aq", "--no-trunc").stdout.split() == before  # cri-dockerd's create failed

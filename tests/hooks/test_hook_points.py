@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
-from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed
+from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
@@ -339,3 +339,46 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
     assert reads == ["edits"] and creation.edits_seen == seen
     assert creation.edits is not None and creation.edits.args == ("/bin/true",)
     assert creation.changed_edits() == frozenset({"args"})
+
+
+@dataclass
+class FailingExtra(RecordingExtra):
+    """Fails RunPodSandbox and StartContainer as an NRI plugin answering an error does (nri.host raises
+    HookFailed)."""
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        await super().notify(event, subject)
+        if event in (extra.RUN_POD_SANDBOX, extra.START_CONTAINER):
+            point = HookPoint(f"NRI {event}", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
+            raise HookFailed(point, NamedPlugin("10-refuser", Path("/run/nri.sock")), grpc.StatusCode.UNKNOWN,
+                             "INVALID_ARGUMENT: no room")
+
+
+@dataclass(frozen=True)
+class NamedPlugin:
+    name: str
+    endpoint: Path
+
+
+def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_removed_and_forgotten(
+        core: Points) -> None:
+    recorder = core.core.extra = FailingExtra()
+    points = core.points
+    run = core.run(points.pre_run_pod_sandbox(pod_request(), None))
+    with pytest.raises(HookFailed) as failed:
+        core.run(points.pod_sandbox_ran("p1", run))
+    assert "10-refuser" in str(failed.value) and failed.value.code is grpc.StatusCode.UNKNOWN
+    # As containerd's NRI integration: the plugins hear the pod stopped and was removed.
+    assert recorder.events == [(extra.RUN_POD_SANDBOX, "p1", ""), (extra.STOP_POD_SANDBOX, "p1", ""),
+                               (extra.REMOVE_POD_SANDBOX, "p1", "")]
+    assert core.core.store.pod("p1") is None
+
+
+def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins_hear_it_stopped(
+        core: Points) -> None:
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_container("c1", ContainerRecord("p1", container_request()))
+    recorder = core.core.extra = FailingExtra()
+    with pytest.raises(HookFailed):
+        core.run(core.points.pre_start_container("c1", None))
+    assert recorder.events == [(extra.START_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1")]

@@ -1,14 +1,11 @@
 """The proxy as an NRI runtime (nri.host) driven by the project's own NRI plugins (nrikit) over a real unix
 socket, with the hook core's store: attach and Synchronize, CreateContainer adjustments applied / refused /
 in conflict, timeouts that detach, reconnects that replace, notifications by subscription, updates of other
-containers."""
+containers, evictions, notifications whose error fails the call."""
 
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import grpc
@@ -20,75 +17,14 @@ from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
-from runtimeproxy.nri.host import NriHost
 from runtimeproxy.nri.session import event_mask
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
+from hostkit import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
+                     pod_info, run)
 from nrikit import NriPlugin
-
-Handler = Callable[[NriPlugin, Message], Awaitable[Message]]
-
-
-def run(coroutine: Awaitable[object]) -> object:
-    return asyncio.run(asyncio.wait_for(coroutine, 20))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def socket_path() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nri-") as directory:
-        yield Path(directory) / "nri.sock"
-
-
-def pod_info(name: str = "web") -> hooks.PodSandboxHookRequest:
-    return hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name=name, uid=f"uid-{name}",
-                                                                       namespace="default"),
-                                       labels={"app": name}, cgroup_parent="/kubepods/burstable/poduid-web")
-
-
-def container_info(name: str = "app") -> hooks.ContainerResourceHookRequest:
-    return hooks.ContainerResourceHookRequest(
-        container_meta=hooks.ContainerMetadata(name=name), container_envs={"PATH": "/bin"},
-        container_annotations={"a": "1"},
-        container_resources=hooks.LinuxContainerResources(cpu_shares=512, memory_limit_in_bytes=64 << 20))
-
-
-def creation() -> Subject:
-    return Subject("pod-1", pod_info(), "", container_info())
-
-
-def adjusting(adjust: nri.ContainerAdjustment, *updates: nri.ContainerUpdate) -> Handler:
-    async def handle(plugin: NriPlugin, request: Message) -> Message:
-        return nri.CreateContainerResponse(adjust=adjust, update=updates)
-    return handle
-
-
-def plugin(name: str, index: str, events: int, **methods: tuple[type[Message], Handler]) -> NriPlugin:
-    return NriPlugin(name=name, index=index, events=events, methods=dict(methods))
-
-
-def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
-    return nri.ContainerUpdate(container_id=container_id, linux=nri.LinuxContainerUpdate(
-        resources=nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=shares)))))
-
-
-@asynccontextmanager
-async def host_on(path: Path, store: Store | None = None, **options: object) -> AsyncIterator[NriHost]:
-    host = NriHost(path, store or Store(), **options)  # type: ignore[arg-type]
-    await host.start()
-    try:
-        yield host
-    finally:
-        await host.stop()
-
-
-async def attached(host: NriHost, *plugins: NriPlugin) -> None:
-    for each in plugins:
-        await each.connect(host.socket_path)
-    wanted = {f"{each.index}-{each.name}" for each in plugins}
-    while not wanted <= {session.plugin_id for session in host.plugins}:
-        await asyncio.sleep(0.01)
-
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
 
@@ -287,4 +223,83 @@ def test_an_update_of_the_container_itself_changes_the_update_request(socket_pat
             result = await host.adjust(extra.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1",
                                                                        container_info()), None)
             assert result.container_resources.cpu_shares == 777
+    run(scenario())
+
+
+# --- evictions --------------------------------------------------------------------------------------------
+
+
+def eviction(container_id: str, reason: str = "no room") -> nri.ContainerEviction:
+    return nri.ContainerEviction(container_id=container_id, reason=reason)
+
+
+def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_counted(socket_path: Path) -> None:
+    store = Store()
+    for cid in ("ctr-victim", "ctr-stubborn", "ctr-late"):
+        store.put_container(cid, ContainerRecord("pod-1", container_info(cid)))
+    stopped: list[str] = []
+
+    async def evictor(container_id: str) -> None:
+        if container_id == "ctr-stubborn":
+            raise RuntimeError("StopContainer: NOT_FOUND: gone")
+        stopped.append(container_id)
+
+    async def evicting(kit: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(evict=[eviction("ctr-victim"), eviction("ctr-stubborn"),
+                                                  eviction("ctr-unknown")])
+
+    async def scenario() -> None:
+        async with host_on(socket_path, store) as host:
+            host.evictor = evictor
+            kit = plugin("evicts", "10", event_mask(nri.CREATE_CONTAINER, nri.STOP_CONTAINER),
+                         CreateContainer=(nri.CreateContainerRequest, evicting),
+                         StopContainer=(nri.StopContainerRequest, _stopped))
+            await attached(host, kit)
+            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert result == container_info()  # a failed eviction never fails the call (as containerd)
+            assert stopped == ["ctr-victim"]
+            answer = await kit.update_containers(evict=(eviction("ctr-late", "pressure"),))
+            assert list(answer.failed) == [] and stopped == ["ctr-victim", "ctr-late"]
+            # As containerd's own StopContainer, an eviction is a StopContainer event for the plugins.
+            assert [request.container.id for request in kit.requests("StopContainer")] == \
+                ["ctr-victim", "ctr-late"]  # type: ignore[attr-defined]
+            assert host.stats.evictions == {("10-evicts", "ok"): 2, ("10-evicts", "failed"): 1,
+                                            ("10-evicts", "unknown"): 1}
+    run(scenario())
+
+
+async def _stopped(kit: NriPlugin, request: Message) -> Message:
+    return nri.StopContainerResponse()
+
+
+# --- failing notifications ----------------------------------------------------------------------------------
+
+
+async def _refuse(kit: NriPlugin, request: Message) -> Message:
+    raise TtrpcError(Code.INVALID_ARGUMENT, "no room on this node")
+
+
+def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_others_are_logged(
+        socket_path: Path) -> None:
+    refuser = plugin("refuser", "10", event_mask(nri.RUN_POD_SANDBOX, nri.START_CONTAINER, nri.POST_START_CONTAINER),
+                     RunPodSandbox=(nri.RunPodSandboxRequest, _refuse),
+                     StartContainer=(nri.StartContainerRequest, _refuse),
+                     PostStartContainer=(nri.PostStartContainerRequest, _refuse))
+    after = plugin("after", "20", event_mask(nri.RUN_POD_SANDBOX), RunPodSandbox=(nri.RunPodSandboxRequest, _empty))
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            await attached(host, refuser, after)
+            for event, point in ((extra.RUN_POD_SANDBOX, "NRI RunPodSandbox"),
+                                 (extra.START_CONTAINER, "NRI StartContainer")):
+                subject = Subject("pod-1", pod_info(), "ctr-1", container_info()) \
+                    if event == extra.START_CONTAINER else Subject("pod-1", pod_info())
+                with pytest.raises(HookFailed) as failed:
+                    await host.notify(event, subject)
+                assert failed.value.point.name == point and failed.value.code is grpc.StatusCode.UNKNOWN
+                assert "10-refuser" in str(failed.value) and "no room on this node" in str(failed.value)
+            assert after.requests("RunPodSandbox") == []  # the first error ends the event, as NRI's adaptation
+            await host.notify(extra.POST_START_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", container_info()))
+            assert host.stats.of("10-refuser", extra.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
+            assert [p.plugin_id for p in host.plugins] == ["10-refuser", "20-after"]  # an error detaches no one
     run(scenario())

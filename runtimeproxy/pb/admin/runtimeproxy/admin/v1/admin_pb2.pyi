@@ -45,7 +45,7 @@ class StatusResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ..., nri_plugins: _Optional[_Iterable[_Union[NriPluginStatus, _Mapping]]] = ..., nri_endpoint: _Optional[str] = ...) -> None: ...
 
 class NriPluginStatus(_message.Message):
-    __slots__ = ("name", "toggle_name", "kind", "events", "connected_since_unix_seconds", "nri_version", "enabled", "disabled_reason", "event_stats")
+    __slots__ = ("name", "toggle_name", "kind", "events", "connected_since_unix_seconds", "nri_version", "enabled", "disabled_reason", "event_stats", "shadow")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOGGLE_NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class NriPluginStatus(_message.Message):
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     DISABLED_REASON_FIELD_NUMBER: _ClassVar[int]
     EVENT_STATS_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
     name: str
     toggle_name: str
     kind: str
@@ -64,7 +65,8 @@ class NriPluginStatus(_message.Message):
     enabled: bool
     disabled_reason: str
     event_stats: _containers.RepeatedCompositeFieldContainer[HookStats]
-    def __init__(self, name: _Optional[str] = ..., toggle_name: _Optional[str] = ..., kind: _Optional[str] = ..., events: _Optional[_Iterable[str]] = ..., connected_since_unix_seconds: _Optional[float] = ..., nri_version: _Optional[str] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., event_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ...) -> None: ...
+    shadow: bool
+    def __init__(self, name: _Optional[str] = ..., toggle_name: _Optional[str] = ..., kind: _Optional[str] = ..., events: _Optional[_Iterable[str]] = ..., connected_since_unix_seconds: _Optional[float] = ..., nri_version: _Optional[str] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., event_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., shadow: _Optional[bool] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
     __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version")

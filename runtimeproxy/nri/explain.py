@@ -1,0 +1,97 @@
+"""One NRI event's plugin calls, explained the way the hook core explains a hook chain (issue 21: one core).
+
+`EventRecord` wraps hooks.chain.ChainRecord, so an NRI event lands in the same per-pod trace
+(`runtimeproxyctl trace`) as the hook plugins' calls, entry shape and bounds included: per plugin, under its
+toggle name (`nri:10-name`), a step (ok; failed with the NRI code, or `detached` for a timeout or a broken
+connection; refused with `conflict`, `refused` or `invalid` and the reason; in shadow), its latency, the
+fields its adjustment or update changed in the container (hooks.changes, `before -> after`), what a plugin in
+shadow would have changed, and in words its requests to update or evict other containers. `finish` counts
+the shadow outcomes in the host's statistics and keeps the entry. Field changes are only computed when read:
+the trace is on, or a plugin is in shadow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.stats import HookStats
+from runtimeproxy.hooks.toggles import extra_toggle_name
+from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceRecorder, pod_key
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+# Outcomes (hooks.stats, nri_calls_total) that are a refusal of the answer rather than a failed call.
+REFUSALS = frozenset({"conflict", "refused", "invalid"})
+NOTIFIED = "notification: the call is unaffected"
+SENT = "sent to the runtime"
+
+
+def trace_name(plugin_id: str) -> str:
+    """How the trace names an NRI plugin: its toggle name, the name `shadow` and `disable` take."""
+    return extra_toggle_name(plugin_id)
+
+
+def hook_name(event: str) -> str:
+    """The trace's hook column for an NRI event ("NRI CreateContainer"), beside the hook points' names."""
+    return f"NRI {event}"
+
+
+def asked_of_others(updates: Sequence[nri.ContainerUpdate], evictions: Sequence[nri.ContainerEviction],
+                    shadow: bool) -> list[str]:
+    """A plugin's requests about other containers, in words (the trace's step details)."""
+    verb = "would " if shadow else ""
+    notes = [f"{verb}update container {update.container_id[:13]}" for update in updates]
+    notes += [f"{verb}evict container {eviction.container_id[:13]} ({eviction.reason or 'no reason given'})"
+              for eviction in evictions]
+    if shadow and notes:
+        notes.append("in shadow: not carried out")
+    return notes
+
+
+class EventRecord:
+    def __init__(self, event: str, subject: Subject, recorder: TraceRecorder | None) -> None:
+        """The event's subject is traced as its request: the container (with its pod's metadata), else the pod."""
+        self.event = event
+        self._recorder = recorder
+        request: Message | None = subject.container if subject.container is not None else subject.pod
+        traced = recorder is not None and recorder.enabled and request is not None
+        if traced and subject.container is not None and subject.pod is not None \
+                and not subject.container.HasField("pod_meta"):
+            request = hooks.ContainerResourceHookRequest()
+            request.CopyFrom(subject.container)
+            request.pod_meta.CopyFrom(subject.pod.pod_meta)  # whose trace it belongs to
+        self._chain = ChainRecord(hook_name(event), request if request is not None else nri.Empty(), traced)
+
+    def ok(self, plugin_id: str, seconds: float, shadow: bool, notes: Sequence[str] = ()) -> None:
+        self._chain.step(trace_name(plugin_id), OK, seconds, shadow, details="; ".join(notes))
+
+    def failed(self, plugin_id: str, seconds: float, shadow: bool, outcome: str, message: str) -> None:
+        """`outcome` as the statistics count it (an NRI code, "detached", or one of REFUSALS)."""
+        self._chain.step(trace_name(plugin_id), REFUSED if outcome in REFUSALS else FAILED, seconds, shadow,
+                         outcome, message)
+
+    def changed(self, before: Message, after: Message, shadow: bool) -> None:
+        """The last ok step left the container `after` (in shadow: would have)."""
+        if shadow:
+            self._chain.shadowed(before, after)
+        elif after != before:
+            self._chain.applied(before, after)
+
+    def finish(self, stats: HookStats, final: Message | None, result: str, written_back: bool = False) -> None:
+        """Shadow outcomes counted; the entry kept in the pod's trace (a pod known by uid or name only)."""
+        final = final if final is not None else self._chain.original
+        collisions = self._chain.collisions()
+        if self._chain.has_shadows:
+            for outcome in self._chain.shadow_outcomes(final):
+                plugin_id = outcome.plugin.partition(":")[2]
+                stats.shadowed(plugin_id, self.event, outcome.changed, bool(outcome.disagreements))
+        if not self._chain.traced or self._recorder is None or not self._chain.steps:
+            return
+        who = pod_key(self._chain.original)
+        if not (who.uid or who.name):
+            return
+        self._recorder.record(who, self._chain.entry(who.target, final, collisions, result, written_back))

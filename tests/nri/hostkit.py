@@ -1,0 +1,75 @@
+"""Helpers of the NRI host's unit tests: a host on a real unix socket, the project's NRI plugins attached to
+it, and the hook values of one pod and container."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.store import Store
+from runtimeproxy.nri.host import NriHost
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+from nrikit import NriPlugin
+
+Handler = Callable[[NriPlugin, Message], Awaitable[Message]]
+
+
+def run(coroutine: Awaitable[object]) -> object:
+    return asyncio.run(asyncio.wait_for(coroutine, 20))  # type: ignore[arg-type]
+
+
+def pod_info(name: str = "web") -> hooks.PodSandboxHookRequest:
+    return hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name=name, uid=f"uid-{name}",
+                                                                       namespace="default"),
+                                       labels={"app": name}, cgroup_parent="/kubepods/burstable/poduid-web")
+
+
+def container_info(name: str = "app") -> hooks.ContainerResourceHookRequest:
+    return hooks.ContainerResourceHookRequest(
+        container_meta=hooks.ContainerMetadata(name=name), container_envs={"PATH": "/bin"},
+        container_annotations={"a": "1"},
+        container_resources=hooks.LinuxContainerResources(cpu_shares=512, memory_limit_in_bytes=64 << 20))
+
+
+def creation() -> Subject:
+    return Subject("pod-1", pod_info(), "", container_info())
+
+
+def adjusting(adjust: nri.ContainerAdjustment, *updates: nri.ContainerUpdate) -> Handler:
+    async def handle(plugin: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(adjust=adjust, update=updates)
+    return handle
+
+
+def plugin(name: str, index: str, events: int, **methods: tuple[type[Message], Handler]) -> NriPlugin:
+    return NriPlugin(name=name, index=index, events=events, methods=dict(methods))
+
+
+def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
+    return nri.ContainerUpdate(container_id=container_id, linux=nri.LinuxContainerUpdate(
+        resources=nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=shares)))))
+
+
+@asynccontextmanager
+async def host_on(path: Path, store: Store | None = None, **options: object) -> AsyncIterator[NriHost]:
+    host = NriHost(path, store or Store(), **options)  # type: ignore[arg-type]
+    await host.start()
+    try:
+        yield host
+    finally:
+        await host.stop()
+
+
+async def attached(host: NriHost, *plugins: NriPlugin) -> None:
+    for each in plugins:
+        await each.connect(host.socket_path)
+    wanted = {f"{each.index}-{each.name}" for each in plugins}
+    while not wanted <= {session.plugin_id for session in host.plugins}:
+        await asyncio.sleep(0.01)

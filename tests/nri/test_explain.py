@@ -1,0 +1,185 @@
+"""NRI plugins in the hook core's trace and shadow (nri.explain through nri.host): each event's calls kept in the
+pod's trace with outcome, latency and field changes; refusals and failures with their reason; a plugin in shadow
+called and traced but nothing of it carried out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.store import ContainerRecord, Store
+from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecorder
+from runtimeproxy.nri.session import event_mask
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+from hostkit import adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info, run
+from nrikit import NriPlugin
+
+CREATE = event_mask(nri.CREATE_CONTAINER)
+
+
+def shares_to(value: int) -> nri.ContainerAdjustment:
+    return nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(resources=nri.LinuxResources(
+        cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=value)))))
+
+
+def entries(recorder: TraceRecorder) -> list[TraceEntry]:
+    pod = recorder.find("default/web")
+    assert pod is not None
+    return list(pod.entries)
+
+
+def changes(entry: TraceEntry, step: int) -> list[tuple[str, object, object]]:
+    return [(change.field, change.before, change.after) for change in entry.steps[step].changes]
+
+
+def test_an_adjustment_is_traced_field_by_field_under_the_plugins_toggle_name(socket_path: Path) -> None:
+    recorder = TraceRecorder()
+
+    async def scenario() -> None:
+        async with host_on(socket_path, trace=recorder) as host:
+            await attached(host, plugin("cpu", "10", CREATE, CreateContainer=(
+                nri.CreateContainerRequest, adjusting(shares_to(1024)))))
+            await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+    run(scenario())
+    entry, = entries(recorder)
+    assert (entry.hook, entry.target, entry.result) == ("NRI CreateContainer", "container app", "sent to the runtime")
+    step, = entry.steps
+    assert (step.plugin, step.outcome, step.shadow) == ("nri:10-cpu", OK, False) and step.seconds > 0
+    assert changes(entry, 0) == [("container_resources.cpu_shares", 512, 1024)]
+    assert [(c.field, c.before, c.after) for c in entry.sent_changes] == [("container_resources.cpu_shares", 512, 1024)]
+    assert "cpu_shares=512" in entry.request_line()
+
+
+def test_a_conflict_is_traced_as_refused_with_its_reason_and_the_call_not_sent(socket_path: Path) -> None:
+    recorder = TraceRecorder()
+
+    async def scenario() -> None:
+        async with host_on(socket_path, trace=recorder) as host:
+            await attached(host, *(plugin(name, index, CREATE, CreateContainer=(
+                nri.CreateContainerRequest, adjusting(shares_to(value))))
+                for name, index, value in (("a", "10", 100), ("b", "20", 200))))
+            with pytest.raises(HookFailed):
+                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+    run(scenario())
+    entry, = entries(recorder)
+    first, second = entry.steps
+    assert first.outcome == OK and changes(entry, 0) == [("container_resources.cpu_shares", 512, 100)]
+    assert (second.outcome, second.code) == (REFUSED, "conflict") and "both tried to set" in second.details
+    assert entry.result.startswith("not sent: 20-b failed") and entry.sent_changes == ()
+
+
+def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others(socket_path: Path) -> None:
+    recorder = TraceRecorder()
+    store = Store()
+    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+
+    async def failing(kit: NriPlugin, request: Message) -> Message:
+        raise TtrpcError(Code.UNAVAILABLE, "busy")
+
+    async def stopped(kit: NriPlugin, request: Message) -> Message:
+        return nri.StopContainerResponse(update=[cpu_update("ctr-other", 64)])
+
+    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        return None
+
+    async def empty(kit: NriPlugin, request: Message) -> Message:
+        return nri.Empty()
+
+    async def scenario() -> None:
+        async with host_on(socket_path, store, trace=recorder) as host:
+            host.updater = updater
+            await attached(host, plugin("post", "10", event_mask(nri.POST_START_CONTAINER, nri.STOP_CONTAINER,
+                                                                 nri.STOP_POD_SANDBOX),
+                                        PostStartContainer=(nri.PostStartContainerRequest, failing),
+                                        StopContainer=(nri.StopContainerRequest, stopped),
+                                        StopPodSandbox=(nri.StopPodSandboxRequest, empty)))
+            subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
+            subject.container.pod_meta.CopyFrom(pod_info().pod_meta)  # type: ignore[union-attr]
+            subject.container.container_meta.id = "ctr-1"  # type: ignore[union-attr]
+            await host.notify(extra.POST_START_CONTAINER, subject)
+            await host.notify(extra.STOP_CONTAINER, subject)
+            await host.notify(extra.STOP_POD_SANDBOX, Subject("pod-1", pod_info()))
+    run(scenario())
+    started, stopped_entry, pod_stopped = entries(recorder)
+    assert started.hook == "NRI PostStartContainer" and started.target == "container app (ctr-1)"
+    step, = started.steps
+    assert (step.outcome, step.code, step.details) == (FAILED, "UNAVAILABLE", "busy")
+    assert started.result == "notification: the call is unaffected"
+    assert stopped_entry.steps[0].details == "update container ctr-other"
+    assert pod_stopped.target == "pod" and pod_stopped.hook == "NRI StopPodSandbox"
+
+
+def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_path: Path) -> None:
+    recorder = TraceRecorder()
+    store = Store()
+    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+    done: list[str] = []
+
+    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        done.append(f"update {container_id}")
+
+    async def evictor(container_id: str) -> None:
+        done.append(f"evict {container_id}")
+
+    async def greedy(kit: NriPlugin, request: Message) -> Message:
+        return nri.CreateContainerResponse(adjust=shares_to(2048), update=[cpu_update("ctr-other", 2)],
+                                           evict=[nri.ContainerEviction(container_id="ctr-other", reason="mine")])
+
+    async def scenario() -> None:
+        async with host_on(socket_path, store, trace=recorder, shadowed=lambda name: name == "nri:20-next") as host:
+            host.updater, host.evictor = updater, evictor
+            live = plugin("live", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(shares_to(1024))))
+            trial = plugin("next", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, greedy))
+            await attached(host, live, trial)
+            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert result.container_resources.cpu_shares == 1024  # the live plugin's, never the shadow's
+            answer = await trial.update_containers(cpu_update("ctr-other", 3), evict=(
+                nri.ContainerEviction(container_id="ctr-other"),))
+            assert [update.container_id for update in answer.failed] == ["ctr-other"]
+            assert done == []
+            calls = host.stats.of("20-next", extra.CREATE_CONTAINER)
+            assert (calls.shadow_changes, calls.shadow_disagreements) == (1, 1)
+            assert host.stats.evictions == {("20-next", "shadow"): 2}
+    run(scenario())
+    entry, = entries(recorder)
+    live_step, shadow_step = entry.steps
+    assert not live_step.shadow and shadow_step.shadow and shadow_step.outcome == OK
+    assert changes(entry, 1) == [("container_resources.cpu_shares", 1024, 2048)]
+    assert [(c.field, c.before, c.after) for c in shadow_step.disagreements] == \
+        [("container_resources.cpu_shares", 1024, 2048)]
+    assert "would evict container ctr-other (mine)" in shadow_step.details
+    assert "in shadow: not carried out" in shadow_step.details
+
+
+def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> None:
+    async def refuse(kit: NriPlugin, request: Message) -> Message:
+        raise TtrpcError(Code.INVALID_ARGUMENT, "no")
+
+    async def scenario() -> None:
+        async with host_on(socket_path, shadowed=lambda name: True) as host:
+            await attached(host, plugin("trial", "10", event_mask(nri.CREATE_CONTAINER, nri.RUN_POD_SANDBOX),
+                                        CreateContainer=(nri.CreateContainerRequest, refuse),
+                                        RunPodSandbox=(nri.RunPodSandboxRequest, refuse)))
+            assert await host.adjust(extra.CREATE_CONTAINER, creation(), None) == container_info()
+            await host.notify(extra.RUN_POD_SANDBOX, Subject("pod-1", pod_info()))
+    run(scenario())
+
+
+def test_nothing_is_traced_with_the_trace_off(socket_path: Path) -> None:
+    recorder = TraceRecorder(entries_per_pod=0)
+
+    async def scenario() -> None:
+        async with host_on(socket_path, trace=recorder) as host:
+            await attached(host, plugin("cpu", "10", CREATE, CreateContainer=(
+                nri.CreateContainerRequest, adjusting(shares_to(1024)))))
+            await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+    run(scenario())
+    assert recorder.pod_count == 0
