@@ -4,8 +4,8 @@
 (`runtimeproxyctl trace`) as the hook plugins' calls, entry shape and bounds included: per plugin, under its
 toggle name (`nri:10-name`), a step (ok; failed with the NRI code, or `detached` for a timeout or a broken
 connection; refused with `conflict`, `refused` or `invalid` and the reason; in shadow), its latency, the
-fields its adjustment or update changed in the container (hooks.changes, `before -> after`), what a plugin in
-shadow would have changed, and in words its requests to update or evict other containers. `finish` counts
+fields its adjustment or update changed in the container (hooks.changes, `before -> after`; the argv, bind
+mounts, devices and RDT class, which the hook model lacks, in words), what a plugin in shadow would have changed, and in words its requests to update or evict other containers. `finish` counts
 the shadow outcomes in the host's statistics and keeps the entry. Field changes are only computed when read:
 the trace is on, or a plugin is in shadow.
 """
@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.changes import show
+from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.hooks.toggles import extra_toggle_name
@@ -49,6 +51,25 @@ def asked_of_others(updates: Sequence[nri.ContainerUpdate], evictions: Sequence[
               for eviction in evictions]
     if shadow and notes:
         notes.append("in shadow: not carried out")
+    return notes
+
+
+def edit_changes(before: ContainerEdits | None, after: ContainerEdits | None, shadow: bool) -> list[str]:
+    """What a plugin changed of the argv, bind mounts, devices and RDT class, in words (step details)."""
+    if before is None or after is None or before == after:
+        return []
+    verb = "would " if shadow else ""
+    notes = []
+    if after.args != before.args:
+        notes.append(f"{verb}set args {show(list(before.args))} -> {show(list(after.args))}")
+    notes += [f"{verb}remove mount {mount.destination}" for mount in before.mounts if mount not in after.mounts]
+    notes += [f"{verb}mount {mount.source} at {mount.destination}{' (ro)' if mount.readonly else ''}"
+              for mount in after.mounts if mount not in before.mounts]
+    notes += [f"{verb}remove device {device.path}" for device in before.devices if device not in after.devices]
+    notes += [f"{verb}add device {device.path} ({device.permissions})" for device in after.devices
+              if device not in before.devices]
+    if after.rdt_class != before.rdt_class:
+        notes.append(f"{verb}set RDT class {show(before.rdt_class or '')} -> {show(after.rdt_class or '')}")
     return notes
 
 

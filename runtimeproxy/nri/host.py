@@ -51,7 +51,7 @@ from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
-from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others
+from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes
 from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
@@ -384,6 +384,7 @@ class NriHost:
         before.CopyFrom(folded.container)
         container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0),
                                       folded.edits)
+        edits_before = folded.edits
         started = time.monotonic()
         failure: tuple[grpc.StatusCode, str, str] | None = None
         try:
@@ -414,7 +415,8 @@ class NriHost:
                 return None
             raise self._failed(event, plugin, *failure)
         self._record(plugin, event, seconds, None)
-        record.ok(plugin.plugin_id, seconds, shadow, asked_of_others(asked.updates, asked.evictions, shadow))
+        record.ok(plugin.plugin_id, seconds, shadow, edit_changes(edits_before, folded.edits, shadow)
+                  + asked_of_others(asked.updates, asked.evictions, shadow))
         after = hooks.ContainerResourceHookRequest()
         after.CopyFrom(folded.container)
         record.changed(before, after, shadow)

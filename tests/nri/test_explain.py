@@ -11,9 +11,11 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.edits import BindMount, ContainerEdits, Device
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, Store
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecorder
+from runtimeproxy.nri.explain import edit_changes
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -183,3 +185,15 @@ def test_nothing_is_traced_with_the_trace_off(socket_path: Path) -> None:
             await host.adjust(extra.CREATE_CONTAINER, creation(), None)
     run(scenario())
     assert recorder.pod_count == 0
+
+
+def test_edits_a_plugin_made_are_told_in_words() -> None:
+    before = ContainerEdits(args=("sh",), mounts=(BindMount("/etc/hosts", "/var/lib/pod/hosts"),))
+    after = ContainerEdits(args=("/wrap", "sh"), mounts=(BindMount("/data", "/srv/data", readonly=True),),
+                           devices=(Device("/dev/null", "/dev/null"),), rdt_class="gold")
+    assert edit_changes(before, after, shadow=False) == [
+        'set args ["sh"] -> ["/wrap", "sh"]', "remove mount /etc/hosts", "mount /srv/data at /data (ro)",
+        "add device /dev/null (rwm)", 'set RDT class "" -> "gold"']
+    assert edit_changes(before, after, shadow=True)[0].startswith("would set args")
+    assert edit_changes(before, before, shadow=False) == []
+    assert edit_changes(None, after, shadow=False) == []
