@@ -32,6 +32,16 @@ def shares_to(value: int) -> nri.ContainerAdjustment:
         cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=value)))))
 
 
+def create_with_shares_plugin(socket_path: Path, recorder: TraceRecorder) -> None:
+    """One CreateContainer through a host with one plugin setting CPU shares."""
+    async def scenario() -> None:
+        async with host_on(socket_path, trace=recorder) as host:
+            await attached(host, plugin("cpu", "10", CREATE, CreateContainer=(
+                nri.CreateContainerRequest, adjusting(shares_to(1024)))))
+            await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+    run(scenario())
+
+
 def entries(recorder: TraceRecorder) -> list[TraceEntry]:
     pod = recorder.find("default/web")
     assert pod is not None
@@ -44,13 +54,7 @@ def changes(entry: TraceEntry, step: int) -> list[tuple[str, object, object]]:
 
 def test_an_adjustment_is_traced_field_by_field_under_the_plugins_toggle_name(socket_path: Path) -> None:
     recorder = TraceRecorder()
-
-    async def scenario() -> None:
-        async with host_on(socket_path, trace=recorder) as host:
-            await attached(host, plugin("cpu", "10", CREATE, CreateContainer=(
-                nri.CreateContainerRequest, adjusting(shares_to(1024)))))
-            await host.adjust(extra.CREATE_CONTAINER, creation(), None)
-    run(scenario())
+    create_with_shares_plugin(socket_path, recorder)
     entry, = entries(recorder)
     assert (entry.hook, entry.target, entry.result) == ("NRI CreateContainer", "container app", "sent to the runtime")
     step, = entry.steps
@@ -177,13 +181,7 @@ def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> Non
 
 def test_nothing_is_traced_with_the_trace_off(socket_path: Path) -> None:
     recorder = TraceRecorder(entries_per_pod=0)
-
-    async def scenario() -> None:
-        async with host_on(socket_path, trace=recorder) as host:
-            await attached(host, plugin("cpu", "10", CREATE, CreateContainer=(
-                nri.CreateContainerRequest, adjusting(shares_to(1024)))))
-            await host.adjust(extra.CREATE_CONTAINER, creation(), None)
-    run(scenario())
+    create_with_shares_plugin(socket_path, recorder)
     assert recorder.pod_count == 0
 
 
