@@ -16,8 +16,9 @@ undoes a RunPodSandbox); errors answered to the other notifications are logged.
 As the hook core does for hook plugins: the node's toggles turn a plugin off, or one event of it (`runtimeproxyctl
 disable nri:10-name --hook CreateContainer`): it is not sent what is off, as if it had not subscribed, and the
 trace shows it `skipped: toggled off` with the reason; every event's calls are kept in the pod's trace
-(nri.explain), and a plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and traced but its
-adjustment, its updates (answered, synchronized or sent on its own) and its evictions are not carried out.
+(nri.explain); and a plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and
+traced but its adjustment, its updates (answered, synchronized or sent on its own) and its evictions are not
+carried out.
 
 Plugins can also be launched by the proxy from a plugin directory (nri.launch): each gets its end of a
 socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin

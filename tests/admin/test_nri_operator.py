@@ -1,6 +1,6 @@
 """NRI plugins for operators: `runtimeproxyctl status` lists them with their calls by event, /metrics counts them,
-`runtimeproxyctl disable/enable` toggles one (or one of its events) by its id and `shadow` puts it on trial, its calls in `trace`
-(in-process proxy hosting NRI, the project's own NRI plugin on its socket)."""
+`runtimeproxyctl disable/enable` toggles one (or one of its events) by its id and `shadow` puts it on trial, its
+calls in `trace` (in-process proxy hosting NRI, the project's own NRI plugin on its socket)."""
 
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ def test_one_event_of_an_nri_plugin_is_toggled_off_and_status_metrics_and_errors
     capsys.readouterr()
     assert ctl(proxy, "disable", "10-ops", "--hook", "PreRunPodSandbox", "--reason", "x")[0] == EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("runtimeproxyctl: error: PreRunPodSandbox is a hook of hook plugins;")
+    assert err.count("\n") == 1
+    assert err.startswith("runtimeproxyctl: error: PreRunPodSandbox is a hook of hook plugins;")
     assert err.rstrip().endswith("did you mean RunPodSandbox?")
     assert ctl(proxy, "enable", "nri:10-ops", "--hook", "StopPodSandbox")[0] == EXIT_OK  # nothing to enable
     assert "nothing to enable" in capsys.readouterr().err
