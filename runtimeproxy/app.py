@@ -115,6 +115,7 @@ class Proxy:
         host = self.nri = NriHost(socket_path, service.store, ready=service.store_rebuilt,
                                   registration_timeout=options.nri_registration_timeout,
                                   request_timeout=options.nri_request_timeout, allows=service.toggles.allows,
+                                  off_reason=service.toggles.reason_for,
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
                                   trace=service.trace,

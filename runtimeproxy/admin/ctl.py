@@ -4,6 +4,7 @@
     runtimeproxyctl disable koordlet [--hook PreCreateContainer]... --reason "fail policy blocks pods"
     runtimeproxyctl disable koordlet --stage --reason "..."   # no koordlet.json on this node yet
     runtimeproxyctl enable koordlet [--hook ...]...
+    runtimeproxyctl disable 10-name [--hook CreateContainer]... --reason "..."   # an NRI plugin, or its events
     runtimeproxyctl disable --all --reason "..." / enable --all
     runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook HOOK]...  (no proxy needed)
     runtimeproxyctl trace POD       # namespace/name, pod uid, sandbox or container ID: its hooked calls
@@ -14,7 +15,7 @@ toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
 
     0  ok (also an `enable` that found nothing to enable: the plugin is on, as asked)
     1  the proxy could not be reached, or refused (one line naming the socket)
-    2  usage: bad arguments, an unknown hook name, a missing --reason
+    2  usage: bad arguments, an unknown hook name (for an NRI plugin: NRI event name), a missing --reason
     3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
        nothing changed (for trace: no trace of that pod). A typo must not look like a disabled plugin:
        `--stage` disables a name whose file is not there yet (status shows it as staged).
@@ -43,7 +44,9 @@ from runtimeproxy import __version__
 from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
+from runtimeproxy.hooks.extra import EVENT_NAMES
 from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.hooks.toggles import EXTRA_PREFIX
 from runtimeproxy.plugin import trying
 
 PROG = "runtimeproxyctl"
@@ -83,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("plugin", nargs="?", help="the plugin's config file name (koordlet.json or koordlet), "
                              "or an NRI plugin's id (10-name, or nri:10-name)")
         command.add_argument("--hook", action="append", default=[], metavar="HOOK",
-                             help=f"only this hook (repeatable): {', '.join(HOOK_NAMES)}")
+                             help=f"only this hook (repeatable): {', '.join(HOOK_NAMES)}; of an NRI plugin, only "
+                             f"this NRI event: {', '.join(EVENT_NAMES)}")
         command.add_argument("--all", action="store_true", help="every plugin's every hook on this node")
         if name == "disable":
             command.add_argument("--reason", required=True, help="why; logged and shown in status")
@@ -366,7 +370,7 @@ def render_toggles(toggles: Sequence[admin.Toggle]) -> str:
         return "(none: every registered hook is on)\n"
     rows = [[_toggled_plugin(t), _toggled_hooks(t), _when(t.since_unix_seconds), t.author or "-", t.reason]
             for t in toggles]
-    lines = _table(["PLUGIN", "HOOKS OFF", "SINCE", "BY", "REASON"], rows)
+    lines = _table(["PLUGIN", "HOOKS OFF", "SINCE", "BY", "REASON"], rows)  # an NRI plugin's: events
     if any(t.staged for t in toggles):
         lines.append("(staged: no config file of that name is present; the toggle applies when one appears)")
     return "\n".join(lines) + "\n"
@@ -381,7 +385,8 @@ def _toggled_plugin(toggle: admin.Toggle) -> str:
 def _toggled_hooks(toggle: admin.Toggle) -> str:
     if toggle.hooks:
         return ",".join(toggle.hooks)
-    return f"all hooks but {','.join(toggle.except_hooks)}" if toggle.except_hooks else "all hooks"
+    every = "all events" if toggle.plugin.startswith(EXTRA_PREFIX) else "all hooks"
+    return f"{every} but {','.join(toggle.except_hooks)}" if toggle.except_hooks else every
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.status import ProxyParts
+from runtimeproxy.hooks.extra import EVENT_NAMES
 from runtimeproxy.hooks.stats import LatencyHistogram
 from runtimeproxy.hooks.names import HOOK_NAMES
 
@@ -115,6 +116,7 @@ class ProxyCollector(Collector):
         extra = self._parts.hooks.extra
         yield GaugeMetricFamily(f"{PREFIX}_nri_plugins", "NRI plugins attached (registered, configured, "
                                 "synchronized).", value=len(extra.statuses()))
+        yield from self._nri_toggles()
         calls = CounterMetricFamily(f"{PREFIX}_nri_calls", "NRI plugin calls, by plugin (index-name), NRI event "
                                     "and outcome (ok, detached, conflict, refused, invalid or the ttrpc code).",
                                     labels=["plugin", "event", "outcome"])
@@ -145,6 +147,22 @@ class ProxyCollector(Collector):
         yield shadow_changes
         yield disagreements
         yield evictions
+
+    def _nri_toggles(self) -> Iterator[Metric]:
+        """As plugins_disabled and hooks_disabled, for the attached NRI plugins and the events they subscribed."""
+        hooks = self._parts.hooks
+        allows = hooks.toggles.allows
+        attached = hooks.extra.statuses()
+        yield GaugeMetricFamily(f"{PREFIX}_nri_plugins_disabled", "Attached NRI plugins whose every subscribed "
+                                "event is toggled off on this node.",
+                                value=sum(1 for p in attached if not any(allows(p.toggle_name, event)
+                                                                         for event in p.events or ("",))))
+        events_off = GaugeMetricFamily(f"{PREFIX}_nri_events_disabled", "Subscribed events of attached NRI plugins "
+                                       "toggled off on this node, by event.", labels=["event"])
+        for event in EVENT_NAMES:
+            events_off.add_metric([event], sum(1 for p in attached if event in p.events
+                                               and not allows(p.toggle_name, event)))
+        yield events_off
 
     def _backend_and_store(self) -> Iterator[Metric]:
         reachable = GaugeMetricFamily(f"{PREFIX}_backend_reachable", "1 while the backend runtime socket is "

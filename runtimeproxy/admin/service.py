@@ -5,7 +5,9 @@ Served by a separate aio server, with reflection and health, so `grpcurl` works 
 no config file the proxy knows gets NOT_FOUND with the registered names and a did-you-mean,
 unless it asks to be staged; a toggle that cannot be persisted gets FAILED_PRECONDITION and
 changes nothing. An attached NRI plugin is named by its id (`10-name`, when no config file
-`10-name.json` is registered) or its toggle name (`nri:10-name`), and is toggled whole.
+`10-name.json` is registered) or its toggle name (`nri:10-name`), and is toggled whole or per NRI event
+(`--hook CreateContainer`); a hook name for an NRI plugin, or an NRI event for a hook plugin, is a bad
+request naming the valid ones.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from runtimeproxy.admin.status import ProxyParts, shadow_messages, status, toggl
 from runtimeproxy.admin.trace import not_traced, trace_response
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.toggles import (
-    EXTRA_PREFIX, ToggleError, UnknownPlugin, extra_toggle_name, hook_names, plugin_file_name, unknown_plugin,
+    ALL_PLUGINS, EXTRA_PREFIX, ToggleError, UnknownPlugin, extra_toggle_name, plugin_file_name, scopes_named,
+    unknown_plugin,
 )
 from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
@@ -43,15 +46,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     async def Disable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
         toggles = self._parts.hooks.toggles
-        return await self._change(context, request, lambda: toggles.disable(
-            self._toggle_name(request), hook_names(list(request.hooks)), request.reason, everything=request.all,
-            author=request.author,
+        return await self._change(context, request, lambda name, scopes: toggles.disable(
+            name, scopes, request.reason, everything=request.all, author=request.author,
         ))
 
     async def Enable(self, request: admin.ToggleRequest, context: grpc.aio.ServicerContext) -> admin.ToggleResponse:
         toggles = self._parts.hooks.toggles
-        return await self._change(context, request, lambda: toggles.enable(
-            self._toggle_name(request), hook_names(list(request.hooks)), everything=request.all
+        return await self._change(context, request, lambda name, scopes: toggles.enable(
+            name, scopes, everything=request.all
         ))
 
     async def Trace(self, request: admin.TraceRequest, context: grpc.aio.ServicerContext) -> admin.TraceResponse:
@@ -92,15 +94,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     def _toggle_name(self, request: admin.ToggleRequest) -> str:
         """The name the toggle is kept under: an NRI plugin's id becomes its toggle name, unless a config
-        file of that name is registered. Raises ToggleError for per-hook toggles of an NRI plugin."""
-        if request.all:
-            return request.plugin
-        name = self._plugin_name(request.plugin)
-        if not name.startswith(EXTRA_PREFIX):
-            return name
-        if request.hooks:
-            raise ToggleError(f"NRI plugin {name} is toggled whole: leave out --hook")
-        return name
+        file of that name is registered."""
+        return ALL_PLUGINS if request.all else self._plugin_name(request.plugin)
 
     def _plugin_name(self, typed: str) -> str:
         """A bare NRI plugin id (`10-name`) is its toggle name (`nri:10-name`) when it is attached or toggled,
@@ -120,13 +115,15 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         return {plugin.toggle_name for plugin in self._parts.hooks.extra.statuses()}
 
     async def _change(self, context: grpc.aio.ServicerContext, request: admin.ToggleRequest,
-                      change: Callable[[], list[str]]) -> admin.ToggleResponse:
+                      change: Callable[[str, frozenset[str]], list[str]]) -> admin.ToggleResponse:
         notes: list[str] = []
         try:
-            hook_names(list(request.hooks))  # a usage error is reported before an unknown plugin
+            name = self._toggle_name(request)
+            # A usage error (no such hook, or NRI event, for this kind of plugin) comes before an unknown plugin.
+            scopes = scopes_named(name, list(request.hooks))
             if not request.all and not request.stage:
-                await self._check_known(self._toggle_name(request))
-            notes = change()
+                await self._check_known(name)
+            notes = change(name, scopes)
         except UnknownPlugin as error:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
         except ToggleError as error:

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from runtimeproxy import __version__
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle
+from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle, scope_names
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.hooks.config import PluginConfig
-from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.report import BackendProblem, FrontendReport
 
@@ -122,20 +121,23 @@ def _plugin_status(
 
 
 def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
-    """The attached NRI plugins, their toggle state and their calls by event."""
+    """The attached NRI plugins, their toggle state and their calls by event (as a hook plugin's by hook: enabled
+    while one of its events is on; each event on or OFF)."""
     toggles, stats = hooks.toggles, hooks.extra.stats
     answers = []
     for plugin in hooks.extra.statuses():
-        enabled = toggles.allows(plugin.toggle_name, "")  # NRI plugins are toggled whole
+        name = plugin.toggle_name
+        # A plugin that subscribed to nothing is asked about as a whole ("" is no event: only a whole toggle).
+        enabled_events = [event for event in plugin.events or ("",) if toggles.allows(name, event)]
+        reason = "" if enabled_events else toggles.reason_for(name) or toggles.reason_for(name, plugin.events[0])
         answer = admin.NriPluginStatus(
-            name=plugin.name, toggle_name=plugin.toggle_name, kind=plugin.kind, events=plugin.events,
+            name=plugin.name, toggle_name=name, kind=plugin.kind, events=plugin.events,
             connected_since_unix_seconds=plugin.since_unix_seconds, nri_version=plugin.protocol_version,
-            enabled=enabled, disabled_reason="" if enabled else toggles.reason_for(plugin.toggle_name),
-            shadow=toggles.shadow_override(plugin.toggle_name) is True)
+            enabled=bool(enabled_events), disabled_reason=reason, shadow=toggles.shadow_override(name) is True)
         for event in plugin.events:
             calls = stats.of(plugin.name, event)
             answer.event_stats.append(admin.HookStats(
-                hook=event, enabled=enabled, calls=calls.calls, failures=calls.failures,
+                hook=event, enabled=event in enabled_events, calls=calls.calls, failures=calls.failures,
                 last_error=calls.last_error, last_error_unix_seconds=calls.last_error_unix_seconds,
                 p50_seconds=calls.percentile_seconds(0.50), p99_seconds=calls.percentile_seconds(0.99),
                 shadow_changes=calls.shadow_changes, shadow_disagreements=calls.shadow_disagreements))
@@ -157,7 +159,7 @@ def toggle_message(toggle: Toggle, staged: bool = False) -> admin.Toggle:
         since_unix_seconds=toggle.since_unix_seconds,
         author=toggle.author,
         staged=staged,
-        except_hooks=[hook for hook in HOOK_NAMES if hook in toggle.hooks_on],
+        except_hooks=[hook for hook in scope_names(toggle.plugin) if hook in toggle.hooks_on],
     )
 
 

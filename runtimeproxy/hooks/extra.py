@@ -12,7 +12,8 @@ frontend's request says); `adjust` leaves them in `subject.edits` as the plugins
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
-NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.extra_toggle_name).
+NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.extra_toggle_name), and
+its events as `EVENT_NAMES` does (a toggle can turn one event of a plugin off).
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ UPDATE_CONTAINER = "UpdateContainer"
 POST_UPDATE_CONTAINER = "PostUpdateContainer"
 STOP_CONTAINER = "StopContainer"
 REMOVE_CONTAINER = "RemoveContainer"
+# In the order a pod's lifecycle reaches them (NRI's own order): what status lists and toggles name.
+EVENT_NAMES: tuple[str, ...] = (
+    RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX, CREATE_CONTAINER, POST_CREATE_CONTAINER, START_CONTAINER,
+    POST_START_CONTAINER, UPDATE_CONTAINER, POST_UPDATE_CONTAINER, STOP_CONTAINER, REMOVE_CONTAINER,
+)
+_EVENTS_BY_FOLDED_NAME = {event.casefold(): event for event in EVENT_NAMES}
+
+
+def event_named(name: str) -> str | None:
+    """The NRI event a person's spelling names ("createcontainer" -> "CreateContainer"), or None."""
+    return _EVENTS_BY_FOLDED_NAME.get(name.casefold())
 
 
 @dataclass

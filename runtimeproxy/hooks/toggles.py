@@ -9,8 +9,10 @@ appears. `disable --all` (plugin `*`) turns every hook on the node off.
 Each toggle has a scope (a whole plugin, or one hook of it) and keeps its own reason, author
 and time: a per-hook toggle never rewrites the whole-plugin one. Whether a name is a
 registered plugin is the admin service's question (it knows the registry); `unknown_plugin`
-words the refusal. Plugins of another protocol (NRI, hooks.extra) are toggled whole under
-`nri:<index-name>` (`extra_toggle_name`), a name no config file can have.
+words the refusal. Plugins of another protocol (NRI, hooks.extra) are toggled under
+`nri:<index-name>` (`extra_toggle_name`), a name no config file can have, whole or per NRI event
+(hooks.extra.EVENT_NAMES) where a hook plugin's toggle names a hook: `scope_names` says which names a
+plugin's toggles take, `scopes_named` refuses the other kind's names in one line.
 
 Shadow settings live here too, persisted in the same file: `runtimeproxyctl shadow PLUGIN` puts a plugin
 on trial (called, never applied: hooks.dispatcher), `unshadow` takes it off trial, which for a plugin
@@ -26,6 +28,7 @@ import datetime
 import difflib
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Collection
@@ -35,6 +38,7 @@ from pathlib import Path
 import orjson
 
 from runtimeproxy.hooks.config import CONFIG_SUFFIX
+from runtimeproxy.hooks.extra import EVENT_NAMES, event_named
 from runtimeproxy.hooks.names import HOOK_NAMES, hook_named
 
 log = logging.getLogger(__name__)
@@ -42,10 +46,14 @@ log = logging.getLogger(__name__)
 STATE_FILE_NAME = "toggles.json"
 ALL_PLUGINS = "*"
 EXTRA_PREFIX = "nri:"  # toggles of NRI plugins (hooks.extra): "nri:10-resource-policy"
-WHOLE_PLUGIN = ""  # the scope of a toggle that covers every hook of its plugin
-# 2: one entry per toggle (scope), with its author; 1 (still read): one entry per plugin.
-_STATE_VERSION = 2
+WHOLE_PLUGIN = ""  # the scope of a toggle that covers every hook (NRI: every event) of its plugin
+# 3: an NRI plugin's per-event toggles, under "events"/"events_on" (a version 2 reader takes them for
+# whole-plugin toggles: more off, never less); 2 (still read): one entry per toggle (scope), with its
+# author; 1 (still read): one entry per plugin.
+_STATE_VERSION = 3
 _HOOK_ORDER = {hook: index for index, hook in enumerate(HOOK_NAMES)}
+_EVENT_ORDER = {event: index for index, event in enumerate(EVENT_NAMES)}
+_NRI_ID = re.compile(r"^\d{2}-.")  # NRI's plugin ids: a two-digit index, a dash, the name
 _MAX_NAMES_SHOWN = 10
 _MAX_AUTHOR_CHARS = 64
 
@@ -67,8 +75,8 @@ class Toggle:
     the whole-plugin toggle (`hooks_on`) instead of rewriting it.
     """
 
-    plugin: str  # a config file name, or ALL_PLUGINS
-    hook: str  # WHOLE_PLUGIN: every hook of the plugin; else one hook name
+    plugin: str  # a config file name, an NRI plugin's toggle name, or ALL_PLUGINS
+    hook: str  # WHOLE_PLUGIN: every hook of the plugin; else one of its scope_names (a hook, or an NRI event)
     reason: str
     since_unix_seconds: float
     author: str = ""  # who set it, as runtimeproxyctl reported it; "" in state written before authors were kept
@@ -80,7 +88,7 @@ class Toggle:
 
     @property
     def hooks_off(self) -> frozenset[str]:
-        return frozenset({self.hook}) if self.hook else frozenset(HOOK_NAMES) - self.hooks_on
+        return frozenset({self.hook}) if self.hook else frozenset(scope_names(self.plugin)) - self.hooks_on
 
     def covers(self, hook: str) -> bool:
         return hook in self.hooks_off
@@ -89,9 +97,10 @@ class Toggle:
         what = "every plugin" if self.plugin == ALL_PLUGINS else self.plugin
         if self.hook:
             return f"{what} ({self.hook})"
+        scope = _scope_word(self.plugin)
         if self.hooks_on:
-            return f"{what} (all hooks but {','.join(h for h in HOOK_NAMES if h in self.hooks_on)})"
-        return f"{what} (all hooks)"
+            return f"{what} (all {scope} but {','.join(_in_order(self.plugin, self.hooks_on))})"
+        return f"{what} (all {scope})"
 
     def provenance(self) -> str:
         by = f" by {self.author}" if self.author else ""
@@ -129,14 +138,66 @@ def extra_toggle_name(plugin_id: str) -> str:
     return EXTRA_PREFIX + plugin_id
 
 
+def is_extra(plugin: str) -> bool:
+    """An NRI plugin's toggle name (`nri:10-name`)."""
+    return plugin.startswith(EXTRA_PREFIX)
+
+
+def scope_names(plugin: str) -> tuple[str, ...]:
+    """What the toggles of a plugin name, in lifecycle order: an NRI plugin's events, any other plugin's hooks."""
+    return EVENT_NAMES if is_extra(plugin) else HOOK_NAMES
+
+
 def hook_names(names: list[str] | tuple[str, ...]) -> frozenset[str]:
-    hooks: set[str] = set()
+    """Hook names as a person spelled them, for a hook plugin (or `--all`)."""
+    return scopes_named(WHOLE_PLUGIN, names)
+
+
+def scopes_named(plugin: str, names: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The hooks (of a hook plugin) or NRI events (of an NRI plugin, `nri:10-name`) a person named, without case;
+    a name of neither, or of the other kind, is refused in one line naming the valid ones."""
+    named = event_named if is_extra(plugin) else hook_named
+    scopes: set[str] = set()
     for name in names:
-        hook = hook_named(name.strip())
-        if hook is None:
-            raise ToggleError(f"unknown hook {name!r} (known: {', '.join(HOOK_NAMES)})")
-        hooks.add(hook)
-    return frozenset(hooks)
+        scope = named(name.strip())
+        if scope is None:
+            raise ToggleError(_not_a_scope(plugin, name.strip()))
+        scopes.add(scope)
+    return frozenset(scopes)
+
+
+def _not_a_scope(plugin: str, name: str) -> str:
+    valid = scope_names(plugin)
+    if is_extra(plugin) and hook_named(name) is not None:
+        message = (f"{hook_named(name)} is a hook of hook plugins; NRI plugin {plugin} is toggled by NRI event: "
+                   f"{', '.join(valid)}")
+    elif not is_extra(plugin) and event_named(name) is not None:
+        what = f"{plugin} is a hook plugin, toggled" if plugin else "hook plugins are toggled"
+        message = f"{event_named(name)} is an NRI event; {what} by hook: {', '.join(valid)}"
+        stem = plugin.removesuffix(CONFIG_SUFFIX)
+        if _NRI_ID.match(stem):
+            message += f" (an NRI plugin that is not attached is named {extra_toggle_name(stem)})"
+    else:
+        kind = "NRI event" if is_extra(plugin) else "hook"
+        message = f"unknown {kind} {name!r} (known: {', '.join(valid)})"
+    folded = {scope.casefold(): scope for scope in valid}
+    close = difflib.get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.6)
+    return message + (f"; did you mean {folded[close[0]]}?" if close else "")
+
+
+def _check_scopes(plugin: str, hooks: frozenset[str]) -> None:
+    """What the admin service parsed for this plugin (scopes_named); a wrong kind here is a caller's slip."""
+    wrong = sorted(hooks - frozenset(scope_names(plugin)))
+    if wrong:
+        raise ToggleError(_not_a_scope(plugin, wrong[0]))
+
+
+def _scope_word(plugin: str) -> str:
+    return "events" if is_extra(plugin) else "hooks"
+
+
+def _in_order(plugin: str, scopes: Collection[str]) -> list[str]:
+    return [scope for scope in scope_names(plugin) if scope in scopes]
 
 
 def unknown_plugin(typed: str, registered: Collection[str], directory_problem: str = "",
@@ -243,10 +304,11 @@ class Toggles:
         if not reason.strip():
             raise ToggleError("disable needs a --reason: it is logged and shown in status")
         name = ALL_PLUGINS if everything else plugin_file_name(plugin)
+        _check_scopes(name, hooks)
         now, author = time.time(), clean_author(author)
         toggles = dict(self._toggles)
         notes = []
-        added = [Toggle(name, scope, reason.strip(), now, author) for scope in _scopes(hooks)]
+        added = [Toggle(name, scope, reason.strip(), now, author) for scope in _scopes(name, hooks)]
         for toggle in added:
             previous = toggles.get(toggle.key)
             if previous is not None:
@@ -269,27 +331,30 @@ class Toggles:
                         extra={"plugin": ALL_PLUGINS})
             return [] if cleared else ["nothing to enable: no toggle was set"]
         name = plugin_file_name(plugin)
+        _check_scopes(name, hooks)
         toggles = dict(self._toggles)
         if hooks:
             _enable_hooks(toggles, name, hooks)
         else:
             for key in [key for key in toggles if key[0] == name]:
                 del toggles[key]
-        what = f"{name} ({','.join(h for h in HOOK_NAMES if h in hooks)})" if hooks else f"{name} (all hooks)"
+        what = f"{name} ({','.join(_in_order(name, hooks))})" if hooks else f"{name} (all {_scope_word(name)})"
         notes = []
         if toggles == self._toggles:
             notes.append(f"nothing to enable: no toggle turns {what} off")
         else:
             self._change(toggles)
             log.warning("enabled %s on this node", what, extra={"plugin": name, "hook": ",".join(sorted(hooks))})
-        notes += self._still_off_by_all(hooks)
+        notes += self._still_off_by_all(name, hooks)
         return notes
 
-    def _still_off_by_all(self, hooks: frozenset[str]) -> list[str]:
-        """`enable koordlet` does not undo `disable --all`: say so rather than let it look on."""
+    def _still_off_by_all(self, name: str, hooks: frozenset[str]) -> list[str]:
+        """`enable koordlet` does not undo `disable --all`: say so rather than let it look on. (`--all` names
+        hooks; its whole-plugin toggle covers NRI plugins' events too.)"""
         return [
             f"still off: {toggle.describe()} is disabled ({toggle.provenance()}); `enable --all` clears it"
-            for toggle in self.of(ALL_PLUGINS) if not hooks or hooks & toggle.hooks_off
+            for toggle in self.of(ALL_PLUGINS)
+            if not hooks or not toggle.hook or (not is_extra(name) and hooks & toggle.hooks_off)
         ]
 
     def _change(self, toggles: dict[tuple[str, str], Toggle]) -> None:
@@ -335,8 +400,8 @@ class Toggles:
         write_atomically(self.state_path, _encode(toggles, shadows))
 
 
-def _scopes(hooks: frozenset[str]) -> list[str]:
-    return [hook for hook in HOOK_NAMES if hook in hooks] or [WHOLE_PLUGIN]
+def _scopes(plugin: str, hooks: frozenset[str]) -> list[str]:
+    return _in_order(plugin, hooks) or [WHOLE_PLUGIN]
 
 
 def _enable_hooks(toggles: dict[tuple[str, str], Toggle], name: str, hooks: frozenset[str]) -> None:
@@ -353,8 +418,14 @@ def _enable_hooks(toggles: dict[tuple[str, str], Toggle], name: str, hooks: froz
         del toggles[whole.key]
 
 
+def _scope_order(toggle: Toggle, whole: int) -> int:
+    """Where a toggle's scope comes in its plugin's lifecycle order (`whole` for the whole-plugin toggle)."""
+    order = _EVENT_ORDER if is_extra(toggle.plugin) else _HOOK_ORDER
+    return order.get(toggle.hook, whole)
+
+
 def _display_order(toggle: Toggle) -> tuple[str, int]:
-    return (toggle.plugin, _HOOK_ORDER.get(toggle.hook, -1))
+    return (toggle.plugin, _scope_order(toggle, -1))
 
 
 def _timestamp(unix_seconds: float) -> str:
@@ -387,15 +458,21 @@ def write_atomically(path: Path, data: bytes) -> None:
 def _encode(toggles: dict[tuple[str, str], Toggle], shadows: dict[str, ShadowSetting] | None = None) -> bytes:
     # Version 1 readers (proxies before per-toggle authors) keep the last entry of each plugin:
     # the whole-plugin toggle is written last, so a downgraded proxy keeps more off, never less.
+    # An NRI plugin's events go under their own keys, which a version 2 reader ignores: it reads each of
+    # them as a whole-plugin toggle (more off, never less) instead of refusing the file for a hook name
+    # it does not know.
     def order(toggle: Toggle) -> tuple[str, int]:
-        return (toggle.plugin, _HOOK_ORDER.get(toggle.hook, len(HOOK_NAMES)))
+        return (toggle.plugin, _scope_order(toggle, len(EVENT_NAMES)))
 
     entries = []
     for t in sorted(toggles.values(), key=order):
-        entry: dict[str, object] = {"plugin": t.plugin, "hooks": [t.hook] if t.hook else [], "reason": t.reason,
+        hooks, hooks_on = ("events", "events_on") if is_extra(t.plugin) else ("hooks", "hooks_on")
+        entry: dict[str, object] = {"plugin": t.plugin, "hooks": [], "reason": t.reason,
                                     "since": t.since_unix_seconds, "author": t.author}
+        if t.hook:
+            entry[hooks] = [t.hook]
         if t.hooks_on:
-            entry["hooks_on"] = [h for h in HOOK_NAMES if h in t.hooks_on]
+            entry[hooks_on] = _in_order(t.plugin, t.hooks_on)
         entries.append(entry)
     document: dict[str, object] = {"version": _STATE_VERSION, "toggles": entries}
     if shadows:  # older proxies ignore the key (they apply a shadowed plugin: shadow is its file's key too)
@@ -405,8 +482,9 @@ def _encode(toggles: dict[tuple[str, str], Toggle], shadows: dict[str, ShadowSet
 
 
 def _decode(data: bytes) -> dict[tuple[str, str], Toggle]:
-    """Both versions: version 1 (one entry per plugin, a list of hooks, no author) is what older
-    proxies wrote; each of its hooks becomes a toggle of its own with the entry's reason and time."""
+    """Every version: version 1 (one entry per plugin, a list of hooks, no author) is what older
+    proxies wrote; each of its hooks becomes a toggle of its own with the entry's reason and time.
+    An NRI plugin's entry names its events under "events"/"events_on" (version 3; before, it had none)."""
     document = orjson.loads(data)
     if not isinstance(document, dict) or not isinstance(document.get("toggles"), list):
         raise ValueError("expected an object with a list of toggles")
@@ -417,8 +495,9 @@ def _decode(data: bytes) -> dict[tuple[str, str], Toggle]:
             plugin = plugin_file_name(plugin)
         reason, since = str(item.get("reason", "")), float(item.get("since", 0))
         author = clean_author(str(item.get("author", "")))
-        hooks_on = hook_names(list(item.get("hooks_on", [])))
-        for scope in _scopes(hook_names(list(item.get("hooks", [])))):
+        hooks, on = ("events", "events_on") if is_extra(plugin) else ("hooks", "hooks_on")
+        hooks_on = scopes_named(plugin, list(item.get(on, [])))
+        for scope in _scopes(plugin, scopes_named(plugin, list(item.get(hooks, [])))):
             toggle = Toggle(plugin, scope, reason, since, author, hooks_on if not scope else frozenset())
             toggles[toggle.key] = toggle
     return toggles

@@ -3,7 +3,8 @@
 `EventRecord` wraps hooks.chain.ChainRecord, so an NRI event lands in the same per-pod trace
 (`runtimeproxyctl trace`) as the hook plugins' calls, entry shape and bounds included: per plugin, under its
 toggle name (`nri:10-name`), a step (ok; failed with the NRI code, or `detached` for a timeout or a broken
-connection; refused with `conflict`, `refused` or `invalid` and the reason; in shadow), its latency, the
+connection; refused with `conflict`, `refused` or `invalid` and the reason; in shadow; skipped: toggled off, as a
+hook plugin whose hook is off, with the toggle's reason), its latency, the
 fields its adjustment or update changed in the container (hooks.changes, `before -> after`; the argv, bind
 mounts, devices and RDT class, which the hook model lacks, in words), what a plugin in shadow would have changed, and in words its requests to update or evict other containers. `finish` counts
 the shadow outcomes in the host's statistics and keeps the entry. Field changes are only computed when read:
@@ -22,7 +23,7 @@ from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.hooks.toggles import extra_toggle_name
-from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceRecorder, pod_key
+from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, SKIPPED_TOGGLE, TraceRecorder, pod_key
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -86,6 +87,14 @@ class EventRecord:
             request.CopyFrom(subject.container)
             request.pod_meta.CopyFrom(subject.pod.pod_meta)  # whose trace it belongs to
         self._chain = ChainRecord(hook_name(event), request if request is not None else nri.Empty(), traced)
+
+    @property
+    def traced(self) -> bool:
+        return self._chain.traced
+
+    def skipped(self, plugin_id: str, reason: str) -> None:
+        """A subscribed plugin not called: the node's toggles turn this event (or the plugin) off."""
+        self._chain.step(trace_name(plugin_id), SKIPPED_TOGGLE, details=reason)
 
     def ok(self, plugin_id: str, seconds: float, shadow: bool, notes: Sequence[str] = ()) -> None:
         self._chain.step(trace_name(plugin_id), OK, seconds, shadow, details="; ".join(notes))

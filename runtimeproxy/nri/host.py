@@ -13,9 +13,12 @@ call goes on without it; an error a plugin answers to CreateContainer, UpdateCon
 StartContainer, a conflict, a refused field or an invalid answer fails the call (HookFailed; hooks.points
 undoes a RunPodSandbox); errors answered to the other notifications are logged.
 
-As the hook core does for hook plugins: every event's calls are kept in the pod's trace (nri.explain), and a
-plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and traced but its
-adjustment, its updates (answered, synchronized or sent on its own) and its evictions are not carried out.
+As the hook core does for hook plugins: the node's toggles turn a plugin off, or one event of it (`runtimeproxyctl
+disable nri:10-name --hook CreateContainer`): it is not sent what is off, as if it had not subscribed, and the
+trace shows it `skipped: toggled off` with the reason; every event's calls are kept in the pod's trace
+(nri.explain); and a plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and
+traced but its adjustment, its updates (answered, synchronized or sent on its own) and its evictions are not
+carried out.
 
 Plugins can also be launched by the proxy from a plugin directory (nri.launch): each gets its end of a
 socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin
@@ -133,6 +136,7 @@ class NriHost:
                  registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  allows: Callable[[str, str], bool] | None = None,
+                 off_reason: Callable[[str, str], str] | None = None,
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
                  owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
@@ -140,7 +144,7 @@ class NriHost:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
         files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
         each event's calls are kept; `shadowed`: whether the node's toggles put a plugin (by toggle name) in
-        shadow."""
+        shadow; `allows`: whether they leave a plugin's event on, `off_reason`: why not (for the trace)."""
         self.socket_path = socket_path
         self.plugin_dir = plugin_dir
         self.plugin_config_dir = plugin_config_dir
@@ -154,6 +158,7 @@ class NriHost:
         self.trace = trace
         self._shadowed = shadowed or (lambda plugin: False)
         self._allows = allows or (lambda plugin, event: True)  # the node's toggles (by extra_toggle_name)
+        self._off_reason = off_reason or (lambda plugin, event: "")
         self.stats = HookStats()  # calls by plugin id and event, for status and metrics
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
@@ -268,10 +273,23 @@ class NriHost:
 
     # -- hooks.extra.ExtraPlugins ----------------------------------------------------------------
 
-    def _subscribers(self, event: str) -> list[PluginSession]:
+    def _subscribed(self, event: str) -> list[PluginSession]:
         number = EVENTS[event]
-        return [plugin for plugin in self._plugins if plugin.subscribed(number) and not plugin.detached
-                and self._allows(extra_toggle_name(plugin.plugin_id), event)]
+        return [plugin for plugin in self._plugins if plugin.subscribed(number) and not plugin.detached]
+
+    def _subscribers(self, event: str) -> list[PluginSession]:
+        """The plugins an event is sent to: subscribed, and the node's toggles leave it on for them."""
+        allows = self._allows
+        return [plugin for plugin in self._subscribed(event) if allows(extra_toggle_name(plugin.plugin_id), event)]
+
+    def _toggled_off(self, plugin: PluginSession, event: str, record: EventRecord) -> bool:
+        """Off by the node's toggles: not sent, and (traced) shown skipped with the reason, as a hook plugin."""
+        name = extra_toggle_name(plugin.plugin_id)
+        if self._allows(name, event):
+            return False
+        if record.traced:
+            record.skipped(plugin.plugin_id, self._off_reason(name, event))
+        return True
 
     def statuses(self) -> list[ExtraPluginStatus]:
         return [ExtraPluginStatus(
@@ -314,7 +332,9 @@ class NriHost:
                                           _STATE.get(event, nri.CONTAINER_UNKNOWN))
         record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
-        for plugin in self._subscribers(event):
+        for plugin in self._subscribed(event):
+            if self._toggled_off(plugin, event, record):
+                continue
             shadow = self.in_shadow(plugin)
             started = time.monotonic()
             updates: list[nri.ContainerUpdate] = []
@@ -358,7 +378,9 @@ class NriHost:
         record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
         try:
-            for plugin in self._subscribers(event):
+            for plugin in self._subscribed(event):
+                if self._toggled_off(plugin, event, record):
+                    continue
                 answer = await self._adjust_by(plugin, event, pod, subject, adjustments, record)
                 if answer is not None:
                     asked.append(answer)

@@ -1,6 +1,6 @@
 """NRI plugins for operators: `runtimeproxyctl status` lists them with their calls by event, /metrics counts them,
-`runtimeproxyctl disable/enable` toggles one by its id and `shadow` puts it on trial, its calls in `trace`
-(in-process proxy hosting NRI, the project's own NRI plugin on its socket)."""
+`runtimeproxyctl disable/enable` toggles one (or one of its events) by its id and `shadow` puts it on trial, its
+calls in `trace` (in-process proxy hosting NRI, the project's own NRI plugin on its socket)."""
 
 from __future__ import annotations
 
@@ -93,6 +93,58 @@ def test_disable_and_enable_toggle_an_nri_plugin_by_its_id(hosting: tuple[Proxy,
     assert ctl(proxy, "enable", "nri:10-ops")[0] == EXIT_OK
     run_pod(proxy, loop_thread)
     assert len(plugin.requests("RunPodSandbox")) == 1
+
+
+def test_one_event_of_an_nri_plugin_is_toggled_off_and_status_metrics_and_errors_show_it(
+        hosting: tuple[Proxy, NriPlugin], loop_thread: LoopThread, capsys: pytest.CaptureFixture[str]) -> None:
+    proxy, plugin = hosting
+    code, out = ctl(proxy, "disable", "10-ops", "--hook", "runpodsandbox", "--reason", "slow on pods")
+    assert code == EXIT_OK, out
+    assert "nri:10-ops  RunPodSandbox" in out and "slow on pods" in out
+    run_pod(proxy, loop_thread)
+    assert plugin.requests("RunPodSandbox") == []
+    assert proxy.hook_service is not None and proxy.hook_service.extra.wants(extra.STOP_POD_SANDBOX)
+
+    status = json.loads(ctl(proxy, "status", "-o", "json")[1])
+    (shown,) = status["nri_plugins"]
+    assert shown["enabled"] and shown["disabled_reason"] == ""  # on while one of its events is
+    assert {e["hook"]: e["enabled"] for e in shown["event_stats"]} == {"RunPodSandbox": False, "StopPodSandbox": True}
+    assert shown["event_stats"][0]["calls"] == 0  # not sent, not counted
+    (toggle,) = status["toggles"]
+    assert (toggle["plugin"], toggle["hooks"], toggle["staged"]) == ("nri:10-ops", ["RunPodSandbox"], False)
+    human = ctl(proxy, "status")[1]
+    assert "10-ops  enabled" in human and "RunPodSandbox   OFF" in human and "StopPodSandbox  on" in human
+    exposition = http_get(proxy, "/metrics")[1]
+    assert 'runtimeproxy_nri_events_disabled{event="RunPodSandbox"} 1.0' in exposition
+    assert 'runtimeproxy_nri_events_disabled{event="StopPodSandbox"} 0.0' in exposition
+    assert "runtimeproxy_nri_plugins_disabled 0.0" in exposition
+    promtool_check(exposition)
+
+    capsys.readouterr()
+    assert ctl(proxy, "disable", "10-ops", "--hook", "PreRunPodSandbox", "--reason", "x")[0] == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("runtimeproxyctl: error: PreRunPodSandbox is a hook of hook plugins;")
+    assert err.rstrip().endswith("did you mean RunPodSandbox?")
+    assert ctl(proxy, "enable", "nri:10-ops", "--hook", "StopPodSandbox")[0] == EXIT_OK  # nothing to enable
+    assert "nothing to enable" in capsys.readouterr().err
+
+    assert ctl(proxy, "enable", "nri:10-ops", "--hook", "RunPodSandbox")[0] == EXIT_OK
+    run_pod(proxy, loop_thread)
+    assert len(plugin.requests("RunPodSandbox")) == 1
+    assert json.loads(ctl(proxy, "status", "-o", "json")[1])["toggles"] == []
+
+
+def test_an_event_toggle_of_an_nri_plugin_not_attached_yet_is_staged_by_its_toggle_name(
+        hosting: tuple[Proxy, NriPlugin], capsys: pytest.CaptureFixture[str]) -> None:
+    proxy, _ = hosting
+    assert ctl(proxy, "disable", "nri:20-later", "--hook", "CreateContainer", "--reason", "x")[0] == 3
+    code, out = ctl(proxy, "disable", "nri:20-later", "--hook", "CreateContainer", "--reason", "x", "--stage")
+    assert code == EXIT_OK and "nri:20-later (staged)  CreateContainer" in out
+    capsys.readouterr()
+    # The bare id of a plugin that is not attached names a hook plugin's config file: an NRI event is refused.
+    assert ctl(proxy, "disable", "20-other", "--hook", "CreateContainer", "--reason", "x", "--stage")[0] == EXIT_USAGE
+    assert "(an NRI plugin that is not attached is named nri:20-other)" in capsys.readouterr().err
 
 
 def test_shadow_puts_an_nri_plugin_on_trial_by_its_id_and_its_calls_are_traced(hosting: tuple[Proxy, NriPlugin],

@@ -313,3 +313,23 @@ def test_a_plugin_failing_run_pod_sandbox_fails_it_and_leaves_no_sandbox(
     assert "NRI RunPodSandbox hook of plugin 10-gate" in failed.value.details()
     assert "no room on this node" in failed.value.details()
     assert set(direct.pod_ids()) == before  # stopped and removed in containerd
+
+
+def test_an_event_toggled_off_is_not_sent_and_its_adjustment_is_not_applied_until_enabled(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    plugin = lab.attach(NriPlugin(name="toggled", index="10", events=event_mask(nri.CREATE_CONTAINER),
+                                  methods={"CreateContainer": adjusting(nri.ContainerAdjustment(
+                                      annotations={ANNOTATION: "yes"}))}))
+    code, out = ctl(lab, "disable", "10-toggled", "--hook", "CreateContainer", "--reason", "INC-7")
+    assert code == 0, out
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    off = client.create_container(pod_id, client.container_config("off"), pod_config)
+    assert ANNOTATION not in client.container_status(off).status.annotations
+    assert plugin.requests("CreateContainer") == []
+
+    code, out = ctl(lab, "enable", "10-toggled", "--hook", "CreateContainer")
+    assert code == 0, out
+    on = client.create_container(pod_id, client.container_config("on"), pod_config)
+    assert client.container_status(on).status.annotations[ANNOTATION] == "yes"
+    assert len(plugin.requests("CreateContainer")) == 1

@@ -141,7 +141,7 @@ def test_state_written_by_an_older_proxy_loads(tmp_path: Path) -> None:
     # toggle comes last (a downgraded proxy keeps more off, never less).
     toggles.disable("koordlet", PRE_CREATE, "cpuset bug")
     written = json.loads((tmp_path / STATE_FILE_NAME).read_text())
-    assert written["version"] == 2
+    assert written["version"] == 3
     koordlet = [entry for entry in written["toggles"] if entry["plugin"] == "koordlet.json"]
     assert [entry["hooks"] for entry in koordlet] == [["PreCreateContainer"], []]
 

@@ -1,7 +1,7 @@
 """The proxy as an NRI runtime (nri.host) driven by the project's own NRI plugins (nrikit) over a real unix
 socket, with the hook core's store: attach and Synchronize, CreateContainer adjustments applied / refused /
 in conflict, timeouts that detach, reconnects that replace, notifications by subscription, updates of other
-containers, evictions, notifications whose error fails the call."""
+containers, evictions, notifications whose error fails the call, events the node's toggles turn off."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.hooks.toggles import Toggles
+from runtimeproxy.hooks.trace import OK, SKIPPED_TOGGLE, TraceRecorder
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -303,3 +305,41 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
             assert host.stats.of("10-refuser", extra.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
             assert [p.plugin_id for p in host.plugins] == ["10-refuser", "20-after"]  # an error detaches no one
     run(scenario())
+
+
+def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_says_why(socket_path: Path) -> None:
+    """`disable nri:10-a --hook CreateContainer`: 10-a is not sent CreateContainer (as if it had not subscribed; its
+    other events still come), 20-b is; the trace shows 10-a skipped with the reason, as a hook plugin whose hook is
+    off; once enabled again, 10-a's adjustment applies."""
+    toggles, recorder = Toggles(None), TraceRecorder()
+    events = event_mask(nri.CREATE_CONTAINER, nri.START_CONTAINER)
+    first = NriPlugin(name="a", index="10", events=events, every_event=True, methods={"CreateContainer": (
+        nri.CreateContainerRequest, adjusting(nri.ContainerAdjustment(annotations={"from-a": "yes"})))})
+    second = plugin("b", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(nri.ContainerAdjustment(
+        annotations={"from-b": "yes"}))))
+    started = Subject("pod-1", pod_info(), "ctr-1", container_info())
+
+    async def scenario() -> None:
+        async with host_on(socket_path, allows=toggles.allows, off_reason=toggles.reason_for, trace=recorder) as host:
+            await attached(host, first, second)
+            toggles.disable("nri:10-a", frozenset({extra.CREATE_CONTAINER}), "cpuset bug")
+            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert dict(result.container_annotations) == {"a": "1", "from-b": "yes"}
+            await host.notify(extra.START_CONTAINER, started)
+            assert first.requests("CreateContainer") == [] and len(first.requests("StartContainer")) == 1
+            assert host.stats.of("10-a", extra.CREATE_CONTAINER).calls == 0  # not called, not counted
+
+            toggles.disable("nri:20-b", frozenset(), "off too")
+            assert not host.wants(extra.CREATE_CONTAINER) and host.wants(extra.START_CONTAINER)
+            toggles.enable("nri:10-a", frozenset({extra.CREATE_CONTAINER}))
+            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            assert dict(result.container_annotations) == {"a": "1", "from-a": "yes"}
+            assert len(first.requests("CreateContainer")) == 1 and len(second.requests("CreateContainer")) == 1
+    run(scenario())
+    pod = recorder.find("default/web")
+    assert pod is not None
+    skipped, applied = (entry.steps for entry in pod.entries if entry.hook == "NRI CreateContainer")
+    assert [(s.plugin, s.outcome, s.details) for s in skipped] == [
+        ("nri:10-a", SKIPPED_TOGGLE, "cpuset bug"), ("nri:20-b", OK, "")]
+    assert [(s.plugin, s.outcome, s.details) for s in applied] == [
+        ("nri:10-a", OK, ""), ("nri:20-b", SKIPPED_TOGGLE, "off too")]
