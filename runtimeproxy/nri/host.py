@@ -253,10 +253,10 @@ class NriHost:
         self._plugins.sort(key=lambda p: (p.index, p.name))
         log.info("NRI plugin %s attached (events 0x%x; synchronized %d pods, %d containers)",
                  plugin.plugin_id, plugin.events, len(pods), len(containers))
-        if self.in_shadow(plugin):
+        if self.in_shadow(plugin) or self.switched_off(plugin):
             if updates:
-                log.warning("NRI plugin %s (in shadow) asked to update %d containers at synchronization: not "
-                            "carried out", plugin.plugin_id, len(updates))
+                log.warning("NRI plugin %s (%s) asked to update %d containers at synchronization: not carried out",
+                            plugin.plugin_id, "in shadow" if self.in_shadow(plugin) else "toggled off", len(updates))
         else:
             await self._update_others(plugin.plugin_id, updates, "")
         self._watch(self._forget_when_closed(plugin), f"nri-{plugin.plugin_id}")
@@ -316,6 +316,12 @@ class NriHost:
             message = str(error)
         self.stats.record(plugin.plugin_id, event, outcome, seconds, message)
         return outcome, message
+
+    def switched_off(self, plugin: PluginSession) -> bool:
+        """Every event it subscribed to is toggled off on this node (`runtimeproxyctl disable nri:10-name`): it
+        stays attached, but what it asks on its own (updates, evictions) is not carried out either."""
+        name = extra_toggle_name(plugin.plugin_id)
+        return not any(self._allows(name, event) for event, number in EVENTS.items() if plugin.subscribed(number))
 
     def in_shadow(self, plugin: PluginSession) -> bool:
         """On trial (`runtimeproxyctl shadow nri:10-name`): called and traced, its answers never applied."""
@@ -560,6 +566,10 @@ class NriHost:
         """UpdateContainers a plugin sends on its own (maybe while we wait for its answer: served apart). A
         plugin in shadow has none carried out: its updates are answered as failed, its evictions counted."""
         updates, evictions = list(request.update), list(request.evict)
+        if self.switched_off(plugin):
+            log.warning("NRI plugin %s is toggled off on this node: its UpdateContainers (%d updates, %d evictions) "
+                        "is not carried out", plugin.plugin_id, len(updates), len(evictions))
+            return nri.UpdateContainersResponse(failed=updates)
         if self.in_shadow(plugin):
             if updates:
                 log.warning("NRI plugin %s (in shadow) asked to update %d containers: not carried out",

@@ -310,7 +310,8 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
 def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_says_why(socket_path: Path) -> None:
     """`disable nri:10-a --hook CreateContainer`: 10-a is not sent CreateContainer (as if it had not subscribed; its
     other events still come), 20-b is; the trace shows 10-a skipped with the reason, as a hook plugin whose hook is
-    off; once enabled again, 10-a's adjustment applies."""
+    off; once enabled again, 10-a's adjustment applies. A plugin toggled off whole has its own UpdateContainers
+    answered as failed."""
     toggles, recorder = Toggles(None), TraceRecorder()
     events = event_mask(nri.CREATE_CONTAINER, nri.START_CONTAINER)
     first = NriPlugin(name="a", index="10", events=events, every_event=True, methods={"CreateContainer": (
@@ -319,8 +320,17 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         annotations={"from-b": "yes"}))))
     started = Subject("pod-1", pod_info(), "ctr-1", container_info())
 
+    store = Store()
+    sent: list[str] = []
+    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+
+    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        sent.append(container_id)
+
     async def scenario() -> None:
-        async with host_on(socket_path, allows=toggles.allows, off_reason=toggles.reason_for, trace=recorder) as host:
+        async with host_on(socket_path, store, allows=toggles.allows, off_reason=toggles.reason_for,
+                           trace=recorder) as host:
+            host.updater = updater
             await attached(host, first, second)
             toggles.disable("nri:10-a", frozenset({extra.CREATE_CONTAINER}), "cpuset bug")
             result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
@@ -331,6 +341,11 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
 
             toggles.disable("nri:20-b", frozenset(), "off too")
             assert not host.wants(extra.CREATE_CONTAINER) and host.wants(extra.START_CONTAINER)
+            # Wholly off: what it asks on its own is not carried out either.
+            answer = await second.update_containers(cpu_update("ctr-other", 300))
+            assert [update.container_id for update in answer.failed] == ["ctr-other"] and sent == []
+            answer = await first.update_containers(cpu_update("ctr-other", 300))
+            assert list(answer.failed) == [] and sent == ["ctr-other"]  # 10-a still has an event on
             toggles.enable("nri:10-a", frozenset({extra.CREATE_CONTAINER}))
             result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
             assert dict(result.container_annotations) == {"a": "1", "from-a": "yes"}
