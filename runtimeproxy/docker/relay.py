@@ -210,11 +210,15 @@ class ClientSession:
             return await self._hooked_exchange(request, match)
         try:
             upstream = await self._upstream_connection()
-            # A request without a body (most) goes up in one write.
-            first = self._conn.next_event() if self._conn.their_state is h11.SEND_BODY else None
+            # A request whose body has arrived whole (most: none, or a small POST's JSON) goes up in one write.
+            pending = self._arrived_body_events()
+            whole = bool(pending) and isinstance(pending[-1], h11.EndOfMessage) and not pending[-1].headers
             await upstream.send_head(request.method, request.target,
                                      forwarded_request_headers(request.headers.raw_items()),
-                                     end=isinstance(first, h11.EndOfMessage) and not first.headers)
+                                     body=bytes(pending[0].data) if whole and len(pending) == 2 else None,
+                                     end=whole)
+            if whole:
+                pending = []
         except (DockerdUnreachable, UpstreamBroken) as error:
             return await self._answer_error(503, str(error), close=True)
         self._body_forwarded = False
@@ -222,7 +226,7 @@ class ClientSession:
         # The answer is relayed in this task; the client reader cancels it if the client fails or goes.
         exchange = asyncio.current_task()
         assert exchange is not None
-        reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, first))
+        reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, pending))
         relaying = [True]
 
         def reader_done(task: asyncio.Task[None]) -> None:
@@ -244,19 +248,29 @@ class ClientSession:
             await self._stop_client_reader()
         return self._body_forwarded and upstream.finish_exchange() or self._drop_upstream()
 
-    async def _forward_request_body(self, upstream: Upstream, first: object) -> None:
-        """Stream the body up (from `first`, the event read with the head); then keep reading so a client that
+    def _arrived_body_events(self) -> list[h11.Data | h11.EndOfMessage]:
+        """The body events that what was read with the head already holds: none, one piece of the body, or
+        the whole body (at most one `Data`) and its end."""
+        events: list[h11.Data | h11.EndOfMessage] = []
+        while self._conn.their_state is h11.SEND_BODY and len(events) < 2:
+            event = self._conn.next_event()
+            if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+                break  # NEED_DATA
+            events.append(event)
+            if isinstance(event, h11.EndOfMessage):
+                break
+        return events
+
+    async def _forward_request_body(self, upstream: Upstream, pending: list[h11.Data | h11.EndOfMessage]) -> None:
+        """Stream the body up (from `pending`, the events read with the head); then keep reading so a client that
         hangs up is noticed."""
-        event = first
         try:
             while not upstream.request_sent:
-                if not isinstance(event, (h11.Data, h11.EndOfMessage)):
-                    event = await self._client_event()
+                event = pending.pop(0) if pending else await self._client_event()
                 if isinstance(event, h11.Data):
                     await upstream.send_body(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     await upstream.end_body(event.headers.raw_items())
-                event = None
         except UpstreamBroken:
             return  # dockerd stopped reading; its answer (or hang-up) is reported by _relay_answer
         self._body_forwarded = True
