@@ -1,7 +1,8 @@
 """The Docker Engine API reverse proxy: one `ClientSession` per client connection.
 
-Shaped like Go's `httputil.ReverseProxy`: read a request head (h11 parses and checks what clients send;
-malformed input gets `400` and the connection closes; h11 is used for nothing else, see `framing`), forward it to dockerd on this session's own upstream connection (reused
+Shaped like Go's `httputil.ReverseProxy`: read a request head (`incoming`: llhttp reads plain requests, h11
+parses and checks every other one; malformed input gets h11's `400`/`431` and the connection closes; heads
+are written by hand, see `framing`), forward it to dockerd on this session's own upstream connection (reused
 while both sides keep the connection alive), stream the request body up and the response down chunk by
 chunk, each write awaiting the peer (backpressure), nothing buffered whole. A `101` answer turns the
 connection into a raw tunnel (`tunnel`), and so does dockerd's `200` + raw stream to an exec start or
