@@ -16,16 +16,15 @@ states and `trailing_data` the relay uses.
 from __future__ import annotations
 
 import collections
-import re
 
 import h11
 import httptools
 
 from runtimeproxy.docker.headers import Header
 
-# Bytes that make a head not plain: control characters but HTAB, CR and LF; a CR or LF not in a CRLF
-# (h11 accepts bare LF line ends); a line that starts with whitespace (obs-fold, which h11 refuses).
-_NOT_PLAIN = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|(?<!\r)\n|\n[ \t]")
+# Control characters but HTAB, CR and LF: none in a plain head (nor a CR or LF outside a CRLF: h11 accepts
+# bare LF line ends; nor a line that starts with whitespace: obs-fold, which h11 refuses).
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x20), 0x7f])
 _HEAD_END = b"\r\n\r\n"
 # Headers whose rules h11 applies (chunked bodies, 100-continue): such requests go to it.
 _H11_HEADERS = frozenset({b"transfer-encoding", b"expect"})
@@ -50,20 +49,38 @@ class ClientRequest:
 
 
 class _Head:
-    """llhttp's callbacks for one request head."""
+    """llhttp's callbacks for one request head; the headers that decide whether it is plain, counted."""
 
-    __slots__ = ("target", "headers", "complete")
+    __slots__ = ("target", "headers", "complete", "hosts", "lengths", "length", "for_h11", "upgrade", "connection")
 
     def __init__(self) -> None:
         self.target = b""
         self.headers: list[Header] = []
         self.complete = False
+        self.hosts = self.lengths = 0
+        self.length = b"0"
+        self.for_h11 = False  # one of _H11_HEADERS
+        self.upgrade: list[bytes] = []
+        self.connection: list[bytes] = []
 
     def on_url(self, url: bytes) -> None:
         self.target += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value.rstrip(_OWS)))  # llhttp keeps trailing whitespace; h11 drops it
+        value = value.rstrip(_OWS)  # llhttp keeps trailing whitespace; h11 drops it
+        self.headers.append((name, value))
+        lowered = name.lower()
+        if lowered == b"host":
+            self.hosts += 1
+        elif lowered == b"content-length":
+            self.lengths += 1
+            self.length = value
+        elif lowered in _H11_HEADERS:
+            self.for_h11 = True
+        elif lowered == b"upgrade":
+            self.upgrade.append(value)
+        elif lowered == b"connection":
+            self.connection.append(value)
 
     def on_headers_complete(self) -> None:
         self.complete = True
@@ -75,9 +92,10 @@ class PlainRequest:
     their_http_version = b"1.1"
     they_are_waiting_for_100_continue = False
 
-    def __init__(self, request: ClientRequest, body: bytes, rest: bytes, closed: bool) -> None:
+    def __init__(self, request: ClientRequest, body: bytes, rest: bytes, closed: bool, read_state: object) -> None:
+        """`read_state`: h11's state for the client once the request is read (`_state_after`)."""
         self.request = request
-        self._read_state = _state_after(request.headers)
+        self._read_state = read_state
         self._events: collections.deque[h11.Data | h11.EndOfMessage] = collections.deque()
         if body:
             self._events.append(h11.Data(data=body))
@@ -110,7 +128,7 @@ def read_plain_request(data: bytes, closed: bool, max_head_bytes: int) -> PlainR
     if end < 0 or end + len(_HEAD_END) > max_head_bytes:
         return None
     head_end = end + len(_HEAD_END)
-    if _NOT_PLAIN.search(data, 0, end) is not None:
+    if not _clean(data[:end]):
         return None
     head = _Head()
     parser = httptools.HttpRequestParser(head)
@@ -125,41 +143,32 @@ def read_plain_request(data: bytes, closed: bool, max_head_bytes: int) -> PlainR
         return None
     if not data.startswith(b"%s %s HTTP/1.1\r\n" % (method, head.target)):
         return None  # llhttp lets more than one space separate the parts of the request line; h11 does not
-    body_length = _plain_body_length(head.headers)
-    if body_length is None or len(data) < head_end + body_length:
+    # Plain headers: one Host, at most one Content-Length (digits), none of _H11_HEADERS.
+    if head.hosts != 1 or head.lengths > 1 or head.for_h11 or not head.length.isdigit():
+        return None
+    body_end = head_end + int(head.length)
+    if len(data) < body_end:
         return None
     request = ClientRequest(method, head.target, head.headers, b"1.1")
-    body_end = head_end + body_length
-    return PlainRequest(request, data[head_end:body_end], data[body_end:], closed)
+    return PlainRequest(request, data[head_end:body_end], data[body_end:], closed, _state_after(head))
 
 
-def _tokens(headers: list[Header], name: bytes) -> list[bytes]:
-    return [token for key, value in headers if key.lower() == name
-            for token in (part.strip().lower() for part in value.split(b",")) if token]
+def _clean(head: bytes) -> bool:
+    """No control character but HTAB, every CR and LF in a CRLF, no line starting with whitespace."""
+    if len(head.translate(None, _CONTROL_BYTES)) != len(head):
+        return False
+    line_ends = head.count(b"\r\n")
+    return (head.count(b"\r") == line_ends and head.count(b"\n") == line_ends
+            and b"\n " not in head and b"\n\t" not in head)
 
 
-def _state_after(headers: list[Header]) -> object:
+def _tokens(values: list[bytes]) -> list[bytes]:
+    return [token for value in values for token in (part.strip().lower() for part in value.split(b",")) if token]
+
+
+def _state_after(head: _Head) -> object:
     """h11's state for the client once the request is read: an `Upgrade` header with a protocol in it
     proposes a switch (decided by the answer); else `Connection: close` ends the connection after it."""
-    if _tokens(headers, b"upgrade"):
+    if head.upgrade and _tokens(head.upgrade):
         return h11.MIGHT_SWITCH_PROTOCOL
-    return h11.MUST_CLOSE if b"close" in _tokens(headers, b"connection") else h11.DONE
-
-
-def _plain_body_length(headers: list[Header]) -> int | None:
-    """The body's length if the headers are plain (one Host, at most one Content-Length, none of
-    `_H11_HEADERS`), else None."""
-    hosts = lengths = 0
-    length = b"0"
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == b"host":
-            hosts += 1
-        elif lowered == b"content-length":
-            lengths += 1
-            length = value
-        elif lowered in _H11_HEADERS:
-            return None
-    if hosts != 1 or lengths > 1 or not length.isdigit():
-        return None
-    return int(length)
+    return h11.MUST_CLOSE if head.connection and b"close" in _tokens(head.connection) else h11.DONE
