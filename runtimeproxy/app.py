@@ -168,6 +168,14 @@ def tune_allocator(options: ProxyOptions, own_process: bool) -> None:
     tune_for_large_messages()  # before gRPC allocates anything
 
 
+def loop_factory(options: ProxyOptions) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """Docker mode's loop (uvloop where installed); CRI mode: asyncio's (None)."""
+    if options.backend_mode != "Docker":
+        return None
+    from runtimeproxy.docker.eventloop import docker_loop_factory
+    return docker_loop_factory()
+
+
 async def serve(options: ProxyOptions) -> None:
     """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
     await run_until_signalled(Proxy(options), options.shutdown_grace_seconds)
@@ -179,7 +187,8 @@ def run(options: ProxyOptions, own_process: bool, warnings: Iterable[str] = ()) 
     for warning in warnings:  # after the re-exec: once
         log.warning("%s", warning)
     try:
-        asyncio.run(serve(options))
+        with asyncio.Runner(loop_factory=loop_factory(options)) as runner:
+            runner.run(serve(options))
     except SocketInUseError as error:
         log.error("%s", error)
         return 1

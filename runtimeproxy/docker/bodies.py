@@ -19,9 +19,12 @@ import asyncio
 import concurrent.futures
 import json
 import json.scanner
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from runtimeproxy.docker.messages import Body, BodyError
+
+T = TypeVar("T")
 
 # At or below this the C codec's GIL hold is well under a millisecond.
 C_CODEC_MAX_BYTES = 64 * 1024
@@ -68,3 +71,14 @@ async def parse_body(data: bytes) -> Body:
 async def serialize_body(body: Any, size_hint: int) -> bytes:
     """encode_body on the worker thread."""
     return await asyncio.get_running_loop().run_in_executor(_executor, encode_body, body, size_hint)
+
+
+async def convert_large(size_hint: int, convert: Callable[..., T], *args: Any) -> T:
+    """`convert(*args)` (a body <-> hook request conversion) on the worker thread when the body is large.
+
+    A 16 MiB create's hook request holds ~140,000 labels, put into protobuf maps one by one in Python
+    (and read back one by one to rewrite the body): ~100 ms per body, which on the event loop stalled
+    every other client; on the worker the GIL goes back to the loop every switch interval."""
+    if size_hint <= C_CODEC_MAX_BYTES:
+        return convert(*args)
+    return await asyncio.get_running_loop().run_in_executor(_executor, convert, *args)

@@ -91,8 +91,12 @@ def forwarded_response_headers(headers: Iterable[Header], status: int) -> list[H
     """Response headers for the client. Without Content-Length, `framing` frames the body for the client
     (chunked for HTTP/1.1, close-delimited for HTTP/1.0)."""
     headers = list(headers)
-    if status != 101 and _plain(headers):
-        return headers  # most answers: nothing to drop or add
+    names = [name.lower() for name, _ in headers]
+    if status != 101 and b"connection" not in names:  # most answers: at most a framing header to drop
+        if HOP_BY_HOP_HEADERS.isdisjoint(names):
+            return headers
+        drop = HOP_BY_HOP_HEADERS | {b"content-length"} if is_chunked(headers) else HOP_BY_HOP_HEADERS
+        return [header for header, name in zip(headers, names) if name not in drop]
     kept = end_to_end(headers)
     if is_chunked(headers):  # llhttp read it chunked; a Content-Length beside that is no length at all
         kept = [(k, v) for k, v in kept if k.lower() != b"content-length"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from runtimeproxy.docker.bodies import parse_body, serialize_body
+from runtimeproxy.docker.bodies import convert_large, parse_body, serialize_body
 from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
 from runtimeproxy.docker.messages import (
@@ -140,24 +140,25 @@ class DockerHooks:
         return await self._before_container_create(call, name, body, data)
 
     async def _before_sandbox_create(self, call: InterceptedCall, name: KubeName, body: Body, data: bytes) -> bytes:
-        run = await self.points.pre_run_pod_sandbox(sandbox_create_request(name, body), NO_DEADLINE)
+        request = await convert_large(len(data), sandbox_create_request, name, body)
+        run = await self.points.pre_run_pod_sandbox(request, NO_DEADLINE)
         call.notes[_CREATED_NOTE] = run
         if not run.changed:
             return data
-        apply_to_sandbox_body(body, run.request)
+        await convert_large(len(data), apply_to_sandbox_body, body, run.request)
         return await serialize_body(body, len(data))
 
     async def _before_container_create(self, call: InterceptedCall, name: KubeName, body: Body, data: bytes) -> bytes:
         def sandbox() -> hooks.PodSandboxHookRequest:
             return pod_of_container(name, body)
 
+        request = await convert_large(len(data), container_create_request, name, body)
         creation = await self.points.pre_create_container(
-            body["Labels"].get(SANDBOX_ID_LABEL, ""), container_create_request(name, body), NO_DEADLINE, sandbox,
-            lambda: self._edits(body))
+            body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox, lambda: self._edits(body))
         call.notes[_CREATED_NOTE] = creation
         rewritten = False
         if creation.changed:
-            apply_to_container_body(body, creation.request)
+            await convert_large(len(data), apply_to_container_body, body, creation.request)
             rewritten = True
         edited = creation.changed_edits()
         if edited:

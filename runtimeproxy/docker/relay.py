@@ -1,7 +1,8 @@
 """The Docker Engine API reverse proxy: one `ClientSession` per client connection.
 
-Shaped like Go's `httputil.ReverseProxy`: read a request head (h11 parses and checks what clients send;
-malformed input gets `400` and the connection closes; h11 is used for nothing else, see `framing`), forward it to dockerd on this session's own upstream connection (reused
+Shaped like Go's `httputil.ReverseProxy`: read a request head (`incoming`: llhttp reads plain requests, h11
+parses and checks every other one; malformed input gets h11's `400`/`431` and the connection closes; heads
+are written by hand, see `framing`), forward it to dockerd on this session's own upstream connection (reused
 while both sides keep the connection alive), stream the request body up and the response down chunk by
 chunk, each write awaiting the peer (backpressure), nothing buffered whole. A `101` answer turns the
 connection into a raw tunnel (`tunnel`), and so does dockerd's `200` + raw stream to an exec start or
@@ -34,6 +35,7 @@ from runtimeproxy.docker.headers import (
     is_raw_stream_answer,
     raw_head,
 )
+from runtimeproxy.docker.incoming import ClientRequest, PlainRequest, read_plain_request
 from runtimeproxy.docker.interception import (
     MAX_HOOKED_BODY_BYTES,
     ErrorReply,
@@ -59,8 +61,19 @@ T = TypeVar("T")
 _REQUEST_READ = (h11.DONE, h11.MIGHT_SWITCH_PROTOCOL)
 
 
-def _connection_tokens(request: h11.Request) -> list[bytes]:
-    return [token.strip().lower() for name, value in request.headers if name == b"connection"
+def _h11_connection() -> h11.Connection:
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+
+
+def _whole_body(events: list[h11.Data | h11.EndOfMessage]) -> bytes | None:
+    """The request's whole body if `events` hold all of it and its end (without trailers), else None."""
+    if not events or not isinstance(end := events[-1], h11.EndOfMessage) or end.headers:
+        return None
+    return b"".join(bytes(event.data) for event in events if isinstance(event, h11.Data))
+
+
+def _connection_tokens(request: ClientRequest) -> list[bytes]:
+    return [token.strip().lower() for name, value in request.headers if name.lower() == b"connection"
             for token in value.split(b",")]
 
 
@@ -94,7 +107,8 @@ class ClientSession:
         self._answer_done = False
         self._keep_alive = True  # the client's request lets the connection carry another
         self._method = b""
-        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self._conn: h11.Connection | PlainRequest = _h11_connection()
+        self._pending: tuple[bytes, bool] = (b"", False)  # what the client sent after the last request, its EOF
         self._upstream: Upstream | None = None
         self._client_reader: asyncio.Task[None] | None = None
         self._body_forwarded = False
@@ -105,14 +119,14 @@ class ClientSession:
     async def run(self) -> None:
         try:
             while not self.stopping:
-                event = await self._client_event()
-                if not isinstance(event, h11.Request):
-                    return  # ConnectionClosed: the client is done
+                request = await self._next_request()
+                if request is None:
+                    return  # the client is done
                 self.idle = False
                 self._on_request()
-                self._method, self._answer_status, self._answer_done = event.method, None, False
-                self._keep_alive = event.http_version >= b"1.1" and b"close" not in _connection_tokens(event)
-                if not await self._answered_exchange(event) or not self._start_next_cycle():
+                self._method, self._answer_status, self._answer_done = request.method, None, False
+                self._keep_alive = request.http_version >= b"1.1" and b"close" not in _connection_tokens(request)
+                if not await self._answered_exchange(request) or not self._start_next_cycle():
                     return
                 self.idle = True
         except h11.RemoteProtocolError as error:
@@ -129,6 +143,31 @@ class ClientSession:
 
     # -- the client side --------------------------------------------------------------------------------
 
+    async def _next_request(self) -> ClientRequest | None:
+        """The next request's head (llhttp for a plain one, see `incoming`; h11 otherwise); None when the
+        client closed the connection between requests."""
+        data, closed = self._pending
+        while not data and not closed:
+            data = await self._read_client()
+            closed = not data
+        plain = read_plain_request(data, closed, MAX_HEAD_BYTES) if data else None
+        if plain is not None:
+            self._conn = plain
+            return plain.request
+        self._conn = _h11_connection()
+        if data:
+            self._conn.receive_data(data)
+        if closed:
+            self._conn.receive_data(b"")  # h11's EOF
+        event = await self._client_event()
+        return ClientRequest.from_h11(event) if isinstance(event, h11.Request) else None
+
+    async def _read_client(self) -> bytes:
+        try:
+            return await self._reader.read(READ_CHUNK_BYTES)
+        except OSError as error:
+            raise ClientGone(str(error)) from None
+
     async def _client_event(self) -> h11.Event:
         while True:
             event = self._conn.next_event()
@@ -136,11 +175,7 @@ class ClientSession:
                 return event
             if event is h11.PAUSED:  # h11 pauses only between exchanges, and each ends before the next is read
                 raise RuntimeError("the client connection is paused mid-exchange")
-            try:
-                data = await self._reader.read(READ_CHUNK_BYTES)
-            except OSError as error:
-                raise ClientGone(str(error)) from None
-            self._conn.receive_data(data)
+            self._conn.receive_data(await self._read_client())
 
     async def _write(self, data: bytes) -> None:
         """Write to the client (one syscall for a small answer), awaiting it."""
@@ -179,21 +214,16 @@ class ClientSession:
         return self._answer_done and self._keep_alive and self._conn.their_state in _REQUEST_READ
 
     def _start_next_cycle(self) -> bool:
-        """A fresh h11 connection for the next request, holding what the client already sent."""
+        """Ready for the next request, keeping what the client already sent."""
         if not self._request_finished():
             return False
-        pending, closed = self._conn.trailing_data
+        self._pending = self._conn.trailing_data
         self._method = b""
-        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        if pending:
-            self._conn.receive_data(pending)
-        if closed:
-            self._conn.receive_data(b"")  # h11's EOF
         return True
 
     # -- one exchange -----------------------------------------------------------------------------------
 
-    async def _answered_exchange(self, request: h11.Request) -> bool:
+    async def _answered_exchange(self, request: ClientRequest) -> bool:
         """_exchange, told to on_answered however it ends."""
         if self._on_answered is None:
             return await self._exchange(request)
@@ -203,18 +233,20 @@ class ClientSession:
         finally:
             self._on_answered(request.method, request.target, self._answer_status, time.perf_counter() - started)
 
-    async def _exchange(self, request: h11.Request) -> bool:
+    async def _exchange(self, request: ClientRequest) -> bool:
         """Relay one request and its answer; returns whether the connection may carry another."""
         match = hooked_route(request.method, request.target)
         if match is not None:
             return await self._hooked_exchange(request, match)
         try:
             upstream = await self._upstream_connection()
-            # A request without a body (most) goes up in one write.
-            first = self._conn.next_event() if self._conn.their_state is h11.SEND_BODY else None
-            await upstream.send_head(request.method, request.target,
-                                     forwarded_request_headers(request.headers.raw_items()),
-                                     end=isinstance(first, h11.EndOfMessage) and not first.headers)
+            # A request whose body has arrived whole (most: none, or a small POST's JSON) goes up in one write.
+            pending = self._arrived_body_events()
+            body = _whole_body(pending)
+            await upstream.send_head(request.method, request.target, forwarded_request_headers(request.headers),
+                                     body=body, end=body is not None)
+            if body is not None:
+                pending = []
         except (DockerdUnreachable, UpstreamBroken) as error:
             return await self._answer_error(503, str(error), close=True)
         self._body_forwarded = False
@@ -222,7 +254,7 @@ class ClientSession:
         # The answer is relayed in this task; the client reader cancels it if the client fails or goes.
         exchange = asyncio.current_task()
         assert exchange is not None
-        reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, first))
+        reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, pending))
         relaying = [True]
 
         def reader_done(task: asyncio.Task[None]) -> None:
@@ -244,19 +276,29 @@ class ClientSession:
             await self._stop_client_reader()
         return self._body_forwarded and upstream.finish_exchange() or self._drop_upstream()
 
-    async def _forward_request_body(self, upstream: Upstream, first: object) -> None:
-        """Stream the body up (from `first`, the event read with the head); then keep reading so a client that
+    def _arrived_body_events(self) -> list[h11.Data | h11.EndOfMessage]:
+        """The body events that what was read with the head already holds: none, one piece of the body, or
+        the whole body (at most one `Data`) and its end."""
+        events: list[h11.Data | h11.EndOfMessage] = []
+        while self._conn.their_state is h11.SEND_BODY and len(events) < 2:
+            event = self._conn.next_event()
+            if not isinstance(event, (h11.Data, h11.EndOfMessage)):
+                break  # NEED_DATA
+            events.append(event)
+            if isinstance(event, h11.EndOfMessage):
+                break
+        return events
+
+    async def _forward_request_body(self, upstream: Upstream, pending: list[h11.Data | h11.EndOfMessage]) -> None:
+        """Stream the body up (from `pending`, the events read with the head); then keep reading so a client that
         hangs up is noticed."""
-        event = first
         try:
             while not upstream.request_sent:
-                if not isinstance(event, (h11.Data, h11.EndOfMessage)):
-                    event = await self._client_event()
+                event = pending.pop(0) if pending else await self._client_event()
                 if isinstance(event, h11.Data):
                     await upstream.send_body(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     await upstream.end_body(event.headers.raw_items())
-                event = None
         except UpstreamBroken:
             return  # dockerd stopped reading; its answer (or hang-up) is reported by _relay_answer
         self._body_forwarded = True
@@ -266,10 +308,7 @@ class ClientSession:
         """Buffer what the client sends next (h11 keeps it); EOF means it is gone, unless an upgrade
         is pending (then the tunnel passes the EOF on)."""
         while len(self._conn.trailing_data[0]) < MAX_HEAD_BYTES:
-            try:
-                data = await self._reader.read(READ_CHUNK_BYTES)
-            except OSError as error:
-                raise ClientGone(str(error)) from None
+            data = await self._read_client()
             self._conn.receive_data(data)
             if not data:
                 if self._conn.their_state is h11.MIGHT_SWITCH_PROTOCOL or self._hijack_possible:
@@ -338,13 +377,13 @@ class ClientSession:
 
     # -- hooked routes ----------------------------------------------------------------------------------
 
-    async def _hooked_exchange(self, request: h11.Request, match: RouteMatch) -> bool:
+    async def _hooked_exchange(self, request: ClientRequest, match: RouteMatch) -> bool:
         self._hijack_possible = False
         body = await self._whole_request_body()
         if body is None:
             return await self._answer_error(
                 413, f"request body over {MAX_HOOKED_BODY_BYTES} bytes on a hooked route", close=True)
-        call = InterceptedCall(match, request.method, request.target, tuple(request.headers.raw_items()))
+        call = InterceptedCall(match, request.method, request.target, tuple(request.headers))
         try:
             outcome = await self._while_client_waits(self._interceptor.before(call, body))
         except ClientGone:
@@ -360,7 +399,7 @@ class ClientSession:
             upstream = await self._upstream_connection()
             await upstream.send_head(
                 request.method, request.target,
-                forwarded_request_headers(request.headers.raw_items(), body_length=len(outcome)),
+                forwarded_request_headers(request.headers, body_length=len(outcome)),
                 body=outcome, end=True)
             answer = await self._whole_answer(upstream)
         except DockerdUnreachable as error:

@@ -34,6 +34,7 @@ _PATTERNS: tuple[tuple[bytes, re.Pattern[str], HookedRoute], ...] = (
     (b"POST", re.compile(rf"{_VERSION}/containers/{_ID}/stop"), HookedRoute.STOP),
     (b"DELETE", re.compile(rf"{_VERSION}/containers/{_ID}"), HookedRoute.REMOVE),
 )
+_HOOKED_METHODS = frozenset(method for method, _, _ in _PATTERNS)
 # Routes that take over the connection: answered `101` (Upgrade asked) or `200` + raw stream (not asked).
 _HIJACK_PATH = re.compile(rf"{_VERSION}/(?:exec/[^/?]+/start|containers/[^/?]+/attach)")
 
@@ -45,10 +46,11 @@ def _split(target: bytes) -> tuple[str, str]:
 
 def hooked_route(method: bytes, target: bytes) -> RouteMatch | None:
     """The hooked route a request is for, or None when it is pure relay."""
+    if method not in _HOOKED_METHODS or b"/containers/" not in target:
+        return None  # most requests (GETs): no pattern to try
     path, query = _split(target)
     for wanted_method, pattern, route in _PATTERNS:
-        match = pattern.fullmatch(path)
-        if method == wanted_method and match:
+        if method == wanted_method and (match := pattern.fullmatch(path)):
             container_id = match.group(1) if match.groups() else None
             return RouteMatch(route, container_id, query)
     return None

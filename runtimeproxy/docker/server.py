@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from runtimeproxy.docker.engine import EngineClient, EngineError
+from runtimeproxy.docker.eventloop import running_loop_name
 from runtimeproxy.docker.hooks import DockerHooks
 from runtimeproxy.docker.interception import Interceptor
 from runtimeproxy.docker.messages import BodyError, update_config
@@ -46,7 +47,8 @@ class DockerFrontend:
         self.report = DockerReport(options.runtime_path, self._reachability, self.engine, self._requests)
 
     def describe(self) -> str:
-        return f"Docker mode: listening on {self.options.listen_path}; dockerd at unix://{self.options.runtime_path}"
+        return (f"Docker mode: listening on {self.options.listen_path}; dockerd at unix://{self.options.runtime_path}; "
+                f"event loop: {running_loop_name()}")
 
     async def start(self) -> None:
         if self._hooked:

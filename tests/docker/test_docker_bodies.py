@@ -12,6 +12,7 @@ import pytest
 from dockerkit import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, exchange, read_head
 
 from runtimeproxy.docker import bodies
+from runtimeproxy.docker import hooks as docker_hooks
 from runtimeproxy.docker.bodies import C_CODEC_MAX_BYTES, decode_body, encode_body
 from runtimeproxy.docker.messages import BodyError
 from runtimeproxy.options import ProxyOptions
@@ -59,27 +60,33 @@ async def _answering_dockerd(reader: asyncio.StreamReader, writer: asyncio.Strea
         await writer.drain()
 
 
-def test_other_clients_are_served_while_a_hooked_body_is_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The decode is held until a `_ping` on another connection was answered: on the event loop the
-    `_ping` could not be answered before the decode ended (ordering, not durations)."""
+@pytest.mark.parametrize("module, step, labels", [
+    (bodies, "decode_body", 0),
+    (docker_hooks, "sandbox_create_request", 2_000),  # a large body's hook request is built off the loop too
+], ids=["decode", "hook-request"])
+def test_other_clients_are_served_while_a_hooked_body_is_converted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: object, step: str, labels: int) -> None:
+    """The step is held until a `_ping` on another connection was answered: on the event loop the
+    `_ping` could not be answered before the step ended (ordering, not durations)."""
     entered, released = threading.Event(), threading.Event()
     order: list[str] = []
-    decode = bodies.decode_body
+    original = getattr(module, step)
 
-    def held_decode(data: bytes) -> object:
+    def held(*args: object) -> object:
         entered.set()
         released.wait(WAIT_SECONDS)
-        order.append("decode finished")
-        return decode(data)
+        order.append("step finished")
+        return original(*args)
 
-    monkeypatch.setattr(bodies, "decode_body", held_decode)
+    monkeypatch.setattr(module, step, held)
 
     async def scenario() -> None:
         async with FakeDockerd(tmp_path / "dockerd.sock", _answering_dockerd):
             proxy = docker_mode_proxy(_options(tmp_path))  # the real hooks: every create body is decoded
             await proxy.start()
             try:
-                body = json.dumps({"Image": "pause", "Labels": {"io.kubernetes.docker.type": "podsandbox"}}).encode()
+                body = json.dumps({"Image": "pause", "Labels": {
+                    "io.kubernetes.docker.type": "podsandbox", **{f"k{i}": "v" * 50 for i in range(labels)}}}).encode()
                 creator = await asyncio.open_unix_connection(str(proxy.options.listen_path))
                 create = asyncio.create_task(exchange(*creator, (
                     b"POST /v1.41/containers/create?name=k8s_POD_web_ns_u-1_0 HTTP/1.1\r\nHost: \r\n"
@@ -97,4 +104,4 @@ def test_other_clients_are_served_while_a_hooked_body_is_decoded(tmp_path: Path,
                 await proxy.stop(0)
 
     asyncio.run(asyncio.wait_for(scenario(), 3 * WAIT_SECONDS))
-    assert order[:2] == ["ping answered", "decode finished"]  # (the answer is decoded too)
+    assert order[:2] == ["ping answered", "step finished"]  # (the answer is decoded too)
