@@ -49,8 +49,12 @@ THP_MODE_PATH = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 HUGETLB_MIN_GLIBC = (2, 35)
 
 
-# How often the trimmer looks; a look with no new call since the last one counts as idle.
+# How often the trimmer looks while calls come; a look with no new call since the last one counts as idle.
 IDLE_CHECK_INTERVAL_SECONDS = 1.0
+# With nothing to do (no call since the last trim) the looks space out, doubling up to this: each wake-up of an
+# idle process costs CPU (grpc's event engine threads wake with the loop), and a trim after a short burst
+# that follows a long quiet time may come this much later.
+IDLE_CHECK_MAX_INTERVAL_SECONDS = 16.0
 # Free heap below this is not worth a trim.
 TRIM_WORTHWHILE_BYTES = 8 * 1024 * 1024
 
@@ -100,11 +104,14 @@ class IdleTrimmer:
     def __init__(self, calls_started: Callable[[], int]) -> None:
         self._calls_started = calls_started
         self._seen = self._trimmed_at = calls_started()
+        self.interval = IDLE_CHECK_INTERVAL_SECONDS  # until the next look
 
     def look(self) -> bool:
         """One look: trims (True) if calls were served since the last trim and none started since the last look."""
         now = self._calls_started()
         busy, self._seen = now != self._seen, now
+        self.interval = IDLE_CHECK_INTERVAL_SECONDS if busy or now != self._trimmed_at else \
+            min(self.interval * 2, IDLE_CHECK_MAX_INTERVAL_SECONDS)
         if busy or now == self._trimmed_at:
             return False
         self._trimmed_at = now
@@ -119,7 +126,7 @@ class IdleTrimmer:
     async def run(self) -> None:
         """Look every interval until cancelled (a counter read while nothing happens)."""
         while True:
-            await asyncio.sleep(IDLE_CHECK_INTERVAL_SECONDS)
+            await asyncio.sleep(self.interval)
             self.look()
 
 

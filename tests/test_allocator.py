@@ -45,6 +45,24 @@ def test_the_trimmer_trims_once_after_calls_and_a_quiet_interval(monkeypatch: py
     assert trims == [6]
 
 
+def test_the_trimmers_looks_space_out_while_there_is_nothing_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(allocator, "release_free_memory", lambda: True)
+    monkeypatch.setattr(allocator, "free_heap_bytes", lambda: allocator.TRIM_WORTHWHILE_BYTES)
+    calls = [0]
+    trimmer = allocator.IdleTrimmer(lambda: calls[0])
+    intervals = []
+    for _ in range(6):  # idle from the start
+        trimmer.look()
+        intervals.append(trimmer.interval)
+    assert intervals == [2.0, 4.0, 8.0, 16.0, 16.0, 16.0]
+    calls[0] += 1  # a call: looked at every second again until it is trimmed
+    trimmer.look()
+    assert trimmer.interval == allocator.IDLE_CHECK_INTERVAL_SECONDS
+    assert trimmer.look() and trimmer.interval == allocator.IDLE_CHECK_INTERVAL_SECONDS
+    trimmer.look()
+    assert trimmer.interval == 2.0
+
+
 def test_the_trimmer_skips_a_heap_with_little_free(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(allocator, "free_heap_bytes", lambda: 0)
     calls = [0]
