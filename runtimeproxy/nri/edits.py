@@ -28,9 +28,12 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from runtimeproxy.hooks.edits import PRIVATE, SHARED, SLAVE, BindMount, ContainerEdits, Device
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+Entry = TypeVar("Entry", BindMount, Device)  # a mount or a device: kept by destination or path
 
 REMOVAL_MARK = "-"
 Stat = Callable[[str], os.stat_result]
@@ -138,18 +141,38 @@ def apply_devices(edits: ContainerEdits, devices: list[nri.LinuxDevice], stat_pa
     return edits
 
 
+def _without(entries: tuple[Entry, ...], key: Callable[[Entry], str], target: str) -> tuple[Entry, ...] | None:
+    """`entries` less the one whose key is `target`; None when there is none."""
+    kept = tuple(entry for entry in entries if key(entry) != target)
+    return kept if len(kept) < len(entries) else None
+
+
+def _put(entries: tuple[Entry, ...], key: Callable[[Entry], str], new: Entry) -> tuple[Entry, ...]:
+    """Replaces the entry with new's key (in its place) or adds new at the end."""
+    if any(key(entry) == key(new) for entry in entries):
+        return tuple(new if key(entry) == key(new) else entry for entry in entries)
+    return entries + (new,)
+
+
+def _destination(mount: BindMount) -> str:
+    return mount.destination
+
+
+def _path(device: Device) -> str:
+    return device.path
+
+
 def remove_mount(edits: ContainerEdits, destination: str) -> ContainerEdits:
-    if edits.mount_at(destination) is None:
+    kept = _without(edits.mounts, _destination, destination)
+    if kept is None:
         raise EditRefused("mounts", f"mounts[-{destination}]: the request has no mount at {destination}; a mount "
                                     f"the runtime adds itself cannot be removed through the request")
-    return edits.with_mounts(tuple(m for m in edits.mounts if m.destination != destination))
+    return edits.with_mounts(kept)
 
 
 def put_mount(edits: ContainerEdits, mount: BindMount) -> ContainerEdits:
     """Replaces a mount at the same destination (in its place) or adds it at the end."""
-    if edits.mount_at(mount.destination) is None:
-        return edits.with_mounts((*edits.mounts, mount))
-    return edits.with_mounts(tuple(mount if m.destination == mount.destination else m for m in edits.mounts))
+    return edits.with_mounts(_put(edits.mounts, _destination, mount))
 
 
 def host_device(device: nri.LinuxDevice, stat_path: Stat = os.stat) -> Device:
@@ -182,16 +205,15 @@ def host_device(device: nri.LinuxDevice, stat_path: Stat = os.stat) -> Device:
 
 
 def remove_device(edits: ContainerEdits, path: str) -> ContainerEdits:
-    if edits.device_at(path) is None:
+    kept = _without(edits.devices, _path, path)
+    if kept is None:
         raise EditRefused("linux.devices", f"linux.devices[-{path}]: the request has no device at {path}; a "
                                            f"device the runtime adds itself cannot be removed through the request")
-    return edits.with_devices(tuple(d for d in edits.devices if d.path != path))
+    return edits.with_devices(kept)
 
 
 def put_device(edits: ContainerEdits, device: Device) -> ContainerEdits:
-    if edits.device_at(device.path) is None:
-        return edits.with_devices((*edits.devices, device))
-    return edits.with_devices(tuple(device if d.path == device.path else d for d in edits.devices))
+    return edits.with_devices(_put(edits.devices, _path, device))
 
 
 def check_device_rules(edits: ContainerEdits, rules: list[nri.LinuxDeviceCgroup], stat_path: Stat = os.stat) -> None:
