@@ -9,8 +9,9 @@ runtime.v1 and runtime.v1alpha2.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import grpc
@@ -63,9 +64,15 @@ def response_field(message_type: type[Message], data: bytes, field: str) -> str:
         return ""
 
 
-async def abort_on(failure: HookFailed, context: Context) -> None:
-    """A Fail-policy failure: the kubelet gets the plugin's code, the message and an ErrorInfo."""
-    await context.abort(failure.code, str(failure), failures.trailing_metadata(failure))
+@contextlib.asynccontextmanager
+async def failing_the_call(context: Context) -> AsyncIterator[None]:
+    """A Fail-policy failure inside aborts the call: the kubelet gets the plugin's code, the message and an
+    ErrorInfo."""
+    try:
+        yield
+    except HookFailed as failure:
+        await context.abort(failure.code, str(failure), failures.trailing_metadata(failure))
+        raise
 
 
 class RuntimeHooks:
@@ -105,23 +112,16 @@ class RuntimeHooks:
     async def run_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         request = await decode(cri.RunPodSandboxRequest, data, context)
         pod = pod_hook_request(request.config, request.runtime_handler)
-        try:
+        async with failing_the_call(context):
             run = await self.points.pre_run_pod_sandbox(pod, context.time_remaining())
-        except HookFailed as failure:
-            await abort_on(failure, context)
-            raise
         if run.changed:
             apply_to_pod_config(request.config, run.request)
             data = request.SerializeToString()
         response = await relay(data, context)
         pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
-        try:
-            await self.points.pod_sandbox_ran(pod_id, run)
-        except HookFailed as failure:  # an NRI plugin failed RunPodSandbox: as containerd, no sandbox is left
-            if self._remove_sandbox is not None:
-                await self._remove_sandbox(pod_id)
-            await abort_on(failure, context)
-            raise
+        # An NRI plugin failing RunPodSandbox: no sandbox is left behind, as with containerd.
+        async with failing_the_call(context):
+            await self.points.pod_sandbox_ran(pod_id, run, self._remove_sandbox)
         return response
 
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
@@ -145,13 +145,10 @@ class RuntimeHooks:
         def sandbox() -> hooks.PodSandboxHookRequest:
             return pod_hook_request(request.sandbox_config, "")
 
-        try:
+        async with failing_the_call(context):
             creation = await self.points.pre_create_container(
                 request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
                 lambda: self._edits(request))
-        except HookFailed as failure:
-            await abort_on(failure, context)
-            raise
         rewritten = False
         if creation.changed:
             apply_to_container_config(request, creation.request, [kv.key for kv in request.config.envs])
@@ -168,16 +165,13 @@ class RuntimeHooks:
             data = request.SerializeToString()
         response = await relay(data, context)
         await self.points.container_created(response_field(cri.CreateContainerResponse, response, "container_id"),
-                                      creation)
+                                            creation)
         return response
 
     async def start_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         container_id = (await decode(cri.StartContainerRequest, data, context)).container_id
-        try:
+        async with failing_the_call(context):
             await self.points.pre_start_container(container_id, context.time_remaining())
-        except HookFailed as failure:
-            await abort_on(failure, context)
-            raise
         response = await relay(data, context)
         await self.points.post_start_container(container_id, context.time_remaining())
         return response
@@ -185,12 +179,9 @@ class RuntimeHooks:
     async def update_container_resources(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         request = await decode(cri.UpdateContainerResourcesRequest, data, context)
         resources = convert(request.linux, hooks.LinuxContainerResources) if request.HasField("linux") else None
-        try:
+        async with failing_the_call(context):
             update = await self.points.pre_update_container_resources(
                 request.container_id, resources, request.annotations, context.time_remaining())
-        except HookFailed as failure:
-            await abort_on(failure, context)
-            raise
         if update is not None and update.changed:
             apply_to_update_request(request, update)
             data = request.SerializeToString()

@@ -177,12 +177,7 @@ class DockerHooks:
             return
         created = call.notes.get(_CREATED_NOTE)
         if isinstance(created, PodSandboxRun):
-            try:
-                await self.points.pod_sandbox_ran(container_id, created)
-            except HookFailed:  # as containerd: no sandbox is left behind, cri-dockerd's RunPodSandbox fails
-                if self._remove_sandbox is not None:
-                    await self._remove_sandbox(container_id)
-                raise
+            await self.points.pod_sandbox_ran(container_id, created, self._remove_sandbox)
         elif isinstance(created, ContainerCreation):
             await self.points.container_created(container_id, created)
 

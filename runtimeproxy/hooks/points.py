@@ -153,10 +153,12 @@ class HookPoints:
         changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
         return PodSandboxRun(changed, changed != pod, skip)
 
-    async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
+    async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun,
+                              remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
         """The runtime created the pod: record it as created. An extra plugin failing RunPodSandbox raises
         HookFailed, as containerd fails the call: the plugins are told the pod stopped and was removed, the
-        store forgets it (its trace stays: it says why), and the frontend removes the sandbox it created."""
+        store forgets it (its trace stays: it says why), and `remove_sandbox` (the frontend's stop and remove
+        at the runtime) takes away the sandbox just created."""
         if pod_id:
             self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
@@ -168,6 +170,8 @@ class HookPoints:
                 await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
                 await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
                 self.store.remove_pod(pod_id)
+                if remove_sandbox is not None:
+                    await remove_sandbox(pod_id)
                 raise
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
