@@ -285,18 +285,7 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
     if plugin.config_problem:
         lines.append(f"  config problem: {plugin.config_problem}")
     lines += [f"  config: {warning}" for warning in plugin.config_warnings]
-    if plugin.hook_stats:
-        rows = [[h.hook, "on" if h.enabled else "OFF", str(h.calls), str(h.failures),
-                 _millis(h.p50_seconds), _millis(h.p99_seconds),
-                 f"{h.last_error} ({_when(h.last_error_unix_seconds)})" if h.last_error else "-"]
-                for h in plugin.hook_stats]
-        header = ["HOOK", "STATE", "CALLS", "FAILED", "P50", "P99", "LAST ERROR"]
-        if plugin.shadow or any(h.shadow_changes for h in plugin.hook_stats):
-            header.insert(4, "WOULD CHANGE/DIFFER")
-            for row, h in zip(rows, plugin.hook_stats):
-                row.insert(4, f"{h.shadow_changes}/{h.shadow_disagreements}")
-        lines += ["  " + line for line in _table(header, rows)]
-    return lines
+    return lines + _stats_table("HOOK", plugin.hook_stats, plugin.shadow)
 
 
 def render_shadows(settings: Sequence[admin.ShadowSetting]) -> str:
