@@ -114,7 +114,6 @@ class EventRecord:
     def finish(self, stats: HookStats, final: Message | None, result: str, written_back: bool = False) -> None:
         """Shadow outcomes counted; the entry kept in the pod's trace (a pod known by uid or name only)."""
         final = final if final is not None else self._chain.original
-        collisions = self._chain.collisions()
         if self._chain.has_shadows:
             for outcome in self._chain.shadow_outcomes(final):
                 plugin_id = outcome.plugin.partition(":")[2]
@@ -124,4 +123,5 @@ class EventRecord:
         who = pod_key(self._chain.original)
         if not (who.uid or who.name):
             return
-        self._recorder.record(who, self._chain.entry(who.target, final, collisions, result, written_back))
+        self._recorder.record(who, self._chain.entry(who.target, final, self._chain.collisions(), result,
+                                                     written_back))

@@ -328,7 +328,10 @@ class NriHost:
         return self._shadowed(extra_toggle_name(plugin.plugin_id))
 
     def wants(self, event: str) -> bool:
-        return bool(self._plugins) and bool(self._subscribers(event))
+        """Asked on every hooked call: no list is built."""
+        number, allows = EVENTS[event], self._allows
+        return any(plugin.subscribed(number) and not plugin.detached
+                   and allows(extra_toggle_name(plugin.plugin_id), event) for plugin in self._plugins)
 
     async def notify(self, event: str, subject: Subject) -> None:
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
@@ -445,9 +448,10 @@ class NriHost:
         self._record(plugin, event, seconds, None)
         record.ok(plugin.plugin_id, seconds, shadow, edit_changes(edits_before, folded.edits, shadow)
                   + asked_of_others(asked.updates, asked.evictions, shadow))
-        after = hooks.ContainerResourceHookRequest()
-        after.CopyFrom(folded.container)
-        record.changed(before, after, shadow)
+        if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
+            after = hooks.ContainerResourceHookRequest()
+            after.CopyFrom(folded.container)
+            record.changed(before, after, shadow)
         if shadow:
             self._count_shadowed(plugin.plugin_id, asked.evictions)
             return None
