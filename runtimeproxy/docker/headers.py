@@ -111,9 +111,3 @@ def is_raw_stream_answer(status: int, headers: Iterable[Header]) -> bool:
     content_type = (header_value(headers, b"content-type") or b"").split(b";")[0].strip().lower()
     return (status == 200 and content_type in RAW_STREAM_TYPES and not is_chunked(headers)
             and header_value(headers, b"content-length") is None)
-
-
-def raw_head(status: int, reason: bytes, headers: Iterable[Header]) -> bytes:
-    """A response head written as is (for an answer that must not be framed)."""
-    lines = [b"HTTP/1.1 %d %s" % (status, reason)] + [name + b": " + value for name, value in headers]
-    return b"\r\n".join(lines) + b"\r\n\r\n"

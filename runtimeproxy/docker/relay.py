@@ -33,7 +33,6 @@ from runtimeproxy.docker.headers import (
     forwarded_request_headers,
     forwarded_response_headers,
     is_raw_stream_answer,
-    raw_head,
 )
 from runtimeproxy.docker.incoming import ClientRequest, PlainRequest, read_plain_request
 from runtimeproxy.docker.interception import (
@@ -202,11 +201,16 @@ class ClientSession:
         if close:
             self._keep_alive = False
         log.debug("answering %d: %s", status, message)
-        head, framing = self._answer_head(status, b"", headers)
         with contextlib.suppress(ClientGone):
-            await self._write(head + framed(body, framing))
-            self._answer_done = True
+            await self._write_whole_answer(status, headers, body)
         return self._keep_alive
+
+    async def _write_whole_answer(self, status: int, headers: list[Header], body: bytes) -> BodyFraming:
+        """An answer whose body is all here, in one write; returns how it was framed."""
+        head, framing = self._answer_head(status, b"", headers)
+        await self._write(head + framed(body, framing) + body_end(framing))
+        self._answer_done = True
+        return framing
 
     def _request_finished(self) -> bool:
         """Both sides of the exchange are complete and the connection may carry another (a declined upgrade
@@ -333,7 +337,7 @@ class ClientSession:
                 await self._switch_protocols(upstream, event)
             await self._write(response_head(event.status, event.reason, event.headers))
         if self._hijack_possible and is_raw_stream_answer(event.status, event.headers):
-            await self._tunnel(upstream, raw_head(200, event.reason, end_to_end(event.headers)))
+            await self._tunnel(upstream, 200, response_head(200, event.reason, end_to_end(event.headers)))
         head, framing = self._answer_head(
             event.status, event.reason, forwarded_response_headers(event.headers, event.status))
         outgoing = [head]
@@ -356,11 +360,12 @@ class ClientSession:
 
     async def _switch_protocols(self, upstream: Upstream, answer: AnswerHead) -> None:
         head = response_head(101, answer.reason, forwarded_response_headers(answer.headers, 101))
-        await self._tunnel(upstream, head)
+        await self._tunnel(upstream, 101, head)
 
-    async def _tunnel(self, upstream: Upstream, head: bytes) -> NoReturn:
-        """Write `head`, then carry raw bytes both ways until both sides are done; the connection ends."""
-        self._answer_status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else None
+    async def _tunnel(self, upstream: Upstream, status: int, head: bytes) -> NoReturn:
+        """Write `head` (an answer of `status`), then carry raw bytes both ways until both sides are done; the
+        connection ends."""
+        self._answer_status = status
         await self._stop_client_reader()  # what it read stays in h11's buffer: trailing_data
         await self._write(head)
         client_bytes, client_eof = self._conn.trailing_data
@@ -416,10 +421,8 @@ class ClientSession:
             if not upstream.finish_exchange():
                 self._drop_upstream()
             return await self._answer_error(replaced.status, replaced.message)
-        head, framing = self._answer_head(
-            answer.status, b"", forwarded_response_headers(list(answer.headers), answer.status))
-        await self._write(head + framed(answer.body, framing) + body_end(framing))
-        self._answer_done = True
+        framing = await self._write_whole_answer(
+            answer.status, forwarded_response_headers(answer.headers, answer.status), answer.body)
         if framing is BodyFraming.UNTIL_CLOSE:
             return False
         return upstream.finish_exchange() or self._drop_upstream()
