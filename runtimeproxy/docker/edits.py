@@ -18,12 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from runtimeproxy.hooks import edits as kinds
-from runtimeproxy.hooks.edits import PRIVATE, SHARED, SLAVE, BindMount, ContainerEdits, Device, kept_and_added
+from runtimeproxy.hooks.edits import PRIVATE, PROPAGATION_OPTIONS, BindMount, ContainerEdits, Device, kept_and_added
 
 Body = dict[str, Any]
 CARRIED = frozenset({kinds.ARGS, kinds.MOUNTS, kinds.DEVICES})
-_PROPAGATION = {"private": PRIVATE, "rprivate": PRIVATE, "slave": SLAVE, "rslave": SLAVE, "shared": SHARED,
-                "rshared": SHARED}
 
 
 def _strings(value: Any) -> list[str] | None:
@@ -53,7 +51,7 @@ def bind_of(entry: Any) -> BindMount | None:
     if len(parts) not in (2, 3) or not parts[0].startswith("/"):
         return None
     options = parts[2].split(",") if len(parts) == 3 else []
-    propagation = next((_PROPAGATION[o] for o in options if o in _PROPAGATION), PRIVATE)
+    propagation = next((PROPAGATION_OPTIONS[o] for o in options if o in PROPAGATION_OPTIONS), PRIVATE)
     return BindMount(parts[1], parts[0], "ro" in options, propagation)
 
 
@@ -63,7 +61,7 @@ def mount_of(entry: Any) -> BindMount | None:
         return None
     propagation = ((entry.get("BindOptions") or {}).get("Propagation")) or "rprivate"
     return BindMount(str(entry.get("Target", "")), str(entry.get("Source", "")), bool(entry.get("ReadOnly")),
-                     _PROPAGATION.get(propagation, PRIVATE))
+                     PROPAGATION_OPTIONS.get(propagation, PRIVATE))
 
 
 def device_of(entry: Any) -> Device | None:
@@ -98,10 +96,8 @@ def _mount_object(mount: BindMount) -> Body:
 
 def _kept(entries: list[Any], view: list[Any], wanted: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
     """Entries that are not ours to judge (view None) stay; ours stay when the plugins kept them."""
-    ours = [index for index, value in enumerate(view) if value is not None]
-    keep, added = kept_and_added(wanted, [view[index] for index in ours])
-    kept = {ours[index] for index in keep}
-    return [entry for index, entry in enumerate(entries) if view[index] is None or index in kept], added
+    keep, added = kept_and_added(wanted, view)
+    return [entries[index] for index in keep], added
 
 
 def apply_edits(body: Body, edits: ContainerEdits, changed: frozenset[str]) -> None:

@@ -29,6 +29,9 @@ ALL_KINDS = frozenset({ARGS, MOUNTS, DEVICES, RDT_CLASS})
 
 PRIVATE, SLAVE, SHARED = "rprivate", "rslave", "rshared"
 PROPAGATIONS = (PRIVATE, SLAVE, SHARED)
+# A mount option naming a propagation (OCI / Docker spelling, recursive or not) -> the propagation applied.
+PROPAGATION_OPTIONS = {"private": PRIVATE, "rprivate": PRIVATE, "slave": SLAVE, "rslave": SLAVE,
+                       "shared": SHARED, "rshared": SHARED}
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,11 @@ class ContainerEdits:
         return next((device for device in self.devices if device.path == path), None)
 
 
-def kept_and_added(wanted: tuple[T, ...], view: list[T]) -> tuple[list[int], list[T]]:
-    """Write-back helper for a frontend: `view` is the core value of each of its wire entries (same order).
-    Returns the indexes of the wire entries to keep as they are (unknown fields and all) and the values to
-    add as new entries (in `wanted`'s order); the other wire entries were removed or replaced."""
-    keep = [index for index, value in enumerate(view) if value in wanted]
-    kept = {view[index] for index in keep}
+def kept_and_added(wanted: tuple[T, ...], view: list[T | None]) -> tuple[list[int], list[T]]:
+    """Write-back helper for a frontend: `view` is the core value of each of its wire entries (same order;
+    None for an entry that is not of this kind, e.g. a named volume: always kept). Returns the indexes of the
+    wire entries to keep as they are (unknown fields and all) and the values to add as new entries (in
+    `wanted`'s order); the other wire entries were removed or replaced."""
+    keep = [index for index, value in enumerate(view) if value is None or value in wanted]
+    kept = {value for value in (view[index] for index in keep) if value is not None}
     return keep, [item for item in wanted if item not in kept]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from runtimeproxy.hooks.edits import PRIVATE, SHARED, SLAVE, BindMount, ContainerEdits, Device
+from runtimeproxy.hooks.edits import PRIVATE, PROPAGATION_OPTIONS, BindMount, ContainerEdits, Device
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 Entry = TypeVar("Entry", BindMount, Device)  # a mount or a device: kept by destination or path
@@ -38,8 +38,6 @@ Entry = TypeVar("Entry", BindMount, Device)  # a mount or a device: kept by dest
 REMOVAL_MARK = "-"
 Stat = Callable[[str], os.stat_result]
 
-_PROPAGATION_OPTIONS = {"private": PRIVATE, "rprivate": PRIVATE, "slave": SLAVE, "rslave": SLAVE,
-                        "shared": SHARED, "rshared": SHARED}
 _BIND_OPTIONS = frozenset({"bind", "rbind"})
 _ACCESS = frozenset("rwm")
 _DEVICE_TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b"}
@@ -106,8 +104,8 @@ def bind_mount(mount: nri.Mount) -> BindMount:
     for option in options:
         if option in ("ro", "rw"):
             readonly = option == "ro"
-        elif option in _PROPAGATION_OPTIONS:
-            propagation = _PROPAGATION_OPTIONS[option]
+        elif option in PROPAGATION_OPTIONS:
+            propagation = PROPAGATION_OPTIONS[option]
         elif option not in _BIND_OPTIONS:
             raise EditRefused("mounts", f"{where} has option {option!r}: a request's bind mount carries only "
                                         f"ro/rw and a propagation (private, slave, shared)")
