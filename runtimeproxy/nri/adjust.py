@@ -32,8 +32,6 @@ from runtimeproxy.nri.edits import EditRefused, Stat
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-REMOVAL_MARK = "-"
-
 # Adjustment fields the proxy applies (message paths from ContainerAdjustment / LinuxContainerUpdate).
 _RESOURCES = frozenset({
     "linux.resources.cpu.shares", "linux.resources.cpu.quota", "linux.resources.cpu.period",
@@ -153,13 +151,12 @@ class Adjustments:
 
     def _set_or_remove(self, plugin: str, kind: str, target: dict[str, str] | object, key: str, value: str) -> None:
         entries: dict[str, str] = target  # type: ignore[assignment]  # a protobuf map
-        if key.startswith(REMOVAL_MARK):
-            name = key[len(REMOVAL_MARK):]
-            self._claim(plugin, f"{kind} {name!r}")
+        name, removal = nri_edits.marked(key)
+        self._claim(plugin, f"{kind} {name!r}")
+        if removal:
             entries.pop(name, None)
-            return
-        self._claim(plugin, f"{kind} {key!r}")
-        entries[key] = value
+        else:
+            entries[name] = value
 
     def apply_resources(self, plugin: str, resources: nri.LinuxResources) -> None:
         target = self.container.container_resources
