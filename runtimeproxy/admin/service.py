@@ -12,9 +12,10 @@ request naming the valid ones.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -75,21 +76,12 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                           shadow: bool) -> admin.ShadowResponse:
         hooks = self._parts.hooks
         notes: list[str] = []
-        try:
+        async with self._refusing_toggle_errors(context, "a shadow setting"):
             typed = self._plugin_name(request.plugin)
             await self._check_known(typed)
             name = plugin_file_name(typed)
             configured = next((p.config.shadow for p in hooks.registry.plugins if p.name == name), False)
             notes = hooks.toggles.set_shadow(name, shadow, configured, author=request.author)
-        except UnknownPlugin as error:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
-        except ToggleError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except OSError as error:
-            path = hooks.toggles.state_path
-            log.error("cannot persist a shadow setting to %s: %s; nothing changed", path, error)
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
         return admin.ShadowResponse(settings=shadow_messages(hooks), notes=notes)
 
     def _toggle_name(self, request: admin.ToggleRequest) -> str:
@@ -100,16 +92,12 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     def _plugin_name(self, typed: str) -> str:
         """A bare NRI plugin id (`10-name`) is its toggle name (`nri:10-name`) when it is attached or toggled,
         unless a hook plugin config file of that name is registered."""
-        hooks = self._parts.hooks
         name = typed.strip()
         if name.startswith(EXTRA_PREFIX):
             return name
         as_extra = extra_toggle_name(name)
-        known = plugin_file_name(name) in hooks.registry.config_file_names()
-        if known or not (as_extra in self._extra_names() or hooks.toggles.of(as_extra)
-                         or hooks.toggles.shadow_override(as_extra) is not None):
-            return name
-        return as_extra
+        known = plugin_file_name(name) in self._parts.hooks.registry.config_file_names()
+        return as_extra if not known and self._knows(as_extra) else name
 
     def _extra_names(self) -> set[str]:
         return {plugin.toggle_name for plugin in self._parts.hooks.extra.statuses()}
@@ -117,23 +105,29 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     async def _change(self, context: grpc.aio.ServicerContext, request: admin.ToggleRequest,
                       change: Callable[[str, frozenset[str]], list[str]]) -> admin.ToggleResponse:
         notes: list[str] = []
-        try:
+        async with self._refusing_toggle_errors(context, "a toggle"):
             name = self._toggle_name(request)
             # A usage error (no such hook, or NRI event, for this kind of plugin) comes before an unknown plugin.
             scopes = scopes_named(name, list(request.hooks))
             if not request.all and not request.stage:
                 await self._check_known(name)
             notes = change(name, scopes)
+        return admin.ToggleResponse(toggles=toggle_messages(self._parts.hooks), notes=notes)
+
+    @contextlib.asynccontextmanager
+    async def _refusing_toggle_errors(self, context: grpc.aio.ServicerContext, what: str) -> AsyncIterator[None]:
+        """A toggle or shadow change that cannot be made is answered with its reason; nothing changed."""
+        try:
+            yield
         except UnknownPlugin as error:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
         except ToggleError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except OSError as error:
             path = self._parts.hooks.toggles.state_path
-            log.error("cannot persist a toggle to %s: %s; nothing changed", path, error)
+            log.error("cannot persist %s to %s: %s; nothing changed", what, path, error)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                                 f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
-        return admin.ToggleResponse(toggles=toggle_messages(self._parts.hooks), notes=notes)
 
     async def _check_known(self, plugin: str) -> None:
         """A name must be a config file the proxy knows, or have a toggle already (to enable it):
