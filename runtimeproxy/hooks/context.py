@@ -62,9 +62,11 @@ class HookContext:
     async def container_request(self, container_id: str) -> hooks.ContainerResourceHookRequest | None:
         """The hook request for a known container of a pod with hooks; None otherwise."""
         found = await self.container(container_id)
-        if found is None:
-            return None
-        record, pod = found
-        if pod is not None and pod.skip_hooks:
-            return None
-        return with_pod(record.info, pod.info if pod else None)
+        return None if found is None else request_of(*found)
+
+
+def request_of(record: ContainerRecord, pod: PodRecord | None) -> hooks.ContainerResourceHookRequest | None:
+    """A found container's hook request (with its pod's part); None for a container of a skip-labelled pod."""
+    if pod is not None and pod.skip_hooks:
+        return None
+    return with_pod(record.info, pod.info if pod else None)

@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks import extra
-from runtimeproxy.hooks.context import HookContext, RecordSource
+from runtimeproxy.hooks.context import HookContext, RecordSource, request_of
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import ExtraPlugins, Subject
@@ -109,11 +109,11 @@ class HookPoints:
             return
         if container_id:
             found = await self.context.container(container_id)
-            if found is None or (found[1] is not None and found[1].skip_hooks):
+            request = request_of(*found) if found is not None else None
+            if found is None or request is None:
                 return
             record, pod = found
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id,
-                              await self.context.container_request(container_id))
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id, request)
         else:
             pod_record = await self.context.pod(pod_id)
             if pod_record is None or pod_record.skip_hooks:
@@ -251,10 +251,12 @@ class HookPoints:
         """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
         the way the runtime applies it, and the recorded annotations with the update's. None: no hook ran."""
         hooked = self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES)
-        if not hooked and not self.extra.wants(extra.UPDATE_CONTAINER):
+        extra_wants = self.extra.wants(extra.UPDATE_CONTAINER)
+        if not hooked and not extra_wants:
             return None
-        seen = await self.context.container_request(container_id)
-        if seen is None:
+        found = await self.context.container(container_id)
+        seen = request_of(*found) if found is not None else None
+        if found is None or seen is None:
             return None
         if update is not None:
             seen.container_resources.CopyFrom(apply_resource_update(seen.container_resources, update))
@@ -262,10 +264,9 @@ class HookPoints:
         changed = seen
         if hooked:
             changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
-        if self.extra.wants(extra.UPDATE_CONTAINER):
-            found = await self.context.container(container_id)
-            pod = found[1] if found else None
-            subject = Subject(found[0].pod_id if found else "", pod.info if pod else None, container_id, changed)
+        if extra_wants:
+            record, pod = found
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed)
             changed = await self.extra.adjust(extra.UPDATE_CONTAINER, subject, time_remaining)
         return ResourceUpdate(seen, changed)
 
