@@ -32,10 +32,7 @@ class EngineClient:
 
     async def get_json(self, target: str, timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
         """GET `target`; the decoded JSON answer. None for 404 (no such container)."""
-        try:
-            status, body = await asyncio.wait_for(self._get(target), timeout)
-        except (ConnectionError, TimeoutError) as error:
-            raise EngineError(f"GET {target}: {error or 'timed out'}") from None
+        status, body = await self._call("GET", target, None, timeout)
         if status == 404:
             return None
         if not 200 <= status < 300:
@@ -48,11 +45,7 @@ class EngineClient:
     async def post_json(self, target: str, body: Any, timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
         """POST `body` as JSON to `target`; the decoded JSON answer (None when empty). Raises EngineError
         for anything but a 2xx (dockerd's message in it)."""
-        data = json.dumps(body).encode()
-        try:
-            status, answer = await asyncio.wait_for(self._exchange("POST", target, data), timeout)
-        except (ConnectionError, TimeoutError) as error:
-            raise EngineError(f"POST {target}: {error or 'timed out'}") from None
+        status, answer = await self._call("POST", target, json.dumps(body).encode(), timeout)
         if not 200 <= status < 300:
             raise EngineError(f"POST {target}: dockerd answered {status}: {_message(answer)}")
         try:
@@ -63,26 +56,27 @@ class EngineClient:
     async def command(self, method: str, target: str, timeout: float = REQUEST_TIMEOUT_SECONDS) -> int:
         """A request without a body whose answer is only a status (stop, delete): the status; raises EngineError
         for anything but 2xx, 304 (already so) and 404 (no such container)."""
-        try:
-            body = b"" if method == "POST" else None  # Content-Length: 0
-            status, answer = await asyncio.wait_for(self._exchange(method, target, body), timeout)
-        except (ConnectionError, TimeoutError) as error:
-            raise EngineError(f"{method} {target}: {error or 'timed out'}") from None
+        body = b"" if method == "POST" else None  # Content-Length: 0
+        status, answer = await self._call(method, target, body, timeout)
         if not (200 <= status < 300 or status in (304, 404)):
             raise EngineError(f"{method} {target}: dockerd answered {status}: {_message(answer)}")
         return status
 
     async def stop(self, container_id: str, timeout_seconds: int) -> None:
         """`POST /containers/{id}/stop?t=N`: dockerd sends the stop signal, then SIGKILL after N seconds."""
-        await self.command("POST", f"/containers/{urllib.parse.quote(container_id, safe='')}/stop?t={timeout_seconds}",
+        await self.command("POST", f"{_container(container_id)}/stop?t={timeout_seconds}",
                            REQUEST_TIMEOUT_SECONDS + timeout_seconds)
 
     async def remove(self, container_id: str) -> None:
         """`DELETE /containers/{id}?force=1&v=1`: stopped if running, removed with its anonymous volumes."""
-        await self.command("DELETE", f"/containers/{urllib.parse.quote(container_id, safe='')}?force=1&v=1")
+        await self.command("DELETE", f"{_container(container_id)}?force=1&v=1")
 
-    async def _get(self, target: str) -> tuple[int, bytes]:
-        return await self._exchange("GET", target, None)
+    async def _call(self, method: str, target: str, body: bytes | None, timeout: float) -> tuple[int, bytes]:
+        """One exchange within `timeout`: dockerd's status and answer; EngineError when it cannot be had."""
+        try:
+            return await asyncio.wait_for(self._exchange(method, target, body), timeout)
+        except (ConnectionError, TimeoutError) as error:
+            raise EngineError(f"{method} {target}: {error or 'timed out'}") from None
 
     async def _exchange(self, method: str, target: str, body: bytes | None) -> tuple[int, bytes]:
         upstream = await Upstream.connect(self._socket)
@@ -104,11 +98,11 @@ class EngineClient:
         return f"{answer.get('Version', '?')} (API {answer.get('ApiVersion', '?')})"
 
     async def inspect(self, container_id: str) -> Any:
-        return await self.get_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/json")
+        return await self.get_json(f"{_container(container_id)}/json")
 
     async def update(self, container_id: str, resources: dict[str, Any]) -> None:
         """`POST /containers/{id}/update` with Docker's resource fields (absent or zero: unchanged)."""
-        await self.post_json(f"/containers/{urllib.parse.quote(container_id, safe='')}/update", resources)
+        await self.post_json(f"{_container(container_id)}/update", resources)
 
     async def list_labelled(self, label: str) -> dict[str, dict[str, str]]:
         """All containers (running or not) that carry `label`: ID -> labels."""
@@ -131,3 +125,8 @@ def _message(answer: bytes) -> str:
     if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
         return decoded["message"]
     return repr(answer[:200])
+
+
+def _container(container_id: str) -> str:
+    """A container's path in the Engine API (the ID quoted: it comes from answers and plugins)."""
+    return f"/containers/{urllib.parse.quote(container_id, safe='')}"

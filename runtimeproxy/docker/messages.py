@@ -234,27 +234,29 @@ def update_resources(body: Body) -> hooks.LinuxContainerResources:
     return resources_of(body)
 
 
+# What `POST /containers/{id}/update` can change (dockerd cannot update the OOM score).
+_UPDATABLE_FIELDS = tuple(field for field in RESOURCE_FIELDS if field[0] != "OomScoreAdj")
+
+
+def _updatable(resources: hooks.LinuxContainerResources) -> Body:
+    """The non-zero updatable resources, by dockerd's names (a zero means "unchanged" to dockerd)."""
+    return {docker_name: value for docker_name, hook_name in _UPDATABLE_FIELDS
+            if (value := getattr(resources, hook_name))}
+
+
 def apply_to_update_body(body: Body, update: ResourceUpdate) -> None:
     """Only what the plugins changed, never a zero (the core's ResourceUpdate decides what)."""
-    changes = update.resource_changes()
-    for docker_name, hook_name in RESOURCE_FIELDS:
-        if docker_name == "OomScoreAdj":
-            continue  # dockerd cannot update it
-        value = getattr(changes, hook_name)
-        if value:
-            body[docker_name] = value
+    body.update(_updatable(update.resource_changes()))
 
 
 def update_config(resources: hooks.LinuxContainerResources) -> Body:
     """The body of the proxy's own `POST /containers/{id}/update` (NRI plugins' updates of other containers):
     the non-zero resources. Raises BodyError for what dockerd's update cannot take (hugepages, unified keys,
     the OOM score)."""
-    for hook_name, present in (("hugepage_limits", bool(resources.hugepage_limits)),
-                               ("unified", bool(resources.unified)), ("oom_score_adj", bool(resources.oom_score_adj))):
-        if present:
+    for hook_name in ("hugepage_limits", "unified", "oom_score_adj"):
+        if getattr(resources, hook_name):
             raise BodyError(f"dockerd cannot update {hook_name} of a container")
-    return {docker_name: getattr(resources, hook_name) for docker_name, hook_name in RESOURCE_FIELDS
-            if docker_name != "OomScoreAdj" and getattr(resources, hook_name)}
+    return _updatable(resources)
 
 
 # --- inspect (recovery) ---------------------------------------------------------------------------
