@@ -259,21 +259,23 @@ class ClientSession:
         exchange = asyncio.current_task()
         assert exchange is not None
         reader = self._client_reader = asyncio.create_task(self._forward_request_body(upstream, pending))
-        relaying = [True]
+        relaying = True  # the reader may cancel this task only while the answer is being relayed
 
         def reader_done(task: asyncio.Task[None]) -> None:
-            if relaying[0] and not task.cancelled() and task.exception() is not None:
+            if relaying and not task.cancelled() and task.exception() is not None:
                 exchange.cancel()
 
         reader.add_done_callback(reader_done)
         try:
-            await self._relay_answer(upstream)
-            relaying[0] = False
+            try:
+                await self._relay_answer(upstream)
+            finally:  # however it ended: what follows (an error answer, the cleanup) is not to be cancelled
+                relaying = False
         except asyncio.CancelledError:
-            relaying[0] = False
-            if not reader.done() or reader.cancelled() or reader.exception() is None or exchange.uncancel():
+            failure = reader.exception() if reader.done() and not reader.cancelled() else None
+            if failure is None or exchange.uncancel():
                 raise  # not the reader's doing
-            raise reader.exception() from None  # type: ignore[misc]
+            raise failure from None
         except UpstreamBroken as error:
             return await self._answer_error(502, str(error), close=True)
         finally:
