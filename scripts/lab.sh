@@ -9,4 +9,4 @@ args=()
 for arg in "$@"; do
   if [ "$arg" = docker ]; then args+=(--docker); else args+=("$arg"); fi
 done
-exec python3 -m rplab "${args[@]}"
+exec "${RUNTIMEPROXY_VENV:-$PWD/.venv}/bin/python" -m rplab "${args[@]}"

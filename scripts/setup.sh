@@ -22,5 +22,12 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "setup: installing runtimeproxy and its test dependencies"
-python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore -e '.[test]'
+# The project lives in a virtualenv of this checkout's own (Debian's python3 refuses pip outside one, PEP 668;
+# and a shared install would run another checkout's code). lab.sh and test.sh run from it.
+venv="${RUNTIMEPROXY_VENV:-$PWD/.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating the virtualenv $venv"
+  python3 -m venv "$venv"
+fi
+echo "setup: installing runtimeproxy and its test dependencies into $venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'

@@ -8,7 +8,7 @@ bash scripts/setup.sh
 # e2e tests fail instead of skipping when the machine cannot run containerd.
 export RUNTIMEPROXY_REQUIRE_E2E=1
 status=0
-python3 -m pytest "$@" || status=$?
+"${RUNTIMEPROXY_VENV:-$PWD/.venv}/bin/python" -m pytest "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
