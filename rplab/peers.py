@@ -1,0 +1,102 @@
+"""The compiled peers of the tests, lab and bench: the real Go clients and plugins the proxy is driven with.
+
+Every peer is a main package (or, for a runner of another project's specs, a test package) under ``peers/``, the
+project's one Go module. Third-party code comes from the Go module proxy at the versions ``peers/go.mod`` pins and
+``peers/go.sum`` hashes; nothing third-party is kept in the repository. Binaries are built with the machine's Go
+toolchain on first use and cached per source digest under ``~/.cache/runtimeproxy/peers``, so a second run builds
+nothing. ``python -m rplab.peers`` builds them all (scripts/setup.sh runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+MODULE = Path(__file__).resolve().parent.parent / "peers"
+CACHE = Path(os.environ.get("RUNTIMEPROXY_PEERS_CACHE", Path.home() / ".cache" / "runtimeproxy" / "peers"))
+# Where the machine's Go is when it is not on PATH (the toolchain tarball's usual place).
+GO_FALLBACKS = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
+BUILD_TIMEOUT_SECONDS = 1800
+
+
+class PeerBuildError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One compiled peer: its package under peers/, built as a program or (``test_binary``) with ``go test -c``;
+    ``modfile`` names an alternate go.mod in peers/ for a peer pinned to other versions of a module."""
+
+    name: str
+    package: str
+    test_binary: bool = False
+    modfile: str | None = None
+
+
+# Every peer, by the name its binary gets; python -m rplab.peers builds them all.
+PEERS: dict[str, Peer] = {peer.name: peer for peer in (
+)}
+
+
+def go_toolchain() -> Path:
+    found = shutil.which("go")
+    if found:
+        return Path(found)
+    for candidate in GO_FALLBACKS:
+        if candidate.is_file():
+            return candidate
+    raise PeerBuildError("the compiled peers need Go (1.21 or later fetches the toolchain peers/go.mod names): "
+                         "put it on PATH")
+
+
+def source_digest(module: Path = MODULE) -> str:
+    """A digest of everything a build reads from the module: Go sources, go.mod files and their sums."""
+    digest = hashlib.sha256()
+    for path in sorted(module.rglob("*")):
+        if path.is_file() and (path.suffix in {".go", ".mod", ".sum"}):
+            digest.update(str(path.relative_to(module)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build_environment() -> dict[str, str]:
+    return {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false -mod=readonly"}
+
+
+def peer_binary(name: str, cache: Path = CACHE) -> Path:
+    """The binary of peer ``name`` for the current sources, built on first use."""
+    peer = PEERS[name]
+    binary = cache / source_digest() / name
+    if binary.exists():
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_name(f".{name}.partial")
+    argv = [str(go_toolchain())]
+    argv += ["test", "-c"] if peer.test_binary else ["build"]
+    if peer.modfile:
+        argv.append(f"-modfile={peer.modfile}")
+    argv += ["-o", str(partial), peer.package]
+    built = subprocess.run(argv, cwd=MODULE, env=build_environment(), capture_output=True, text=True,
+                           timeout=BUILD_TIMEOUT_SECONDS)
+    if built.returncode != 0:
+        raise PeerBuildError(f"building peer {name} failed: {built.stderr.strip()[-3000:]}")
+    partial.replace(binary)
+    return binary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rplab.peers", description=__doc__)
+    parser.add_argument("names", nargs="*", help="peers to build (all when none is named)")
+    args = parser.parse_args(argv)
+    for name in args.names or sorted(PEERS):
+        print(f"{name}: {peer_binary(name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
