@@ -7,6 +7,7 @@ host-network pod (no CNI needed) running the lab's busybox image.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -55,6 +56,12 @@ class CriClient:
 
     # -- configs ------------------------------------------------------------------------
 
+    def env_value(self, value: str | bytes) -> str | bytes:
+        """An env value as this CRI version types it: bytes in v1 (cri-api v0.36.2 on), text in v1alpha2."""
+        if self.version == "v1":
+            return value.encode() if isinstance(value, str) else value
+        return value.decode() if isinstance(value, bytes) else value
+
     def pod_config(
         self,
         name: str,
@@ -84,7 +91,7 @@ class CriClient:
         name: str,
         *,
         command: list[str] | None = None,
-        envs: dict[str, str] | None = None,
+        envs: Mapping[str, str | bytes] | None = None,
         annotations: dict[str, str] | None = None,
         resources: Any | None = None,
         image: str = BUSYBOX_IMAGE,
@@ -101,7 +108,7 @@ class CriClient:
             image=api.ImageSpec(image=image),
             # sh traps TERM so StopContainer returns at once instead of after its grace period.
             command=command or ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
-            envs=[api.KeyValue(key=k, value=v) for k, v in (envs or {}).items()],
+            envs=[api.KeyValue(key=k, value=self.env_value(v)) for k, v in (envs or {}).items()],
             annotations=annotations or {},
             log_path=f"{name}/0.log",
             linux=linux,

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("shared", frozenset({
         "runtimeproxy.endpoints", "runtimeproxy.options", "runtimeproxy.listener",
         "runtimeproxy.trust", "runtimeproxy.logformat", "runtimeproxy.allocator", "runtimeproxy.klogflags",
-        "runtimeproxy.lifecycle",
+        "runtimeproxy.lifecycle", "runtimeproxy.gotext",
     }), True),
     ("core", frozenset({"runtimeproxy.hooks"}), False),
     ("seam", frozenset({"runtimeproxy.report", "runtimeproxy.call_tally"}), True),

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.envvalues import shown_values, written_value
 from runtimeproxy.hooks.merge import ordered_env_names, replace_map
 from runtimeproxy.hooks.points import ResourceUpdate
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -55,7 +56,7 @@ def container_hook_request(config: cri.ContainerConfig, container_id: str = "") 
             name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
         ),
         container_annotations=dict(config.annotations),
-        container_envs={kv.key: kv.value for kv in config.envs},
+        container_envs=shown_values(raw_envs(config)),
     )
     if config.linux.HasField("resources"):
         request.container_resources.CopyFrom(
@@ -75,10 +76,17 @@ def apply_to_pod_config(config: cri.PodSandboxConfig, pod: hooks.PodSandboxHookR
         config.linux.resources.CopyFrom(convert(pod.resources, cri.LinuxContainerResources))
 
 
+def raw_envs(config: cri.ContainerConfig) -> dict[str, bytes]:
+    """The kubelet's env values by name, as bytes (hooks.envvalues says how plugins see and write them)."""
+    return {kv.key: kv.value for kv in config.envs}
+
+
 def apply_to_container_config(
     request: cri.CreateContainerRequest, container: hooks.ContainerResourceHookRequest, env_order: list[str]
 ) -> None:
+    """Write the hooks' result into the request; env values the plugins left as shown keep the kubelet's bytes."""
     config = request.config
+    originals = raw_envs(config)
     replace_map(config.annotations, container.container_annotations)
     if container.HasField("container_resources"):
         config.linux.resources.CopyFrom(
@@ -86,7 +94,8 @@ def apply_to_container_config(
         )
     envs = container.container_envs
     del config.envs[:]
-    config.envs.extend(cri.KeyValue(key=name, value=envs[name]) for name in ordered_env_names(envs, env_order))
+    config.envs.extend(cri.KeyValue(key=name, value=written_value(envs[name], originals.get(name)))
+                       for name in ordered_env_names(envs, env_order))
     align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
 
 

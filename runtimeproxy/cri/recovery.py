@@ -17,6 +17,8 @@ runtime lists gets a record, so its post-hooks run after a restart, without what
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 from typing import Any, TypeVar
 
@@ -27,6 +29,7 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.messages import container_hook_request, convert, pod_hook_request
+from runtimeproxy.gotext import go_text
 from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.hooks.store import ContainerRecord
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -148,7 +151,7 @@ class BackendRecords:
             _log_miss("container", container_id, error)
             return None
         info = _verbose_info(status)
-        config = _parse_config(info.get("config"), cri.ContainerConfig)
+        config = _container_config(info)
         if config is None:
             config = cri.ContainerConfig(
                 metadata=status.status.metadata, annotations=status.status.annotations
@@ -188,6 +191,38 @@ def _parse_config(data: Any, message_type: type[Message]) -> Any:
     except json_format.ParseError as error:
         log.warning("cannot read the backend's %s: %s", message_type.DESCRIPTOR.name, error)
         return None
+
+
+def _container_config(info: dict[str, Any]) -> cri.ContainerConfig | None:
+    """The container's CRI config from the verbose info; its env values as the kubelet's bytes."""
+    data = info.get("config")
+    if not isinstance(data, dict):
+        return None
+    config = _parse_config({name: value for name, value in data.items() if name != "envs"}, cri.ContainerConfig)
+    envs = data.get("envs")
+    if config is not None and isinstance(envs, list):
+        process = info.get("runtimeSpec", {}).get("process", {})
+        spec_env = set(process.get("env", [])) if isinstance(process, dict) else set()
+        config.envs.extend(cri.KeyValue(key=entry["key"], value=_recorded_env_value(entry, spec_env))
+                           for entry in envs
+                           if isinstance(entry, dict) and isinstance(entry.get("key"), str))
+    return config
+
+
+def _recorded_env_value(entry: dict[str, Any], spec_env: set[str]) -> bytes:
+    """containerd writes the config with Go's encoding/json: a value is text where its cri-api types it as a
+    string, base64 where as bytes (cri-api v0.34.9 / v0.35.6 / v0.36.2 on). The OCI spec's env, always text,
+    tells which; without a match the value is taken as text."""
+    key, value = entry["key"], entry.get("value", "")
+    if not isinstance(value, str):
+        return b""
+    if f"{key}={value}" in spec_env:
+        return value.encode()
+    try:
+        decoded = base64.b64decode(value, validate=True)
+    except binascii.Error:
+        return value.encode()
+    return decoded if f"{key}={go_text(decoded)}" in spec_env else value.encode()
 
 
 def _log_miss(kind: str, object_id: str, error: BackendReadError) -> None:

@@ -7,10 +7,12 @@ walked by `json`'s own Python scanner and iterating encoder (C still decodes and
 which let the GIL go every few milliseconds; small bodies, the normal case, take the C path. One worker:
 two threads taking turns with the GIL starve the loop more than one.
 
-Whatever cannot be decoded (not JSON, not UTF-8, nested deeper than the scanner's recursion allows) is a
-`BodyError`: the body is not of the shape hooks expect, so it is relayed untouched, as dockerd would
-answer it. orjson is not used: 3.8 parses nesting of any depth recursively and crashes the process on
-a 2 MB body of brackets, and its encoder refuses depths over 254.
+Bytes that are not UTF-8 and escaped lone surrogates are read as dockerd's Go decoder reads them (one U+FFFD
+each, runtimeproxy.gotext): dockerd accepts such a body, so it must reach the hooks, not slip past them.
+Whatever cannot be decoded (not JSON, nested deeper than the scanner's recursion allows) is a `BodyError`:
+the body is not of the shape hooks expect, so it is relayed untouched, as dockerd would answer it. orjson is
+not used: 3.8 parses nesting of any depth recursively and crashes the process on a 2 MB body of brackets,
+and its encoder refuses depths over 254.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import asyncio
 import concurrent.futures
 import json
 import json.scanner
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from runtimeproxy.docker.messages import Body, BodyError
+from runtimeproxy.gotext import go_text, without_lone_surrogates
 
 T = TypeVar("T")
 
@@ -40,17 +44,33 @@ def _stepwise_decoder() -> json.JSONDecoder:
 
 _STEPWISE = _stepwise_decoder()
 _ENCODER = json.JSONEncoder()
+# A \uD800-\uDFFF escape: only then can the decoded body hold a lone surrogate.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def decode_body(data: bytes) -> Body:
     """The JSON object in `data`; BodyError for anything else."""
+    text = go_text(data)
     try:
-        body = json.loads(data) if len(data) <= C_CODEC_MAX_BYTES else _STEPWISE.decode(data.decode())
-    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        body = json.loads(text) if len(data) <= C_CODEC_MAX_BYTES else _STEPWISE.decode(text)
+        if _ESCAPED_SURROGATE.search(text):
+            body = _paired_surrogates_only(body)
+    except (ValueError, RecursionError) as error:  # JSONDecodeError is a ValueError
         raise BodyError(f"body is not JSON of a depth hooks read: {type(error).__name__}: {error}") from None
     if not isinstance(body, dict):
         raise BodyError("body is not a JSON object")
     return body
+
+
+def _paired_surrogates_only(value: Any) -> Any:
+    """`value` with every string's lone surrogates replaced (json pairs valid escapes into one character)."""
+    if isinstance(value, str):
+        return without_lone_surrogates(value)
+    if isinstance(value, dict):
+        return {without_lone_surrogates(key): _paired_surrogates_only(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_paired_surrogates_only(item) for item in value]
+    return value
 
 
 def encode_body(body: Any, size_hint: int) -> bytes:

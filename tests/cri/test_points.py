@@ -121,13 +121,20 @@ def pod_config(api: Any, **linux: Any) -> Any:
     )
 
 
-def create_request(api: Any, envs: dict[str, str] | None = None) -> Any:
+def env_value(api: Any, value: str | bytes) -> str | bytes:
+    """A value as the API version types it: bytes in runtime.v1 (cri-api v0.36.2 on), text in v1alpha2."""
+    if api is v1:
+        return value if isinstance(value, bytes) else value.encode()
+    return value
+
+
+def create_request(api: Any, envs: dict[str, str] | dict[str, str | bytes] | None = None) -> Any:
     return api.CreateContainerRequest(
         pod_sandbox_id="p1",
         config=api.ContainerConfig(
             metadata=api.ContainerMetadata(name="app"),
             image=api.ImageSpec(image="busybox"),
-            envs=[api.KeyValue(key=k, value=v) for k, v in (envs or {"KEEP": "me"}).items()],
+            envs=[api.KeyValue(key=k, value=env_value(api, v)) for k, v in (envs or {"KEEP": "me"}).items()],
             linux=api.LinuxContainerConfig(resources=api.LinuxContainerResources(cpu_shares=2)),
         ),
         sandbox_config=pod_config(api),
@@ -246,12 +253,65 @@ def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend
     expected.config.annotations[ANNOTATION] = "PreCreateContainer"
     expected.config.linux.resources.cpu_shares = 700
     expected.config.linux.resources.memory_limit_in_bytes = 64 << 20
-    expected.config.envs.add(key="ADDED", value="1")
+    expected.config.envs.add(key="ADDED", value=env_value(api, "1"))
     assert upstream == expected
     # The pod was unknown to the store: the plugin got its context from sandbox_config.
     (seen,) = plugin.seen_by("PreCreateContainer")
     assert seen.pod_meta.uid == "u-1" and seen.pod_cgroup_parent == "/kubepods/pod-u-1"
     assert dict(seen.pod_labels) == {"app": "web"}
+
+
+# --- env values that are not UTF-8 (cri-api v0.36.2 on: bytes, e.g. a Secret's data) ---------------------
+
+SECRET = b"\x00\xff\xfepass\xe2\x82"  # NUL-free would be kinder, but Secrets hold any bytes; \xe2\x82 is cut short
+SHOWN_SECRET = "\x00\ufffd\ufffdpass\ufffd\ufffd"  # one U+FFFD per byte, as containerd's JSON spec has it
+
+
+def binary_env_request() -> Any:
+    return create_request(v1, {"PLAIN": "text", "SECRET": SECRET})
+
+
+def upstream_envs(backend: SyntheticBackend) -> list[tuple[str, bytes]]:
+    upstream = v1.CreateContainerRequest.FromString(received(backend, path("runtime.v1", "CreateContainer")))
+    return [(kv.key, kv.value) for kv in upstream.config.envs]
+
+
+def test_a_binary_env_value_passes_a_bare_proxy_byte_for_byte(client: grpc.Channel,
+                                                              backend: SyntheticBackend) -> None:
+    data = binary_env_request().SerializeToString()
+    call(client, path("runtime.v1", "CreateContainer"), data)
+    assert received(backend, path("runtime.v1", "CreateContainer")) == data
+
+
+def test_a_plugin_sees_a_binary_env_value_as_the_container_will_and_echoing_it_keeps_the_bytes(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+) -> None:
+    def echo_env_and_annotate(request: hooks.ContainerResourceHookRequest, _: Any) -> Any:
+        return hooks.ContainerResourceHookResponse(container_envs=request.container_envs,
+                                                   container_annotations={"touched": "yes"})
+
+    plugin = ScriptedPlugin({"PreCreateContainer": echo_env_and_annotate})
+    plugins.register("10-echo.json", plugins.serve(plugin), ["PreCreateContainer"], "Fail")
+    call(client, path("runtime.v1", "CreateContainer"), binary_env_request().SerializeToString())
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert dict(seen.container_envs) == {"PLAIN": "text", "SECRET": SHOWN_SECRET}
+    assert upstream_envs(backend) == [("PLAIN", b"text"), ("SECRET", SECRET)]
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    ({"PLAIN": "text"}, [("PLAIN", b"text")]),  # SECRET removed
+    ({"PLAIN": "text", "SECRET": "new"}, [("PLAIN", b"text"), ("SECRET", b"new")]),
+    ({"PLAIN": "changed", "SECRET": SHOWN_SECRET}, [("PLAIN", b"changed"), ("SECRET", SECRET)]),
+])
+def test_a_plugin_may_remove_or_replace_a_binary_env_value(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins,
+    answer: dict[str, str], expected: list[tuple[str, bytes]]
+) -> None:
+    plugin = ScriptedPlugin({"PreCreateContainer": lambda request, _: hooks.ContainerResourceHookResponse(
+        container_envs=answer)})
+    plugins.register("10-env.json", plugins.serve(plugin), ["PreCreateContainer"], "Fail")
+    call(client, path("runtime.v1", "CreateContainer"), binary_env_request().SerializeToString())
+    assert upstream_envs(backend) == expected
 
 
 def test_the_pod_recorded_at_run_pod_sandbox_is_the_context_of_its_containers(

@@ -3,6 +3,7 @@ for containerd to send (issue 17: a 20.9 MB status, over containerd's 16 MiB max
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import grpc
 import pytest
 
 from runtimeproxy.cri.backend import BackendChannel
-from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.cri.recovery import BackendRecords, _recorded_env_value
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.rebuild import rebuild
 from runtimeproxy.hooks.skip import SkipRule
@@ -111,3 +112,15 @@ def test_a_lazy_fill_of_such_a_container_finds_its_pod_with_a_list(
     record = loop_thread.run(source.load_container(LARGE))
     assert record is not None and record.pod_id == POD
     assert runtime.calls == ["ContainerStatus", "ContainerStatus", "ListContainers"]
+
+
+@pytest.mark.parametrize(("value", "spec_env", "expected"), [
+    ("v", {"K=v"}, b"v"),  # containerd built on a cri-api with string values
+    (base64.b64encode(b"\xffs").decode(), {"K=\ufffds"}, b"\xffs"),  # with bytes values: base64
+    ("abcd", {"K=abcd"}, b"abcd"),  # text that also reads as base64: the spec says text
+    ("abcd", set(), b"abcd"),  # no spec to tell: text
+    ("not base64!", set(), b"not base64!"),
+])
+def test_an_env_value_of_the_verbose_config_is_read_as_the_spec_shows_it(
+        value: str, spec_env: set[str], expected: bytes) -> None:
+    assert _recorded_env_value({"key": "K", "value": value}, spec_env) == expected

@@ -22,12 +22,24 @@ def _nested(depth: int) -> bytes:
     return b'{"Image":"busybox","X":' + b"[" * depth + b"]" * depth + b"}"
 
 
-@pytest.mark.parametrize("data", [b"not json", b"[1]", b'"x"', b'{"a":"\xff"}', _nested(990), _nested(9_999),
+@pytest.mark.parametrize("data", [b"not json", b"[1]", b'"x"', b'{"a":\xff}', _nested(990), _nested(9_999),
                                   _nested(1_000_000)],
-                         ids=["not-json", "array", "string", "not-utf8", "depth-990", "depth-9999", "depth-1e6"])
+                         ids=["not-json", "array", "string", "not-utf8-outside-a-string", "depth-990", "depth-9999",
+                              "depth-1e6"])
 def test_what_is_not_a_json_object_hooks_can_read_is_a_body_error(data: bytes) -> None:
     with pytest.raises(BodyError):  # never a RecursionError: that is a 500 with a traceback
         decode_body(data)
+
+
+@pytest.mark.parametrize("size", [0, C_CODEC_MAX_BYTES + 1], ids=["small", "large"])
+def test_strings_are_read_as_dockerds_go_decoder_reads_them(size: int) -> None:
+    """Each byte that is not UTF-8 and each lone surrogate escape is one U+FFFD (dockerd accepts such a body:
+    refusing to read it would let it past the hooks); a surrogate pair is its character."""
+    data = (b'{"Env":["S=\xff\xfepass\xe2\x82","P=\\ud800x\\udfff","Q=\\ud83d\\ude00"],'
+            b'"Labels":{"\\udc00k":"v"},"Pad":"' + b"p" * size + b'"}')
+    body = decode_body(data)
+    assert body["Env"] == ["S=\ufffd\ufffdpass\ufffd\ufffd", "P=\ufffdx\ufffd", "Q=\U0001f600"]
+    assert body["Labels"] == {"\ufffdk": "v"}
 
 
 def test_large_bodies_decode_and_encode_as_small_ones_do() -> None:

@@ -105,6 +105,19 @@ def test_a_container_kubernetes_did_not_create_gets_no_hooks(docker_bench: Bench
     assert plugin.seen == [] and len(docker_bench.service.store) == 0
 
 
+def test_a_create_whose_strings_are_not_utf8_still_meets_a_fail_plugin(docker_bench: Bench) -> None:
+    """dockerd reads such bytes as U+FFFD and creates the container: the hooks must see it too."""
+    async def refuse(request: hooks.PodSandboxHookRequest, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not on this node")
+
+    plugin = docker_bench.plugin(ScriptedPlugin({"PreRunPodSandbox": refuse}), ("PreRunPodSandbox",), policy="Fail")
+    body = json.dumps(SANDBOX_BODY).encode().replace(b'"web"', b'"web\xff"')
+    outcome = docker_bench.loop.run(docker_bench.hooks.before(docker_bench.call(b"POST", SANDBOX_CREATE), body))
+    assert isinstance(outcome, ErrorReply) and outcome.status == HOOK_FAILED_STATUS
+    (seen,) = plugin.seen_by("PreRunPodSandbox")
+    assert seen.labels["app"] == "web\ufffd"
+
+
 def test_a_body_that_is_not_json_is_relayed_untouched(docker_bench: Bench) -> None:
     docker_bench.plugin(ScriptedPlugin(), ("PreRunPodSandbox",), policy="Fail")
     call = docker_bench.call(b"POST", SANDBOX_CREATE)

@@ -14,6 +14,7 @@ from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient
 from rplab.kinds import tally_every_kind
 from rplab.process import ProxyProcess
+from envkit import SECRET_SEEN, binary_env_seen
 
 
 def test_full_pod_lifecycle_through_the_proxy(
@@ -76,3 +77,14 @@ def test_a_burst_of_concurrent_calls_is_served_as_directly(
 ) -> None:
     assert burst(Path(containerd.address), calls=2000, channels=channels) == {("OK", ""): 2000}
     assert burst(proxy_process.listen_path, calls=2000, channels=channels) == {("OK", ""): 2000}
+
+
+
+def test_a_binary_env_value_reaches_the_container_as_directly(
+    proxied_channel: grpc.Channel, direct_channel: grpc.Channel, log_dir: Path, cleanup_pods: list[str]
+) -> None:
+    direct = binary_env_seen(CriClient(direct_channel), log_dir / "direct", cleanup_pods)
+    proxied = binary_env_seen(CriClient(proxied_channel), log_dir / "proxied", cleanup_pods)
+    # containerd writes the spec as JSON: one U+FFFD per byte that is not UTF-8, with or without the proxy.
+    assert direct == SECRET_SEEN
+    assert proxied == direct

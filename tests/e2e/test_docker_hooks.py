@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from rplab.cridockerd_requests import PodShape
-from rplab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy
+from rplab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, UnixHTTPConnection
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from rplab.loop import LoopThread
@@ -291,4 +291,41 @@ def test_a_stop_of_an_unknown_id_is_answered_by_dockerd(docker_lab: DockerLab, d
         assert "No such container: no-such-container" in str(failed.value)  # dockerd's 404, not the proxy's guess
         assert plugin.seen == []
     finally:
+        lab.unregister(plugin, config)
+
+
+def _create_raw(socket: Path, name: str, body: bytes) -> tuple[int, dict]:
+    connection = UnixHTTPConnection(socket, timeout=WAIT_SECONDS)
+    try:
+        connection.request("POST", f"/v1.41/containers/create?name={name}", body,
+                           {"Content-Type": "application/json", "Host": ""})
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def test_a_create_with_bytes_that_are_not_utf8_meets_the_hooks_and_lands_as_directly(docker_lab: DockerLab) -> None:
+    """dockerd's Go decoder reads each such byte as U+FFFD and creates the container: through the proxy the
+    plugins see it the same way (it does not slip past them) and dockerd gets what it would have got."""
+    lab = docker_lab
+    plugin, config = lab.plugin(ExampleSettings(echo=True), policy="Fail")
+    body = (b'{"Image":"' + PAUSE_IMAGE.encode() + b'","Env":["SECRET=\xffpass"],"Labels":{'
+            b'"io.kubernetes.docker.type":"podsandbox","io.kubernetes.container.name":"POD","app":"web\xfe"},'
+            b'"HostConfig":{"NetworkMode":"none"}}')
+    created: list[str] = []
+    try:
+        for socket, name in ((lab.dockerd.socket, "k8s_POD_direct_ns_u-d_0"), (lab.proxy.listen_path,
+                                                                              "k8s_POD_proxied_ns_u-p_0")):
+            status, answer = _create_raw(socket, name, body)
+            assert status == 201, answer
+            created.append(answer["Id"])
+        direct, proxied = (lab.inspect(container_id)["Config"] for container_id in created)
+        assert proxied["Env"] == direct["Env"] and "SECRET=\ufffdpass" in direct["Env"]
+        assert proxied["Labels"]["app"] == direct["Labels"]["app"] == "web\ufffd"
+        (seen,) = plugin.seen_by("PreRunPodSandbox")
+        assert seen.labels["app"] == "web\ufffd"
+    finally:
+        for container_id in created:
+            lab.dockerd.docker("rm", "-f", container_id, check=False)
         lab.unregister(plugin, config)

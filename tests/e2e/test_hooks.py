@@ -25,6 +25,7 @@ from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
+from envkit import SECRET_SEEN, SHOWN_SECRET, binary_env_seen
 
 _serial = itertools.count()
 MiB = 1024 * 1024
@@ -413,3 +414,12 @@ def test_readme_kit_plugin_adds_an_env_var_and_keeps_the_others(
         plugin.terminate()
         assert plugin.wait(10) == 0
     assert not socket.exists()
+
+
+def test_a_binary_env_value_reaches_the_container_as_directly_with_an_echoing_plugin_on_every_hook_under_fail(
+        lab: Lab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    plugin, socket = lab.plugin(ExampleSettings(echo=True))  # answers every hook with the request, as koordlet
+    lab.register("10-echo.json", socket, policy="Fail")
+    assert binary_env_seen(lab.client, log_dir, cleanup_pods) == SECRET_SEEN
+    (seen,) = plugin.seen_by("PreCreateContainer")
+    assert seen.container_envs["SECRET"] == SHOWN_SECRET  # shown as the container sees it

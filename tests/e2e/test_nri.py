@@ -28,6 +28,7 @@ from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
+from envkit import SECRET_SEEN, SHOWN_SECRET, binary_env_seen  # noqa: E402
 from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares  # noqa: E402
 
 _serial = itertools.count()
@@ -333,3 +334,13 @@ def test_an_event_toggled_off_is_not_sent_and_its_adjustment_is_not_applied_unti
     on = client.create_container(pod_id, client.container_config("on"), pod_config)
     assert client.container_status(on).status.annotations[ANNOTATION] == "yes"
     assert len(plugin.requests("CreateContainer")) == 1
+
+
+def test_a_binary_env_value_reaches_the_container_as_directly_with_an_nri_plugin_adding_env(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    adjust = nri.ContainerAdjustment(env=[nri.KeyValue(key="NRI", value="1")])
+    plugin = lab.attach(NriPlugin(name="env", index="10", events=ALL_EVENTS, every_event=True,
+                                  methods={"CreateContainer": adjusting(adjust)}))
+    assert binary_env_seen(lab.client, log_dir, cleanup_pods) == SECRET_SEEN
+    created = plugin.requests("CreateContainer")[0]
+    assert f"SECRET={SHOWN_SECRET}" in created.container.env  # type: ignore[attr-defined]
