@@ -41,6 +41,13 @@ def open_channel(address: str | Path) -> grpc.Channel:
     )
 
 
+def env_entry(api: ModuleType, key: str, value: str) -> Any:
+    """A KeyValue of either CRI version: runtime.v1 carries the value as bytes (since cri-api 0.34.9),
+    v1alpha2 as a string."""
+    field = api.KeyValue.DESCRIPTOR.fields_by_name["value"]
+    return api.KeyValue(key=key, value=value.encode() if field.type == field.TYPE_BYTES else value)
+
+
 @dataclass
 class CriClient:
     """Stubs of one CRI version over one channel; `api` is that version's message module."""
@@ -101,7 +108,7 @@ class CriClient:
             image=api.ImageSpec(image=image),
             # sh traps TERM so StopContainer returns at once instead of after its grace period.
             command=command or ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
-            envs=[api.KeyValue(key=k, value=v) for k, v in (envs or {}).items()],
+            envs=[env_entry(api, k, v) for k, v in (envs or {}).items()],
             annotations=annotations or {},
             log_path=f"{name}/0.log",
             linux=linux,

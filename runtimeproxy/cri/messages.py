@@ -32,6 +32,12 @@ def convert(message: Message, target: type[M]) -> M:
 # --- CRI -> hook requests -------------------------------------------------------------
 
 
+def env_text(value: bytes) -> str:
+    """A CRI env value (bytes on the wire since cri-api 0.34.9) as the hook protocol's string. Bytes that are
+    not UTF-8 become U+FFFD, as containerd writes them into the OCI spec anyway."""
+    return value.decode(errors="replace")
+
+
 def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hooks.PodSandboxHookRequest:
     linux = config.linux
     request = hooks.PodSandboxHookRequest(
@@ -55,7 +61,7 @@ def container_hook_request(config: cri.ContainerConfig, container_id: str = "") 
             name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
         ),
         container_annotations=dict(config.annotations),
-        container_envs={kv.key: kv.value for kv in config.envs},
+        container_envs={kv.key: env_text(kv.value) for kv in config.envs},
     )
     if config.linux.HasField("resources"):
         request.container_resources.CopyFrom(
@@ -86,7 +92,7 @@ def apply_to_container_config(
         )
     envs = container.container_envs
     del config.envs[:]
-    config.envs.extend(cri.KeyValue(key=name, value=envs[name]) for name in ordered_env_names(envs, env_order))
+    config.envs.extend(cri.KeyValue(key=name, value=envs[name].encode()) for name in ordered_env_names(envs, env_order))
     align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
 
 

@@ -17,6 +17,7 @@ runtime lists gets a record, so its post-hooks run after a restart, without what
 
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any, TypeVar
 
@@ -184,10 +185,23 @@ def _parse_config(data: Any, message_type: type[Message]) -> Any:
     if not isinstance(data, dict):
         return None
     try:
-        return json_format.ParseDict(data, message_type(), ignore_unknown_fields=True)
+        return json_format.ParseDict(_env_values_as_base64(data), message_type(), ignore_unknown_fields=True)
     except json_format.ParseError as error:
         log.warning("cannot read the backend's %s: %s", message_type.DESCRIPTOR.name, error)
         return None
+
+
+def _env_values_as_base64(config: dict[str, Any]) -> dict[str, Any]:
+    """containerd's JSON keeps an env value a string (cri-api marshals KeyValue as before it became bytes),
+    which json_format would read as base64 for the bytes field: give it the base64 of the string's UTF-8."""
+    envs = config.get("envs")
+    if not isinstance(envs, list):
+        return config
+    return {**config, "envs": [
+        {**env, "value": base64.b64encode(env["value"].encode()).decode()}
+        if isinstance(env, dict) and isinstance(env.get("value"), str) else env
+        for env in envs
+    ]}
 
 
 def _log_miss(kind: str, object_id: str, error: BackendReadError) -> None:

@@ -27,7 +27,7 @@ def create_request(envs: list[tuple[str, str]]) -> cri.CreateContainerRequest:
         pod_sandbox_id="p-1",
         config=cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name="app", attempt=1),
-            envs=[cri.KeyValue(key=key, value=value) for key, value in envs],
+            envs=[cri.KeyValue(key=key, value=value.encode()) for key, value in envs],
             annotations={"c": "1"},
         ),
         sandbox_config=cri.PodSandboxConfig(linux=cri.LinuxPodSandboxConfig(cgroup_parent="/kubepods/pod-u-1")),
@@ -41,7 +41,7 @@ def test_apply_envs_keeps_original_order_appends_new_sorted_drops_removed() -> N
     changed = merge_container_response(info, response)
     apply_to_container_config(request, changed, [kv.key for kv in request.config.envs])
     assert [(kv.key, kv.value) for kv in request.config.envs] == [
-        ("Z", "1"), ("A", "2"), ("M", "30"), ("NEW1", "a"), ("NEW2", "b"),
+        ("Z", b"1"), ("A", b"2"), ("M", b"30"), ("NEW1", b"a"), ("NEW2", b"b"),
     ]
 
 
@@ -50,7 +50,7 @@ def test_apply_envs_without_env_change_keeps_the_list() -> None:
     info = with_pod(container_hook_request(request.config), pod_request())
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(container_annotations={"x": "y"}))
     apply_to_container_config(request, changed, ["Z", "A"])
-    assert [(kv.key, kv.value) for kv in request.config.envs] == [("Z", "1"), ("A", "2")]
+    assert [(kv.key, kv.value) for kv in request.config.envs] == [("Z", b"1"), ("A", b"2")]
     assert dict(request.config.annotations) == {"c": "1", "x": "y"}
 
 
@@ -197,7 +197,7 @@ def test_container_hook_request_is_field_exact() -> None:
     pod = pod_hook_request(cri_pod_config(), "runc")
     config = cri.ContainerConfig(
         metadata=cri.ContainerMetadata(name="app", attempt=3),
-        envs=[cri.KeyValue(key="A", value="1"), cri.KeyValue(key="B", value="2")],
+        envs=[cri.KeyValue(key="A", value=b"1"), cri.KeyValue(key="B", value=b"2")],
         annotations={"c": "1"}, labels={"not": "sent"},
         linux=cri.LinuxContainerConfig(resources=cri_resources(30)),
     )

@@ -11,6 +11,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from hookkit import ScriptedPlugin, fill, refresh_on_loop, register
+from rplab.cri import env_entry
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from rplab.loop import LoopThread
 from rplab.synthetic import SyntheticBackend
@@ -127,7 +128,7 @@ def create_request(api: Any, envs: dict[str, str] | None = None) -> Any:
         config=api.ContainerConfig(
             metadata=api.ContainerMetadata(name="app"),
             image=api.ImageSpec(image="busybox"),
-            envs=[api.KeyValue(key=k, value=v) for k, v in (envs or {"KEEP": "me"}).items()],
+            envs=[env_entry(api, k, v) for k, v in (envs or {"KEEP": "me"}).items()],
             linux=api.LinuxContainerConfig(resources=api.LinuxContainerResources(cpu_shares=2)),
         ),
         sandbox_config=pod_config(api),
@@ -246,7 +247,7 @@ def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend
     expected.config.annotations[ANNOTATION] = "PreCreateContainer"
     expected.config.linux.resources.cpu_shares = 700
     expected.config.linux.resources.memory_limit_in_bytes = 64 << 20
-    expected.config.envs.add(key="ADDED", value="1")
+    expected.config.envs.append(env_entry(api, "ADDED", "1"))
     assert upstream == expected
     # The pod was unknown to the store: the plugin got its context from sandbox_config.
     (seen,) = plugin.seen_by("PreCreateContainer")

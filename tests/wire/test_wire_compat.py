@@ -356,7 +356,7 @@ def test_through_the_proxy_the_backend_gets_the_independent_plugins_changes(
     )
     create = cri.CreateContainerRequest(
         pod_sandbox_id="p1", sandbox_config=pod_config,
-        config=cri.ContainerConfig(metadata=cri.ContainerMetadata(name="app"), envs=[cri.KeyValue(key="KEEP", value="me")],
+        config=cri.ContainerConfig(metadata=cri.ContainerMetadata(name="app"), envs=[cri.KeyValue(key="KEEP", value=b"me")],
                                    linux=cri.LinuxContainerConfig(resources=cri.LinuxContainerResources(cpu_period=100_000))),
     )
     channel = grpc.insecure_channel(f"unix://{proxy.options.listen_path}")
@@ -374,7 +374,7 @@ def test_through_the_proxy_the_backend_gets_the_independent_plugins_changes(
     upstream = cri.CreateContainerRequest.FromString(create_call.request)
     assert upstream.config.linux.resources == cri.LinuxContainerResources(
         cpu_period=100_000, cpu_shares=CPU_SHARES, memory_limit_in_bytes=MEMORY_LIMIT)
-    assert [(kv.key, kv.value) for kv in upstream.config.envs] == [("KEEP", "me"), ("WIRE_PLUGIN", "independent")]
+    assert [(kv.key, kv.value) for kv in upstream.config.envs] == [("KEEP", b"me"), ("WIRE_PLUGIN", b"independent")]
     assert upstream.sandbox_config.linux.cgroup_parent == POD_CGROUP_PARENT
     (seen,) = plugin.records_for("PreCreateContainer")
     assert seen["request"]["sandbox_parent_cgroup"] == POD_CGROUP_PARENT  # the hooked pod from the store
