@@ -91,9 +91,22 @@ def apply_to_container_config(
             convert(container.container_resources, cri.LinuxContainerResources)
         )
     envs = container.container_envs
+    originals = {entry.key: entry for entry in config.envs}  # a name listed twice: its last entry, as runtimes use
+    entries = [env_entry(originals.get(name), name, envs[name]) for name in ordered_env_names(envs, env_order)]
     del config.envs[:]
-    config.envs.extend(cri.KeyValue(key=name, value=envs[name].encode()) for name in ordered_env_names(envs, env_order))
+    config.envs.extend(entries)
     align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
+
+
+def env_entry(original: cri.KeyValue | None, name: str, value: str) -> cri.KeyValue:
+    """A written-back env entry: a copy of the request's own for that name, if any (fields the proxy does not
+    know stay), with the value."""
+    entry = cri.KeyValue()
+    if original is not None:
+        entry.CopyFrom(original)
+    entry.key = name
+    entry.value = value.encode()
+    return entry
 
 
 def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_parent: str) -> bool:
