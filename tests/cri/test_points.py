@@ -574,3 +574,23 @@ def test_unknown_fields_in_every_hooked_request_reach_the_backend_also_when_a_pl
     assert [kv.key for kv in changed["CreateContainer"].config.envs] == ["KEEP", "ADDED"]
     assert changed["CreateContainer"].config.linux.resources.cpu_shares == 512
     assert changed["UpdateContainerResources"].linux.memory_limit_in_bytes == 32 << 20
+
+
+@pytest.mark.parametrize("changing", [True, False])
+def test_an_env_value_that_is_not_utf8_does_not_fail_create_container(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins, changing: bool
+) -> None:
+    """runtime.v1 env values are bytes (cri-api 0.34.9 and later). How plugins see such a value is not settled
+    here; the call must go through, and untouched when no plugin changed the request."""
+    plugin = ExamplePlugin() if changing else ScriptedPlugin()
+    plugins.register("10-example.json", plugins.serve(plugin), ["PreCreateContainer"])
+    request = create_request(v1, {"TEXT": "ünïcode"})
+    request.config.envs.add(key="BINARY", value=b"\xff\xfe")
+    data = request.SerializeToString()
+    assert v1.CreateContainerResponse.FromString(call(client, path("runtime.v1", "CreateContainer"), data)) \
+        .container_id == "c1"
+    upstream = received(backend, path("runtime.v1", "CreateContainer"))
+    if changing:
+        assert v1.CreateContainerRequest.FromString(upstream).config.envs[0] == env_entry(v1, "TEXT", "ünïcode")
+    else:
+        assert upstream == data
