@@ -44,9 +44,10 @@ PORT_FORWARD_REPLY = b"pong:" + PORT_FORWARD_PING
 
 # containerd 1.6.20 answers UNIMPLEMENTED to these (checked: the direct answer must be UNIMPLEMENTED).
 NOT_IMPLEMENTED = {
-    "v1": {"RuntimeConfig", "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors",
-           "ListPodSandboxMetrics", "UpdatePodSandboxResources", "StreamPodSandboxes", "StreamContainers",
-           "StreamContainerStats", "StreamPodSandboxStats", "StreamPodSandboxMetrics", "StreamImages"},
+    "v1": {"RuntimeConfig", "CheckpointContainer", "CheckpointPod", "RestorePod", "GetContainerEvents",
+           "ListMetricDescriptors", "ListPodSandboxMetrics", "UpdatePodSandboxResources", "StreamPodSandboxes",
+           "StreamContainers", "StreamContainerStats", "StreamPodSandboxStats", "StreamPodSandboxMetrics",
+           "StreamImages"},
     "v1alpha2": set(),
 }
 # Implemented, but this lab can only make them fail (compared as errors all the same).
@@ -270,6 +271,9 @@ STEPS: tuple[Step, ...] = (
         filter=side.api.PodSandboxStatsFilter(id=side.pod_id)), mask=_prefixed("stats.*", POD_STATS)),
     Step("StreamPodSandboxStats", "", _api("StreamPodSandboxStatsRequest")),
     Step("CheckpointContainer", "", _on_container("CheckpointContainerRequest", location="/tmp/rp-diff-checkpoint.tar")),
+    Step("CheckpointPod", "", lambda side: side.api.CheckpointPodRequest(
+        pod_sandbox_id=side.pod_id, output_path="/tmp/rp-diff-checkpoint-pod", container_ids=[side.container_id])),
+    Step("RestorePod", "", _api("RestorePodRequest", checkpoint_path="/tmp/rp-diff-checkpoint-pod")),
     Step("ListMetricDescriptors", "", _api("ListMetricDescriptorsRequest")),
     Step("ListPodSandboxMetrics", "", _api("ListPodSandboxMetricsRequest")),
     Step("StreamPodSandboxMetrics", "", _api("StreamPodSandboxMetricsRequest")),
