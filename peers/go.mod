@@ -6,7 +6,17 @@ go 1.26.6
 
 require (
 	github.com/containerd/nri v0.12.5
-	k8s.io/cri-api v0.37.2
-	k8s.io/cri-client v0.37.2
-	sigs.k8s.io/cri-tools v1.37.0
+	github.com/containerd/ttrpc v1.2.7
+)
+
+require (
+	github.com/containerd/log v0.1.0 // indirect
+	github.com/knqyf263/go-plugin v0.9.0 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/sirupsen/logrus v1.10.2 // indirect
+	github.com/tetratelabs/wazero v1.11.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260819154853-08b0e4226688 // indirect
+	google.golang.org/grpc v1.83.2 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
