@@ -3,10 +3,11 @@ v0.12, the newest): for each, a plugin that connects to the proxy's NRI socket a
 plugin directory register, get every event of a pod's life, and what they adjust lands in the OCI spec (real
 containerd 1.6, verbose ContainerStatus) and in `docker inspect` (Docker mode, real dockerd, cri-dockerd's requests
 replayed). A v0.12 plugin subscribing to the events only newer runtimes send (UpdatePodSandbox, PostUpdatePodSandbox,
-ValidateContainerAdjustment) registers all the same."""
+ValidateContainerAdjustment) registers all the same; a state too big for one message reaches the stub split."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -26,7 +27,8 @@ from rplab.dockerd import DockerdInstance, DockerModeProxy
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from rplab.nri_stub import STUB_VERSIONS, StubPlugin
 from rplab.process import ProxyProcess
-from runtimeproxy.nri.session import event_mask
+from runtimeproxy.nri.session import PluginSession, event_mask, listen
+from runtimeproxy.nri.ttrpc import MAX_MESSAGE
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 _serial = itertools.count()
@@ -263,3 +265,35 @@ def test_a_stub_plugin_gets_a_pods_whole_life_in_docker_mode_and_its_adjustments
         plugin.stop()
     check_launched_stop(plugin, docker_proxy, mode)
 
+
+
+# -- the session alone: a state too big for one ttrpc message ---------------------------------------------
+
+
+def test_a_state_too_big_for_one_message_reaches_the_stub_split_and_whole(version: str, base: Path) -> None:
+    """Synchronize split over several requests (`more`), as the stub's collectSync expects: it answers the partial
+    ones with `more` and hands its plugin every pod at once."""
+    pods = [nri.PodSandbox(id=f"pod{n}", name=f"big{n}", annotations={"filler": "x" * (1 << 20)}) for n in range(6)]
+    assert sum(pod.ByteSize() for pod in pods) > MAX_MESSAGE
+    plugin = StubPlugin(version, base / "events.jsonl", flags=["-events=runpodsandbox"])
+    socket = base / "nri.sock"
+
+    async def synchronized() -> list[nri.ContainerUpdate]:
+        answered: asyncio.Future[list[nri.ContainerUpdate]] = asyncio.get_running_loop().create_future()
+
+        async def on_plugin(session: PluginSession) -> None:
+            answered.set_result(await session.synchronize(pods, []))
+            await session.shutdown()
+
+        server = await listen(socket, on_plugin, runtime_name="runtimeproxy", runtime_version="test")
+        plugin.connect(socket)
+        try:
+            return await asyncio.wait_for(answered, WAIT_SECONDS)
+        finally:
+            server.close()
+
+    try:
+        assert asyncio.run(synchronized()) == []
+    finally:
+        plugin.stop()
+    assert plugin.record("Synchronize")["pods"] == [pod.name for pod in pods]
