@@ -6,7 +6,8 @@
 // It logs every event it receives as one JSON line (event name, pod and container names and ids, and the fields the
 // tests assert on) to -log (default stdout) and subscribes to -events (default: every event it handles). It answers
 // CreateContainer with the adjustments its flags ask for (-env, -annotation, -mount, -device, -cpu-shares,
-// -memory-limit) and UpdateContainer with other CPU shares for the container (-update-cpu-shares).
+// -memory-limit) and UpdateContainer with other CPU shares for the container (-update-cpu-shares); once a container
+// started, it can ask for other CPU shares on its own (-own-cpu-shares, the stub's UpdateContainers).
 //
 // Connected, -socket names the runtime's NRI socket (the stub's WithSocketPath). Launched from a runtime's plugin
 // directory, the stub takes the inherited fd NRI_PLUGIN_SOCKET names, and the plugin's config text (Configure) is
@@ -44,6 +45,7 @@ type settings struct {
 	devices                        listFlag
 	cpuShares, memoryLimit         int64
 	updateCPUShares                int64
+	ownCPUShares                   int64
 }
 
 func (s *settings) bind(fs *flag.FlagSet) {
@@ -61,12 +63,15 @@ func (s *settings) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&s.memoryLimit, "memory-limit", s.memoryLimit, "memory limit (bytes) to set on a created container")
 	fs.Int64Var(&s.updateCPUShares, "update-cpu-shares", s.updateCPUShares,
 		"CPU shares an updated container gets instead of the requested ones")
+	fs.Int64Var(&s.ownCPUShares, "own-cpu-shares", s.ownCPUShares,
+		"CPU shares a started container is given by an UpdateContainers of the plugin's own, once started")
 }
 
 type plugin struct {
 	settings
-	mu  sync.Mutex
-	out *os.File
+	stub stub.Stub
+	mu   sync.Mutex
+	out  *os.File
 }
 
 // record is one JSON line: the event and what the tests look at.
@@ -243,7 +248,24 @@ func (p *plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api
 }
 
 func (p *plugin) PostStartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+	if p.ownCPUShares > 0 {
+		go p.updateOnItsOwn(ctr.GetId()) // unsolicited: not an answer to an event
+	}
 	return p.containerEvent("PostStartContainer", pod, ctr)
+}
+
+// updateOnItsOwn asks the runtime for -own-cpu-shares on a container (the stub's UpdateContainers) and logs the
+// outcome as an "UpdateContainers" record.
+func (p *plugin) updateOnItsOwn(containerID string) {
+	update := &api.ContainerUpdate{}
+	update.SetContainerId(containerID)
+	update.SetLinuxCPUShares(uint64(p.ownCPUShares))
+	failed, err := p.stub.UpdateContainers([]*api.ContainerUpdate{update})
+	r := record{"event": "UpdateContainers", "container_id": containerID, "failed": len(failed)}
+	if err != nil {
+		r["error"] = err.Error()
+	}
+	p.write(r)
 }
 
 func (p *plugin) UpdateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container,
@@ -290,6 +312,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nriplugin: %v\n", err)
 		os.Exit(1)
 	}
+	p.stub = s
 	// Stub v0.12's Run reports the runtime closing the connection (after Shutdown) as ErrServerClosed; v0.8's as nil.
 	if err := s.Run(context.Background()); err != nil && !errors.Is(err, ttrpc.ErrServerClosed) {
 		fmt.Fprintf(os.Stderr, "nriplugin: %v\n", err)

@@ -8,13 +8,14 @@ ValidateContainerAdjustment) registers all the same; a state too big for one mes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -139,6 +140,32 @@ def proxy(containerd: ContainerdInstance, base: Path) -> Iterator[ProxyProcess]:
     yield from stopped_after(ProxyProcess(base / "rp.sock", containerd.address, extra_args=proxy_nri_args(base)))
 
 
+@contextlib.contextmanager
+def serving(proxy: ProxyProcess, plugin: StubPlugin, base: Path, mode: str) -> Iterator[CriClient]:
+    """The proxy started (a launched plugin installed first) and a CRI client on it; at the end, the proxy stopped
+    (it gives its plugins Shutdown) and the plugin too."""
+    if mode == "launched":
+        plugin.install(base / "plugins", base / "conf.d")
+    proxy.start()
+    client = CriClient(open_channel(proxy.listen_path))
+    try:
+        yield client
+    finally:
+        client.channel.close()
+        assert proxy.stop() == 0, proxy.log_tail()
+        plugin.stop()
+
+
+def started_container(client: CriClient, log_dir: Path, cleanup_pods: list[str]) -> tuple[Any, str, str]:
+    """A new pod with one started container "app" (env KEEP=me): its config, its id, the container's id."""
+    pod_config = client.pod_config(f"stub{next(_serial)}", log_dir)
+    pod_id = client.run_pod(pod_config)
+    cleanup_pods.append(pod_id)
+    container_id = client.create_container(pod_id, client.container_config("app", envs={"KEEP": "me"}), pod_config)
+    client.start_container(container_id)
+    return pod_config, pod_id, container_id
+
+
 def spec_of(client: CriClient, container_id: str) -> dict:
     return json.loads(client.container_status(container_id, verbose=True).info["info"])["runtimeSpec"]
 
@@ -146,11 +173,7 @@ def spec_of(client: CriClient, container_id: str) -> dict:
 def test_a_stub_plugin_gets_a_pods_whole_life_and_its_adjustments_land_in_the_oci_spec(
         version: str, mode: str, proxy: ProxyProcess, base: Path, log_dir: Path, cleanup_pods: list[str]) -> None:
     plugin = adjusting_plugin(version, base)
-    if mode == "launched":
-        plugin.install(base / "plugins", base / "conf.d")
-    proxy.start()
-    client = CriClient(open_channel(proxy.listen_path))
-    try:
+    with serving(proxy, plugin, base, mode) as client:
         early_config = client.pod_config(f"early{next(_serial)}", log_dir)
         if mode == "connected":  # a pod and a container the plugin is told about at Synchronize
             early_pod = client.run_pod(early_config)
@@ -162,12 +185,7 @@ def test_a_stub_plugin_gets_a_pods_whole_life_and_its_adjustments_land_in_the_oc
         assert (synced["pods"], synced["containers"]) == \
             (([early_config.metadata.name], ["early-app"]) if mode == "connected" else ([], []))
 
-        pod_config = client.pod_config(f"stub{next(_serial)}", log_dir)
-        pod_id = client.run_pod(pod_config)
-        cleanup_pods.append(pod_id)
-        container_id = client.create_container(pod_id, client.container_config("app", envs={"KEEP": "me"}),
-                                               pod_config)
-        client.start_container(container_id)
+        pod_config, pod_id, container_id = started_container(client, log_dir, cleanup_pods)
         spec = spec_of(client, container_id)
         assert f"NRI_STUB={version}" in spec["process"]["env"] and "KEEP=me" in spec["process"]["env"]
         assert client.container_status(container_id).status.annotations[ANNOTATION] == version
@@ -190,10 +208,6 @@ def test_a_stub_plugin_gets_a_pods_whole_life_and_its_adjustments_land_in_the_oc
         client.stop_pod(pod_id)
         client.remove_pod(pod_id)
         check_pod_life(plugin, pod_config.metadata.name, "app")
-    finally:
-        client.channel.close()
-        assert proxy.stop() == 0, proxy.log_tail()
-        plugin.stop()
     check_launched_stop(plugin, proxy, mode)
 
 
@@ -203,15 +217,9 @@ def test_a_stub_plugin_gets_only_the_events_it_subscribed_to(
     if version == "v0.12":
         events += ",updatepodsandbox,validatecontaineradjustment"  # never sent here; the others are
     plugin = StubPlugin(version, base / "events.jsonl", flags=[f"-events={events}", "-env=PICKED=yes"])
-    proxy.start()
-    client = CriClient(open_channel(proxy.listen_path))
-    try:
+    with serving(proxy, plugin, base, "connected") as client:
         attach(plugin, proxy, base, "connected")
-        pod_config = client.pod_config(f"stub{next(_serial)}", log_dir)
-        pod_id = client.run_pod(pod_config)
-        cleanup_pods.append(pod_id)
-        container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
-        client.start_container(container_id)
+        _, pod_id, container_id = started_container(client, log_dir, cleanup_pods)
         assert "PICKED=yes" in spec_of(client, container_id)["process"]["env"]
         client.stop_pod(pod_id)
         client.remove_pod(pod_id)
@@ -219,10 +227,18 @@ def test_a_stub_plugin_gets_only_the_events_it_subscribed_to(
                                    "RemovePodSandbox"]
         unknown = f"NRI plugin {plugin.plugin_id} subscribed to unknown events 0x{UNKNOWN_EVENTS:x}"
         assert proxy.log_count(unknown) == (1 if version == "v0.12" else 0)
-    finally:
-        client.channel.close()
-        assert proxy.stop() == 0, proxy.log_tail()
-        plugin.stop()
+
+
+def test_a_stub_plugins_own_update_reaches_containerd(
+        version: str, proxy: ProxyProcess, base: Path, log_dir: Path, cleanup_pods: list[str]) -> None:
+    """UpdateContainers sent by the plugin on its own (the stub's runtime-service call), not as an answer."""
+    plugin = StubPlugin(version, base / "events.jsonl", flags=["-events=poststartcontainer", "-own-cpu-shares=300"])
+    with serving(proxy, plugin, base, "connected") as client:
+        attach(plugin, proxy, base, "connected")
+        _, _, container_id = started_container(client, log_dir, cleanup_pods)
+        answered = plugin.wait_for("UpdateContainers")
+        assert (answered["container_id"], answered["failed"], answered.get("error")) == (container_id, 0, None)
+        assert spec_of(client, container_id)["linux"]["resources"]["cpu"]["shares"] == 300
 
 
 # -- Docker mode: real dockerd -------------------------------------------------------------------------
