@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import grpc
 import pytest
 
 from rplab.containerd import ContainerdInstance
@@ -27,10 +26,13 @@ from rplab.cridockerd_requests import PodShape
 from rplab.dockerd import DockerdInstance, DockerModeProxy
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from rplab.nri_stub import STUB_VERSIONS, StubPlugin
+from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from runtimeproxy.nri.session import PluginSession, event_mask, listen
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+from machinekit import skip_or_fail
 
 _serial = itertools.count()
 WAIT_SECONDS = 15.0
@@ -51,6 +53,11 @@ UNKNOWN_EVENTS = event_mask(nri.VALIDATE_CONTAINER_ADJUSTMENT)
 
 @pytest.fixture(params=STUB_VERSIONS)
 def version(request: pytest.FixtureRequest) -> str:
+    """The stub version; its plugin is built here (first use only), so a machine without Go skips."""
+    try:
+        peer_binary(f"nriplugin-{request.param}")
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build the NRI stub plugin: {error}")
     return request.param
 
 
