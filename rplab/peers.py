@@ -41,6 +41,7 @@ class Peer:
 
 # Every peer, by the name its binary gets; python -m rplab.peers builds them all.
 PEERS: dict[str, Peer] = {peer.name: peer for peer in (
+    Peer("crilifecycle", "./crilifecycle"),
 )}
 
 
