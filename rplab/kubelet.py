@@ -65,6 +65,20 @@ class Lifecycle:
         """``{"Step[label]": error}`` for every step that failed."""
         return {f"{s['step']}[{s.get('label', '')}]": s["error"] for s in self.steps if "error" in s}
 
+    def unexpected_failures(self) -> dict[str, dict[str, str]]:
+        """``failed()`` without the calls containerd 1.6 does not implement."""
+        return {name: error for name, error in self.failed().items()
+                if name.split("[")[0] not in UNIMPLEMENTED_BY_CONTAINERD_1_6}
+
+    def container_env(self) -> list[str]:
+        """The container's env as ``env`` printed it inside (ExecSync)."""
+        return str(self.step("ExecSync", "env")["answer"]["stdout"]).split()
+
+    def running_container(self) -> dict[str, Any]:
+        """ContainerStatus of the running container, verbose: ``status``, and containerd's ``info`` (the OCI spec
+        under ``info.info.runtimeSpec``)."""
+        return self.step("ContainerStatus", "running")["answer"]
+
     def called(self) -> list[str]:
         """Every gRPC method the client called, in order (``RuntimeService/ListPodSandbox``, ...)."""
         return [call["method"] for s in self.steps for call in s["wire"]]
