@@ -159,6 +159,7 @@ def test_version_without_python(node_root: NodeRoot) -> None:
     assert node_root.run(CTL, "--version").stdout.strip() == f"{CTL} {__version__}"
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_pod_lifecycle_with_a_plugin_through_the_chrooted_binary(
     chrooted_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path,
 ) -> None:

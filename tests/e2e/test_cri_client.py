@@ -49,7 +49,8 @@ class Targets:
 
 
 @pytest.fixture(scope="module")
-def targets(containerd: ContainerdInstance, proxy_process: ProxyProcess, workdir: Path) -> Iterator[Targets]:
+def targets(containerd: ContainerdInstance, proxy_process: ProxyProcess, workdir: Path,
+            kubelet_client: Path) -> Iterator[Targets]:
     with ExitStack() as stack:
         hooked = stack.enter_context(echo_hooked_proxy_in(workdir / "kcl-echo", containerd.address))
         hosting = stack.enter_context(nri_hosting_proxy_in(workdir / "kcl-nri", containerd.address))

@@ -57,6 +57,7 @@ def runtimeproxyctl(installed_bin: Path, proxy: ProxyProcess, *args: str) -> str
     return done.stdout
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_the_installed_proxy_runs_a_hooked_pod_lifecycle(
     installed_bin: Path, installed_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path,
 ) -> None:

@@ -185,6 +185,7 @@ def prometheus_binary() -> str:
     return require_command("prometheus", "prometheus")
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
     containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, prometheus_binary: str, log_dir: Path,
 ) -> None:
