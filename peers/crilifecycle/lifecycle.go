@@ -45,17 +45,16 @@ type document struct {
 }
 
 type driver struct {
-	o           options
-	wire        *wireLog
-	runtime     internalapi.RuntimeService
-	images      internalapi.ImageManagerService
-	steps       []step
-	tokens      map[string]string // what this run chose or was given -> its placeholder
-	podID       string
-	containerID string
-	podRemoved  bool
-	binaryEnv   map[string]string
-	listers     []internalapi.RuntimeService // the streaming list steps' own clients, closed at the end
+	o          options
+	wire       *wireLog
+	runtime    internalapi.RuntimeService
+	images     internalapi.ImageManagerService
+	steps      []step
+	tokens     map[string]string // what this run chose or was given -> its placeholder
+	podID      string
+	podRemoved bool
+	binaryEnv  map[string]string
+	listers    []internalapi.RuntimeService // the streaming list steps' own clients, closed at the end
 }
 
 func run(ctx context.Context, o options) (*document, error) {
@@ -109,7 +108,6 @@ func (d *driver) lifecycle(ctx context.Context) {
 
 	containerID, err := d.runtime.CreateContainer(ctx, podID, containerConfig(d.o, imageID), podConfig)
 	d.remember(containerID, "<container-id>")
-	d.containerID = containerID
 	d.record(map[string]any{"container_id": containerID}, err)("CreateContainer", "")
 	if err == nil {
 		d.runContainer(ctx, containerID)

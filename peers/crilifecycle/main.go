@@ -8,8 +8,9 @@
 //
 // The sequence: Version, Status, RuntimeConfig, ImageFsInfo, ImageStatus, PullImage (by the pull policy),
 // ListImages, RunPodSandbox (host network), PodSandboxStatus, CreateContainer (its env holds one value that is not
-// UTF-8, unless -binary-env=false), StartContainer, ContainerStatus (verbose: the OCI spec's env), ExecSync, the filtered List calls (with
-// -streaming the client tries the Stream* calls first and falls back on UNIMPLEMENTED), UpdateContainerResources,
+// UTF-8, unless -binary-env=false), StartContainer, ContainerStatus (verbose: the OCI spec's env), ExecSync, the
+// filtered List calls (with -streaming the client tries the Stream* calls first and falls back on UNIMPLEMENTED),
+// ContainerStats, PodSandboxStats, UpdateContainerResources,
 // StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox. A failed call is recorded and the sequence goes
 // on; the pod is removed whatever happens. Each step also lists the gRPC calls the client made on the wire
 // (from its OpenTelemetry client spans), so a fallback from a Stream* call shows.
@@ -25,7 +26,7 @@ import (
 	"time"
 )
 
-// What a step leaves behind when the driver cannot even start (exit status 2); otherwise it exits 0 with the
+// The exit status when the driver cannot run at all (bad flags, no connection); otherwise it exits 0 with the
 // document written, failed calls included.
 const usageError = 2
 
