@@ -47,6 +47,7 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     # The project's NRI plugin on NRI's real stub: the newest stub, and v0.8 (containerd 1.7.26 to 2.1's NRI).
     Peer("nriplugin-v0.12", "./nriplugin"),
     Peer("nriplugin-v0.8", "./nriplugin", modfile="nri-v0.8.mod", tags=("nri_v08",)),
+    Peer("crilifecycle", "./crilifecycle"),
 )}
 
 

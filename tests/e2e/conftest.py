@@ -15,6 +15,8 @@ from rplab.conformance import report_dir as conformance_report_dir
 from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.cri import CriClient, open_channel
 from rplab.images import build_and_import
+from rplab.kubelet import PEER as KUBELET_PEER
+from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
@@ -89,6 +91,17 @@ def proxied(proxied_channel: grpc.Channel, api_version: str) -> CriClient:
 @pytest.fixture
 def direct(direct_channel: grpc.Channel, api_version: str) -> CriClient:
     return CriClient(direct_channel, api_version)
+
+
+@pytest.fixture(scope="session")
+def kubelet_client() -> Path:
+    """The crilifecycle peer (the kubelet's own CRI client library, rplab.kubelet), built on first use; where it
+    cannot be built (no Go), its tests skip, or fail when e2e is required."""
+    try:
+        return peer_binary(KUBELET_PEER)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build the kubelet's CRI client peer: {error}")
+        raise
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from runtimeproxy import __version__
 from runtimeproxy.allocator import wants_huge_pages_reexec
 from runtimeproxy.hooks.names import HOOK_NAMES
 from rplab.containerd import ContainerdInstance
-from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, registration
 from rplab.images import shared_libraries
+from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
@@ -159,35 +159,23 @@ def test_version_without_python(node_root: NodeRoot) -> None:
     assert node_root.run(CTL, "--version").stdout.strip() == f"{CTL} {__version__}"
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_pod_lifecycle_with_a_plugin_through_the_chrooted_binary(
-    chrooted_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path, cleanup_pods: list[str],
+    chrooted_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path,
 ) -> None:
     example, _ = plugin
-    channel = open_channel(chrooted_proxy.listen_path)
-    client = CriClient(channel)
-    try:
-        pod_config = client.pod_config("binary", log_dir)
-        pod_id = client.run_pod(pod_config)
-        cleanup_pods.append(pod_id)
-        container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
-        client.start_container(container_id)
-
-        assert "EXAMPLE_PLUGIN=hello" in client.exec_sync(container_id, ["env"]).stdout.decode().split()
-        status = client.container_status(container_id, verbose=True)
-        assert status.status.annotations[ANNOTATION] == "PreCreateContainer"
-        spec = json.loads(status.info["info"])["runtimeSpec"]
-        assert spec["linux"]["resources"]["cpu"]["shares"] == example.settings.cpu_shares
-
-        client.stop_container(container_id)
-        client.remove_container(container_id)
-        client.stop_pod(pod_id)
-        client.remove_pod(pod_id)
-        assert pod_id not in client.pod_ids()
-    finally:
-        channel.close()
+    # The kubelet's side: its own CRI client over a pod's life (rplab.kubelet).
+    lifecycle = run_lifecycle(chrooted_proxy.listen_path, log_dir, pod_name="binary-pod", binary_env=False)
+    assert lifecycle.unexpected_failures() == {}
+    assert "EXAMPLE_PLUGIN=hello" in lifecycle.container_env()
+    running = lifecycle.running_container()
+    assert running["status"]["annotations"][ANNOTATION] == "PreCreateContainer"
+    spec = running["info"]["info"]["runtimeSpec"]
+    assert spec["linux"]["resources"]["cpu"]["shares"] == example.settings.cpu_shares
+    assert lifecycle.step("ListPodSandbox", "by id, removed")["answer"] == {"items": []}
     assert [seen.hook for seen in example.seen] == [
         "PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer",
-        "PostStopContainer", "PostStopPodSandbox"]
+        "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"]
 
 
 def test_runtimeproxyctl_status_in_the_root(node_root: NodeRoot, chrooted_proxy: ProxyProcess) -> None:

@@ -23,6 +23,7 @@ import pytest
 from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ExamplePlugin, registration
+from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
@@ -184,9 +185,9 @@ def prometheus_binary() -> str:
     return require_command("prometheus", "prometheus")
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
-    containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, prometheus_binary: str,
-    log_dir: Path, cleanup_pods: list[str],
+    containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, prometheus_binary: str, log_dir: Path,
 ) -> None:
     base = workdir / f"prom{next(_serial)}"
     metrics_port, prometheus_port = free_port(), free_port()
@@ -210,11 +211,9 @@ def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
         (proxy.hook_config_dir / "example.json").write_bytes(
             registration(plugin_socket, ["PreRunPodSandbox", "PreCreateContainer"]))
         wait_for_plugin(proxy, "example.json")
-        with open_channel(proxy.listen_path) as channel:
-            client = CriClient(channel)
-            pod_id = start_pod(client, log_dir, cleanup_pods)
-            client.stop_pod(pod_id)
-            client.remove_pod(pod_id)
+        # The kubelet's side: its own CRI client over a pod's life (rplab.kubelet).
+        lifecycle = run_lifecycle(proxy.listen_path, log_dir, pod_name="scraped-pod", binary_env=False)
+        assert lifecycle.unexpected_failures() == {}
 
         queries = {
             'runtimeproxy_cri_calls_total{method="RunPodSandbox",code="OK"}': 1.0,
