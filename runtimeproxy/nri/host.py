@@ -52,6 +52,7 @@ from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
 from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes
@@ -163,6 +164,8 @@ class NriHost:
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         self._server: asyncio.Server | None = None
+        self._lock: SocketLock | None = None
+        self._inode: int | None = None
         self._watchers: set[asyncio.Task[None]] = set()
 
     @property
@@ -176,7 +179,20 @@ class NriHost:
                     on_update=self._unsolicited_update)
 
     async def start(self) -> None:
-        self._server = await listen(self.socket_path, self._attach, **self._session_options)
+        """Claims the NRI socket as the proxy's own sockets are claimed (a directory others could write is refused,
+        a lock file beside it, a live server's socket never taken over) and serves it with mode 0660 whatever the
+        umask: whoever connects is sent every container's env and may mount anything into it."""
+        try:
+            self._lock = claim_socket_path(self.socket_path)
+        except SocketInUseError as error:
+            raise SocketInUseError(f"NRI socket: {error} (a containerd with NRI enabled? disable NRI there or give "
+                                   "the proxy another --nri-socket)") from None
+        try:
+            sock, self._inode = bind_unix_socket(self.socket_path)
+            self._server = await listen(sock, self._attach, **self._session_options)
+        except BaseException:
+            self._release_socket()
+            raise
         log.info("NRI: serving plugins on %s", self.socket_path)
         if self.plugin_dir is not None:
             self._launch_all(self.plugin_dir)
@@ -229,8 +245,15 @@ class NriHost:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
             self._server = None
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
+        self._release_socket()
+
+    def _release_socket(self) -> None:
+        """Only a socket we claimed is ours to remove."""
+        if self._lock is not None:
+            release_socket(self.socket_path, self._inode)
+            self._inode = None
+            self._lock.release()
+            self._lock = None
 
     # -- attaching -------------------------------------------------------------------------------
 

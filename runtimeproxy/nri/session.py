@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from runtimeproxy.listener import listen_backlog
 from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE, Code, ConnectionClosed, Endpoint, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -309,29 +310,11 @@ def _sync_parts(pods: list[nri.PodSandbox],
     return parts
 
 
-def refuse_busy_socket(path: Path) -> None:
-    """Raises if a live server (a containerd with NRI enabled, another proxy) answers on `path`."""
-    if not path.exists():
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return  # a stale socket file: nobody listens
-    finally:
-        probe.close()
-    raise OSError(f"NRI socket {path} is held by another live NRI server (a containerd with NRI enabled?); "
-                  f"disable NRI there or give the proxy another NRI socket path")
-
-
-async def listen(path: Path, on_plugin: Callable[[PluginSession], Awaitable[None]],
+async def listen(sock: socket.socket, on_plugin: Callable[[PluginSession], Awaitable[None]],
                  **session_options: object) -> asyncio.Server:
-    """Accepts plugin connections on the unix socket `path`; each registered and configured plugin is handed to
-    `on_plugin` (which synchronizes it). Plugins that fail the handshake are dropped with a log line."""
-    refuse_busy_socket(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    """Accepts plugin connections on `sock` (listener.bind_unix_socket: claimed, its mode set); each registered
+    and configured plugin is handed to `on_plugin` (which synchronizes it). Plugins that fail the handshake are
+    dropped with a log line."""
 
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = PluginSession(reader, writer, **session_options)  # type: ignore[arg-type]
@@ -342,4 +325,4 @@ async def listen(path: Path, on_plugin: Callable[[PluginSession], Awaitable[None
             return
         await on_plugin(session)
 
-    return await asyncio.start_unix_server(accepted, path=str(path))
+    return await asyncio.start_unix_server(accepted, sock=sock, backlog=listen_backlog())
