@@ -6,18 +6,21 @@
 #
 # Needs grpcio-tools at the version pinned in setup.cfg's "test" extra: the generated
 # code records the protoc/grpc versions, so another version produces a (harmless) diff.
+# Environment: PYTHON (default: the checkout's .venv, which scripts/setup.sh makes; else python3).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-$top/.venv/bin/python}
+[ -x "$python" ] || python=python3
 out=${1:-$top/runtimeproxy/pb}
 cd "$top/protos"
 
 mapfile -t sources < <(find . -name '*.proto' | sed 's|^\./||' | LC_ALL=C sort)
 # google/rpc/status.proto (ttrpc's error envelope) comes with googleapis-common-protos, an install requirement.
-googleapis=$(python3 -c 'import pathlib, google.rpc.status_pb2 as s; print(pathlib.Path(s.__file__).parents[2])')
+googleapis=$("$python" -c 'import pathlib, google.rpc.status_pb2 as s; print(pathlib.Path(s.__file__).parents[2])')
 rm -rf "$out"
 mkdir -p "$out"
-python3 -m grpc_tools.protoc -I . -I "$googleapis" \
+"$python" -m grpc_tools.protoc -I . -I "$googleapis" \
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" "${sources[@]}"
 
 # protoc writes imports relative to protos/; make them absolute inside our package.
