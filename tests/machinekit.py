@@ -93,3 +93,25 @@ def traversable_directory(parent: Path) -> Path:
     directory = Path(tempfile.mkdtemp(dir=parent))
     directory.chmod(0o755)
     return directory
+
+
+def refused_dials(socket_path: Path, count: int) -> int:
+    """`count` non-blocking connect()s to a unix socket, all open at once (as a burst of clients): how many the
+    kernel refused with EAGAIN because the listener's backlog was full."""
+    import errno
+    import socket
+    probes, refused = [], 0
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.setblocking(False)
+            probes.append(probe)
+            try:
+                probe.connect(str(socket_path))
+            except BlockingIOError as error:
+                assert error.errno == errno.EAGAIN, error
+                refused += 1
+    finally:
+        for probe in probes:
+            probe.close()
+    return refused
