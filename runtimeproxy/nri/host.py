@@ -55,7 +55,9 @@ from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
-from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes
+from runtimeproxy.nri.explain import (
+    NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes, shown_id, shown_reason,
+)
 from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
@@ -517,31 +519,31 @@ class NriHost:
         for eviction in evictions:
             self.stats.evicted(plugin_id, "shadow")
             log.warning("NRI plugin %s (in shadow) asked to evict container %s (%s): not carried out", plugin_id,
-                        eviction.container_id, eviction.reason or "no reason given")
+                        shown_id(eviction.container_id), shown_reason(eviction))
 
     async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str) -> None:
         """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
         the kubelet then sees it exited and acts by the pod's restart policy."""
-        container_id, reason = eviction.container_id, eviction.reason or "no reason given"
+        container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
         if self.store.container(container_id) is None:  # containerd: an unknown container is no error
             log.warning("NRI plugin %s asked to evict container %s (%s), which the proxy does not know: nothing "
-                        "done", plugin_id, container_id, reason)
+                        "done", plugin_id, shown, reason)
             self.stats.evicted(plugin_id, "unknown")
             return
         if self.evictor is None:
             log.warning("NRI plugin %s asked to evict container %s (%s): this frontend cannot stop containers",
-                        plugin_id, container_id, reason)
+                        plugin_id, shown, reason)
             self.stats.evicted(plugin_id, "failed")
             return
         try:
             await self.evictor(container_id)
         except (OSError, RuntimeError) as error:
-            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, container_id,
-                        reason, error)
+            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, shown, reason,
+                        error)
             self.stats.evicted(plugin_id, "failed")
             return
         log.warning("NRI plugin %s evicted container %s (asked during %s): %s; stopped with timeout 0",
-                    plugin_id, container_id, current or "an UpdateContainers of its own", reason,
+                    plugin_id, shown, current or "an UpdateContainers of its own", reason,
                     extra={"plugin": plugin_id})
         self.stats.evicted(plugin_id, OK)
         await self._notify_stopped(container_id)

@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.validate import PLUGIN_NAME_MAX_CHARS, printable, quoted
 from runtimeproxy.listener import listen_backlog
 from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE, Code, ConnectionClosed, Endpoint, TtrpcError
@@ -210,7 +211,8 @@ class PluginSession:
             if error.code == Code.DEADLINE_EXCEEDED:
                 self.detach(f"{method} timed out")
                 raise PluginDetached(error.code, self.detached_reason or "") from None
-            raise
+            # The plugin's own text: bounded and escaped before stats, the trace, logs or the kubelet see it.
+            raise TtrpcError(error.code, printable(error.message)) from None
 
     async def notify(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
         """Delivers a notification event (one of NOTIFICATIONS) if the plugin subscribed to it: by its own method,
@@ -265,7 +267,7 @@ class PluginSession:
                 self._registered.set_exception(ValueError(problem))
                 raise TtrpcError(Code.INVALID_ARGUMENT, problem)
             self.name, self.index = request.plugin_name, request.plugin_idx
-        self.nri_version = request.NRI_version
+        self.nri_version = printable(request.NRI_version, PLUGIN_NAME_MAX_CHARS)
         log.info("NRI plugin %s registered", self.plugin_id)
         self._registered.set_result(None)
         return nri.Empty()
@@ -279,10 +281,16 @@ class PluginSession:
 
 
 def _registration_problem(request: nri.RegisterPluginRequest) -> str:
-    if not request.plugin_name:
+    """A name is shown in logs, `runtimeproxyctl status`, toggles and metric labels: short and printable."""
+    name = request.plugin_name
+    if not name:
         return "invalid plugin name: empty"
+    if len(name) > PLUGIN_NAME_MAX_CHARS:
+        return f"invalid plugin name {quoted(name)}: {len(name)} characters, over {PLUGIN_NAME_MAX_CHARS}"
+    if printable(name) != name:
+        return f"invalid plugin name {quoted(name)}: it contains control characters"
     if not _PLUGIN_INDEX.fullmatch(request.plugin_idx):
-        return f"invalid plugin index {request.plugin_idx!r}: must be two digits"
+        return f"invalid plugin index {quoted(request.plugin_idx)}: must be two digits"
     return ""
 
 
