@@ -111,9 +111,9 @@ class HookStats:
         stats.shadow_changes += changed
         stats.shadow_disagreements += disagreed
 
-    def evicted(self, plugin: str, outcome: str) -> None:
-        """A container a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
-        self.evictions[(plugin, outcome)] += 1
+    def evicted(self, plugin: str, outcome: str, containers: int = 1) -> None:
+        """Containers a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
+        self.evictions[(plugin, outcome)] += containers
 
     def collided(self, hook: str, earlier: str, later: str, family: str) -> None:
         self.collisions[(hook, earlier, later, family)] += 1

@@ -57,6 +57,16 @@ def shown_reason(eviction: nri.ContainerEviction) -> str:
     return printable(eviction.reason or "no reason given", SHOWN_REASON_CHARS)
 
 
+EXAMPLES_SHOWN = 3  # a log line about many containers names this many
+
+
+def some_ids(container_ids: Sequence[str]) -> str:
+    """A few of many IDs a plugin named, for one log line: "a, b, c and 99997 more"."""
+    shown = ", ".join(shown_id(container_id) for container_id in container_ids[:EXAMPLES_SHOWN])
+    more = len(container_ids) - EXAMPLES_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
 def asked_of_others(updates: Sequence[nri.ContainerUpdate], evictions: Sequence[nri.ContainerEviction],
                     shadow: bool) -> list[str]:
     """A plugin's requests about other containers, in words (the trace's step details)."""
