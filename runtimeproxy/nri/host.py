@@ -216,6 +216,7 @@ class NriHost:
         plugin_file = process.plugin
         session = PluginSession(reader, writer, launched_as=(plugin_file.index, plugin_file.name),
                                 config=plugin_file.config, **self._session_options)  # type: ignore[arg-type]
+        self._watch(self._end_with_process(session, process), f"nri-exit-{plugin_file.plugin_id}")
         try:
             await session.start()
         except PluginDetached as error:
@@ -223,6 +224,13 @@ class NriHost:
             await process.stop()
             return
         await self._attach(session)
+
+    @staticmethod
+    async def _end_with_process(session: PluginSession, process: LaunchedProcess) -> None:
+        """A launched plugin's connection ends with its process, whoever else holds the other end (a child it
+        forked): detached, it is dropped (_forget_when_closed), or never attaches."""
+        returncode = await process.exited()
+        session.detach(f"its process exited ({returncode})")
 
     def _watch(self, coroutine: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coroutine)
