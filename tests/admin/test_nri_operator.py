@@ -202,9 +202,10 @@ def test_plugin_text_is_clipped_and_escaped_in_status_trace_logs_and_the_kubelet
     proxy = start_proxy(runtime_path=synthetic.path, admin_path=tmp_path / "admin.sock",
                         state_dir=tmp_path / "state", nri_socket=tmp_path / "nri.sock")
     loud = FORGED + "e" * 3 * MiB
+    methods = {"RunPodSandbox": (nri.RunPodSandboxRequest, refusing(loud)),
+               "StopPodSandbox": (nri.StopPodSandboxRequest, refusing(loud))}
     plugins = [NriPlugin(name=f"loud{n}", index=f"1{n}", events=event_mask(nri.RUN_POD_SANDBOX, nri.STOP_POD_SANDBOX),
-                         methods={"RunPodSandbox": (nri.RunPodSandboxRequest, refusing(loud)),  # type: ignore[dict-item]
-                                  "StopPodSandbox": (nri.StopPodSandboxRequest, refusing(loud))})
+                         methods=methods)  # type: ignore[arg-type]
                for n in (1, 2)]
     for plugin in plugins:
         loop_thread.run(plugin.connect(tmp_path / "nri.sock"))
