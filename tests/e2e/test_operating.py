@@ -27,7 +27,7 @@ from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
-from machinekit import require_command
+from machinekit import refused_dials, require_command
 
 _serial = itertools.count()
 PROMETHEUS_START_TIMEOUT_SECONDS = 60.0
@@ -242,3 +242,9 @@ def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
         prometheus.wait(30)
         loop_thread.run(plugin.stop())
         assert proxy.stop() == 0, proxy.log_tail()
+
+
+def test_a_burst_of_300_dials_is_queued_on_the_cri_and_admin_sockets(node: ProxyProcess) -> None:
+    """gRPC listens with the kernel's backlog (somaxconn) as containerd does: a burst of kubelet dials is queued."""
+    for socket_path in (node.listen_path, node.admin_path):
+        assert refused_dials(socket_path, 300) == 0, socket_path
