@@ -18,9 +18,11 @@ from rplab.images import build_and_import
 from rplab.kubelet import PEER as KUBELET_PEER
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
+from rplab.release import build_bundle
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
-from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
+from machinekit import IMAGE_CACHE, require_command, require_tool, skip_or_fail
+from packagekit import built_wheel
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -187,3 +189,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("CRI conformance")
         for line in CONFORMANCE_SUMMARY:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def bundle(workdir: Path) -> Path:
+    """The release bundle of this checkout's wheel (rplab.release), built in the Debian 11 root: its Python is
+    built once and cached, the wheel frozen afresh."""
+    require_command("debootstrap", "debootstrap")
+    return build_bundle(built_wheel(), workdir / "release")
