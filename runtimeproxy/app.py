@@ -119,7 +119,8 @@ class Proxy:
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
                                   trace=service.trace,
-                                  shadowed=lambda name: service.toggles.shadow_override(name) is True)
+                                  shadowed=lambda name: service.toggles.shadow_override(name) is True,
+                                  gate=service.sync_gate)
         host.updater = getattr(self.frontend, "update_container_resources", None)
         host.evictor = getattr(self.frontend, "evict_container", None)
         await host.start()

@@ -102,10 +102,17 @@ class RuntimeHooks:
             "RemoveContainer": self.remove_container,
         }
         return {
-            f"/{version}.RuntimeService/{method}": hook
+            f"/{version}.RuntimeService/{method}": self._whole(hook)
             for version in CRI_VERSIONS
             for method, hook in by_method.items()
         }
+
+    def _whole(self, hook: UnaryHook) -> UnaryHook:
+        """The hooked call as one change for the plugins' synchronization (hooks.syncgate)."""
+        async def whole_call(data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+            async with self.points.changing():
+                return await hook(data, context, relay)
+        return whole_call
 
     # -- pod calls -------------------------------------------------------------------------
 

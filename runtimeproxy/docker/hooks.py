@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 
 from runtimeproxy.docker.bodies import convert_large, parse_body, serialize_body
 from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
@@ -83,6 +84,9 @@ class DockerHooks:
         if not body.get("Entrypoint") and self._image_process is not None and isinstance(body.get("Image"), str):
             entrypoint, cmd = await self._image_process(body["Image"])
         return container_edits(body, process_argv(body, entrypoint, cmd))
+
+    def changing(self) -> AbstractAsyncContextManager[None]:
+        return self.points.changing()
 
     async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
         route = call.match.route

@@ -9,6 +9,8 @@ created the sandbox, which `after` removed). `PassThrough` is the no-op intercep
 
 from __future__ import annotations
 
+import contextlib
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +57,9 @@ class Interceptor(Protocol):
         """Called with dockerd's answer before the client receives it; must not raise. None: the client gets
         dockerd's answer; an ErrorReply: the client gets that instead."""
 
+    def changing(self) -> AbstractAsyncContextManager[None]:
+        """Held from before() to after(): the whole exchange is one change for the plugins' synchronization."""
+
 
 class PassThrough:
     """Forwards every hooked request unchanged and does nothing afterwards."""
@@ -64,3 +69,6 @@ class PassThrough:
 
     async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
         return None
+
+    def changing(self) -> AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()

@@ -391,6 +391,11 @@ class ClientSession:
             return await self._answer_error(
                 413, f"request body over {MAX_HOOKED_BODY_BYTES} bytes on a hooked route", close=True)
         call = InterceptedCall(match, request.method, request.target, tuple(request.headers))
+        async with self._interceptor.changing():  # before, dockerd's answer and after: one change (hooks.syncgate)
+            return await self._intercepted(request, match, call, body)
+
+    async def _intercepted(self, request: ClientRequest, match: RouteMatch, call: InterceptedCall,
+                           body: bytes) -> bool:
         try:
             outcome = await self._while_client_waits(self._interceptor.before(call, body))
         except ClientGone:

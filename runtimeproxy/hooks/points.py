@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
@@ -97,6 +98,11 @@ class HookPoints:
         self.store = service.store
         self.context = HookContext(service.store, source, service.skip)
         self._service = service
+
+    def changing(self) -> AbstractAsyncContextManager[None]:
+        """Held by a frontend around a whole hooked call (pre-event, the runtime's answer, the store write), so
+        a plugin's synchronization never falls in between (hooks.syncgate)."""
+        return self._service.sync_gate.changing()
 
     @property
     def extra(self) -> ExtraPlugins:

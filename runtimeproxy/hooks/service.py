@@ -20,6 +20,7 @@ from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME, Toggles
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.listener import SocketInUseError, SocketLock, lock_socket_path
@@ -41,6 +42,8 @@ class HookService:
         self.trace = TraceRecorder(options.hook_trace_entries)
         self.dispatcher = Dispatcher(self.registry, self.toggles, self.trace)
         self.extra: ExtraPlugins = NO_EXTRA_PLUGINS  # plugins of another protocol (NRI), set by the process
+        # Lifecycle calls against plugin synchronization (containerd/nri's BlockPluginSync): hooks.syncgate.
+        self.sync_gate = SyncGate()
         self._tasks: list[asyncio.Task[None]] = []
         self._state_lock: SocketLock | None = None
 

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
 from runtimeproxy.hooks.merge import changed_resources, merge_container_response
 from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
@@ -143,11 +144,12 @@ class NriHost:
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
                  owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
-                 shadowed: Callable[[str], bool] | None = None) -> None:
+                 shadowed: Callable[[str], bool] | None = None, gate: SyncGate | None = None) -> None:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
         files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
         each event's calls are kept; `shadowed`: whether the node's toggles put a plugin (by toggle name) in
-        shadow; `allows`: whether they leave a plugin's event on, `off_reason`: why not (for the trace)."""
+        shadow; `allows`: whether they leave a plugin's event on, `off_reason`: why not (for the trace); `gate`:
+        the hook core's gate against its lifecycle calls, held alone while a plugin is synchronized."""
         self.socket_path = socket_path
         self.plugin_dir = plugin_dir
         self.plugin_config_dir = plugin_config_dir
@@ -165,8 +167,13 @@ class NriHost:
         self.stats = HookStats()  # calls by plugin id and event, for status and metrics
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
+        # containerd/nri's one lock: each event's fan-out and carry-out, and each attach (drop the old session of
+        # that plugin, snapshot, Synchronize, insert), one at a time; never held by a plugin's own UpdateContainers.
+        self._lock = asyncio.Lock()
+        self._lock_owner: asyncio.Task[object] | None = None
+        self._gate = gate or SyncGate()
         self._server: asyncio.Server | None = None
-        self._lock: SocketLock | None = None
+        self._socket_lock: SocketLock | None = None
         self._inode: int | None = None
         self._watchers: set[asyncio.Task[None]] = set()
 
@@ -185,7 +192,7 @@ class NriHost:
         a lock file beside it, a live server's socket never taken over) and serves it with mode 0660 whatever the
         umask: whoever connects is sent every container's env and may mount anything into it."""
         try:
-            self._lock = claim_socket_path(self.socket_path)
+            self._socket_lock = claim_socket_path(self.socket_path)
         except SocketInUseError as error:
             raise SocketInUseError(f"NRI socket: {error} (a containerd with NRI enabled? disable NRI there or give "
                                    "the proxy another --nri-socket)") from None
@@ -259,31 +266,51 @@ class NriHost:
 
     def _release_socket(self) -> None:
         """Only a socket we claimed is ours to remove."""
-        if self._lock is not None:
+        if self._socket_lock is not None:
             release_socket(self.socket_path, self._inode)
             self._inode = None
-            self._lock.release()
-            self._lock = None
+            self._socket_lock.release()
+            self._socket_lock = None
 
     # -- attaching -------------------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self) -> AsyncIterator[None]:
+        """The host's one lock, held again freely by the task holding it (an event's carry-out notifies the
+        plugins of an eviction from inside the event)."""
+        task = asyncio.current_task()
+        if self._lock_owner is task:
+            yield
+            return
+        async with self._lock:
+            self._lock_owner = task
+            try:
+                yield
+            finally:
+                self._lock_owner = None
+
     async def _attach(self, plugin: PluginSession) -> None:
-        """A registered, configured plugin: replaces an older connection of the same plugin, synchronized."""
-        for old in [p for p in self._plugins if p.plugin_id == plugin.plugin_id]:
-            self._plugins.remove(old)
-            old.detach("replaced by a new connection of the same plugin")
+        """A registered, configured plugin: replaces an older connection of the same plugin, synchronized. No
+        lifecycle call is between its event and its store write meanwhile (the core's gate), and no event is
+        being sent (the lock): the plugin finds each pod and container in its Synchronize or hears its events."""
         if self._ready is not None:
             await self._ready()
-        pods, containers = self.store.snapshot()
-        try:
-            updates = await plugin.synchronize(
-                [convert.pod_sandbox(pod_id, record.info) for pod_id, record in pods if not record.skip_hooks],
-                [convert.container(cid, record.pod_id, record.info) for cid, record in containers])
-        except TtrpcError as error:
-            plugin.detach(f"synchronize failed: {error}")
-            return
-        self._plugins.append(plugin)
-        self._plugins.sort(key=lambda p: (p.index, p.name))
+        async with self._gate.synchronizing(), self._one_at_a_time():
+            for old in [p for p in self._plugins if p.plugin_id == plugin.plugin_id]:
+                self._plugins.remove(old)
+                old.detach("replaced by a new connection of the same plugin")
+            if plugin.detached:
+                return
+            pods, containers = self.store.snapshot()
+            try:
+                updates = await plugin.synchronize(
+                    [convert.pod_sandbox(pod_id, record.info) for pod_id, record in pods if not record.skip_hooks],
+                    [convert.container(cid, record.pod_id, record.info) for cid, record in containers])
+            except TtrpcError as error:
+                plugin.detach(f"synchronize failed: {error}")
+                return
+            self._plugins.append(plugin)
+            self._plugins.sort(key=lambda p: (p.index, p.name))
         log.info("NRI plugin %s attached (events 0x%x; synchronized %d pods, %d containers)",
                  plugin.plugin_id, plugin.events, len(pods), len(containers))
         if self.in_shadow(plugin) or self.switched_off(plugin):
@@ -367,6 +394,10 @@ class NriHost:
                    and allows(extra_toggle_name(plugin.plugin_id), event) for plugin in self._plugins)
 
     async def notify(self, event: str, subject: Subject) -> None:
+        async with self._one_at_a_time():
+            await self._notify(event, subject)
+
+    async def _notify(self, event: str, subject: Subject) -> None:
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
         container = None
         if subject.container is not None:
@@ -414,6 +445,10 @@ class NriHost:
 
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+        async with self._one_at_a_time():
+            return await self._adjust(event, subject)
+
+    async def _adjust(self, event: str, subject: Subject) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
         adjustments = Adjustments(subject.container, subject.edits)
@@ -519,7 +554,7 @@ class NriHost:
     async def _carry_out(self, asked: _Asked, current: str) -> None:
         """Evictions first, then updates (containerd's order after CreateContainer and UpdateContainer);
         failures are logged, never fail the call (as containerd)."""
-        await self._evict_all(asked.plugin_id, asked.evictions, current)
+        await self._evict_all(asked.plugin_id, asked.evictions, current, during_event=True)
         await self._update_others(asked.plugin_id, asked.updates, current)
 
     def _count_shadowed(self, plugin_id: str, evictions: list[nri.ContainerEviction]) -> None:
@@ -530,15 +565,20 @@ class NriHost:
                     "out", plugin_id, len(evictions), some_ids([e.container_id for e in evictions]),
                     shown_reason(evictions[0]))
 
-    async def _evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str) -> None:
-        """Containers the proxy does not know are no error (containerd) and take one log line, however many."""
+    async def _evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str,
+                         during_event: bool) -> None:
+        """Containers the proxy does not know are no error (containerd) and take one log line, however many.
+        During an event the plugins hear of each stop inside it; asked in a plugin's own
+        UpdateContainers, they hear of it after the answer, as a new event: that plugin may be waiting for the
+        answer while an event holds the lock (the deadlock containerd/nri fixed in v0.12.1)."""
         unknown = [eviction.container_id for eviction in evictions
-                   if not await self._evict(plugin_id, eviction, current)]
+                   if not await self._evict(plugin_id, eviction, current, during_event)]
         if unknown:
             log.warning("NRI plugin %s asked to evict %d containers the proxy does not know (%s): nothing done",
                         plugin_id, len(unknown), some_ids(unknown))
 
-    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str) -> bool:
+    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str,
+                     during_event: bool) -> bool:
         """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
         the kubelet then sees it exited and acts by the pod's restart policy. False: the proxy does not know it."""
         container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
@@ -561,7 +601,10 @@ class NriHost:
                     plugin_id, shown, current or "an UpdateContainers of its own", reason,
                     extra={"plugin": plugin_id})
         self.stats.evicted(plugin_id, OK)
-        await self._notify_stopped(container_id)
+        if during_event:
+            await self._notify_stopped(container_id)
+        else:
+            self._watch(self._notify_stopped(container_id), f"nri-evicted-{shown}")
         return True
 
     async def _notify_stopped(self, container_id: str) -> None:
@@ -632,6 +675,6 @@ class NriHost:
                             plugin.plugin_id, len(updates))
             self._count_shadowed(plugin.plugin_id, evictions)
             return nri.UpdateContainersResponse(failed=updates)
-        await self._evict_all(plugin.plugin_id, evictions, "")
+        await self._evict_all(plugin.plugin_id, evictions, "", during_event=False)
         failed = await self._apply_updates(plugin.plugin_id, updates)
         return nri.UpdateContainersResponse(failed=failed)

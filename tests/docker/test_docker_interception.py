@@ -16,7 +16,7 @@ from runtimeproxy.docker.routes import HookedRoute, hooked_route, is_hijack_rout
 CREATED = b'{"Id":"c0ffee","Warnings":[]}'
 
 
-class RecordingRewriter:
+class RecordingRewriter(PassThrough):
     """Adds a label to create bodies, or refuses everything; records what it saw."""
 
     def __init__(self, refuse: bool = False) -> None:
@@ -187,7 +187,7 @@ def test_hijack_routes() -> None:
     assert is_hijack_route(b"POST", b"http://docker/v1.41/%65xec/abc/start")
 
 
-class HeldInterceptor:
+class HeldInterceptor(PassThrough):
     """A pre step that waits (like a slow plugin call) until cancelled; records that it was."""
 
     def __init__(self) -> None:
