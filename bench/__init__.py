@@ -2,7 +2,7 @@
 
     python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle]   (from the repo root)
 
-Load side: `benchgo client` (bench/go, built by this script with Debian's Go; see gopeers.py):
+Load side: `benchgo client` (peers/benchgo, a compiled peer built by rplab.peers; see gopeers.py):
 raw bytes, one HTTP/2 connection, N goroutines. It gets about 10x the calls/s a Python client
 does, so the client is never what limits a figure.
 

@@ -1,26 +1,20 @@
-"""The compiled peers (bench/go: benchgo client, relay, backend, dockerclient, httpproxy): building them and
+"""The bench's compiled peer (peers/benchgo: client, relay, backend, dockerclient, httpproxy): its binary and
 running the clients.
 
-benchgo is built with Debian's Go toolchain in GOPATH mode against Debian's grpc-go sources
-(golang-go, golang-google-grpc-dev): offline, no module download. The binary is cached per
-source digest under ~/.cache/runtimeproxy/benchgo, so it is rebuilt only when bench/go changes.
+benchgo is a package of the project's Go module (peers/), built and cached by rplab.peers like every other peer:
+grpc-go at the version peers/go.mod pins, rebuilt only when the module's sources change.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-GO_SOURCES = Path(__file__).resolve().parent / "go"
-CACHE = Path.home() / ".cache" / "runtimeproxy" / "benchgo"
-DEBIAN_GOPATH = Path("/usr/share/gocode")
-INSTALL_HINT = "apt-get install -y golang-go golang-google-grpc-dev golang-google-protobuf-dev"
+from rplab.peers import peer_binary
+
 CLIENT_TIMEOUT_SECONDS = 600
 # Every kubelet CRI call carries a deadline (--runtime-request-timeout, 2 minutes by default), and a
 # relay that honours deadlines pays for it: so every call of the client carries one too.
@@ -31,31 +25,9 @@ class GoPeerError(RuntimeError):
     pass
 
 
-def source_digest(directory: Path = GO_SOURCES) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.go")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def build_benchgo(cache: Path = CACHE) -> Path:
-    """The benchgo binary for the current sources, built on first use."""
-    go = shutil.which("go")
-    if go is None or not (DEBIAN_GOPATH / "src/google.golang.org/grpc").is_dir():
-        raise GoPeerError(f"the compiled peers need Debian's Go and grpc-go: {INSTALL_HINT}")
-    binary = cache / source_digest() / "benchgo"
-    if binary.exists():
-        return binary
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(DEBIAN_GOPATH), "GOFLAGS": "",
-           "GOCACHE": str(cache / "gocache"), "CGO_ENABLED": "0"}
-    partial = binary.with_suffix(".partial")
-    built = subprocess.run([go, "build", "-o", str(partial), "."], cwd=GO_SOURCES, env=env,
-                           capture_output=True, text=True, timeout=600)
-    if built.returncode != 0:
-        raise GoPeerError(f"go build failed: {built.stderr.strip()[-2000:]}")
-    partial.replace(binary)
-    return binary
+def build_benchgo() -> Path:
+    """The benchgo binary for the current sources, built on first use (rplab.peers.PeerBuildError if it fails)."""
+    return peer_binary("benchgo")
 
 
 def run_client(binary: Path, socket: Path, method: str, request_file: Path | None, *, concurrency: int = 1,

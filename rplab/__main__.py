@@ -42,6 +42,7 @@ from rplab.docker_lab import docker_environment, docker_lab_problem, replay_life
 from rplab.images import LAB_IMAGES, build_and_import
 from rplab.example_plugin import plugin_process, registration
 from rplab.process import ProxyProcess
+from rplab.peers import PeerBuildError
 from rplab.tools import find_tool, missing_tool_message
 from runtimeproxy.hooks.names import HOOK_NAMES
 
@@ -113,8 +114,11 @@ def pod_lifecycle(client: CriClient, log_dir: Path, show_effects: Callable[[str,
 
 def conformance(base: Path) -> int:
     """critest direct, through the proxy and through the proxy + echo plugin; 0 when they all agree."""
-    critest = find_tool("critest")
-    problem = conformance_prerequisites() or (None if critest else missing_tool_message("critest"))
+    problem = conformance_prerequisites()
+    try:
+        critest = find_tool("critest")
+    except PeerBuildError as error:
+        problem, critest = f"{problem or ''} {error}".strip(), None
     if problem or critest is None:
         print(f"lab: cannot run the conformance suite here: {problem}", file=sys.stderr)
         return 1
@@ -148,11 +152,20 @@ def write_crictl_samples(base: Path, client: CriClient) -> tuple[Path, Path]:
     return paths
 
 
+def built_crictl() -> str:
+    """The project's crictl (rplab.peers), or plain ``crictl`` when it cannot be built here."""
+    try:
+        return str(find_tool("crictl"))
+    except PeerBuildError as error:
+        print(f"lab: {error}", file=sys.stderr)
+        return "crictl"
+
+
 def wait_until_stopped(cri_socket: Path, admin_socket: Path | None, base: Path) -> None:
     """--keep: say what is running and how to use it, then wait for Ctrl-C or SIGTERM."""
     with open_channel(cri_socket) as channel:
         pod_json, container_json = write_crictl_samples(base, CriClient(channel))
-    crictl = f"crictl --runtime-endpoint unix://{cri_socket} --image-endpoint unix://{cri_socket}"
+    crictl = f"{built_crictl()} --runtime-endpoint unix://{cri_socket} --image-endpoint unix://{cri_socket}"
     print(f"running until Ctrl-C or SIGTERM. CRI socket: {cri_socket}"
           + (f"; admin socket: {admin_socket} (runtimeproxyctl --admin-endpoint {admin_socket} status)"
              if admin_socket else ""))

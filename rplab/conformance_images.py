@@ -12,6 +12,9 @@ in ``/etc/passwd``/``/etc/group``, web servers answering on their ports, a setui
 * nonewprivs: a static setuid-root program printing ``Effective uid: N``;
 * the test-image-* family: "FROM busybox; ADD <name>", with the users, groups and tags the image specs check.
 
+Besides, the lab's pause image is published as ``pause:3.9`` of two registries, for the specs that pull one image by
+two registries' names.
+
 Nothing here can reproduce an upstream digest, so critest's "image with digest" spec cannot pass offline.
 """
 
@@ -23,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rplab.images import (
-    DEFAULT_PATH, FileEntry, ImageBlobs, ImageBuildError, busybox_entries, compile_static, find_busybox, image_blobs,
-    layer_tar, library_entries, oci_architecture,
+    DEFAULT_PATH, PAUSE_CONFIG, FileEntry, ImageBlobs, ImageBuildError, busybox_entries, compile_pause, compile_static,
+    find_busybox, image_blobs, layer_tar, library_entries, oci_architecture, pause_entries,
 )
 
 E2E = "registry.k8s.io/e2e-test-images/"
@@ -34,8 +37,11 @@ NGINX_REF = E2E + "nginx:1.14-2"
 HTTPD_REF = E2E + "httpd:2.4.39-4"
 NONEWPRIVS_REF = E2E + "nonewprivs:1.3"
 HOSTNET_NGINX_REF = CRI_TOOLS + f"hostnet-nginx-{oci_architecture()}:latest"
+# One image under two registries' names, for the specs that pull it from both and expect one image ID: the lab's
+# pause program stands in (pushed once to the local registry, so both names have one digest).
+PAUSE_REFS = ("registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9")
 # Upstream hosts critest pulls from: the registry mirror config names each of them.
-UPSTREAM_HOSTS = ("registry.k8s.io", "gcr.io", "docker.io")
+UPSTREAM_HOSTS = ("registry.k8s.io", "gcr.io", "docker.io", "k8s.gcr.io")
 
 WEB_PORT = 80
 HOSTNET_NGINX_PORT = 12003  # what critest's hostnet-nginx image listens on
@@ -199,6 +205,9 @@ def conformance_images(workdir: Path) -> list[ConformanceImage]:
 
     nnp = compile_static(NONEWPRIVS_SOURCE, workdir, "nnp")
     images = [
+        # Not the lab's sandbox image itself: the specs remove it by ID, which would remove every name of it.
+        ConformanceImage(PAUSE_REFS, image_blobs([layer_tar(pause_entries(compile_pause(workdir)))],
+                                                 {**PAUSE_CONFIG, "Labels": {"runtimeproxy.critest": "pause"}})),
         ConformanceImage(BUSYBOX_REFS, image_blobs([base], BASE_CONFIG)),
         on_base([NGINX_REF], nginx_entries(workdir, WEB_PORT), Cmd=["nginx", "-g", "daemon off;"]),
         on_base([HOSTNET_NGINX_REF], nginx_entries(workdir, HOSTNET_NGINX_PORT), Cmd=["nginx", "-g", "daemon off;"]),

@@ -57,6 +57,9 @@ def parse_junit(report: Path) -> CritestResult:
 
 
 GO_REGEXP_SPECIALS = set("\\.+*?()|[]{}^$")
+# The labels ginkgo appends to a junit spec name and not to the text a focus matches; critest's specs have only
+# the one its Serial decorator brings.
+JUNIT_LABELS_SUFFIX = " [Serial]"
 
 
 def exact_spec_regexp(names: list[str]) -> str:
@@ -65,7 +68,7 @@ def exact_spec_regexp(names: list[str]) -> str:
         return "".join("\\" + c if c in GO_REGEXP_SPECIALS else c for c in text)
 
     # Anchored at the end only: ginkgo matches the focus against a text with something before the spec name.
-    return "|".join(f"{literal(name.removeprefix('[It] '))}$" for name in names)
+    return "|".join(f"{literal(name.removeprefix('[It] ').removesuffix(JUNIT_LABELS_SUFFIX))}$" for name in names)
 
 
 def run_critest(critest: Path, socket: str | Path, report: Path, *, skip: str = OFFLINE_SKIP, focus: str = "",

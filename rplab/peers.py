@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,11 @@ CACHE = Path(os.environ.get("RUNTIMEPROXY_PEERS_CACHE", Path.home() / ".cache" /
 # Where the machine's Go is when it is not on PATH (the toolchain tarball's usual place).
 GO_FALLBACKS = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
 BUILD_TIMEOUT_SECONDS = 1800
+# Go 1.21 is the first that fetches the toolchain a go.mod names (GOTOOLCHAIN=auto).
+MIN_GO_MINOR = 21
+GO_INSTALL_HINT = ("The compiled peers need Go 1.21 or later: Debian 13's golang-go, Debian 12's golang-1.23-go from "
+                   "bookworm-backports (its bin/ on PATH), or Go's release tarball unpacked in /usr/local; it fetches "
+                   "the toolchain peers/go.mod names by itself.")
 
 
 class PeerBuildError(RuntimeError):
@@ -39,8 +46,12 @@ class Peer:
     test_binary: bool = False
     modfile: str | None = None
     tags: tuple[str, ...] = ()
+    # (module, its string variable) set at link time to the version go.mod requires of that module, as the
+    # module's own release build does (cri-tools prints it in `crictl --version` and critest's banner).
+    version_stamp: tuple[str, str] | None = None
 
 
+CRI_TOOLS_VERSION = ("sigs.k8s.io/cri-tools", "pkg/version.Version")
 # Every peer, by the name its binary gets; python -m rplab.peers builds them all.
 PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     Peer("criapidesc", "./criapidesc"),
@@ -48,18 +59,27 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     Peer("nriplugin-v0.12", "./nriplugin"),
     Peer("nriplugin-v0.8", "./nriplugin", modfile="nri-v0.8.mod", tags=("nri_v08",)),
     Peer("crilifecycle", "./crilifecycle"),
+    # cri-tools' programs, built from the module go.mod requires (its `tool` lines keep them in go.sum).
+    Peer("crictl", "sigs.k8s.io/cri-tools/cmd/crictl", version_stamp=CRI_TOOLS_VERSION),
+    Peer("ginkgo", "github.com/onsi/ginkgo/v2/ginkgo"),  # critest -parallel N runs its processes
+    Peer("critest", "./critest", test_binary=True, version_stamp=CRI_TOOLS_VERSION),  # critest's specs, our runner
+    Peer("benchgo", "./benchgo"),  # the bench's load client, relays and instant backend
 )}
 
 
 def go_toolchain() -> Path:
+    """The machine's ``go``: on PATH, else where a toolchain is usually unpacked; it must be 1.21 or later, which
+    fetches the toolchain peers/go.mod names from the Go module proxy by itself (GOTOOLCHAIN)."""
     found = shutil.which("go")
-    if found:
-        return Path(found)
-    for candidate in GO_FALLBACKS:
-        if candidate.is_file():
-            return candidate
-    raise PeerBuildError("the compiled peers need Go (1.21 or later fetches the toolchain peers/go.mod names): "
-                         "put it on PATH")
+    candidates = [Path(found)] if found else [c for c in GO_FALLBACKS if c.is_file()]
+    if not candidates:
+        raise PeerBuildError(f"Go not found (on PATH, {', '.join(map(str, GO_FALLBACKS))}). {GO_INSTALL_HINT}")
+    go = candidates[0]
+    version = subprocess.run([str(go), "version"], capture_output=True, text=True, check=False).stdout
+    release = re.search(r"go1\.(\d+)", version)
+    if release is None or int(release.group(1)) < MIN_GO_MINOR:
+        raise PeerBuildError(f"{go} is {version.strip() or 'not a working Go'}. {GO_INSTALL_HINT}")
+    return go
 
 
 def source_digest(module: Path = MODULE) -> str:
@@ -82,7 +102,18 @@ def build_arguments(peer: Peer, output: Path) -> list[str]:
         arguments.append(f"-modfile={peer.modfile}")
     if peer.tags:
         arguments.append(f"-tags={','.join(peer.tags)}")
+    if peer.version_stamp:
+        module_path, variable = peer.version_stamp
+        arguments.append(f"-ldflags=-X {module_path}/{variable}={required_version(module_path)}")
     return [*arguments, "-o", str(output), peer.package]
+
+
+def required_version(module_path: str, module: Path = MODULE) -> str:
+    """The version ``module``'s go.mod requires of ``module_path``."""
+    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module_path)} (v\S+)", (module / "go.mod").read_text(), re.M)
+    if found is None:
+        raise PeerBuildError(f"{module}/go.mod requires no {module_path}")
+    return found.group(1)
 
 
 def peer_binary(name: str, cache: Path = CACHE) -> Path:
@@ -105,8 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rplab.peers", description=__doc__)
     parser.add_argument("names", nargs="*", help="peers to build (all when none is named)")
     args = parser.parse_args(argv)
-    for name in args.names or sorted(PEERS):
-        print(f"{name}: {peer_binary(name)}")
+    try:
+        for name in args.names or sorted(PEERS):
+            print(f"{name}: {peer_binary(name)}", flush=True)
+    except PeerBuildError as error:
+        print(f"rplab.peers: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,8 +1,11 @@
-"""Where the third-party CRI clients are (crictl, critest, cri-dockerd): on PATH, else in the directory
-``RUNTIMEPROXY_TOOLS_DIR`` names.
+"""Where the third-party CRI clients are: crictl and critest are built from the project's Go module
+(``rplab.peers``, cri-tools at the version ``peers/go.mod`` pins); cri-dockerd is looked for on PATH, else in
+the directory ``RUNTIMEPROXY_TOOLS_DIR`` names.
 
-They are Go programs that no package registry this project installs from carries, so nothing here installs
-them: where they are missing, what needs them says so (which tool, how to get it) and the rest goes on.
+cri-dockerd cannot be built from the Go module proxy (its go.mod has replace directives) and no package registry
+this project installs from carries it, so nothing here installs it: where it is missing, what needs it says so
+(where to get it) and the rest goes on. A built client that fails to build raises ``PeerBuildError``: that is a
+broken checkout or machine, never a reason to skip.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ import os
 import shutil
 from pathlib import Path
 
+from rplab.peers import peer_binary
+
 TOOLS_DIR_ENV = "RUNTIMEPROXY_TOOLS_DIR"
-# Where each client's release binaries are published, and the version the project was measured with.
+# The clients rplab.peers builds; find_tool never looks for these on PATH, so every run uses the pinned version.
+BUILT_TOOLS = ("crictl", "critest")
+# Where each client that is not built here is published, and the version the project was measured with.
 RELEASES = {
-    "crictl": ("https://github.com/kubernetes-sigs/cri-tools/releases", "v1.32.0"),
-    "critest": ("https://github.com/kubernetes-sigs/cri-tools/releases", "v1.32.0"),
     "cri-dockerd": ("https://github.com/Mirantis/cri-dockerd/releases", "v0.3.1"),
 }
 
@@ -27,7 +32,10 @@ def tools_dirs() -> list[Path]:
 
 
 def find_tool(name: str) -> Path | None:
-    """The executable ``name`` on PATH, else in the tools directory; None when neither has it."""
+    """A built client's binary (built on first use); else the executable ``name`` on PATH, else in the tools
+    directory; None when neither has it."""
+    if name in BUILT_TOOLS:
+        return peer_binary(name)
     found = shutil.which(name)
     if found:
         return Path(found)

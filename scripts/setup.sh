@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the lab and the tests need on a fresh Debian machine (run as root):
 # containerd + runc + busybox (for the offline images), docker-registry + CNI plugins (for the conformance
-# lab) from Debian, the project from PyPI deps.
+# lab) from Debian, the project from PyPI deps, the compiled test peers from peers/ (needs Go 1.21 or later).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +32,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 echo "setup: installing runtimeproxy and its test dependencies into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+# The compiled test peers (crictl, critest's specs, the bench's Go client ...): built from peers/ with the Go module
+# proxy's modules at the versions peers/go.mod pins, cached per source digest (a second run builds nothing). The
+# crictl and critest tests need them, so a machine without a Go 1.21+ fails here, saying what to install.
+echo "setup: building the compiled test peers (peers/)"
+"$venv/bin/python" -m rplab.peers

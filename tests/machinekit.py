@@ -1,9 +1,10 @@
 """What a test needs from the machine, in one place.
 
 A part the project installs itself (scripts/setup.sh) that is missing fails the run in CI
-(RUNTIMEPROXY_REQUIRE_E2E set) and skips the test elsewhere. A third-party CRI client (crictl, critest,
-cri-dockerd) that no registry here carries skips, in CI too, with a message saying which tool and how to
-install it (unless RUNTIMEPROXY_REQUIRE_CLIENTS is set); the run's summary lists those skips (tests/conftest.py)."""
+(RUNTIMEPROXY_REQUIRE_E2E set) and skips the test elsewhere. crictl and critest are built from the project's
+Go module (rplab.peers): one that does not build fails the test, everywhere. cri-dockerd, which no registry here
+carries, skips, in CI too, with a message saying how to install it (unless RUNTIMEPROXY_REQUIRE_CLIENTS is set);
+the run's summary lists those skips (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from rplab.peers import PeerBuildError
 from rplab.tools import find_tool, missing_tool_message
 
 REQUIRE_E2E_ENV = "RUNTIMEPROXY_REQUIRE_E2E"
-# Set by a CI that installed crictl/critest/cri-dockerd: then a missing one fails instead of skipping.
+# Set by a CI that installed cri-dockerd: then a missing one fails instead of skipping.
 REQUIRE_CLIENTS_ENV = "RUNTIMEPROXY_REQUIRE_CLIENTS"
 # Offline lab images, built once and reused across runs.
 IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
@@ -34,8 +36,12 @@ MISSING_CLIENT_SKIP = "third-party CRI client missing"
 
 
 def require_tool(name: str) -> Path:
-    """A third-party client (crictl, critest, cri-dockerd) on PATH or in $RUNTIMEPROXY_TOOLS_DIR; skips without."""
-    path = find_tool(name)
+    """A third-party CRI client: crictl and critest built from peers/ (fails when that build fails);
+    cri-dockerd on PATH or in $RUNTIMEPROXY_TOOLS_DIR (skips without)."""
+    try:
+        path = find_tool(name)
+    except PeerBuildError as error:
+        pytest.fail(f"{name} did not build: {error}")
     if path is None:
         reason = f"{MISSING_CLIENT_SKIP}: {missing_tool_message(name)}"
         if os.environ.get(REQUIRE_CLIENTS_ENV):

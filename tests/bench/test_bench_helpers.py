@@ -1,18 +1,16 @@
 """The benchmark's pure helpers: percentiles, the table, the kubelet schedule, /proc reading, the
-Go source digest, the case selection, the Docker case's containers. Benchmarks themselves never run in
+case selection, the Docker case's containers. Benchmarks themselves never run in
 tests."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from bench.cases import CASES
 from bench.cases.containerd import NodePods, kubelet_schedule
 from bench.docker_node import sandbox_body, sandbox_name
-from bench.gopeers import source_digest
 from bench.procfs import CpuUsage, memory_mb
 from bench.report import CaseReport, Row, number, percentile, render, render_markdown
 from bench.run import parse_args
@@ -66,14 +64,6 @@ def test_cpu_and_memory_of_this_process() -> None:
     assert usage.cpu > 0 and usage.minor_faults > 0
     assert usage.minus(usage).cpu == 0
     assert memory_mb(os.getpid()) > 1
-
-
-def test_go_digest_follows_the_sources(tmp_path: Path) -> None:
-    (tmp_path / "a.go").write_text("package main\n")
-    first = source_digest(tmp_path)
-    assert source_digest(tmp_path) == first
-    (tmp_path / "a.go").write_text("package main // changed\n")
-    assert source_digest(tmp_path) != first
 
 
 def test_docker_case_is_picked_by_name_or_all_but_not_by_default() -> None:

@@ -7,18 +7,20 @@ import io
 import json
 import shutil
 import tarfile
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from rplab import conformance_images as ci
-from rplab.images import find_busybox
+from rplab.images import PAUSE_CONFIG, compile_pause, find_busybox, image_blobs, layer_tar, pause_entries
 
 pytestmark = pytest.mark.skipif(
     shutil.which("gcc") is None or find_busybox() is None or shutil.which("pgrep") is None,
     reason="building the conformance images needs gcc, busybox, util-linux and procps",
 )
 
-# What critest v1.32 pulls (pkg/validate consts), by full reference.
+# What critest v1.37 pulls (pkg/validate consts), by full reference.
 CRITEST_REFS = {
     "registry.k8s.io/e2e-test-images/busybox:1.29-2", "registry.k8s.io/e2e-test-images/nginx:1.14-2",
     "registry.k8s.io/e2e-test-images/httpd:2.4.39-4", "registry.k8s.io/e2e-test-images/nonewprivs:1.3",
@@ -29,6 +31,7 @@ CRITEST_REFS = {
         "test-image-tags:3", "test-image-user-uid:latest", "test-image-user-username:latest",
         "test-image-user-uid-group:latest", "test-image-user-username-group:latest",
         "test-image-predefined-group:latest")),
+    "registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9",
 }
 
 
@@ -52,12 +55,20 @@ def test_every_reference_critest_pulls_is_built(built: dict[str, ci.ConformanceI
 
 
 def test_images_share_one_base_layer(built: dict[str, ci.ConformanceImage]) -> None:
-    bases = {image.blobs.layers[0] for image in built.values()}
+    bases = {image.blobs.layers[0] for ref, image in built.items() if ref not in ci.PAUSE_REFS}
     assert len(bases) == 1
     base = layer_members(bases.pop())
     for program in ("bin/sh", "bin/ls", "bin/httpd", "bin/pidof", "usr/bin/ipcs", "usr/bin/pgrep"):
         assert program in base
     assert base["bin/ls"].islnk()  # hard links: a masked symlink would mask busybox itself
+
+
+def test_pause_is_one_image_of_two_registries(built: dict[str, ci.ConformanceImage]) -> None:
+    first, second = (built[ref] for ref in ci.PAUSE_REFS)
+    assert first is second and image_config(first)["Entrypoint"] == ["/pause"]
+    with tempfile.TemporaryDirectory() as tmp:  # another image than the sandbox's: removing it by ID leaves that
+        sandbox = image_blobs([layer_tar(pause_entries(compile_pause(Path(tmp))))], PAUSE_CONFIG)
+    assert sandbox.digest != first.blobs.digest
 
 
 def test_tags_of_one_image_share_it_and_test_images_differ(built: dict[str, ci.ConformanceImage]) -> None:

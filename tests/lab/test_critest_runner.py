@@ -59,6 +59,12 @@ def test_exact_spec_regexp_escapes_go_metacharacters() -> None:
     assert pattern == r"\[k8s\.io\] Networking should support DNS config \[Conformance\]$|a\.b \(c\)$"
 
 
+def test_exact_spec_regexp_leaves_out_ginkgo_labels() -> None:
+    # junit names end with the spec's labels (the Serial decorator's); the text a focus matches does not.
+    pattern = exact_spec_regexp(["[It] [k8s.io] Image Manager should pull [Conformance] [Serial]"])
+    assert pattern == r"\[k8s\.io\] Image Manager should pull \[Conformance\]$"
+
+
 def test_a_spec_that_passes_on_retry_is_flaky_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 

@@ -14,6 +14,7 @@ from google.protobuf import json_format
 
 from rplab.cri import CriClient, open_channel
 from rplab.images import LAB_IMAGES
+from rplab.peers import peer_binary
 
 from machinekit import skip_or_fail
 from rplab.containerd import check_prerequisites
@@ -43,7 +44,7 @@ def test_a_kept_lab_shows_what_it_made_and_sigterm_removes_everything(tmp_path: 
     try:
         deadline = time.monotonic() + READY_WAIT_SECONDS
         assert lab.stdout is not None
-        while not lines or not lines[-1].startswith("      crictl"):
+        while not lines or "start CONTAINER_ID" not in lines[-1]:
             line = lab.stdout.readline()
             assert line and time.monotonic() < deadline, "".join(lines)
             lines.append(line)
@@ -52,6 +53,7 @@ def test_a_kept_lab_shows_what_it_made_and_sigterm_removes_everything(tmp_path: 
         assert all(image in output for image in LAB_IMAGES)
         cri_socket = Path(output.split("CRI socket: ")[1].split(";")[0])
         assert cri_socket.is_socket() and "runtimeproxyctl --admin-endpoint" in output
+        assert f"try:  {peer_binary('crictl')} --runtime-endpoint unix://{cri_socket}" in output  # the built crictl
 
         # The crictl samples are CRI configs the proxy accepts: run the pod they describe.
         with open_channel(cri_socket) as channel:

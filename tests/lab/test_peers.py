@@ -1,23 +1,89 @@
-"""rplab.peers: how a peer is built (its alternate go.mod and build tags), what its cache key covers."""
+"""rplab.peers: the cache key follows the module's sources (alternate go.mod files too), version stamps come from
+go.mod, a peer is built with its alternate go.mod and build tags, every peer's package is in the module or a module
+it requires."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rplab.peers import MODULE, PEERS, build_arguments, source_digest
+import pytest
+
+from rplab import peers
+
+
+def test_digest_follows_go_sources_and_module_files(tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text("module x\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "a.go").write_text("package main\n")
+    first = peers.source_digest(tmp_path)
+    assert peers.source_digest(tmp_path) == first
+    (tmp_path / "a" / "README").write_text("not a build input\n")
+    assert peers.source_digest(tmp_path) == first
+    (tmp_path / "a" / "a.go").write_text("package main // changed\n")
+    second = peers.source_digest(tmp_path)
+    assert second != first
+    (tmp_path / "go.mod").write_text("module x\n\nrequire y v1.0.0\n")
+    assert peers.source_digest(tmp_path) != second
+
+
+def test_required_version_reads_go_mod(tmp_path: Path) -> None:
+    (tmp_path / "go.mod").write_text("module x\n\nrequire (\n\ta.example/b v1.2.3\n\tc.example/d v0.1.0 // indirect\n)\n"
+                                      "require e.example/f v2.0.0+incompatible\n")
+    assert peers.required_version("a.example/b", tmp_path) == "v1.2.3"
+    assert peers.required_version("c.example/d", tmp_path) == "v0.1.0"
+    assert peers.required_version("e.example/f", tmp_path) == "v2.0.0+incompatible"
+    with pytest.raises(peers.PeerBuildError):
+        peers.required_version("a.example", tmp_path)
+
+
+def test_every_peer_is_a_package_of_the_module_or_a_tool_it_requires() -> None:
+    go_mod = (peers.MODULE / "go.mod").read_text()
+    for peer in peers.PEERS.values():
+        if peer.package.startswith("./"):
+            assert list((peers.MODULE / peer.package).glob("*.go")), peer
+        else:
+            assert f"\t{peer.package}\n" in go_mod, f"{peer.package}: no tool line in peers/go.mod keeps it in go.sum"
+    assert peers.required_version(peers.CRI_TOOLS_VERSION[0]).startswith("v1.")
+
+
+def fake_go(directory: Path, version: str) -> Path:
+    go = directory / "go"
+    go.write_text(f"#!/bin/sh\necho 'go version {version} linux/amd64'\n")
+    go.chmod(0o755)
+    return go
+
+
+def test_go_toolchain_wants_a_go_that_fetches_the_named_toolchain(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(peers, "GO_FALLBACKS", (tmp_path / "usr-local-go" / "go",))
+    with pytest.raises(peers.PeerBuildError, match="Go not found.*Go 1.21 or later"):
+        peers.go_toolchain()
+    fake_go(tmp_path, "go1.19.8")  # Debian 12's golang-go
+    with pytest.raises(peers.PeerBuildError, match="go1.19.8.*Go 1.21 or later"):
+        peers.go_toolchain()
+    go = fake_go(tmp_path, "go1.21.0")
+    assert peers.go_toolchain() == go
+
+
+def test_fallback_go_when_none_is_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    (tmp_path / "local").mkdir()
+    monkeypatch.setattr(peers, "GO_FALLBACKS", (tmp_path / "missing" / "go", fake_go(tmp_path / "local", "go1.26.8")))
+    assert peers.go_toolchain() == tmp_path / "local" / "go"
 
 
 def test_the_v08_nri_plugin_is_the_same_package_built_with_its_own_go_mod_and_tag() -> None:
-    newest, v08 = PEERS["nriplugin-v0.12"], PEERS["nriplugin-v0.8"]
-    assert build_arguments(newest, Path("/out")) == ["build", "-o", "/out", "./nriplugin"]
-    assert build_arguments(v08, Path("/out")) == ["build", "-modfile=nri-v0.8.mod", "-tags=nri_v08", "-o", "/out",
+    newest, v08 = peers.PEERS["nriplugin-v0.12"], peers.PEERS["nriplugin-v0.8"]
+    assert peers.build_arguments(newest, Path("/out")) == ["build", "-o", "/out", "./nriplugin"]
+    assert peers.build_arguments(v08, Path("/out")) == ["build", "-modfile=nri-v0.8.mod", "-tags=nri_v08", "-o", "/out",
                                                   "./nriplugin"]
-    assert (MODULE / "nri-v0.8.mod").is_file() and (MODULE / "nri-v0.8.sum").is_file()
+    assert (peers.MODULE / "nri-v0.8.mod").is_file() and (peers.MODULE / "nri-v0.8.sum").is_file()
 
 
 def test_the_cache_key_changes_with_an_alternate_go_mod(tmp_path: Path) -> None:
     (tmp_path / "go.mod").write_text("module m\n")
     (tmp_path / "alt.mod").write_text("module m\n")
-    before = source_digest(tmp_path)
+    before = peers.source_digest(tmp_path)
     (tmp_path / "alt.mod").write_text("module m\n\nrequire x v1\n")
-    assert source_digest(tmp_path) != before
+    assert peers.source_digest(tmp_path) != before

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // maxMessageBytes matches the proxy's limit for relayed messages.
@@ -50,7 +51,7 @@ func dialUnix(path string) (*grpc.ClientConn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	return grpc.DialContext(ctx, "passthrough:///"+strings.TrimPrefix(path, "/"),
-		grpc.WithInsecure(), grpc.WithBlock(), grpc.WithContextDialer(dialer),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithBlock(), grpc.WithContextDialer(dialer),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}),
 			grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
 }
@@ -62,7 +63,7 @@ func listenUnix(path string) (net.Listener, error) {
 
 // rawServer is a gRPC server whose every method goes to handler, as raw bytes.
 func rawServer(handler grpc.StreamHandler) *grpc.Server {
-	return grpc.NewServer(grpc.CustomCodec(rawCodec{}), grpc.UnknownServiceHandler(handler),
+	return grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(handler),
 		grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
 }
 
