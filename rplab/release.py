@@ -9,7 +9,7 @@ Why a directory (PyInstaller's onedir) and not one self-unpacking file: a onefil
 $TMPDIR at every start, which fails on a `noexec` /tmp, leaves 36 MiB behind at every `kill -9`, runs the proxy as
 the child of a bootloader that can be killed apart from it, and loads code from a directory other users may be
 able to write. The bundle is installed once (root-owned, /opt/koord-runtime-proxy) and runs in place: one process,
-nothing unpacked. It ships as a tarball and inside the .deb (rplab.debpackage). `runtimeproxyctl` is a link to the
+nothing unpacked. It ships as a tarball and inside the .deb and .rpm (rplab.nodepackages). `runtimeproxyctl` is a link to the
 same executable, which runs the command its name says.
 
     python -m rplab.release [--wheel FILE] [--out DIR]      # scripts/build_binary.sh runs this
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheel", type=Path, help="the wheel to freeze (default: built from this checkout)")
     parser.add_argument("--out", type=Path, default=CHECKOUT / "dist")
-    parser.add_argument("--deb", action="store_true", help="also build the .deb (rplab.debpackage)")
+    parser.add_argument("--packages", action="store_true", help="also build the .deb and .rpm (rplab.nodepackages)")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     try:
@@ -205,9 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         bundle = build_bundle(wheel, out)
         print(f"{bundle} (runs on glibc >= 2.31)")
         print(release_tarball(bundle, wheel_version(wheel), out))
-        if args.deb:
-            from rplab.debpackage import build_deb
+        if args.packages:
+            from rplab.nodepackages import build_deb, build_rpm
             print(build_deb(bundle, wheel_version(wheel), out))
+            print(build_rpm(bundle, wheel_version(wheel), out))
     except (ReleaseError, RootError) as error:
         print(f"release: {error}", file=sys.stderr)
         return 1
