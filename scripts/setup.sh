@@ -31,3 +31,11 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 echo "setup: installing runtimeproxy and its test dependencies into $venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+# The runtime matrix (rplab/runtimes.py): the newest containerd and dockerd, which scripts/test.sh's second pass
+# runs on (other Debian releases' packages unpacked into a cache, never installed; containerd built with Go).
+# RUNTIMEPROXY_FETCH_RUNTIMES=0 skips it; `python -m rplab.runtimes fetch NAME...` fetches any other.
+if [ "${RUNTIMEPROXY_FETCH_RUNTIMES:-1}" != 0 ]; then
+  read -r newest_containerd newest_dockerd < <("$venv/bin/python" -m rplab.runtimes newest)
+  "$venv/bin/python" -m rplab.runtimes fetch "$newest_containerd" "$newest_dockerd" >/dev/null
+fi

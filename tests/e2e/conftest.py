@@ -16,6 +16,8 @@ from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.cri import CriClient, open_channel
 from rplab.images import build_and_import
 from rplab.process import ProxyProcess
+from rplab.runtimes import selected
+from rplab.tested_with import merged_outcome, write_record
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
 from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
@@ -169,8 +171,21 @@ def conformance_hooked_proxy(conformance_lab: ConformanceLab) -> Iterator[ProxyP
         yield proxy
 
 
+# -- "Tested with": each e2e test's outcome, written per run with the runtimes it ran on (rplab.tested_with) ----
+
+E2E_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    E2E_OUTCOMES[report.nodeid] = merged_outcome(E2E_OUTCOMES.get(report.nodeid), report.outcome)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if CONFORMANCE_SUMMARY:
         terminalreporter.section("CRI conformance")
         for line in CONFORMANCE_SUMMARY:
             terminalreporter.write_line(line)
+    if E2E_OUTCOMES:
+        path = write_record(E2E_OUTCOMES)
+        runtimes = ", ".join(f"{selected(kind).name} ({selected(kind).version})" for kind in ("containerd", "dockerd"))
+        terminalreporter.write_line(f"e2e runtimes: {runtimes}; tested-with record: {path}")
