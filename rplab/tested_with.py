@@ -1,6 +1,6 @@
 """The "Tested with" table: which runtime versions each e2e suite passed, failed or skipped on, from test runs.
 
-Every pytest run of e2e tests writes one record (``tested-with-<containerd>-<dockerd>.json`` in the report
+Every pytest run of e2e tests with ``RUNTIMEPROXY_TESTED_WITH=1`` (scripts/test.sh sets it) writes one record (``tested-with-<containerd>-<dockerd>.json`` in the report
 directory, by tests/e2e/conftest.py): the runtimes the run selected (rplab.runtimes) and, per suite (test file),
 how many tests passed, failed and were skipped. ``python -m rplab.tested_with`` folds the records there into one
 Markdown table (``tested-with.md``, also printed): a row per suite, a column per runtime pair. scripts/test.sh
@@ -17,6 +17,7 @@ from pathlib import Path
 from rplab.conformance import report_dir
 from rplab.runtimes import selected
 
+TESTED_WITH_ENV = "RUNTIMEPROXY_TESTED_WITH"
 RECORD_GLOB = "tested-with-*.json"
 TABLE_NAME = "tested-with.md"
 OUTCOMES = ("passed", "failed", "skipped")
