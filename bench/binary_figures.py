@@ -1,15 +1,15 @@
-"""Figures for README "Get the binary": the single-file binaries against the installed wheel.
+"""Figures for README "Get the binary": the release bundle against the installed wheel.
 
-    python3 -m bench.binary_figures [--binaries DIR] [--runs N]   (from the repo root)
+    python3 -m bench.binary_figures [--bundle DIR] [--runs N]   (from the repo root)
 
-Builds the binaries with scripts/build_binary.sh (unless --binaries names a directory holding them) and the
-wheel's virtualenv with tests/packagekit.installed_wheel(), then prints:
+Builds the bundle with rplab.release (unless --bundle names one) and the wheel's virtualenv with
+tests/packagekit.installed_wheel(), then prints:
 
-- sizes: each binary; what it extracts to at start; the venv's site-packages the proxy needs (pip,
-  setuptools and their helpers left out);
+- sizes: the bundle on disk and as its tarball; the venv's site-packages the proxy needs (pip, setuptools and
+  their helpers left out);
 - start time, median of N: spawn until health answers SERVING (in front of the synthetic instant backend),
   and `--version` wall time;
-- the oldest glibc the binary runs on: the highest GLIBC_x.y symbol version that the bootloader or any
+- the oldest glibc the bundle runs on: the highest GLIBC_x.y symbol version that the executable or any
   bundled shared object requires (`objdump -T`), and which file requires it.
 
 A measuring tool, not a test: nothing here asserts a time.
@@ -18,7 +18,6 @@ A measuring tool, not a test: nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import statistics
@@ -53,9 +52,9 @@ def mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
-def build_binaries(out: Path) -> Path:
+def build_bundle(out: Path) -> Path:
     subprocess.run(["bash", str(REPO_ROOT / "scripts" / "build_binary.sh"), "--out", str(out)], check=True)
-    return out
+    return out / PROXY
 
 
 def site_packages_bytes(bin_dir: Path) -> int:
@@ -129,42 +128,31 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--binaries", type=Path, help="directory with the built binaries (default: build them)")
+    parser.add_argument("--bundle", type=Path, help="a built bundle directory (default: build one)")
     parser.add_argument("--runs", type=int, default=5, help="runs per start-time figure (median)")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="rp-figures-", dir="/tmp"))
     try:
-        binaries = args.binaries or build_binaries(base / "binaries")
+        bundle = args.bundle or build_bundle(base / "release")
         venv_bin = installed_wheel()
-        extraction_tmp = base / "tmp"
-        extraction_tmp.mkdir()
-        os.environ["TMPDIR"] = str(extraction_tmp)  # the binaries extract here (inherited)
-        seen: dict[str, object] = {}
-
-        def inspect_extraction() -> None:
-            (extracted,) = extraction_tmp.glob("_MEI*")
-            seen["extracted_bytes"] = tree_bytes(extracted)
-            seen["glibc"] = glibc_requirements([binaries / PROXY, *elf_files(extracted)])
-
-        builds = {"binary": [str(binaries / PROXY)], "wheel venv": [str(venv_bin / PROXY)]}
+        builds = {"bundle": [str(bundle / PROXY)], "wheel venv": [str(venv_bin / PROXY)]}
         with synthetic_backend(base) as backend:
-            time_until_serving(builds["binary"], backend, base, inspect_extraction)
             figures = {name: (median_of(args.runs, lambda c=command: time_until_serving(c, backend, base)),
                               median_of(args.runs, lambda c=command: time_version(c)))
                        for name, command in builds.items()}
+        packed = subprocess.run(["tar", "-czf", "-", "-C", str(bundle), "."], check=True, capture_output=True).stdout
 
         print(f"python: {sys.version.split()[0]}; runs per figure: {args.runs} (median)")
-        print(f"size: {PROXY} {mib(tree_bytes(binaries / PROXY))}, {CTL} {mib(tree_bytes(binaries / CTL))}, "
-              f"extracted at start {mib(seen['extracted_bytes'])}; "
+        print(f"size: bundle {mib(tree_bytes(bundle))} on disk, {mib(len(packed))} as tar.gz; "
               f"wheel venv site-packages {mib(site_packages_bytes(venv_bin))} (plus the node's Python)")
         for name, (serving, version) in figures.items():
             print(f"start ({name}): until health SERVING {serving * 1000:.0f} ms, --version {version * 1000:.0f} ms")
-        needs = seen["glibc"]
+        needs = glibc_requirements(elf_files(bundle))
         oldest = max(needs.values())
         culprits = sorted(path.name for path, version in needs.items() if version == oldest)
         print(f"oldest glibc: {'.'.join(map(str, oldest))} (required by {', '.join(culprits)}); "
-              f"bootloader alone: {'.'.join(map(str, needs.get(binaries / PROXY, (0,))))}")
+              f"executable alone: {'.'.join(map(str, needs.get(bundle / PROXY, (0,))))}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
         shutil.rmtree(PACKAGE_WORKDIR, ignore_errors=True)

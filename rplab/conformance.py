@@ -151,12 +151,18 @@ def echo_hooked_proxy_in(directory: Path, runtime_address: str) -> Iterator[Prox
 
 @contextmanager
 def nri_hosting_proxy(lab: ConformanceLab, name: str) -> Iterator[ProxyProcess]:
-    """A proxy in front of the lab's containerd hosting NRI, with the no-op NRI plugin (NRI_PLUGIN_ID) launched
+    """``nri_hosting_proxy_in(lab.base_dir / name, ...)`` in front of the lab's containerd."""
+    with nri_hosting_proxy_in(lab.base_dir / name, lab.containerd.address) as proxy:
+        yield proxy
+
+
+@contextmanager
+def nri_hosting_proxy_in(directory: Path, runtime_address: str) -> Iterator[ProxyProcess]:
+    """A proxy in front of ``runtime_address`` hosting NRI, with the no-op NRI plugin (NRI_PLUGIN_ID) launched
     from its plugin directory and subscribed to every event; yielded once the plugin is attached (its calls per
-    event are in `runtimeproxyctl status`)."""
-    directory = lab.base_dir / name
+    event are in `runtimeproxyctl status`). Both live in ``directory``."""
     install_noop(directory / "nri-plugins", NRI_PLUGIN_ID)
-    proxy = ProxyProcess(directory / "proxy" / "rp.sock", lab.containerd.address, extra_args=[
+    proxy = ProxyProcess(directory / "proxy" / "rp.sock", runtime_address, extra_args=[
         f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={directory / 'nri-plugins'}",
         f"--nri-plugin-config-path={directory / 'nri-conf.d'}", "--log-level=info"])
     with proxy:

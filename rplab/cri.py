@@ -42,6 +42,15 @@ def open_channel(address: str | Path) -> grpc.Channel:
     )
 
 
+def env_entry(api: ModuleType, key: str, value: str | bytes) -> Any:
+    """A KeyValue of either CRI version: runtime.v1 carries the value as bytes (since cri-api 0.34.9),
+    v1alpha2 as a string."""
+    field = api.KeyValue.DESCRIPTOR.fields_by_name["value"]
+    if field.type == field.TYPE_BYTES:
+        return api.KeyValue(key=key, value=value.encode() if isinstance(value, str) else value)
+    return api.KeyValue(key=key, value=value.decode() if isinstance(value, bytes) else value)
+
+
 @dataclass
 class CriClient:
     """Stubs of one CRI version over one channel; `api` is that version's message module."""
@@ -55,12 +64,6 @@ class CriClient:
         self.images = stubs.ImageServiceStub(self.channel)
 
     # -- configs ------------------------------------------------------------------------
-
-    def env_value(self, value: str | bytes) -> str | bytes:
-        """An env value as this CRI version types it: bytes in v1 (cri-api v0.36.2 on), text in v1alpha2."""
-        if self.version == "v1":
-            return value.encode() if isinstance(value, str) else value
-        return value.decode() if isinstance(value, bytes) else value
 
     def pod_config(
         self,
@@ -108,7 +111,7 @@ class CriClient:
             image=api.ImageSpec(image=image),
             # sh traps TERM so StopContainer returns at once instead of after its grace period.
             command=command or ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
-            envs=[api.KeyValue(key=k, value=self.env_value(v)) for k, v in (envs or {}).items()],
+            envs=[env_entry(api, k, v) for k, v in (envs or {}).items()],
             annotations=annotations or {},
             log_path=f"{name}/0.log",
             linux=linux,

@@ -31,16 +31,23 @@ class PeerBuildError(RuntimeError):
 @dataclass(frozen=True)
 class Peer:
     """One compiled peer: its package under peers/, built as a program or (``test_binary``) with ``go test -c``;
-    ``modfile`` names an alternate go.mod in peers/ for a peer pinned to other versions of a module."""
+    ``modfile`` names an alternate go.mod in peers/ for a peer pinned to other versions of a module, ``tags`` the
+    build tags that pick the package's files for those versions."""
 
     name: str
     package: str
     test_binary: bool = False
     modfile: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 # Every peer, by the name its binary gets; python -m rplab.peers builds them all.
 PEERS: dict[str, Peer] = {peer.name: peer for peer in (
+    Peer("criapidesc", "./criapidesc"),
+    # The project's NRI plugin on NRI's real stub: the newest stub, and v0.8 (containerd 1.7.26 to 2.1's NRI).
+    Peer("nriplugin-v0.12", "./nriplugin"),
+    Peer("nriplugin-v0.8", "./nriplugin", modfile="nri-v0.8.mod", tags=("nri_v08",)),
+    Peer("crilifecycle", "./crilifecycle"),
 )}
 
 
@@ -68,6 +75,16 @@ def build_environment() -> dict[str, str]:
     return {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false -mod=readonly"}
 
 
+def build_arguments(peer: Peer, output: Path) -> list[str]:
+    """The go command's arguments that build `peer` into `output` (run in peers/)."""
+    arguments = ["test", "-c"] if peer.test_binary else ["build"]
+    if peer.modfile:
+        arguments.append(f"-modfile={peer.modfile}")
+    if peer.tags:
+        arguments.append(f"-tags={','.join(peer.tags)}")
+    return [*arguments, "-o", str(output), peer.package]
+
+
 def peer_binary(name: str, cache: Path = CACHE) -> Path:
     """The binary of peer ``name`` for the current sources, built on first use."""
     peer = PEERS[name]
@@ -76,13 +93,8 @@ def peer_binary(name: str, cache: Path = CACHE) -> Path:
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
     partial = binary.with_name(f".{name}.partial")
-    argv = [str(go_toolchain())]
-    argv += ["test", "-c"] if peer.test_binary else ["build"]
-    if peer.modfile:
-        argv.append(f"-modfile={peer.modfile}")
-    argv += ["-o", str(partial), peer.package]
-    built = subprocess.run(argv, cwd=MODULE, env=build_environment(), capture_output=True, text=True,
-                           timeout=BUILD_TIMEOUT_SECONDS)
+    built = subprocess.run([str(go_toolchain()), *build_arguments(peer, partial)], cwd=MODULE,
+                           env=build_environment(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS)
     if built.returncode != 0:
         raise PeerBuildError(f"building peer {name} failed: {built.stderr.strip()[-3000:]}")
     partial.replace(binary)

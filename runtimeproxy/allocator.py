@@ -198,11 +198,8 @@ def reexec_with_huge_pages() -> None:
     open. The new image keeps the pid (systemd and pid files see no change); GLIBC_TUNABLES
     set means the second run goes straight on.
 
-    In the single-file binary (PyInstaller onefile, sys.frozen) this runs in the bootloader's
-    child: sys.executable is the binary, and the environment still carries the bootloader's
-    _PYI_* variables, so the re-executed bootloader knows it is that child and starts Python from
-    the same extraction instead of extracting and forking again. The parent, the pid systemd
-    sees, keeps waiting on the same pid and forwarding signals (tests/e2e/test_binary.py).
+    In the release bundle (PyInstaller onedir, sys.frozen) sys.executable is the bundle's executable, which
+    runs in place: the re-exec starts it again in the same process, as for a virtualenv's python.
     """
     if not wants_huge_pages_reexec() or not sys.executable or not getattr(sys, "orig_argv", None):
         return

@@ -7,6 +7,10 @@ the process's life, is taken before the socket is looked at. Two proxies started
 the same instant cannot both pass; the loser learns the holder's pid from the file.
 A socket that accepts connections is refused too (a server that takes no lock).
 
+Every socket the proxy serves is created with its final mode whatever the umask (`bind_unix_socket`, or
+`restrictive_umask` around a bind gRPC makes) and listens with the kernel's full backlog (`listen_backlog`:
+net.core.somaxconn, as dockerd and gRPC do), so a burst of clients is queued, not refused with EAGAIN.
+
 The proxy usually runs as root, so whatever it creates or truncates beside its socket must be
 out of other users' reach: the socket's directory must pass the trust rule of plugin config
 directories along its whole chain (`runtimeproxy.trust`: owned by root or the proxy's user, not
@@ -19,17 +23,20 @@ operator's problem, and the proxy must not guess which of the two files is the r
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from runtimeproxy.trust import TrustedOwners
 
 SOCKET_MODE = 0o660
+SOMAXCONN_PATH = Path("/proc/sys/net/core/somaxconn")
 LOCK_FILE_MODE = 0o600
 LOCK_SUFFIX = ".lock"
 # Directories the proxy creates for its sockets: what the trust rule accepts, whatever the umask.
@@ -211,6 +218,42 @@ def _remove_stale_socket(path: Path) -> None:
     if _accepts_connections(path):
         raise SocketInUseError(f"{path} is served by another running process; refusing to take it over")
     path.unlink(missing_ok=True)
+
+
+def listen_backlog() -> int:
+    """The kernel's limit on a listening socket's queue (what dockerd and gRPC ask for); asyncio's default is 100."""
+    try:
+        return max(int(SOMAXCONN_PATH.read_text()), socket.SOMAXCONN)
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
+
+
+@contextlib.contextmanager
+def restrictive_umask(mode: int = SOCKET_MODE) -> Iterator[None]:
+    """Around a bind: the socket file is born with at most `mode`, never as the process's umask says (under
+    umask 000 it would be 0777 until the chmod, and a client connected then keeps its connection)."""
+    previous = os.umask(0o777 & ~mode)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def bind_unix_socket(path: Path, mode: int = SOCKET_MODE) -> tuple[socket.socket, int]:
+    """A listening unix socket at `path` (already claimed): mode `mode` from its creation on, the kernel's full
+    backlog. Returns it (non-blocking, for asyncio's `sock=`, whose `backlog=` must be listen_backlog() too)
+    and its inode, for release_socket."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with restrictive_umask(mode):
+            sock.bind(str(path))
+        os.chmod(path, mode)  # the umask only takes bits away: group read/write come back here
+        sock.listen(listen_backlog())
+        sock.setblocking(False)
+        return sock, path.stat().st_ino
+    except BaseException:
+        sock.close()
+        raise
 
 
 def restrict_socket(path: Path) -> int:

@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 # prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests;
 # python3-venv: the README's node install (a virtualenv of Debian's python3), run as written by the tests;
 # docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
-# binutils: objdump, which PyInstaller needs for scripts/build_binary.sh (and the glibc figure in bench/).
+# binutils: objdump (the glibc figure in bench/); debootstrap, patch: the release bundle is built in a Debian 11 root
+# (scripts/build_binary.sh), the .deb tried in a Debian 12 one.
 debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io python3-venv
-  docker-registry util-linux procps iproute2 iptables binutils)
+  docker-registry util-linux procps iproute2 iptables binutils debootstrap patch)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

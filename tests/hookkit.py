@@ -3,6 +3,8 @@
 - resources(), full_resources(), pod_request(), container_request(): sample hook messages.
 - fill(): every field of a protobuf message set to a distinct non-default value, recursively,
   so that a round trip that loses or corrupts any field shows up as an inequality.
+- mark_unknown(), unknown_marks(): an unknown field in a message and every message in it, and where such
+  fields are found again (fields a newer peer sends, which a re-encoded message must keep).
 - ScriptedPlugin (rplab.example_plugin): the example plugin answering each hook as the test chooses.
 - PluginBench: a real PluginRegistry over a config dir plus a Dispatcher, driven from sync tests.
 """
@@ -10,12 +12,13 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
 from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)
@@ -209,3 +212,42 @@ class PluginBench:
         self.loop.run(self.registry.close())
         for plugin in self._servers:
             self.loop.run(plugin.stop())
+
+
+# --- fields unknown to our protos -------------------------------------------------------------------
+
+UNKNOWN_FIELD = 9999  # no CRI message numbers a field this high: unknown to every version of the protos
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out + bytes([value]))
+
+
+def _submessages(message: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Every message set in `message`, by path; map entries aside (no protobuf runtime keeps their unknowns)."""
+    for field, value in message.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        if field.is_repeated:
+            yield from ((f"{path}.{field.name}[{index}]", item) for index, item in enumerate(value))
+        else:
+            yield f"{path}.{field.name}", value
+
+
+def mark_unknown(message: Any, path: str = "") -> list[str]:
+    """Adds to `message` and every message in it an unknown field whose bytes name its path; the paths."""
+    marked = [mark for sub_path, sub in _submessages(message, path) for mark in mark_unknown(sub, sub_path)]
+    payload = (path or "request").encode()
+    message.MergeFromString(_varint(UNKNOWN_FIELD << 3 | 2) + _varint(len(payload)) + payload)
+    return sorted([payload.decode(), *marked])
+
+
+def unknown_marks(message: Any, path: str = "") -> list[str]:
+    """The paths named by the unknown fields found anywhere in `message` (where they were put, if kept)."""
+    found = [field.data.decode() for field in UnknownFieldSet(message) if field.field_number == UNKNOWN_FIELD]
+    found += [mark for sub_path, sub in _submessages(message, path) for mark in unknown_marks(sub, sub_path)]
+    return sorted(found)

@@ -61,3 +61,57 @@ def require_command(name: str, debian_package: str) -> str:
         skip_or_fail(f"{name} (Debian package {debian_package}) is not installed; run scripts/setup.sh")
     assert path is not None
     return path
+
+
+NOBODY = 65534
+
+
+def connect_as(uid: int, socket_path: Path) -> int:
+    """connect() to a unix socket from a forked child running as `uid` (no supplementary groups): 0 if it
+    connected, else the errno (EACCES: the socket's mode or a directory on its way kept it out)."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only connects and exits
+        code = 0
+        try:
+            import socket
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(socket_path))
+        except OSError as error:
+            code = error.errno or 255
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def traversable_directory(parent: Path) -> Path:
+    """A fresh root-owned 0755 directory under `parent` (itself traversable: /tmp), so that what keeps another
+    uid out of a socket inside is the socket's own mode."""
+    import tempfile
+    directory = Path(tempfile.mkdtemp(dir=parent))
+    directory.chmod(0o755)
+    return directory
+
+
+def refused_dials(socket_path: Path, count: int) -> int:
+    """`count` non-blocking connect()s to a unix socket, all open at once (as a burst of clients): how many the
+    kernel refused with EAGAIN because the listener's backlog was full."""
+    import errno
+    import socket
+    probes, refused = [], 0
+    try:
+        for _ in range(count):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            probe.setblocking(False)
+            probes.append(probe)
+            try:
+                probe.connect(str(socket_path))
+            except BlockingIOError as error:
+                assert error.errno == errno.EAGAIN, error
+                refused += 1
+    finally:
+        for probe in probes:
+            probe.close()
+    return refused

@@ -25,7 +25,7 @@ def _run(argv: list[str], cwd: Path | None = None, timeout: float = 600) -> str:
 
 
 # Not copied into the build: what a build leaves behind (a stale build/lib would leak into the wheel).
-_NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+_NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
                                      "reports", "results")
 
 

@@ -29,7 +29,7 @@ from runtimeproxy.hooks.toggles import (
     ALL_PLUGINS, EXTRA_PREFIX, ToggleError, UnknownPlugin, extra_toggle_name, plugin_file_name, scopes_named,
     unknown_plugin,
 )
-from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket
+from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrictive_umask
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -173,13 +173,9 @@ class AdminServer:
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection([ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-        # The umask covers the window between bind and chmod.
-        previous_umask = os.umask(0o177)
-        try:
+        with restrictive_umask(ADMIN_SOCKET_MODE):  # the window between bind and chmod
             if not server.add_insecure_port(grpc_target(self.path)):
                 raise RuntimeError(f"cannot listen on {self.path}")
-        finally:
-            os.umask(previous_umask)
         await server.start()
         self._server = server
         os.chmod(self.path, ADMIN_SOCKET_MODE)

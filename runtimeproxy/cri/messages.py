@@ -86,17 +86,28 @@ def apply_to_container_config(
 ) -> None:
     """Write the hooks' result into the request; env values the plugins left as shown keep the kubelet's bytes."""
     config = request.config
-    originals = raw_envs(config)
     replace_map(config.annotations, container.container_annotations)
     if container.HasField("container_resources"):
         config.linux.resources.CopyFrom(
             convert(container.container_resources, cri.LinuxContainerResources)
         )
     envs = container.container_envs
+    originals = {entry.key: entry for entry in config.envs}  # a name listed twice: its last entry, as runtimes use
+    entries = [env_entry(originals.get(name), name, envs[name]) for name in ordered_env_names(envs, env_order)]
     del config.envs[:]
-    config.envs.extend(cri.KeyValue(key=name, value=written_value(envs[name], originals.get(name)))
-                       for name in ordered_env_names(envs, env_order))
+    config.envs.extend(entries)
     align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
+
+
+def env_entry(original: cri.KeyValue | None, name: str, value: str) -> cri.KeyValue:
+    """A written-back env entry: a copy of the request's own for that name, if any (fields the proxy does not
+    know stay), with the plugins' value (the original bytes where they left it as shown: hooks.envvalues)."""
+    entry = cri.KeyValue()
+    if original is not None:
+        entry.CopyFrom(original)
+    entry.key = name
+    entry.value = written_value(value, original.value if original is not None else None)
+    return entry
 
 
 def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_parent: str) -> bool:

@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.cri.calls import CriCallRecorder
 from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.listener import restrictive_umask
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.points import RuntimeHooks
@@ -180,8 +181,9 @@ class CriFrontend:
             self.backend, cri_method_table(), cri_hooks.interceptors(), options.decode_all, self.report.calls,
         )
         server.add_generic_rpc_handlers((self._handler,))
-        if not server.add_insecure_port(grpc_target(options.listen_path)):
-            raise RuntimeError(f"cannot listen on {options.listen_path}")
+        with restrictive_umask():  # the window between bind and the proxy's chmod (Proxy.start)
+            if not server.add_insecure_port(grpc_target(options.listen_path)):
+                raise RuntimeError(f"cannot listen on {options.listen_path}")
         await server.start()
         self._server = server
 

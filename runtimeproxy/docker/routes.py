@@ -1,12 +1,21 @@
 """The Docker Engine API routes that hooks will intercept; everything else is pure relay.
 
 cri-dockerd prefixes paths with the API version (`/v1.41/containers/create`); older clients do not.
+
+Routes are matched on the path as dockerd routes it, or a request spelled otherwise would reach dockerd's
+handler without its hooks (a Fail-policy refusal bypassed, a PostStop hook skipped): Go's net/http takes the
+request-target in origin form or absolute form (`http://docker/v1.41/containers/create`, any scheme, even
+`http:/v1.41/...`) and percent-decodes the path (`/containers/%63reate` is `create`); gorilla/mux then
+matches the decoded path, answering a path that is not clean (`//`, `.` or `..` elements) with a 301 to the
+cleaned one, never routing it; the version prefix is `/v{version:[0-9.]+}` and `{name:.*}` takes slashes.
+`routed_path` does the same. Plain targets (origin form, no `%`, no `//` or `/.`) take a fast path.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+import urllib.parse
 from dataclasses import dataclass
 
 
@@ -25,18 +34,21 @@ class RouteMatch:
     query: str  # raw query string, without "?"
 
 
-_VERSION = r"(?:/v[0-9]+(?:\.[0-9]+)*)?"
-_ID = r"([^/?]+)"
+_VERSION = r"(?:/v[0-9.]+)?"  # moby's versionMatcher: /v{version:[0-9.]+}
+_NAME = r"(.+)"  # moby's {name:.*} (empty only in an unclean path, which dockerd never routes)
 _PATTERNS: tuple[tuple[bytes, re.Pattern[str], HookedRoute], ...] = (
     (b"POST", re.compile(rf"{_VERSION}/containers/create"), HookedRoute.CREATE),
-    (b"POST", re.compile(rf"{_VERSION}/containers/{_ID}/start"), HookedRoute.START),
-    (b"POST", re.compile(rf"{_VERSION}/containers/{_ID}/update"), HookedRoute.UPDATE),
-    (b"POST", re.compile(rf"{_VERSION}/containers/{_ID}/stop"), HookedRoute.STOP),
-    (b"DELETE", re.compile(rf"{_VERSION}/containers/{_ID}"), HookedRoute.REMOVE),
+    (b"POST", re.compile(rf"{_VERSION}/containers/{_NAME}/start"), HookedRoute.START),
+    (b"POST", re.compile(rf"{_VERSION}/containers/{_NAME}/update"), HookedRoute.UPDATE),
+    (b"POST", re.compile(rf"{_VERSION}/containers/{_NAME}/stop"), HookedRoute.STOP),
+    (b"DELETE", re.compile(rf"{_VERSION}/containers/([^/]+)"), HookedRoute.REMOVE),  # moby's {name}
 )
 _HOOKED_METHODS = frozenset(method for method, _, _ in _PATTERNS)
 # Routes that take over the connection: answered `101` (Upgrade asked) or `200` + raw stream (not asked).
-_HIJACK_PATH = re.compile(rf"{_VERSION}/(?:exec/[^/?]+/start|containers/[^/?]+/attach)")
+_HIJACK_PATH = re.compile(rf"{_VERSION}/(?:exec/.+/start|containers/.+/attach)")
+# Go's url.getScheme: a letter, then letters, digits, "+", "-" or "."; the request-target is then absolute-form.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def _split(target: bytes) -> tuple[str, str]:
@@ -44,11 +56,44 @@ def _split(target: bytes) -> tuple[str, str]:
     return path, query
 
 
+def routed_path(target: bytes) -> tuple[str, str] | None:
+    """The path dockerd's router matches (decoded) and the raw query; None where it routes nothing: a target
+    Go refuses (400: a bad escape, no path) or a path mux answers with a redirect to its clean form (301)."""
+    if target[:1] == b"/" and b"%" not in target and b"//" not in target and b"/." not in target:
+        return _split(target)  # origin form, nothing to decode, clean: what every usual client sends
+    text = target.decode("latin-1")
+    scheme = _SCHEME.match(text)
+    rest, _, query = text[scheme.end() if scheme else 0:].partition("?")
+    if not rest.startswith("/"):
+        return None  # Go: "invalid URI for request" (400), or an opaque URI without a path (301 to /)
+    if scheme and rest.startswith("//"):  # the authority goes; Host is not a route
+        slash = rest.find("/", 2)
+        if slash < 0:
+            return None
+        rest = rest[slash:]
+    if _BAD_ESCAPE.search(rest):
+        return None  # Go: "invalid URL escape" (400)
+    path = urllib.parse.unquote_to_bytes(rest).decode("latin-1")
+    return (path, query) if _is_clean(path) else None
+
+
+def _is_clean(path: str) -> bool:
+    """gorilla/mux's cleanPath leaves it unchanged: absolute, no empty (but a trailing), "." or ".." element."""
+    if not path.startswith("/"):
+        return False
+    elements = path[1:].split("/")
+    last = len(elements) - 1
+    return all(element not in (".", "..") and (element or index == last) for index, element in enumerate(elements))
+
+
 def hooked_route(method: bytes, target: bytes) -> RouteMatch | None:
-    """The hooked route a request is for, or None when it is pure relay."""
-    if method not in _HOOKED_METHODS or b"/containers/" not in target:
-        return None  # most requests (GETs): no pattern to try
-    path, query = _split(target)
+    """The hooked route a request is for (as dockerd routes it), or None when it is pure relay."""
+    if method not in _HOOKED_METHODS:
+        return None  # most requests (GETs): nothing to parse
+    routed = routed_path(target)
+    if routed is None or "/containers/" not in routed[0]:
+        return None
+    path, query = routed
     for wanted_method, pattern, route in _PATTERNS:
         if method == wanted_method and (match := pattern.fullmatch(path)):
             container_id = match.group(1) if match.groups() else None
@@ -58,7 +103,10 @@ def hooked_route(method: bytes, target: bytes) -> RouteMatch | None:
 
 def is_hijack_route(method: bytes, target: bytes) -> bool:
     """exec start and attach: the answer may turn the connection into a raw byte stream."""
-    return method == b"POST" and _HIJACK_PATH.fullmatch(_split(target)[0]) is not None
+    if method != b"POST":
+        return False
+    routed = routed_path(target)
+    return routed is not None and _HIJACK_PATH.fullmatch(routed[0]) is not None
 
 
 # Metric labels of the Engine API routes (a fixed table: IDs and image names never become labels); "*" is the

@@ -22,6 +22,7 @@ from runtimeproxy.docker.report import DockerReport
 from runtimeproxy.docker.requests import DockerRequestRecorder
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
+from runtimeproxy.listener import bind_unix_socket, listen_backlog
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -54,7 +55,9 @@ class DockerFrontend:
         if self._hooked:
             self._hook_service.run_in_background(self.docker_hooks.points.rebuild_store(self.records),
                                                  "store-rebuild")
-        self._server = await asyncio.start_unix_server(self._serve_client, path=str(self.options.listen_path))
+        # dockerd's backlog (somaxconn), not asyncio's 100: a burst of cri-dockerd dials must not meet EAGAIN.
+        sock, _ = bind_unix_socket(self.options.listen_path)
+        self._server = await asyncio.start_unix_server(self._serve_client, sock=sock, backlog=listen_backlog())
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

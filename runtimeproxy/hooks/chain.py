@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks.changes import FieldChange, field_changes
 from runtimeproxy.hooks.trace import Collision, Step, TraceEntry, bounded_changes, kept_request
+from runtimeproxy.hooks.validate import printable
 
 
 @dataclass
@@ -51,7 +52,7 @@ class ChainRecord:
 
     def step(self, plugin: str, outcome: str, seconds: float = 0.0, shadow: bool = False, code: str = "",
              details: str = "") -> None:
-        self.steps.append(Step(plugin, outcome, shadow, code, details, seconds))
+        self.steps.append(Step(plugin, outcome, shadow, code, printable(details), seconds))
 
     def applied(self, before: Message, after: Message) -> None:
         """The last step's answer was merged: `after` is the request it left."""

@@ -33,7 +33,7 @@ from runtimeproxy.hooks.trace import (
     FAILED, OK as STEP_OK, REFUSED, SKIPPED_LABEL, SKIPPED_TOGGLE, TraceRecorder, field_family, pod_key,
 )
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
-from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.hooks.validate import answer_problem, printable
 from runtimeproxy.hooks.stats import OK, HookStats
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -101,7 +101,7 @@ class HookFailed(Exception):
         self.point = point
         self.plugin = plugin
         self.code = code
-        self.details = details
+        self.details = details = printable(details)  # the CRI status message the kubelet gets and logs
         self.field = field  # the answer's offending field, when the answer was invalid
         super().__init__(
             f"runtimeproxy: {point.name} hook of plugin {plugin.name} "

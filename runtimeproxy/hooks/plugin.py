@@ -12,6 +12,7 @@ import grpc
 
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.config import FailurePolicy, PluginConfig
+from runtimeproxy.hooks.validate import printable
 from runtimeproxy.trust import TrustedOwners
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class Plugin:
         except grpc.aio.AioRpcError as error:
             if error.code() is grpc.StatusCode.UNAVAILABLE:
                 self.channel.drop(channel)
-            raise PluginCallFailed(error.code(), error.details() or "") from None
+            raise PluginCallFailed(error.code(), printable(error.details() or "")) from None
         except Exception as error:  # e.g. its channel closed by a config change mid-call
             raise PluginCallFailed(grpc.StatusCode.UNAVAILABLE, repr(error)) from None
         return answer

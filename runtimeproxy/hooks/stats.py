@@ -12,6 +12,8 @@ import collections
 import time
 from dataclasses import dataclass, field
 
+from runtimeproxy.hooks.validate import printable
+
 OK = "ok"
 # Upper bounds of the latency histogram buckets (seconds); +Inf is implied.
 LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (
@@ -96,7 +98,7 @@ class HookStats:
         stats.latency.observe(seconds)
         stats.recent_seconds.append(seconds)
         if outcome != OK:
-            stats.last_error = f"{outcome}: {error}" if error else outcome
+            stats.last_error = printable(f"{outcome}: {error}") if error else outcome
             stats.last_error_unix_seconds = time.time()
 
     def changed(self, plugin: str, hook: str) -> None:
@@ -109,9 +111,9 @@ class HookStats:
         stats.shadow_changes += changed
         stats.shadow_disagreements += disagreed
 
-    def evicted(self, plugin: str, outcome: str) -> None:
-        """A container a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
-        self.evictions[(plugin, outcome)] += 1
+    def evicted(self, plugin: str, outcome: str, containers: int = 1) -> None:
+        """Containers a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
+        self.evictions[(plugin, outcome)] += containers
 
     def collided(self, hook: str, earlier: str, later: str, family: str) -> None:
         self.collisions[(hook, earlier, later, family)] += 1

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.trace import clip
 from runtimeproxy.hooks.merge import SWAP_UNLIMITED, SWAP_UNSET, merged_memory_and_swap, plugin_set_swap
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -68,6 +69,12 @@ CGROUP_NAME_MAX_BYTES = 255  # one path element (NAME_MAX)
 QUALIFIED_NAME_MAX_CHARS = 63
 DNS_SUBDOMAIN_MAX_CHARS = 253
 _QUOTED_MAX_CHARS = 80
+# Text a plugin chose (an error, an eviction reason) as logs, status, the trace and the kubelet keep it.
+PLUGIN_TEXT_MAX_CHARS = 1024
+PLUGIN_NAME_MAX_CHARS = 128  # an NRI plugin's registered name: a toggle name, a metric label
+# What a terminal or a log line must not get raw: C0 and C1 controls (newlines, ESC, CSI), DEL, line and
+# paragraph separators and the bidirectional overrides that reorder what is shown.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 KiB = 1024
 # Kubernetes' bound on all annotations of one object, keys and values (TotalAnnotationSizeLimitB).
@@ -110,6 +117,24 @@ def quoted(value: str) -> str:
     """A value as it appears in a message: JSON-quoted (NUL shows as \\u0000), long ones cut."""
     text = json.dumps(value)
     return text if len(text) <= _QUOTED_MAX_CHARS else text[: _QUOTED_MAX_CHARS - 4] + '..."'
+
+
+def printable(text: str, limit: int = PLUGIN_TEXT_MAX_CHARS) -> str:
+    """Text a plugin chose, as every log line, status, trace and CRI error shows it: controls escaped (`\\n`,
+    `\\x1b`, `\\u202e`: it cannot start a log line or move a terminal's cursor) and cut to `limit` characters,
+    as quoted() cuts a value. The one function for such text: applying it twice changes nothing."""
+    cut = text[:limit + 1]  # one more than fits: a longer text is clipped, never read whole
+    if _UNPRINTABLE.search(cut):
+        cut = _UNPRINTABLE.sub(_escaped, cut)
+    return clip(cut, limit)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return _SHORT_ESCAPES.get(code) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+_SHORT_ESCAPES = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
 
 
 # --- rules, one per kind of value ------------------------------------------------------------

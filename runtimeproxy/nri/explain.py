@@ -24,6 +24,7 @@ from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, SKIPPED_TOGGLE, TraceRecorder, pod_key
+from runtimeproxy.hooks.validate import printable
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -43,12 +44,35 @@ def hook_name(event: str) -> str:
     return f"NRI {event}"
 
 
+SHOWN_ID_CHARS = 80  # a container ID a plugin named (64 hex digits when it names a real one)
+SHOWN_REASON_CHARS = 256  # an eviction's reason, in a log line or beside others in a trace step
+
+
+def shown_id(container_id: str) -> str:
+    """A container ID a plugin sent, as a log line shows it (it may name no container, and hold anything)."""
+    return printable(container_id, SHOWN_ID_CHARS)
+
+
+def shown_reason(eviction: nri.ContainerEviction) -> str:
+    return printable(eviction.reason or "no reason given", SHOWN_REASON_CHARS)
+
+
+EXAMPLES_SHOWN = 3  # a log line about many containers names this many
+
+
+def some_ids(container_ids: Sequence[str]) -> str:
+    """A few of many IDs a plugin named, for one log line: "a, b, c and 99997 more"."""
+    shown = ", ".join(shown_id(container_id) for container_id in container_ids[:EXAMPLES_SHOWN])
+    more = len(container_ids) - EXAMPLES_SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
 def asked_of_others(updates: Sequence[nri.ContainerUpdate], evictions: Sequence[nri.ContainerEviction],
                     shadow: bool) -> list[str]:
     """A plugin's requests about other containers, in words (the trace's step details)."""
     verb = "would " if shadow else ""
-    notes = [f"{verb}update container {update.container_id[:13]}" for update in updates]
-    notes += [f"{verb}evict container {eviction.container_id[:13]} ({eviction.reason or 'no reason given'})"
+    notes = [f"{verb}update container {shown_id(update.container_id[:13])}" for update in updates]
+    notes += [f"{verb}evict container {shown_id(eviction.container_id[:13])} ({shown_reason(eviction)})"
               for eviction in evictions]
     if shadow and notes:
         notes.append("in shadow: not carried out")

@@ -52,9 +52,12 @@ from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
-from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes
+from runtimeproxy.nri.explain import (
+    NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes, shown_id, shown_reason, some_ids,
+)
 from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
@@ -163,6 +166,8 @@ class NriHost:
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         self._server: asyncio.Server | None = None
+        self._lock: SocketLock | None = None
+        self._inode: int | None = None
         self._watchers: set[asyncio.Task[None]] = set()
 
     @property
@@ -176,7 +181,20 @@ class NriHost:
                     on_update=self._unsolicited_update)
 
     async def start(self) -> None:
-        self._server = await listen(self.socket_path, self._attach, **self._session_options)
+        """Claims the NRI socket as the proxy's own sockets are claimed (a directory others could write is refused,
+        a lock file beside it, a live server's socket never taken over) and serves it with mode 0660 whatever the
+        umask: whoever connects is sent every container's env and may mount anything into it."""
+        try:
+            self._lock = claim_socket_path(self.socket_path)
+        except SocketInUseError as error:
+            raise SocketInUseError(f"NRI socket: {error} (a containerd with NRI enabled? disable NRI there or give "
+                                   "the proxy another --nri-socket)") from None
+        try:
+            sock, self._inode = bind_unix_socket(self.socket_path)
+            self._server = await listen(sock, self._attach, **self._session_options)
+        except BaseException:
+            self._release_socket()
+            raise
         log.info("NRI: serving plugins on %s", self.socket_path)
         if self.plugin_dir is not None:
             self._launch_all(self.plugin_dir)
@@ -198,6 +216,7 @@ class NriHost:
         plugin_file = process.plugin
         session = PluginSession(reader, writer, launched_as=(plugin_file.index, plugin_file.name),
                                 config=plugin_file.config, **self._session_options)  # type: ignore[arg-type]
+        self._watch(self._end_with_process(session, process), f"nri-exit-{plugin_file.plugin_id}")
         try:
             await session.start()
         except PluginDetached as error:
@@ -205,6 +224,13 @@ class NriHost:
             await process.stop()
             return
         await self._attach(session)
+
+    @staticmethod
+    async def _end_with_process(session: PluginSession, process: LaunchedProcess) -> None:
+        """A launched plugin's connection ends with its process, whoever else holds the other end (a child it
+        forked): detached, it is dropped (_forget_when_closed), or never attaches."""
+        returncode = await process.exited()
+        session.detach(f"its process exited ({returncode})")
 
     def _watch(self, coroutine: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -229,8 +255,15 @@ class NriHost:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
             self._server = None
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
+        self._release_socket()
+
+    def _release_socket(self) -> None:
+        """Only a socket we claimed is ours to remove."""
+        if self._lock is not None:
+            release_socket(self.socket_path, self._inode)
+            self._inode = None
+            self._lock.release()
+            self._lock = None
 
     # -- attaching -------------------------------------------------------------------------------
 
@@ -486,42 +519,50 @@ class NriHost:
     async def _carry_out(self, asked: _Asked, current: str) -> None:
         """Evictions first, then updates (containerd's order after CreateContainer and UpdateContainer);
         failures are logged, never fail the call (as containerd)."""
-        for eviction in asked.evictions:
-            await self._evict(asked.plugin_id, eviction, current)
+        await self._evict_all(asked.plugin_id, asked.evictions, current)
         await self._update_others(asked.plugin_id, asked.updates, current)
 
     def _count_shadowed(self, plugin_id: str, evictions: list[nri.ContainerEviction]) -> None:
-        for eviction in evictions:
-            self.stats.evicted(plugin_id, "shadow")
-            log.warning("NRI plugin %s (in shadow) asked to evict container %s (%s): not carried out", plugin_id,
-                        eviction.container_id, eviction.reason or "no reason given")
-
-    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str) -> None:
-        """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
-        the kubelet then sees it exited and acts by the pod's restart policy."""
-        container_id, reason = eviction.container_id, eviction.reason or "no reason given"
-        if self.store.container(container_id) is None:  # containerd: an unknown container is no error
-            log.warning("NRI plugin %s asked to evict container %s (%s), which the proxy does not know: nothing "
-                        "done", plugin_id, container_id, reason)
-            self.stats.evicted(plugin_id, "unknown")
+        if not evictions:
             return
+        self.stats.evicted(plugin_id, "shadow", len(evictions))
+        log.warning("NRI plugin %s (in shadow) asked to evict %d containers (%s; the first because: %s): not carried "
+                    "out", plugin_id, len(evictions), some_ids([e.container_id for e in evictions]),
+                    shown_reason(evictions[0]))
+
+    async def _evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str) -> None:
+        """Containers the proxy does not know are no error (containerd) and take one log line, however many."""
+        unknown = [eviction.container_id for eviction in evictions
+                   if not await self._evict(plugin_id, eviction, current)]
+        if unknown:
+            log.warning("NRI plugin %s asked to evict %d containers the proxy does not know (%s): nothing done",
+                        plugin_id, len(unknown), some_ids(unknown))
+
+    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str) -> bool:
+        """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
+        the kubelet then sees it exited and acts by the pod's restart policy. False: the proxy does not know it."""
+        container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
+        if self.store.container(container_id) is None:
+            self.stats.evicted(plugin_id, "unknown")
+            return False
         if self.evictor is None:
             log.warning("NRI plugin %s asked to evict container %s (%s): this frontend cannot stop containers",
-                        plugin_id, container_id, reason)
+                        plugin_id, shown, reason)
             self.stats.evicted(plugin_id, "failed")
-            return
+            return True
         try:
             await self.evictor(container_id)
         except (OSError, RuntimeError) as error:
-            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, container_id,
-                        reason, error)
+            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, shown, reason,
+                        error)
             self.stats.evicted(plugin_id, "failed")
-            return
+            return True
         log.warning("NRI plugin %s evicted container %s (asked during %s): %s; stopped with timeout 0",
-                    plugin_id, container_id, current or "an UpdateContainers of its own", reason,
+                    plugin_id, shown, current or "an UpdateContainers of its own", reason,
                     extra={"plugin": plugin_id})
         self.stats.evicted(plugin_id, OK)
         await self._notify_stopped(container_id)
+        return True
 
     async def _notify_stopped(self, container_id: str) -> None:
         """containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
@@ -536,19 +577,27 @@ class NriHost:
                                                         container_id, record.info))
 
     async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
-        failed = await self._apply_updates(plugin_id, updates)
-        for update in failed:
-            if not update.ignore_failure:
-                log.warning("NRI plugin %s: update of container %s (asked during %s) failed", plugin_id,
-                            update.container_id, current or "synchronization")
+        failed = [update.container_id for update in await self._apply_updates(plugin_id, updates)
+                  if not update.ignore_failure]
+        if failed:
+            log.warning("NRI plugin %s: %d updates of other containers (asked during %s) failed (%s)", plugin_id,
+                        len(failed), current or "synchronization", some_ids(failed))
 
     async def _apply_updates(self, plugin_id: str, updates: list[nri.ContainerUpdate]) -> list[nri.ContainerUpdate]:
+        """The updates carried out; returns those that failed. What cannot be done at all (no updater, containers
+        the proxy does not know) takes one log line, however many a plugin named: not one per ID on the loop."""
+        if not updates:
+            return []
+        if self.updater is None:
+            log.warning("NRI plugin %s: cannot update %d containers (%s): this frontend takes no updates", plugin_id,
+                        len(updates), some_ids([update.container_id for update in updates]))
+            return list(updates)
         failed: list[nri.ContainerUpdate] = []
+        unknown: list[str] = []
         for update in updates:
             record = self.store.container(update.container_id)
-            if self.updater is None or record is None:
-                log.warning("NRI plugin %s: cannot update container %s: %s", plugin_id, update.container_id,
-                            "this frontend takes no updates" if self.updater is None else "unknown container")
+            if record is None:
+                unknown.append(update.container_id)
                 failed.append(update)
                 continue
             adjustments = Adjustments(record.info)
@@ -558,11 +607,14 @@ class NriHost:
                                             adjustments.container.container_resources, with_hugepages=True)
                 await self.updater(update.container_id, changes)
             except (AdjustmentError, OSError, RuntimeError) as error:
-                log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id, update.container_id,
-                            error)
+                log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,
+                            shown_id(update.container_id), error)
                 failed.append(update)
                 continue
             self.store.update_container(update.container_id, changes, {})
+        if unknown:
+            log.warning("NRI plugin %s: cannot update %d containers the proxy does not know (%s)", plugin_id,
+                        len(unknown), some_ids(unknown))
         return failed
 
     async def _unsolicited_update(self, plugin: PluginSession,
@@ -580,7 +632,6 @@ class NriHost:
                             plugin.plugin_id, len(updates))
             self._count_shadowed(plugin.plugin_id, evictions)
             return nri.UpdateContainersResponse(failed=updates)
-        for eviction in evictions:
-            await self._evict(plugin.plugin_id, eviction, "")
+        await self._evict_all(plugin.plugin_id, evictions, "")
         failed = await self._apply_updates(plugin.plugin_id, updates)
         return nri.UpdateContainersResponse(failed=failed)

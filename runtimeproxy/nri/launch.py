@@ -14,8 +14,12 @@ directory and link on the way to the executable owned by a trusted uid and not w
 (sticky directories excepted on the way), the executable itself too; the same for a config file. An
 untrusted or misnamed entry costs a log line and is skipped (NRI refuses the whole directory on a bad name).
 
-The process is spawned with posix_spawn (no fork of a threaded process) and watched through a pidfd, so it
-is reaped without a child watcher. `stop()` after the plugin got Shutdown: SIGTERM, a grace, then SIGKILL.
+The process is spawned with posix_spawn (no fork of a threaded process) in a session and process group of its
+own and watched through a pidfd, so it is reaped without a child watcher. `stop()` after the plugin got
+Shutdown: SIGTERM, a grace, then SIGKILL. A launched plugin is its process: when it exits, whatever is left of
+its process group is killed (a plugin that forks and exits leaves no child holding fd 3), and the host closes
+its connection (nri.host), even if a child registered on it. A descendant that starts a session of its own
+escapes the group, but not the connection's end.
 """
 
 from __future__ import annotations
@@ -155,6 +159,8 @@ class LaunchedProcess:
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._pidfd)
         os.close(self._pidfd)
+        with contextlib.suppress(ProcessLookupError):  # what it forked and left: the group's ID outlives the leader
+            os.killpg(self.pid, signal.SIGKILL)
         if not self._exited.done():
             self._exited.set_result(self.returncode)
         log.info("NRI: launched plugin %s exited (%s)", self.plugin.plugin_id, self.returncode)
@@ -162,6 +168,10 @@ class LaunchedProcess:
     @property
     def running(self) -> bool:
         return not self._exited.done()
+
+    async def exited(self) -> int:
+        """Waits for the process to exit (and its group to be killed); its exit code."""
+        return await asyncio.shield(self._exited)
 
     async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         """After Shutdown: `grace` seconds to exit on its own, then SIGTERM, then SIGKILL; returns once the

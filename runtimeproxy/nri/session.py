@@ -31,6 +31,8 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.validate import PLUGIN_NAME_MAX_CHARS, printable, quoted
+from runtimeproxy.listener import listen_backlog
 from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE, Code, ConnectionClosed, Endpoint, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -209,7 +211,8 @@ class PluginSession:
             if error.code == Code.DEADLINE_EXCEEDED:
                 self.detach(f"{method} timed out")
                 raise PluginDetached(error.code, self.detached_reason or "") from None
-            raise
+            # The plugin's own text: bounded and escaped before stats, the trace, logs or the kubelet see it.
+            raise TtrpcError(error.code, printable(error.message)) from None
 
     async def notify(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
         """Delivers a notification event (one of NOTIFICATIONS) if the plugin subscribed to it: by its own method,
@@ -264,7 +267,7 @@ class PluginSession:
                 self._registered.set_exception(ValueError(problem))
                 raise TtrpcError(Code.INVALID_ARGUMENT, problem)
             self.name, self.index = request.plugin_name, request.plugin_idx
-        self.nri_version = request.NRI_version
+        self.nri_version = printable(request.NRI_version, PLUGIN_NAME_MAX_CHARS)
         log.info("NRI plugin %s registered", self.plugin_id)
         self._registered.set_result(None)
         return nri.Empty()
@@ -278,10 +281,16 @@ class PluginSession:
 
 
 def _registration_problem(request: nri.RegisterPluginRequest) -> str:
-    if not request.plugin_name:
+    """A name is shown in logs, `runtimeproxyctl status`, toggles and metric labels: short and printable."""
+    name = request.plugin_name
+    if not name:
         return "invalid plugin name: empty"
+    if len(name) > PLUGIN_NAME_MAX_CHARS:
+        return f"invalid plugin name {quoted(name)}: {len(name)} characters, over {PLUGIN_NAME_MAX_CHARS}"
+    if printable(name) != name:
+        return f"invalid plugin name {quoted(name)}: it contains control characters"
     if not _PLUGIN_INDEX.fullmatch(request.plugin_idx):
-        return f"invalid plugin index {request.plugin_idx!r}: must be two digits"
+        return f"invalid plugin index {quoted(request.plugin_idx)}: must be two digits"
     return ""
 
 
@@ -309,29 +318,11 @@ def _sync_parts(pods: list[nri.PodSandbox],
     return parts
 
 
-def refuse_busy_socket(path: Path) -> None:
-    """Raises if a live server (a containerd with NRI enabled, another proxy) answers on `path`."""
-    if not path.exists():
-        return
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError:
-        return  # a stale socket file: nobody listens
-    finally:
-        probe.close()
-    raise OSError(f"NRI socket {path} is held by another live NRI server (a containerd with NRI enabled?); "
-                  f"disable NRI there or give the proxy another NRI socket path")
-
-
-async def listen(path: Path, on_plugin: Callable[[PluginSession], Awaitable[None]],
+async def listen(sock: socket.socket, on_plugin: Callable[[PluginSession], Awaitable[None]],
                  **session_options: object) -> asyncio.Server:
-    """Accepts plugin connections on the unix socket `path`; each registered and configured plugin is handed to
-    `on_plugin` (which synchronizes it). Plugins that fail the handshake are dropped with a log line."""
-    refuse_busy_socket(path)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    """Accepts plugin connections on `sock` (listener.bind_unix_socket: claimed, its mode set); each registered
+    and configured plugin is handed to `on_plugin` (which synchronizes it). Plugins that fail the handshake are
+    dropped with a log line."""
 
     async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = PluginSession(reader, writer, **session_options)  # type: ignore[arg-type]
@@ -342,4 +333,4 @@ async def listen(path: Path, on_plugin: Callable[[PluginSession], Awaitable[None
             return
         await on_plugin(session)
 
-    return await asyncio.start_unix_server(accepted, path=str(path))
+    return await asyncio.start_unix_server(accepted, sock=sock, backlog=listen_backlog())

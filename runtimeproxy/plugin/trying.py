@@ -30,7 +30,7 @@ from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_cha
 from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE, HookPoint
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.trust import TrustedOwners
-from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.hooks.validate import answer_problem, printable
 from runtimeproxy.plugin import samples
 from runtimeproxy.plugin.service import HOOKS_BY_NAME, Hook
 from runtimeproxy.hooks import dispatcher
@@ -85,7 +85,7 @@ def call_hook(channel: grpc.Channel, hook: Hook, request: Message, timeout: floa
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(f"/{HOOK_SERVICE}/{hook.rpc}")
         raw = call(request.SerializeToString(), timeout=timeout)
     except grpc.RpcError as error:
-        trial.code, trial.details = error.code().name, error.details() or ""
+        trial.code, trial.details = error.code().name, printable(error.details() or "")
         return trial
     try:
         response = hook.response_type.FromString(raw)

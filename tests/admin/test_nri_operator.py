@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from google.protobuf.message import Message
 
 from adminkit import http_get, promtool_check
 from rplab.loop import LoopThread
@@ -18,8 +19,10 @@ from rplab.synthetic import SyntheticBackend, install_benchmark_answers
 from runtimeproxy.admin.ctl import EXIT_OK, EXIT_USAGE
 from runtimeproxy.app import Proxy
 from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.nri.session import event_mask
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -169,3 +172,73 @@ def test_shadow_puts_an_nri_plugin_on_trial_by_its_id_and_its_calls_are_traced(h
     status_code, exposition = http_get(proxy, "/metrics")
     assert 'runtimeproxy_nri_evictions_total{outcome="ok",plugin="10-ops"} 1.0' in exposition
     promtool_check(exposition)
+
+
+# -- plugin text, bounded and escaped --------------------------------------------------------------------------
+MiB = 1 << 20
+# What a plugin could answer to forge a log line and a `try-plugin` verdict, ahead of 3 MiB.
+FORGED = "\n\x1b[2K\rI1126 10:00:00 runtimeproxy: 10-ops: valid; no change\n\u202e"
+
+
+def refusing(message: str) -> Callable[[NriPlugin, Message], Awaitable[Message]]:
+    async def handle(plugin: NriPlugin, request: Message) -> Message:
+        raise TtrpcError(Code.UNKNOWN, message)
+    return handle
+
+
+def assert_bounded_and_escaped(text: str, limit: int) -> None:
+    assert len(text) < limit, len(text)
+    assert "\x1b" not in text and "\r" not in text and "\u202e" not in text and "\nI1126" not in text
+    assert "\\x1b[2K" in text
+
+
+def test_plugin_text_is_clipped_and_escaped_in_status_trace_logs_and_the_kubelets_error(
+        start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend, tmp_path: Path, loop_thread: LoopThread,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Before: two plugins each answering a 3 MiB error made every `status` fail (over gRPC's 4 MiB), a 1 MiB
+    eviction reason made `trace` fail and flooded the log, the kubelet got a 3-million-character message, and
+    newlines and terminal escapes were printed raw."""
+    install_benchmark_answers(synthetic)
+    proxy = start_proxy(runtime_path=synthetic.path, admin_path=tmp_path / "admin.sock",
+                        state_dir=tmp_path / "state", nri_socket=tmp_path / "nri.sock")
+    loud = FORGED + "e" * 3 * MiB
+    methods = {"RunPodSandbox": (nri.RunPodSandboxRequest, refusing(loud)),
+               "StopPodSandbox": (nri.StopPodSandboxRequest, refusing(loud))}
+    plugins = [NriPlugin(name=f"loud{n}", index=f"1{n}", events=event_mask(nri.RUN_POD_SANDBOX, nri.STOP_POD_SANDBOX),
+                         methods=methods)  # type: ignore[arg-type]
+               for n in (1, 2)]
+    for plugin in plugins:
+        loop_thread.run(plugin.connect(tmp_path / "nri.sock"))
+    deadline = time.monotonic() + 10
+    while not proxy.nri or len(proxy.nri.plugins) < 2:
+        assert time.monotonic() < deadline, "the NRI plugins never attached"
+        time.sleep(0.01)
+    assert proxy.hook_service is not None
+    subject = Subject("pod-1", hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web")))
+    loop_thread.run(proxy.hook_service.extra.notify(extra.STOP_POD_SANDBOX, subject))  # both errors: logged
+    with pytest.raises(HookFailed) as failed:
+        loop_thread.run(proxy.hook_service.extra.notify(extra.RUN_POD_SANDBOX, subject))
+    assert_bounded_and_escaped(str(failed.value), 2048)  # the CRI status message the kubelet gets
+    eviction = nri.ContainerEviction(container_id="gone\n\x1b[2K", reason=FORGED + "r" * MiB)
+    loop_thread.run(plugins[0].update_containers(evict=(eviction,)))
+
+    code, out = ctl(proxy, "status")
+    assert code == EXIT_OK, out[:200]
+    assert_bounded_and_escaped(out, 16 * 1024)
+    code, out = ctl(proxy, "trace", "web")
+    assert code == EXIT_OK, out[:200]
+    assert_bounded_and_escaped(out, 16 * 1024)
+    logged = [record.getMessage() for record in caplog.records if "loud" in record.getMessage()]
+    assert logged and all(len(line) < 4096 for line in logged)
+    assert not any("\x1b" in line or "\nI1126" in line for line in logged)
+
+
+def test_a_plugin_name_too_long_or_with_controls_is_refused_at_registration(hosting: tuple[Proxy, NriPlugin],
+                                                                            tmp_path: Path,
+                                                                            loop_thread: LoopThread) -> None:
+    proxy, _ = hosting
+    for name in ("n" * MiB, "ops\n\x1b[2Kfake"):
+        plugin = NriPlugin(name=name, index="20", events=event_mask(nri.RUN_POD_SANDBOX))
+        with pytest.raises(TtrpcError, match="invalid plugin name"):
+            loop_thread.run(plugin.connect(tmp_path / "nri.sock"))
+    assert proxy.nri is not None and [p.plugin_id for p in proxy.nri.plugins] == ["10-ops"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hookkit import mark_unknown, unknown_marks
 from runtimeproxy.cri.edits import (
     RDT_CONTAINER_ANNOTATION,
     RDT_POD_ANNOTATION,
@@ -66,6 +67,16 @@ def test_written_back_kept_entries_stay_as_they_were_and_new_ones_are_appended()
                   propagation=cri.PROPAGATION_BIDIRECTIONAL)]
     assert list(config.devices) == [cri.Device(container_path="/dev/fuse", host_path="/dev/fuse", permissions="rwm")]
     assert config.annotations[RDT_CONTAINER_ANNOTATION] == "gold"
+
+
+def test_written_back_kept_entries_keep_fields_the_proxy_does_not_know() -> None:
+    wire = request()
+    sent = mark_unknown(wire)
+    seen = container_edits(wire, ("/entry", "-x"))
+    after = replace(seen, args=("/bin/sh",), mounts=(*seen.mounts, BindMount("/cache", "/srv/cache")),
+                    devices=(*seen.devices, Device("/dev/fuse", "/dev/fuse")))
+    apply_edits(wire, after, after.changed_kinds(seen))
+    assert unknown_marks(wire) == sent
 
 
 def test_kinds_that_did_not_change_are_not_touched() -> None:

@@ -10,10 +10,12 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from hookkit import ScriptedPlugin, fill, refresh_on_loop, register
+from hookkit import ScriptedPlugin, fill, mark_unknown, refresh_on_loop, register, unknown_marks
+from rplab.cri import env_entry
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from rplab.loop import LoopThread
 from rplab.synthetic import SyntheticBackend
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -121,20 +123,13 @@ def pod_config(api: Any, **linux: Any) -> Any:
     )
 
 
-def env_value(api: Any, value: str | bytes) -> str | bytes:
-    """A value as the API version types it: bytes in runtime.v1 (cri-api v0.36.2 on), text in v1alpha2."""
-    if api is v1:
-        return value if isinstance(value, bytes) else value.encode()
-    return value
-
-
 def create_request(api: Any, envs: dict[str, str] | dict[str, str | bytes] | None = None) -> Any:
     return api.CreateContainerRequest(
         pod_sandbox_id="p1",
         config=api.ContainerConfig(
             metadata=api.ContainerMetadata(name="app"),
             image=api.ImageSpec(image="busybox"),
-            envs=[api.KeyValue(key=k, value=env_value(api, v)) for k, v in (envs or {"KEEP": "me"}).items()],
+            envs=[env_entry(api, k, v) for k, v in (envs or {"KEEP": "me"}).items()],
             linux=api.LinuxContainerConfig(resources=api.LinuxContainerResources(cpu_shares=2)),
         ),
         sandbox_config=pod_config(api),
@@ -253,7 +248,7 @@ def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend
     expected.config.annotations[ANNOTATION] = "PreCreateContainer"
     expected.config.linux.resources.cpu_shares = 700
     expected.config.linux.resources.memory_limit_in_bytes = 64 << 20
-    expected.config.envs.add(key="ADDED", value=env_value(api, "1"))
+    expected.config.envs.append(env_entry(api, "ADDED", "1"))
     assert upstream == expected
     # The pod was unknown to the store: the plugin got its context from sandbox_config.
     (seen,) = plugin.seen_by("PreCreateContainer")
@@ -263,7 +258,7 @@ def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend
 
 # --- env values that are not UTF-8 (cri-api v0.36.2 on: bytes, e.g. a Secret's data) ---------------------
 
-SECRET = b"\x00\xff\xfepass\xe2\x82"  # NUL-free would be kinder, but Secrets hold any bytes; \xe2\x82 is cut short
+SECRET = b"\x00\xff\xfepass\xe2\x82"  # Secrets hold any bytes, NUL too; \xe2\x82 is a character cut short
 SHOWN_SECRET = "\x00\ufffd\ufffdpass\ufffd\ufffd"  # one U+FFFD per byte, as containerd's JSON spec has it
 
 
@@ -572,3 +567,63 @@ def test_an_invalid_answer_under_ignore_leaves_the_bytes_alone(
     call(client, path("runtime.v1", "RunPodSandbox"), data)
     assert received(backend, path("runtime.v1", "RunPodSandbox")) == data
     assert plugins.outcomes[("10-liar.json", "PreRunPodSandbox", "INTERNAL")] == 1
+
+
+# --- fields the proxy's protos do not know reach the backend, also in a request the plugins changed --------
+
+def full_resources(api: Any) -> Any:
+    return api.LinuxContainerResources(cpu_shares=2, cpu_quota=50_000, cpu_period=100_000,
+                                       memory_limit_in_bytes=64 << 20, cpuset_cpus="0", cpuset_mems="0",
+                                       hugepage_limits=[api.HugepageLimit(page_size="2MB", limit=0)],
+                                       unified={"memory.high": "max"})
+
+
+def hooked_requests(api: Any) -> list[tuple[str, Any]]:
+    """Each hooked call, in lifecycle order, with its nested messages set (those the proxy re-encodes)."""
+    namespaces = api.NamespaceOption(network=2, pid=1)
+    pod = pod_config(api, resources=full_resources(api), overhead=full_resources(api),
+                     security_context=api.LinuxSandboxSecurityContext(namespace_options=namespaces))
+    pod.dns_config.servers.append("10.0.0.10")
+    pod.port_mappings.add(container_port=80)
+    create = create_request(api)
+    create.sandbox_config.CopyFrom(pod)
+    config = create.config
+    config.linux.resources.CopyFrom(full_resources(api))
+    config.linux.security_context.namespace_options.CopyFrom(namespaces)
+    config.mounts.add(container_path="/data", host_path="/srv/data")
+    config.devices.add(container_path="/dev/null", host_path="/dev/null", permissions="rwm")
+    update = api.UpdateContainerResourcesRequest(container_id="c1", linux=full_resources(api))
+    return [
+        ("RunPodSandbox", api.RunPodSandboxRequest(config=pod, runtime_handler="runc")),
+        ("CreateContainer", create),
+        ("StartContainer", api.StartContainerRequest(container_id="c1")),
+        ("UpdateContainerResources", update),
+        ("StopContainer", api.StopContainerRequest(container_id="c1", timeout=1)),
+        ("RemoveContainer", api.RemoveContainerRequest(container_id="c1")),
+        ("StopPodSandbox", api.StopPodSandboxRequest(pod_sandbox_id="p1")),
+        ("RemovePodSandbox", api.RemovePodSandboxRequest(pod_sandbox_id="p1")),
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_unknown_fields_in_every_hooked_request_reach_the_backend_also_when_a_plugin_changed_it(
+    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins, version: str
+) -> None:
+    """A newer kubelet's fields (unknown to the proxy's protos) must not be dropped by a re-encoded request."""
+    plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be", envs={"KEEP": "me", "ADDED": "1"},
+                                           update_memory_limit_in_bytes=32 << 20))
+    plugins.register("10-example.json", plugins.serve(plugin), list(HOOK_NAMES))
+    api = API[version]
+    for method, request in hooked_requests(api):
+        sent = mark_unknown(request)
+        call(client, path(version, method), request.SerializeToString())
+        upstream = getattr(api, f"{method}Request").FromString(received(backend, path(version, method)))
+        kept = unknown_marks(upstream)
+        assert kept == sent, f"{method} lost the unknown fields of {sorted(set(sent) - set(kept))}"
+    # The plugin did change the requests the proxy re-encodes.
+    changed = {method: getattr(api, f"{method}Request").FromString(received(backend, path(version, method)))
+               for method in ("RunPodSandbox", "CreateContainer", "UpdateContainerResources")}
+    assert changed["RunPodSandbox"].config.linux.cgroup_parent == "/kubepods/koord-be"
+    assert [kv.key for kv in changed["CreateContainer"].config.envs] == ["KEEP", "ADDED"]
+    assert changed["CreateContainer"].config.linux.resources.cpu_shares == 512
+    assert changed["UpdateContainerResources"].linux.memory_limit_in_bytes == 32 << 20

@@ -53,7 +53,8 @@ class Runtime:
         if request.verbose:
             if request.container_id == LARGE:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_LARGE)
-            config = {"metadata": {"name": "app"}, "envs": [{"key": "K", "value": "v"}]}
+            # containerd writes env values as strings, not the base64 of proto3 JSON's bytes; "abcd" reads as both.
+            config = {"metadata": {"name": "app"}, "envs": [{"key": "K", "value": "v"}, {"key": "B", "value": "abcd"}]}
             response.info["info"] = json.dumps({"sandboxID": POD, "config": config})
         return response.SerializeToString()
 
@@ -98,7 +99,7 @@ def test_a_container_whose_verbose_status_is_too_large_is_recorded_from_its_plai
     assert store.container_count == 2
     small, large = store.container(SMALL), store.container(LARGE)
     assert small is not None and large is not None
-    assert small.info.container_envs == {"K": "v"}  # the verbose status's config
+    assert small.info.container_envs == {"K": "v", "B": "abcd"}  # the verbose status's config
     assert large.pod_id == POD  # from the list
     assert large.info.container_meta.id == LARGE and large.info.container_meta.name == "app"
     assert large.info.container_annotations["io.kubernetes.container.hash"] == "abc"

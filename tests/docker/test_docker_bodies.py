@@ -22,13 +22,21 @@ def _nested(depth: int) -> bytes:
     return b'{"Image":"busybox","X":' + b"[" * depth + b"]" * depth + b"}"
 
 
-@pytest.mark.parametrize("data", [b"not json", b"[1]", b'"x"', b'{"a":\xff}', _nested(990), _nested(9_999),
-                                  _nested(1_000_000)],
-                         ids=["not-json", "array", "string", "not-utf8-outside-a-string", "depth-990", "depth-9999",
-                              "depth-1e6"])
+@pytest.mark.parametrize("data", [b"not json", b"[1]", b'"x"', b'{"a":\xff}', _nested(9_999), _nested(1_000_000)],
+                         ids=["not-json", "array", "string", "not-utf8-outside-a-string", "depth-9999", "depth-1e6"])
 def test_what_is_not_a_json_object_hooks_can_read_is_a_body_error(data: bytes) -> None:
     with pytest.raises(BodyError):  # never a RecursionError: that is a 500 with a traceback
         decode_body(data)
+
+
+def test_a_body_nested_near_the_recursion_limit_is_read_or_a_body_error() -> None:
+    """Python 3.11's C scanner runs out of recursion at this depth, 3.13's does not: either way no
+    RecursionError escapes (that would be a 500 with a traceback)."""
+    try:
+        body = decode_body(_nested(990))
+    except BodyError:
+        return
+    assert body["Image"] == "busybox"
 
 
 @pytest.mark.parametrize("size", [0, C_CODEC_MAX_BYTES + 1], ids=["small", "large"])

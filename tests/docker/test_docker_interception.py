@@ -11,7 +11,7 @@ import pytest
 from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, read_head
 
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, PassThrough, UpstreamAnswer
-from runtimeproxy.docker.routes import HookedRoute, hooked_route, is_hijack_route
+from runtimeproxy.docker.routes import HookedRoute, hooked_route, is_hijack_route, routed_path
 
 CREATED = b'{"Id":"c0ffee","Warnings":[]}'
 
@@ -157,11 +157,34 @@ def test_everything_else_is_pure_relay(method: bytes, target: bytes) -> None:
     assert hooked_route(method, target) is None
 
 
+@pytest.mark.parametrize(("method", "target", "route", "container_id"), [
+    (b"POST", b"/v1.41/containers/%63reate?name=k8s_POD_x", HookedRoute.CREATE, None),
+    (b"POST", b"http://docker/v1.41/containers/create?name=x", HookedRoute.CREATE, None),
+    (b"POST", b"http:/containers/create", HookedRoute.CREATE, None),
+    (b"POST", b"/%761.41/containers/abc/st%6Fp?t=1", HookedRoute.STOP, "abc"),
+    (b"POST", b"/v1.41./containers/abc/start", HookedRoute.START, "abc"),  # dockerd's version: [0-9.]+
+    (b"DELETE", b"HTTPS://h:1/v1.41/containers/%61bc?force=1", HookedRoute.REMOVE, "abc"),
+])
+def test_routes_are_matched_on_the_path_dockerd_routes(method: bytes, target: bytes, route: HookedRoute,
+                                                       container_id: str | None) -> None:
+    match = hooked_route(method, target)
+    assert match is not None and (match.route, match.container_id) == (route, container_id)
+
+
+@pytest.mark.parametrize("target", [
+    b"/v1.41//containers/create", b"/v1.41/./containers/create", b"/v1.41/containers/x/../create",
+    b"/v1.41/containers/%2e%2e/create", b"/containers/%zzcreate", b"http://docker", b"v1.41/containers/create",
+])
+def test_targets_dockerd_refuses_or_redirects_are_not_routed(target: bytes) -> None:
+    assert routed_path(target) is None and hooked_route(b"POST", target) is None
+
+
 def test_hijack_routes() -> None:
     assert is_hijack_route(b"POST", b"/v1.41/exec/abc/start")
     assert is_hijack_route(b"POST", b"/containers/abc/attach?stream=1&stdin=1")
     assert not is_hijack_route(b"POST", b"/v1.41/containers/abc/start")
     assert not is_hijack_route(b"GET", b"/v1.41/exec/abc/json")
+    assert is_hijack_route(b"POST", b"http://docker/v1.41/%65xec/abc/start")
 
 
 class HeldInterceptor:

@@ -16,12 +16,16 @@ from rplab.conformance import report_dir as conformance_report_dir
 from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.cri import CriClient, open_channel
 from rplab.images import build_and_import
+from rplab.kubelet import PEER as KUBELET_PEER
+from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
+from rplab.release import build_bundle
 from rplab.runtimes import selected
 from rplab.tested_with import TESTED_WITH_ENV, merged_outcome, write_record
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
-from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
+from machinekit import IMAGE_CACHE, require_command, require_tool, skip_or_fail
+from packagekit import built_wheel
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -106,6 +110,17 @@ def proxied(proxied_channel: grpc.Channel, served_api_version: str) -> CriClient
 @pytest.fixture
 def direct(direct_channel: grpc.Channel, served_api_version: str) -> CriClient:
     return CriClient(direct_channel, served_api_version)
+
+
+@pytest.fixture(scope="session")
+def kubelet_client() -> Path:
+    """The crilifecycle peer (the kubelet's own CRI client library, rplab.kubelet), built on first use; where it
+    cannot be built (no Go), its tests skip, or fail when e2e is required."""
+    try:
+        return peer_binary(KUBELET_PEER)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build the kubelet's CRI client peer: {error}")
+        raise
 
 
 @pytest.fixture
@@ -205,3 +220,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         # Only runs that ask (scripts/test.sh) write a record: a targeted run would replace a whole run's.
         path = write_record(E2E_OUTCOMES) if os.environ.get(TESTED_WITH_ENV) else None
         terminalreporter.write_line(f"e2e runtimes: {runtimes}" + (f"; tested-with record: {path}" if path else ""))
+
+
+@pytest.fixture(scope="session")
+def bundle(workdir: Path) -> Path:
+    """The release bundle of this checkout's wheel (rplab.release), built in the Debian 11 root: its Python is
+    built once and cached, the wheel frozen afresh."""
+    require_command("debootstrap", "debootstrap")
+    return build_bundle(built_wheel(), workdir / "release")

@@ -1,9 +1,10 @@
-"""The single-file binaries (scripts/build_binary.sh) on a node without Python.
+"""The release bundle (rplab.release, scripts/build_binary.sh) on an old node without Python.
 
-A root directory holds only the two binaries, the shared libraries they and their bundled extension
-modules need from the system (glibc, the dynamic loader, zlib), /dev/urandom and /tmp, for PyInstaller's
-extraction; no python3. `chroot ROOT /koord-runtime-proxy` serves a full pod lifecycle between this test and a real
-containerd, with a hook plugin on all hooks; `chroot ROOT /runtimeproxyctl` talks to its admin socket.
+The node is a Debian 11 root made with debootstrap (glibc 2.31, no python3), the bundle installed at
+/opt/koord-runtime-proxy/bin as the tarball and the .deb put it, /tmp a `noexec` tmpfs as on hardened nodes.
+`chroot ROOT /opt/koord-runtime-proxy/bin/koord-runtime-proxy` serves a full pod lifecycle between the kubelet's
+own CRI client and a real containerd, with a hook plugin on all hooks; `runtimeproxyctl` (a link to the same
+executable) talks to its admin socket. The bundle runs in place: one process, nothing unpacked anywhere.
 
 Paths: the root holds a symlink from its own host path to its "/", so a path under the root means the same
 file from the host and from inside the chroot (sockets, the plugin registration, ProxyProcess's flags).
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
-import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,103 +28,74 @@ from runtimeproxy import __version__
 from runtimeproxy.allocator import wants_huge_pages_reexec
 from runtimeproxy.hooks.names import HOOK_NAMES
 from rplab.containerd import ContainerdInstance
-from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, registration
-from rplab.images import shared_libraries
+from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
+from rplab.release import CTL, INSTALL_DIR, PROXY
+from rplab.roots import make_root, unpack
 
 from machinekit import require_command
-from packagekit import REPO_ROOT, built_wheel
 
-BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_binary.sh"
-PROXY, CTL = "koord-runtime-proxy", "runtimeproxyctl"
-# glibc's own libraries, which PyInstaller never bundles (it uses the node's): libpython and the bundled
-# extension modules link these besides what the bootloader itself links.
-GLIBC_LIBRARIES = ("libm.so.6", "librt.so.1", "libutil.so.1", "libdl.so.2", "libpthread.so.0")
-URANDOM_DEVICE = (1, 9)  # major, minor of /dev/urandom on Linux
-EXTRACTION_PREFIX = "_MEI"  # PyInstaller's onefile extraction directories: <tmp>/_MEIxxxxxx
-
-
-@pytest.fixture(scope="session")
-def binaries(workdir: Path) -> Path:
-    """The directory the build script wrote both binaries to (from the same wheel the packaging tests use)."""
-    require_command("objdump", "binutils")
-    out = workdir / "binaries"
-    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--wheel", str(built_wheel()), "--out", str(out)],
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out
+NODE_SUITE, NODE_GLIBC = "bullseye", "2.31"
 
 
 class NodeRoot:
-    """A root directory with the binaries and nothing of Python; host sockets bind-mounted into it."""
+    """A Debian 11 root with the bundle installed and nothing of Python; host sockets bind-mounted into it."""
 
-    def __init__(self, path: Path, binaries: Path, chroot: str) -> None:
+    def __init__(self, path: Path, bundle: Path) -> None:
         self.path = path
-        self._chroot = chroot
-        self._binaries = binaries
         self._mounts: list[Path] = []
-
-    def build(self) -> None:
-        for name in (PROXY, CTL):
-            shutil.copy2(self._binaries / name, self.path / name)
-        for library in self.libraries():
-            target = self.path / library.relative_to("/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(library.resolve(), target)
-        (self.path / "dev").mkdir()
-        # gRPC's seed for its hash tables (abseil) reads /dev/urandom: every node has it.
-        os.mknod(self.path / "dev" / "urandom", stat.S_IFCHR | 0o666, os.makedev(*URANDOM_DEVICE))
-        tmp = self.path / "tmp"
-        tmp.mkdir(mode=0o1777)
-        (self.path / "run").mkdir()
-        mirror = self.path / self.path.relative_to("/")
+        unpack(make_root(NODE_SUITE), path)
+        shutil.copytree(bundle, path / INSTALL_DIR.lstrip("/") / "bin", symlinks=True)
+        (path / "run").mkdir(exist_ok=True)
+        self._mount(["-t", "tmpfs", "-o", "noexec,nosuid,nodev,mode=1777", "tmpfs"], path / "tmp")
+        self._mount(["-t", "proc", "proc"], path / "proc")
+        # After the tmpfs: the root's own host path is under /tmp here.
+        mirror = path / path.relative_to("/")
         mirror.parent.mkdir(parents=True, exist_ok=True)
         mirror.symlink_to("/")
+        self._mirror_top = path.relative_to("/").parts[0:2]
 
-    def libraries(self) -> list[Path]:
-        needed = [*shared_libraries(self._binaries / PROXY), *shared_libraries(self._binaries / CTL)]
-        libc = next(path for path in needed if path.name == "libc.so.6")
-        needed += [libc.parent / name for name in GLIBC_LIBRARIES if (libc.parent / name).exists()]
-        return sorted(set(needed))
+    def _mount(self, options: list[str], target: Path) -> None:
+        subprocess.run(["mount", *options, str(target)], check=True, capture_output=True)
+        self._mounts.append(target)
 
     def bind_socket(self, socket: str | Path, name: str) -> Path:
         """The host socket, bind-mounted at /run/<name> in the root; returns its host path (valid inside too)."""
         target = self.path / "run" / name
         target.touch()
-        subprocess.run(["mount", "--bind", str(socket), str(target)], check=True, capture_output=True)
-        self._mounts.append(target)
+        self._mount(["--bind", str(socket)], target)
         return target
 
     def unmount_all(self) -> None:
         for target in reversed(self._mounts):
-            subprocess.run(["umount", str(target)], check=False, capture_output=True)
+            subprocess.run(["umount", "--lazy", str(target)], check=False, capture_output=True)
         self._mounts.clear()
 
     def command(self, name: str) -> list[str]:
         """Run `name` in the root with a clean environment, as a systemd unit would."""
-        return ["env", "-i", self._chroot, str(self.path), f"/{name}"]
+        return ["env", "-i", require_command("chroot", "coreutils"), str(self.path), f"{INSTALL_DIR}/bin/{name}"]
 
     def run(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*self.command(name), *args], capture_output=True, text=True, timeout=60)
 
-    def python_files(self) -> list[Path]:
-        return [Path(top) / name for top, dirs, files in os.walk(self.path)
-                for name in [*dirs, *files] if name.startswith("python") or name.startswith("libpython")]
+    def glibc(self) -> str:
+        done = subprocess.run(["chroot", str(self.path), "ldd", "--version"], capture_output=True, text=True)
+        return re.findall(r"\d+\.\d+", done.stdout.splitlines()[0])[-1]
 
-    def extraction_dirs(self) -> list[Path]:
-        return sorted((self.path / "tmp").glob(f"{EXTRACTION_PREFIX}*"))
+    def tmp_entries(self) -> list[str]:
+        """What /tmp holds besides the root's own host path (its link to "/")."""
+        mirror = Path("/", *self._mirror_top)
+        return sorted(name for name in os.listdir(self.path / "tmp") if Path("/tmp", name) != mirror)
 
 
 @pytest.fixture(scope="module")
-def node_root(binaries: Path, containerd: ContainerdInstance, workdir: Path) -> Iterator[NodeRoot]:
-    root = NodeRoot(workdir / "node", binaries, require_command("chroot", "coreutils"))
-    root.path.mkdir()
-    root.build()
-    assert root.python_files() == [], "the root must hold no Python"
-    assert shutil.which("python3", path=str(root.path / "usr/bin")) is None
+def node_root(bundle: Path, containerd: ContainerdInstance, workdir: Path) -> Iterator[NodeRoot]:
+    root = NodeRoot(workdir / "node", bundle)
     try:
+        assert root.glibc() == NODE_GLIBC
+        assert not (root.path / "usr/bin/python3").exists(), "the node must have no Python"
         root.bind_socket(containerd.address, "containerd.sock")
         yield root
     finally:
@@ -151,43 +124,30 @@ def chrooted_proxy(node_root: NodeRoot, plugin: tuple[ExamplePlugin, Path]) -> I
     finally:
         code = proxy.stop()
         assert code == 0, proxy.log_tail()
-    assert node_root.extraction_dirs() == [], "the bootloader removes its extraction on exit"
 
 
-def test_version_without_python(node_root: NodeRoot) -> None:
+def test_version_on_glibc_2_31_without_python(node_root: NodeRoot) -> None:
     assert node_root.run(PROXY, "--version").stdout.strip() == f"{PROXY} {__version__}"
     assert node_root.run(CTL, "--version").stdout.strip() == f"{CTL} {__version__}"
 
 
-def test_pod_lifecycle_with_a_plugin_through_the_chrooted_binary(
-    chrooted_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path, cleanup_pods: list[str],
+@pytest.mark.usefixtures("kubelet_client")
+def test_pod_lifecycle_with_a_plugin_through_the_chrooted_bundle_with_a_noexec_tmp(
+    node_root: NodeRoot, chrooted_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path,
 ) -> None:
     example, _ = plugin
-    channel = open_channel(chrooted_proxy.listen_path)
-    client = CriClient(channel)
-    try:
-        pod_config = client.pod_config("binary", log_dir)
-        pod_id = client.run_pod(pod_config)
-        cleanup_pods.append(pod_id)
-        container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
-        client.start_container(container_id)
-
-        assert "EXAMPLE_PLUGIN=hello" in client.exec_sync(container_id, ["env"]).stdout.decode().split()
-        status = client.container_status(container_id, verbose=True)
-        assert status.status.annotations[ANNOTATION] == "PreCreateContainer"
-        spec = json.loads(status.info["info"])["runtimeSpec"]
-        assert spec["linux"]["resources"]["cpu"]["shares"] == example.settings.cpu_shares
-
-        client.stop_container(container_id)
-        client.remove_container(container_id)
-        client.stop_pod(pod_id)
-        client.remove_pod(pod_id)
-        assert pod_id not in client.pod_ids()
-    finally:
-        channel.close()
+    # The kubelet's side: its own CRI client over a pod's life (rplab.kubelet).
+    lifecycle = run_lifecycle(chrooted_proxy.listen_path, log_dir, pod_name="binary-pod", binary_env=False)
+    assert lifecycle.unexpected_failures() == {}
+    assert "EXAMPLE_PLUGIN=hello" in lifecycle.container_env()
+    running = lifecycle.running_container()
+    assert running["status"]["annotations"][ANNOTATION] == "PreCreateContainer"
+    spec = running["info"]["info"]["runtimeSpec"]
+    assert spec["linux"]["resources"]["cpu"]["shares"] == example.settings.cpu_shares
     assert [seen.hook for seen in example.seen] == [
         "PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer",
-        "PostStopContainer", "PostStopPodSandbox"]
+        "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"]
+    assert node_root.tmp_entries() == [], "nothing is unpacked into the temporary directory"
 
 
 def test_runtimeproxyctl_status_in_the_root(node_root: NodeRoot, chrooted_proxy: ProxyProcess) -> None:
@@ -198,42 +158,39 @@ def test_runtimeproxyctl_status_in_the_root(node_root: NodeRoot, chrooted_proxy:
     assert "example.json" in done.stdout
 
 
-def _children(pid: int) -> list[int]:
-    return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+def test_one_process_and_a_kill_leaves_nothing_behind(
+        node_root: NodeRoot, containerd: ContainerdInstance, workdir: Path) -> None:
+    """The pid systemd starts is the proxy (no bootloader parent to be killed apart from it); SIGKILL leaves
+    nothing behind but the socket's lock, which the next start takes over."""
+    base = node_root.path / "run" / "killed"
+    proxy = ProxyProcess(base / "rp.sock", node_root.path / "run" / "containerd.sock",
+                         command=node_root.command(PROXY))
+    for _ in range(2):
+        proxy.start()
+        assert proxy.pid is not None
+        children = Path(f"/proc/{proxy.pid}/task/{proxy.pid}/children").read_text().split()
+        chrooted = [int(child) for child in children]  # env -i execs chroot, which execs the bundle: same pid
+        assert chrooted == [] and Path(f"/proc/{proxy.pid}/exe").resolve().name == PROXY
+        os.kill(proxy.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while proxy.returncode() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.returncode() == -signal.SIGKILL
+        assert node_root.tmp_entries() == []
 
 
-def _environment(pid: int) -> dict[str, str]:
-    entries = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
-    return dict(entry.partition("=")[::2] for entry in entries if entry)
-
-
-def test_frozen_reexec_keeps_one_child_and_one_extraction(
-    binaries: Path, containerd: ContainerdInstance, workdir: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """On the host (where /sys says whether huge pages help): the CRI-mode re-exec with GLIBC_TUNABLES
-    happens in the bootloader's child, which stays the bootloader's only child and reuses its extraction;
-    SIGTERM to both, as systemd sends it, stops the proxy cleanly and removes the extraction."""
-    base = workdir / "frozen-reexec"
-    tmp = base / "tmp"
-    tmp.mkdir(parents=True)
-    monkeypatch.setenv("TMPDIR", str(tmp))  # where the bootloader extracts (the proxy inherits it)
-    proxy = ProxyProcess(base / "rp.sock", containerd.address, command=[str(binaries / PROXY)])
+def test_the_huge_pages_reexec_keeps_the_pid_on_the_host(
+        bundle: Path, containerd: ContainerdInstance, workdir: Path) -> None:
+    """On the host (glibc 2.36, where /sys says whether huge pages help): the CRI-mode re-exec with
+    GLIBC_TUNABLES replaces the process image in place, so the pid systemd started is still the proxy."""
+    proxy = ProxyProcess(workdir / "bundle-reexec" / "rp.sock", containerd.address, command=[str(bundle / PROXY)])
     proxy.start()
     try:
         assert proxy.pid is not None
-        (python_pid,) = _children(proxy.pid)  # the bootloader parent waits on one child, re-exec or not
-        assert Path(f"/proc/{python_pid}/exe").resolve() == (binaries / PROXY).resolve()
-        environment = _environment(python_pid)
+        assert Path(f"/proc/{proxy.pid}/task/{proxy.pid}/children").read_text().split() == []
+        environment = Path(f"/proc/{proxy.pid}/environ").read_bytes().split(b"\0")
         # glibc cuts the variable after the first tunable in place, so only the prefix shows in /proc.
-        reexecuted = environment.get("GLIBC_TUNABLES", "").startswith("glibc.malloc.hugetlb=1")
+        reexecuted = any(entry.startswith(b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1") for entry in environment)
         assert reexecuted == wants_huge_pages_reexec()
-        assert len(list(tmp.glob(f"{EXTRACTION_PREFIX}*"))) == 1
-        assert "GLIBC_TUNABLES" not in _environment(proxy.pid)
-        # systemd's KillMode=control-group signals every process of the unit: the child gets SIGTERM
-        # directly and once more forwarded by the bootloader (ProxyProcess.stop signals the bootloader).
-        os.kill(python_pid, signal.SIGTERM)
     finally:
-        code = proxy.stop()
-    assert code == 0, proxy.log_tail()
-    assert list(tmp.glob(f"{EXTRACTION_PREFIX}*")) == []
-    assert not proxy.listen_path.exists()
+        assert proxy.stop() == 0, proxy.log_tail()

@@ -71,18 +71,19 @@ NO_REGISTRY = {"PullImage": "the e2e containerd has no registry to pull from"}
 NO_CRIU = {**NO_REGISTRY, "CheckpointContainer": "containerd checkpoints with CRIU, which this machine lacks"}
 STREAM_LISTS = frozenset({"StreamPodSandboxes", "StreamContainers", "StreamContainerStats", "StreamPodSandboxStats",
                           "StreamPodSandboxMetrics", "StreamImages"})  # served from containerd 2.4 on
+POD_CHECKPOINTS = frozenset({"CheckpointPod", "RestorePod"})  # CRI v0.37
 # Keyed by the "major.minor" of the runtime_version the backend's Version call reports.
 RUNTIME_ANSWERS: dict[str, RuntimeAnswers] = {
     "1.6": RuntimeAnswers({"v1": frozenset({
         "RuntimeConfig", "CheckpointContainer", "GetContainerEvents", "ListMetricDescriptors", "ListPodSandboxMetrics",
-        "UpdatePodSandboxResources", *STREAM_LISTS}), "v1alpha2": frozenset()}, NO_REGISTRY),
+        "UpdatePodSandboxResources", *STREAM_LISTS, *POD_CHECKPOINTS}), "v1alpha2": frozenset()}, NO_REGISTRY),
     "1.7": RuntimeAnswers({"v1": frozenset({
         "RuntimeConfig", "CheckpointContainer", "ListMetricDescriptors", "ListPodSandboxMetrics",
-        "UpdatePodSandboxResources", *STREAM_LISTS}), "v1alpha2": frozenset()}, NO_REGISTRY,
+        "UpdatePodSandboxResources", *STREAM_LISTS, *POD_CHECKPOINTS}), "v1alpha2": frozenset()}, NO_REGISTRY,
         events_lost_per_cancelled_stream=1),
     "2.1": RuntimeAnswers({"v1": frozenset({"ListMetricDescriptors", "ListPodSandboxMetrics", "UpdatePodSandboxResources",
-                                            *STREAM_LISTS}), "v1alpha2": None}, NO_CRIU),
-    "2.4": RuntimeAnswers({"v1": frozenset(), "v1alpha2": None}, NO_CRIU),
+                                            *STREAM_LISTS, *POD_CHECKPOINTS}), "v1alpha2": None}, NO_CRIU),
+    "2.4": RuntimeAnswers({"v1": frozenset(POD_CHECKPOINTS), "v1alpha2": None}, NO_CRIU),
 }
 
 
@@ -316,6 +317,9 @@ STEPS: tuple[Step, ...] = (
     Step("StreamPodSandboxStats", "", _api("StreamPodSandboxStatsRequest"),
          mask=_prefixed("pod_sandbox_stats.*", POD_STATS)),
     Step("CheckpointContainer", "", _on_container("CheckpointContainerRequest", location="/tmp/rp-diff-checkpoint.tar")),
+    Step("CheckpointPod", "", lambda side: side.api.CheckpointPodRequest(
+        pod_sandbox_id=side.pod_id, output_path="/tmp/rp-diff-checkpoint-pod", container_ids=[side.container_id])),
+    Step("RestorePod", "", _api("RestorePodRequest", checkpoint_path="/tmp/rp-diff-checkpoint-pod")),
     Step("ListMetricDescriptors", "", _api("ListMetricDescriptorsRequest"), unordered=("descriptors",)),
     Step("ListPodSandboxMetrics", "", _api("ListPodSandboxMetricsRequest"), mask=_prefixed("pod_metrics.*", POD_METRICS)),
     Step("StreamPodSandboxMetrics", "", _api("StreamPodSandboxMetricsRequest"),

@@ -20,6 +20,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from rplab import cridockerd_requests as shapes
+from rplab.cridockerd_replay import CriDockerdReplay, ReplayError
 from rplab.cridockerd_requests import PodShape
 from rplab.dockerd import CriDockerd, DockerdInstance, DockerModeProxy, UnixHTTPConnection
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings, registration
@@ -328,4 +330,72 @@ def test_a_create_with_bytes_that_are_not_utf8_meets_the_hooks_and_lands_as_dire
     finally:
         for container_id in created:
             lab.dockerd.docker("rm", "-f", container_id, check=False)
+        lab.unregister(plugin, config)
+
+
+# -- the same routes spelled as dockerd also routes them -------------------------------------------------------
+# dockerd percent-decodes the path and takes absolute-form targets before it routes (docker.routes): each of these
+# reaches its `create`, so a Fail-policy refusal must stop them all (before: 201, the sandbox created).
+CREATE_SPELLINGS = {
+    "a percent-encoded letter": lambda target: target.replace("/containers/create", "/containers/%63reate"),
+    "the last letter encoded": lambda target: target.replace("/containers/create", "/containers/creat%65"),
+    "absolute form": lambda target: "http://docker" + target,
+    "a scheme without authority": lambda target: "http:" + target,
+    "an encoded version prefix": lambda target: target.replace("/v1.41/", "/%761.41/"),
+}
+
+
+@pytest.mark.parametrize("spelling", sorted(CREATE_SPELLINGS))
+def test_a_create_spelled_as_dockerd_also_routes_it_meets_the_fail_policy_hook(docker_lab: DockerLab,
+                                                                                  spelling: str) -> None:
+    lab = docker_lab
+    plugin, config = lab.plugin(ExampleSettings(fail_with=grpc.StatusCode.FAILED_PRECONDITION),
+                                hooks_=("PreRunPodSandbox",), policy="Fail")
+    before = lab.container_ids()
+    pod = pod_shape()
+    try:
+        with CriDockerdReplay(lab.proxy.listen_path) as replay:
+            body = shapes.fill(shapes.sandbox_create_body(pod), pod.placeholders())
+            target = CREATE_SPELLINGS[spelling](shapes.create_target(shapes.sandbox_name(pod)))
+            with pytest.raises(ReplayError) as failed:
+                replay.send("RunPodSandbox", "POST", target, body)
+        assert " answered 500: " in str(failed.value) and config.name in str(failed.value), failed.value
+        assert lab.container_ids() == before  # nothing reached dockerd
+    finally:
+        lab.unregister(plugin, config)
+        for leaked in lab.container_ids() - before:
+            lab.dockerd.docker("rm", "-f", leaked)
+
+
+def test_an_unclean_path_is_not_routed_by_dockerd_either(docker_lab: DockerLab) -> None:
+    """What the proxy relays unhooked (a path with `//`, `.` or `..`), dockerd redirects and never creates."""
+    lab = docker_lab
+    before = lab.container_ids()
+    pod = pod_shape()
+    with CriDockerdReplay(lab.proxy.listen_path) as replay:
+        body = shapes.fill(shapes.sandbox_create_body(pod), pod.placeholders())
+        target = shapes.create_target(shapes.sandbox_name(pod))
+        for unclean in (target.replace("/containers/", "//containers/"),
+                        target.replace("/containers/", "/containers/x/../"),
+                        target.replace("/containers/", "/./containers/")):
+            assert replay.send("RunPodSandbox", "POST", unclean, body, ok=(301,)).status == 301
+    assert lab.container_ids() == before
+
+
+def test_stops_spelled_otherwise_still_run_the_post_stop_hooks(docker_lab: DockerLab) -> None:
+    lab = docker_lab
+    plugin, config = lab.plugin(hooks_=("PostStopContainer", "PostStopPodSandbox"))
+    driver, pods = ReplayDriver(lab.proxy.listen_path), []
+    try:
+        _, pod_id, container_id = _run(driver, pods)
+        encoded = "%" + format(ord(container_id[0]), "02x") + container_id[1:]
+        with CriDockerdReplay(lab.proxy.listen_path) as replay:
+            replay.send("StopContainer", "POST", f"/v1.41/containers/{encoded}/st%6fp?t=1", ok=(304,))
+            replay.send("StopPodSandbox", "POST", f"http://docker/v1.41/containers/{pod_id}/stop?t=1", ok=(304,))
+        assert [seen.container_meta.id for seen in plugin.seen_by("PostStopContainer")] == [container_id]
+        assert len(plugin.seen_by("PostStopPodSandbox")) == 1
+    finally:
+        for pod_id in pods:
+            driver.remove_pod(pod_id)
+        driver.close()
         lab.unregister(plugin, config)

@@ -13,6 +13,7 @@ import pytest
 from rplab.dockerd import DockerdInstance, DockerModeProxy
 
 from docker_fixtures import Docker
+from machinekit import refused_dials
 from test_operating import free_port, status as proxy_status
 
 
@@ -56,3 +57,17 @@ def test_status_names_dockerds_version(metered_proxy: tuple[DockerModeProxy, int
     (backend,) = status["backends"]
     assert backend["runtime_name"] == "docker" and backend["reachable"] is True
     assert backend["runtime_version"] == f"{server['Version']} (API {server['ApiVersion']})"
+
+
+def test_a_burst_of_300_dials_is_queued_on_every_socket(dockerd: DockerdInstance, workdir: Path) -> None:
+    """dockerd listens with the kernel's backlog (somaxconn); so does the proxy on each of its sockets (before:
+    asyncio's 100 on the Docker and NRI sockets, and 119-157 of 300 dials failed with EAGAIN, which Go clients
+    such as cri-dockerd report as `connect: resource temporarily unavailable`)."""
+    base = workdir / "dkburst"
+    proxy = DockerModeProxy(base / "rp.sock", dockerd.socket, extra_args=[f"--nri-socket={base / 'nri.sock'}"])
+    proxy.start()
+    try:
+        for socket_path in (proxy.listen_path, base / "nri.sock", proxy.admin_path, dockerd.socket):
+            assert refused_dials(socket_path, 300) == 0, socket_path
+    finally:
+        assert proxy.stop() == 0, proxy.log_tail()

@@ -14,8 +14,8 @@ import pytest
 from runtimeproxy import __version__
 from runtimeproxy.hooks.names import HOOK_NAMES
 from rplab.containerd import ContainerdInstance
-from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, registration
+from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
@@ -57,35 +57,25 @@ def runtimeproxyctl(installed_bin: Path, proxy: ProxyProcess, *args: str) -> str
     return done.stdout
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_the_installed_proxy_runs_a_hooked_pod_lifecycle(
     installed_bin: Path, installed_proxy: ProxyProcess, plugin: tuple[ExamplePlugin, Path], log_dir: Path,
-    cleanup_pods: list[str],
 ) -> None:
     assert installed_proxy.pid is not None
     interpreter = Path(f"/proc/{installed_proxy.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
     assert interpreter.startswith(str(installed_bin)), interpreter  # the virtualenv's, not this checkout's
 
-    with open_channel(installed_proxy.listen_path) as channel:
-        client = CriClient(channel)
-        pod_config = client.pod_config("installed", log_dir)
-        pod_id = client.run_pod(pod_config)
-        cleanup_pods.append(pod_id)
-        container_id = client.create_container(pod_id, client.container_config("app"), pod_config)
-        client.start_container(container_id)
-        env = client.exec_sync(container_id, ["env"]).stdout.decode().split()
-        assert "EXAMPLE_PLUGIN=hello" in env
-        status = client.container_status(container_id, verbose=True)
-        spec = json.loads(status.info["info"])["runtimeSpec"]
-        assert spec["linux"]["resources"]["memory"]["limit"] == 128 * MiB
-        assert status.status.annotations[ANNOTATION] == "PreCreateContainer"
-        client.stop_container(container_id)
-        client.remove_container(container_id)
-        client.stop_pod(pod_id)
-        client.remove_pod(pod_id)
+    # The kubelet's side: its own CRI client over a pod's life (rplab.kubelet).
+    lifecycle = run_lifecycle(installed_proxy.listen_path, log_dir, pod_name="installed-pod", binary_env=False)
+    assert lifecycle.unexpected_failures() == {}
+    assert "EXAMPLE_PLUGIN=hello" in lifecycle.container_env()
+    running = lifecycle.running_container()
+    assert running["info"]["info"]["runtimeSpec"]["linux"]["resources"]["memory"]["limit"] == 128 * MiB
+    assert running["status"]["annotations"][ANNOTATION] == "PreCreateContainer"
 
     assert [seen.hook for seen in plugin[0].seen] == [
-        "PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer", "PostStopContainer",
-        "PostStopPodSandbox"]
+        "PreRunPodSandbox", "PreCreateContainer", "PreStartContainer", "PostStartContainer",
+        "PreUpdateContainerResources", "PostStopContainer", "PostStopPodSandbox"]
     status = json.loads(runtimeproxyctl(installed_bin, installed_proxy, "status", "-o", "json"))
     assert status["version"] == __version__
     assert (status["listen_endpoint"], status["admin_endpoint"], status.get("metrics_address", "")) == \

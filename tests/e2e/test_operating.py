@@ -23,10 +23,11 @@ import pytest
 from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ExamplePlugin, registration
+from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
-from machinekit import require_command
+from machinekit import refused_dials, require_command
 
 _serial = itertools.count()
 PROMETHEUS_START_TIMEOUT_SECONDS = 60.0
@@ -184,9 +185,9 @@ def prometheus_binary() -> str:
     return require_command("prometheus", "prometheus")
 
 
+@pytest.mark.usefixtures("kubelet_client")
 def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
-    containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, prometheus_binary: str,
-    log_dir: Path, cleanup_pods: list[str],
+    containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, prometheus_binary: str, log_dir: Path,
 ) -> None:
     base = workdir / f"prom{next(_serial)}"
     metrics_port, prometheus_port = free_port(), free_port()
@@ -210,11 +211,9 @@ def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
         (proxy.hook_config_dir / "example.json").write_bytes(
             registration(plugin_socket, ["PreRunPodSandbox", "PreCreateContainer"]))
         wait_for_plugin(proxy, "example.json")
-        with open_channel(proxy.listen_path) as channel:
-            client = CriClient(channel)
-            pod_id = start_pod(client, log_dir, cleanup_pods)
-            client.stop_pod(pod_id)
-            client.remove_pod(pod_id)
+        # The kubelet's side: its own CRI client over a pod's life (rplab.kubelet).
+        lifecycle = run_lifecycle(proxy.listen_path, log_dir, pod_name="scraped-pod", binary_env=False)
+        assert lifecycle.unexpected_failures() == {}
 
         queries = {
             'runtimeproxy_cri_calls_total{method="RunPodSandbox",code="OK"}': 1.0,
@@ -243,3 +242,9 @@ def test_prometheus_scrapes_the_calls_of_a_pod_lifecycle(
         prometheus.wait(30)
         loop_thread.run(plugin.stop())
         assert proxy.stop() == 0, proxy.log_tail()
+
+
+def test_a_burst_of_300_dials_is_queued_on_the_cri_and_admin_sockets(node: ProxyProcess) -> None:
+    """gRPC listens with the kernel's backlog (somaxconn) as containerd does: a burst of kubelet dials is queued."""
+    for socket_path in (node.listen_path, node.admin_path):
+        assert refused_dials(socket_path, 300) == 0, socket_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtimeproxy.hooks import validate
-from runtimeproxy.hooks.validate import Problem, answer_problem
+from runtimeproxy.hooks.validate import PLUGIN_TEXT_MAX_CHARS, Problem, answer_problem, printable
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 KUBEPODS = "/kubepods/burstable/pod-u-1"
@@ -436,3 +436,22 @@ def test_a_container_answer_moving_the_pod_to_another_pods_cgroup_names_the_fiel
     response.pod_cgroup_parent = f"/kubepods/burstable/pod{OTHER_UID}"
     problem = answer_problem(request, response)
     assert problem is not None and problem.field == "pod_cgroup_parent" and "another pod" in problem.reason
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("no capacity", "no capacity"),
+    ("café ✓", "café ✓"),  # printable text of any script stays as it is
+    ("a\nI1126 forged line", "a\\nI1126 forged line"),
+    ("\r\x1b[2Kvalid; no change", "\\r\\x1b[2Kvalid; no change"),
+    ("\x9b31m\x7f\t", "\\x9b31m\\x7f\\t"),  # a C1 CSI, DEL, a tab
+    ("abc\u202edef\u2028", "abc\\u202edef\\u2028"),  # a bidi override, a line separator
+])
+def test_plugin_text_is_shown_with_its_controls_escaped(text: str, shown: str) -> None:
+    assert printable(text) == shown
+    assert printable(shown) == shown  # twice changes nothing
+
+
+def test_plugin_text_is_clipped() -> None:
+    assert printable("e" * (3 << 20)) == "e" * (PLUGIN_TEXT_MAX_CHARS - 3) + "..."
+    assert len(printable("\x1b" * 5000)) == PLUGIN_TEXT_MAX_CHARS  # escaping never grows past the bound
+    assert printable("abcdef", 5) == "ab..."

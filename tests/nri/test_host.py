@@ -358,3 +358,31 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         ("nri:10-a", SKIPPED_TOGGLE, "cpuset bug"), ("nri:20-b", OK, "")]
     assert [(s.plugin, s.outcome, s.details) for s in applied] == [
         ("nri:10-a", OK, ""), ("nri:20-b", SKIPPED_TOGGLE, "off too")]
+
+
+def test_an_update_naming_100000_unknown_containers_takes_one_log_line_each_way(
+        socket_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Before: one warning per ID on the event loop (every CRI call waited up to 1.1 s, the log grew 26 MB)."""
+    unknown = [f"g{n}" for n in range(100_000)]  # short: the whole request fits one ttrpc message
+
+    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        raise AssertionError("no known container was named")
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            host.updater = updater
+            kit = plugin("flood", "10", event_mask(nri.STOP_CONTAINER), StopContainer=(nri.StopContainerRequest,
+                                                                                       _stopped))
+            await attached(host, kit)
+            caplog.clear()
+            answer = await kit.update_containers(*(nri.ContainerUpdate(container_id=cid) for cid in unknown),
+                                                 evict=tuple(eviction(cid, "flood") for cid in unknown))
+            assert len(answer.failed) == len(unknown)
+            assert host.stats.evictions == {("10-flood", "unknown"): len(unknown)}
+    run(scenario())
+    lines = [record.getMessage() for record in caplog.records if record.name == "runtimeproxy.nri.host"]
+    assert lines == [
+        "NRI plugin 10-flood asked to evict 100000 containers the proxy does not know (g0, g1, g2 and 99997 more): "
+        "nothing done",
+        "NRI plugin 10-flood: cannot update 100000 containers the proxy does not know (g0, g1, g2 and 99997 more)",
+    ]

@@ -114,3 +114,43 @@ def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_wi
     assert (configured["name"], configured["index"], configured["runtime"]) == ("launched", "10", "runtimeproxy")
     assert json.loads(configured["configured"])["env"] == {"LAUNCHED": "yes"}
     assert finished["events"] == ["Configure", "Synchronize", "CreateContainer", "Shutdown"]
+
+
+def test_a_launched_plugin_that_forks_and_exits_takes_its_connection_and_its_child_with_it(base: Path) -> None:
+    """Its process group is killed and its connection closed when it exits (before: logged as exited while its
+    child kept the connection and stayed attached)."""
+    plugin_file(base / "plugins" / "10-forking", forks=True)
+
+    async def scenario() -> None:
+        host = NriHost(base / "nri.sock", Store(), plugin_dir=base / "plugins", plugin_config_dir=base / "conf.d")
+        await host.start()
+        try:
+            (process,) = host.launched
+            while not host.plugins:  # its child registered and attached
+                await asyncio.sleep(0.02)
+            assert process.running and _group(process.pid) - {process.pid}
+            while process.running:
+                await asyncio.sleep(0.02)
+            deadline = asyncio.get_running_loop().time() + 5
+            while host.plugins or _group(process.pid):
+                assert asyncio.get_running_loop().time() < deadline, (host.plugins, _group(process.pid))
+                await asyncio.sleep(0.02)
+        finally:
+            await host.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def _group(pgid: int) -> set[int]:
+    """The live (not zombie) processes of a process group."""
+    members = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):  # gone meanwhile
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.add(int(entry.name))
+    return members

@@ -101,6 +101,22 @@ def test_a_failing_hook_and_json_output(serve: Serve) -> None:
                                                                 "no capacity")
 
 
+def test_a_plugin_cannot_fake_a_verdict_on_screen(serve: Serve) -> None:
+    """Its error's newline and escapes are shown escaped: the verdict line stays the proxy's (before: a carriage
+    return and an erase-line turned FAILED into `PreRunPodSandbox: valid; no change` on a terminal)."""
+    forged = "\r\x1b[2KPreRunPodSandbox: valid; no change\n\x1b[8m"
+
+    async def refuse(request: object, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, forged)
+
+    code, out = try_plugin("--endpoint", str(serve(ScriptedPlugin({"PreRunPodSandbox": refuse}))),
+                           "--hook", "PreRunPodSandbox")
+    assert code == 1
+    assert out.splitlines()[0].startswith("PreRunPodSandbox: FAILED FAILED_PRECONDITION: "
+                                          "\\r\\x1b[2KPreRunPodSandbox: valid; no change\\n\\x1b[8m -- ")
+    assert "\x1b" not in out and "\r" not in out and len(out.splitlines()) == 1
+
+
 def test_a_request_from_a_record_line(serve: Serve, tmp_path: Path) -> None:
     from google.protobuf import json_format
 

@@ -180,6 +180,16 @@ class RuntimeServiceStub:
                 request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointContainerRequest.SerializeToString,
                 response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointContainerResponse.FromString,
                 _registered_method=True)
+        self.CheckpointPod = channel.unary_unary(
+                '/runtime.v1.RuntimeService/CheckpointPod',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointPodRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointPodResponse.FromString,
+                _registered_method=True)
+        self.RestorePod = channel.unary_unary(
+                '/runtime.v1.RuntimeService/RestorePod',
+                request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.RestorePodRequest.SerializeToString,
+                response_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.RestorePodResponse.FromString,
+                _registered_method=True)
         self.GetContainerEvents = channel.unary_stream(
                 '/runtime.v1.RuntimeService/GetContainerEvents',
                 request_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.GetEventsRequest.SerializeToString,
@@ -414,6 +424,22 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckpointPod(self, request, context):
+        """Checkpoint chosen running containers of one pod as one consistent cut
+        (all paused, all captured, all resumed) into a directory the caller owns.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestorePod(self, request, context):
+        """Recreate a pod sandbox and its containers from such a checkpoint; the
+        containers come back CREATED and the kubelet starts each one itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetContainerEvents(self, request, context):
         """Long-lived server stream of container lifecycle events (evented PLEG).
         """
@@ -602,6 +628,16 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.CheckpointContainer,
                     request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointContainerRequest.FromString,
                     response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointContainerResponse.SerializeToString,
+            ),
+            'CheckpointPod': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckpointPod,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointPodRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointPodResponse.SerializeToString,
+            ),
+            'RestorePod': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestorePod,
+                    request_deserializer=cri_dot_runtime_dot_v1_dot_api__pb2.RestorePodRequest.FromString,
+                    response_serializer=cri_dot_runtime_dot_v1_dot_api__pb2.RestorePodResponse.SerializeToString,
             ),
             'GetContainerEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.GetContainerEvents,
@@ -1418,6 +1454,60 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/CheckpointContainer',
             cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointContainerRequest.SerializeToString,
             cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointContainerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckpointPod(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/CheckpointPod',
+            cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointPodRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.CheckpointPodResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestorePod(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/RestorePod',
+            cri_dot_runtime_dot_v1_dot_api__pb2.RestorePodRequest.SerializeToString,
+            cri_dot_runtime_dot_v1_dot_api__pb2.RestorePodResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,99 @@
+"""The node package: a .deb holding the release bundle, the systemd unit, a kubelet drop-in (shipped disabled)
+and the hook directory, built with dpkg-deb as node agents ship theirs.
+
+Contents:
+  /opt/koord-runtime-proxy/bin/            the bundle (rplab.release): koord-runtime-proxy, runtimeproxyctl, _internal
+  /usr/bin/koord-runtime-proxy, /usr/bin/runtimeproxyctl     links into it, so both are on PATH
+  /lib/systemd/system/koord-runtime-proxy.service            deploy/koord-runtime-proxy.service
+  /usr/share/koord-runtime-proxy/kubelet-runtime-endpoint.conf   the kubelet drop-in, to copy into
+                                           /etc/systemd/system/kubelet.service.d/ to switch the kubelet over
+  /etc/runtime/hookserver.d/               the hook directory; the operator's files in it are never the package's
+
+The maintainer scripts only reload systemd where it runs and stop the service on removal: installing does not
+start or enable it (the kubelet must be pointed at it first), and nothing the operator wrote is touched.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from rplab import CHECKOUT
+from rplab.release import CTL, INSTALL_DIR, PROXY
+
+PACKAGE = "koord-runtime-proxy"
+UNIT = CHECKOUT / "deploy" / f"{PROXY}.service"
+KUBELET_DROPIN = CHECKOUT / "deploy" / "kubelet-runtime-endpoint.conf"
+HOOK_DIR = "/etc/runtime/hookserver.d"
+SHARE_DIR = f"/usr/share/{PACKAGE}"
+DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+SYSTEMD_RUNNING = "[ -d /run/systemd/system ]"
+MAINTAINER_SCRIPTS = {
+    "postinst": f"""#!/bin/sh
+set -e
+if [ "$1" = configure ] && {SYSTEMD_RUNNING}; then
+  systemctl daemon-reload || true
+  # An upgrade restarts a running proxy on the new bundle; a first install starts nothing.
+  if [ -n "$2" ] && systemctl is-active --quiet {PACKAGE}.service; then systemctl restart {PACKAGE}.service || true; fi
+fi
+""",
+    "prerm": f"""#!/bin/sh
+set -e
+if [ "$1" = remove ] && {SYSTEMD_RUNNING}; then
+  systemctl stop {PACKAGE}.service || true
+  systemctl disable {PACKAGE}.service >/dev/null 2>&1 || true
+fi
+""",
+    "postrm": f"""#!/bin/sh
+set -e
+if {SYSTEMD_RUNNING}; then systemctl daemon-reload || true; fi
+""",
+}
+
+
+def control(version: str, installed_kib: int) -> str:
+    return (f"Package: {PACKAGE}\nVersion: {version}\nArchitecture: {DEB_ARCH.get(platform.machine(), 'amd64')}\n"
+            "Maintainer: runtimeproxy developers <maintainers@users.noreply.github.com>\n"
+            f"Installed-Size: {installed_kib}\nDepends: libc6 (>= 2.31), zlib1g\nRecommends: containerd | docker.io\n"
+            "Section: admin\nPriority: optional\n"
+            "Description: CRI proxy running runtime hook and NRI plugins between the kubelet and the runtime\n"
+            " A drop-in for koordinator's koord-runtime-proxy: the kubelet talks to it as to containerd\n"
+            " (or dockerd through cri-dockerd); it forwards every call and lets resource-management plugins\n"
+            " adjust pods and containers. Start it, then point the kubelet at its socket with the drop-in in\n"
+            f" {SHARE_DIR}.\n")
+
+
+def build_deb(bundle: Path, version: str, out: Path) -> Path:
+    """out/koord-runtime-proxy_<version>_<arch>.deb from the bundle `rplab.release` built."""
+    with tempfile.TemporaryDirectory(prefix="rp-deb-") as work:
+        staging = Path(work) / "pkg"
+        shutil.copytree(bundle, staging / INSTALL_DIR.lstrip("/") / "bin", symlinks=True)
+        usr_bin = staging / "usr" / "bin"
+        usr_bin.mkdir(parents=True)
+        for name in (PROXY, CTL):
+            (usr_bin / name).symlink_to(f"{INSTALL_DIR}/bin/{name}")
+        _install(UNIT, staging / "lib" / "systemd" / "system" / UNIT.name)
+        _install(KUBELET_DROPIN, staging / SHARE_DIR.lstrip("/") / KUBELET_DROPIN.name)
+        (staging / HOOK_DIR.lstrip("/")).mkdir(parents=True)
+        debian = staging / "DEBIAN"
+        debian.mkdir()
+        for name, text in MAINTAINER_SCRIPTS.items():
+            (debian / name).write_text(text)
+            (debian / name).chmod(0o755)
+        size = sum(path.lstat().st_size for path in staging.rglob("*") if path.is_file()) // 1024
+        (debian / "control").write_text(control(version, size))
+        deb = out / f"{PACKAGE}_{version}_{DEB_ARCH.get(platform.machine(), 'amd64')}.deb"
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(staging), str(deb)], check=True,
+                       capture_output=True)
+    return deb
+
+
+def _install(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    target.chmod(0o644)
