@@ -13,12 +13,16 @@ go to $RUNTIMEPROXY_REPORT_DIR (default <repo>/reports).
 
 `--docker` runs the same through cri-dockerd, the proxy in Docker mode and a private
 dockerd (see rplab/docker_lab.py); without cri-dockerd it replays cri-dockerd's requests itself.
+
+`--runtime NAME` picks the containerd or dockerd of the runtime matrix (rplab/runtimes.py), e.g.
+`--runtime containerd-2.1` or `--runtime dockerd-28`; default: this machine's own.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sys
@@ -43,6 +47,7 @@ from rplab.images import LAB_IMAGES, build_and_import
 from rplab.example_plugin import plugin_process, registration
 from rplab.process import ProxyProcess
 from rplab.peers import PeerBuildError
+from rplab.runtimes import RUNTIMES, SELECTED_BY, Runtime
 from rplab.tools import find_tool, missing_tool_message
 from runtimeproxy.hooks.names import HOOK_NAMES
 
@@ -218,7 +223,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="run critest direct, through the proxy and through the proxy + an echo plugin")
     parser.add_argument("--docker", action="store_true",
                         help="Docker mode: cri-dockerd -> the proxy -> a private dockerd")
+    parser.add_argument("--runtime", metavar="NAME", choices=sorted(RUNTIMES),
+                        help="which containerd or dockerd (a dockerd implies --docker): "
+                             + ", ".join(RUNTIMES) + "; fetched on first use (python -m rplab.runtimes list)")
     args = parser.parse_args(argv)
+    if args.runtime:
+        args.docker = args.docker or choose_runtime(args.runtime).kind == "dockerd"
     problem = docker_lab_problem() if args.docker else check_prerequisites()
     if problem:
         print(f"lab: cannot run here: {problem}", file=sys.stderr)
@@ -240,6 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def choose_runtime(name: str) -> Runtime:
+    """Select runtime ``name`` for everything this process starts (its kind's environment variable), fetched."""
+    runtime = RUNTIMES[name]
+    os.environ[SELECTED_BY[runtime.kind]] = name
+    print(f"runtime: {name} ({runtime.source})", flush=True)
+    runtime.fetch()
+    return runtime
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

@@ -26,6 +26,7 @@ from types import TracebackType
 
 from rplab.cri import CriClient, open_channel
 from rplab.images import CRI_NAMESPACE, PAUSE_IMAGE, find_busybox, shared_libraries
+from rplab.runtimes import Runtime, selected
 
 DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 SHIM_SOCKET_DIR = Path("/run/containerd/s")  # fixed in containerd 1.6, whatever the config says
@@ -97,8 +98,11 @@ class ContainerdInstance:
     """
 
     def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
-                 cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None) -> None:
+                 cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None,
+                 runtime: Runtime | None = None) -> None:
+        """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names."""
         self.base_dir = Path(base_dir).absolute()
+        self.runtime = runtime or selected("containerd")
         self.registry_config_path = registry_config_path  # a certs.d directory of hosts.toml files
         self.sandbox_image = sandbox_image
         self.log_level = log_level
@@ -151,11 +155,13 @@ class ContainerdInstance:
     # -- config --------------------------------------------------------------------------------------------
 
     def config_toml(self) -> str:
-        """containerd 1.6 config (version 2) with every path private to ``base_dir``."""
+        """The config file of this runtime: version 2 (1.6, 1.7) or 3 (2.x), every path private to ``base_dir``."""
+        return self._config_v3() if self.runtime.major >= 2 else self._config_v2()
+
+    def _config_head(self, version: int) -> str:
         b = self.base_dir
-        cri = 'plugins."io.containerd.grpc.v1.cri"'
         return f"""\
-version = 2
+version = {version}
 root = {_toml_str(self.root)}
 state = {_toml_str(self.state)}
 temp = {_toml_str(b / "tmp")}
@@ -176,6 +182,25 @@ oom_score = 0
   [plugins."io.containerd.internal.v1.opt"]
     path = {_toml_str(b / "opt")}
 
+  # containerd's own NRI (on by default from 2.0) would open the host-wide /var/run/nri/nri.sock.
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = true
+    socket_path = {_toml_str(b / "nri.sock")}
+"""
+
+    def _runc_runtime(self, runtimes: str) -> str:
+        return f"""
+      [{runtimes}.runc]
+        runtime_type = "io.containerd.runc.v2"
+
+        [{runtimes}.runc.options]
+          SystemdCgroup = false
+          Root = {_toml_str(self.base_dir / "runc")}
+"""
+
+    def _config_v2(self) -> str:
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return self._config_head(2) + f"""
   [{cri}]
     sandbox_image = {_toml_str(self.sandbox_image)}
     # Root here lacks CAP_SYS_RESOURCE: without this every RunPodSandbox fails in runc.
@@ -195,19 +220,47 @@ oom_score = 0
     [{cri}.containerd]
       snapshotter = "overlayfs"
       default_runtime_name = "runc"
+""" + self._runc_runtime(f"{cri}.containerd.runtimes")
 
-      [{cri}.containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-
-        [{cri}.containerd.runtimes.runc.options]
-          SystemdCgroup = false
-          Root = {_toml_str(b / "runc")}
+    def _config_v3(self) -> str:
+        """containerd 2.x: the CRI plugin's settings split into the images, runtime and grpc plugins."""
+        images, runtime = 'plugins."io.containerd.cri.v1.images"', 'plugins."io.containerd.cri.v1.runtime"'
+        transfer = "" if self.registry_config_path is None else f"""
+  [plugins."io.containerd.transfer.v1.local"]
+    config_path = {_toml_str(self.registry_config_path)}
 """
+        return self._config_head(3) + f"""
+  [plugins."io.containerd.grpc.v1.cri"]
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_tls_streaming = false
+    disable_tcp_service = true
+{transfer}
+  [{images}]
+    snapshotter = "overlayfs"
 
-    def _registry_section(self, cri: str) -> str:
+    [{images}.pinned_images]
+      sandbox = {_toml_str(self.sandbox_image)}
+
+{self._registry_section(images)}
+  [{runtime}]
+    # Root here lacks CAP_SYS_RESOURCE: without this every RunPodSandbox fails in runc.
+    restrict_oom_score_adj = true
+    max_container_log_line_size = 16384
+    netns_mounts_under_state_dir = true
+
+    [{runtime}.cni]
+      bin_dirs = [{_toml_str(self.cni_bin_dir)}]
+      conf_dir = {_toml_str(self.cni_conf_dir)}
+
+    [{runtime}.containerd]
+      default_runtime_name = "runc"
+""" + self._runc_runtime(f"{runtime}.containerd.runtimes")
+
+    def _registry_section(self, plugin: str) -> str:
         if self.registry_config_path is None:
             return ""
-        return f"""    [{cri}.registry]
+        return f"""    [{plugin}.registry]
       config_path = {_toml_str(self.registry_config_path)}
 """
 
@@ -227,12 +280,11 @@ oom_score = 0
         self.write_config()
         for sock in (self.address, self.address + ".ttrpc", str(self.base_dir / "debug.sock")):
             Path(sock).unlink(missing_ok=True)  # stale, from a killed run
-        binary = shutil.which("containerd")
-        if binary is None:
-            raise ContainerdError("containerd not found (apt-get install -y containerd)")
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen([binary, "--config", str(self.config_path)], stdin=subprocess.DEVNULL,
-                                          stdout=log, stderr=log, start_new_session=True)
+        binary = self.runtime.binary("containerd")
+        with open(self.log_path, "ab") as log:  # its PATH leads it to its own shim
+            self._proc = subprocess.Popen([str(binary), "--config", str(self.config_path)], stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=log, start_new_session=True,
+                                          env=self.runtime.environment())
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -352,7 +404,7 @@ oom_score = 0
     def ctr(self, *args: str, namespace: str | None = CRI_NAMESPACE, check: bool = True,
             timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         """Run ``ctr -a <address> [-n namespace] args...`` and return the completed process."""
-        cmd = ["ctr", "-a", self.address, *(["-n", namespace] if namespace else []), *args]
+        cmd = [str(self.runtime.binary("ctr")), "-a", self.address, *(["-n", namespace] if namespace else []), *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise ContainerdError(f"{' '.join(cmd)} failed: {proc.stderr.strip() or proc.stdout.strip()}")

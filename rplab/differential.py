@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -88,6 +89,15 @@ class StreamWatch:
                 self._messages.append(message)
         except grpc.RpcError as error:
             self._error = error
+
+    def wait_quiet(self, quiet_seconds: float, timeout: float = 30.0) -> int:
+        """Wait until nothing arrived for ``quiet_seconds`` (or ``timeout``); how many messages arrived so far."""
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while seen != len(self._messages) and time.monotonic() < deadline:
+            seen = len(self._messages)
+            time.sleep(quiet_seconds)
+        return len(self._messages)
 
     def finish(self) -> Outcome:
         """Stop watching: what arrived, or how the stream failed (our own cancel is not a failure)."""

@@ -26,12 +26,14 @@ from pathlib import Path
 
 from rplab.containerd import UNIX_PATH_MAX, _mount_points, _unmount
 from rplab.process import ProxyProcess, ProxyProcessError
+from rplab.runtimes import Runtime, selected
 
 RUNC_WRAPPER_NAME = "rp-runc"
 START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 20.0
 CRI_DOCKERD_START_ATTEMPTS = 3
 START_RACE_MESSAGE = "RegisterService after Server.Serve"
+OOM_SCORE_ADJUST_REFUSED_FROM = 25  # dockerd 25 and later refuse --oom-score-adjust
 
 RUNC_WRAPPER = """#!/bin/sh
 # runtimeproxy lab: root here cannot lower oom_score_adj, so a negative oomScoreAdj becomes 0.
@@ -46,6 +48,20 @@ if [ -n "$bundle" ] && [ -f "$bundle/config.json" ]; then
   sed -i 's/"oomScoreAdj":[ ]*-[0-9]*/"oomScoreAdj":0/' "$bundle/config.json"
 fi
 exec %(runc)s "$@"
+"""
+
+# dockerd writes its containerd's config and starts the `containerd` it finds on PATH: this one, first on PATH.
+# containerd 2.x turns its own NRI on by default, on the host-wide /var/run/nri/nri.sock: off here.
+CONTAINERD_WRAPPER = """#!/bin/sh
+# runtimeproxy lab: dockerd's containerd without containerd's own NRI.
+prev=
+for arg in "$@"; do
+  if [ "$prev" = --config ] && ! grep -q 'io.containerd.nri.v1.nri' "$arg"; then
+    printf '\\n[plugins."io.containerd.nri.v1.nri"]\\n  disable = true\\n' >> "$arg"
+  fi
+  prev=$arg
+done
+exec %(containerd)s "$@"
 """
 
 
@@ -75,10 +91,10 @@ class _Daemon:
     def log_path(self) -> Path:
         return self.base_dir / self.log_name
 
-    def _spawn(self, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                          start_new_session=True)
+                                          start_new_session=True, env=env)
         return self._proc
 
     def _terminate(self, timeout: float) -> None:
@@ -99,12 +115,14 @@ class _Daemon:
 
 
 class DockerdInstance(_Daemon):
-    """A private dockerd rooted at `base_dir`; `socket` is its Docker Engine API endpoint."""
+    """A private dockerd rooted at `base_dir`; `socket` is its Docker Engine API endpoint. `runtime`: which
+    dockerd (rplab.runtimes); by default the one $RUNTIMEPROXY_DOCKERD names."""
 
     log_name = "dockerd.log"
 
-    def __init__(self, base_dir: Path) -> None:
+    def __init__(self, base_dir: Path, runtime: Runtime | None = None) -> None:
         super().__init__(base_dir)
+        self.runtime = runtime or selected("dockerd")
         containerd_socket = self.exec_root / "containerd" / "containerd.sock.ttrpc"
         if len(str(containerd_socket)) > UNIX_PATH_MAX:
             raise DockerdError(f"base dir too long for dockerd's sockets: {self.base_dir}")
@@ -117,14 +135,24 @@ class DockerdInstance(_Daemon):
     def exec_root(self) -> Path:
         return self.base_dir / "x"
 
+    @property
+    def cli(self) -> Path:
+        """The docker CLI of this dockerd's package set (not /usr/local/bin's, which no package owns)."""
+        return self.runtime.binary("docker")
+
+    @property
+    def wrapper_dir(self) -> Path:
+        return self.base_dir / "bin"
+
     def argv(self) -> list[str]:
         b = self.base_dir
+        oom = ["--oom-score-adjust=0"] if self.runtime.major < OOM_SCORE_ADJUST_REFUSED_FROM else []
         return [
-            "dockerd", "--data-root", str(b / "data"), "--exec-root", str(self.exec_root),
+            str(self.runtime.binary("dockerd")), "--data-root", str(b / "data"), "--exec-root", str(self.exec_root),
             "--pidfile", str(b / "dockerd.pid"), "--config-file", str(b / "daemon.json"),
             "-H", f"unix://{self.socket}", "--exec-opt", "native.cgroupdriver=cgroupfs",
             "--storage-driver", "overlay2", "--bridge=none", "--iptables=false", "--ip-forward=false",
-            "--ip-masq=false", "--oom-score-adjust=0", "--group", "root",
+            "--ip-masq=false", *oom, "--group", "root",
             "--add-runtime", f"{RUNC_WRAPPER_NAME}={b / RUNC_WRAPPER_NAME}",
             "--default-runtime", RUNC_WRAPPER_NAME,
         ]
@@ -136,11 +164,16 @@ class DockerdInstance(_Daemon):
         wrapper = self.base_dir / RUNC_WRAPPER_NAME
         wrapper.write_text(RUNC_WRAPPER % {"runc": runc})
         wrapper.chmod(0o755)
+        if not self.runtime.system:
+            self.wrapper_dir.mkdir(exist_ok=True)
+            containerd = self.wrapper_dir / "containerd"
+            containerd.write_text(CONTAINERD_WRAPPER % {"containerd": self.runtime.binary("containerd")})
+            containerd.chmod(0o755)
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
         self._write_files()
         self.socket.unlink(missing_ok=True)
-        proc = self._spawn(self.argv())
+        proc = self._spawn(self.argv(), self.runtime.environment(first=(self.wrapper_dir,)))
         deadline = time.monotonic() + timeout
         while self.docker("version", check=False, timeout=5).returncode != 0:
             if proc.poll() is not None:
@@ -153,7 +186,7 @@ class DockerdInstance(_Daemon):
     def docker(self, *args: str, check: bool = True, timeout: float = 60,
                input_bytes: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
         """Run the docker CLI against this dockerd directly."""
-        cmd = ["docker", "-H", f"unix://{self.socket}", *args]
+        cmd = [str(self.cli), "-H", f"unix://{self.socket}", *args]
         proc = subprocess.run(cmd, capture_output=True, timeout=timeout, input=input_bytes, check=False)
         if check and proc.returncode != 0:
             raise DockerdError(f"{' '.join(cmd)} failed: {proc.stderr.decode(errors='replace').strip()}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local lab: set up a fresh machine, then run containerd + the proxy + a pod lifecycle through it.
 # Extra arguments go to `python -m rplab` (e.g. --keep). `bash scripts/lab.sh docker` (or --docker):
-# the same lifecycle through cri-dockerd, the proxy in Docker mode and a private dockerd.
+# the same lifecycle through cri-dockerd, the proxy in Docker mode and a private dockerd. `--runtime NAME`: which
+# containerd or dockerd (e.g. containerd-2.1, dockerd-28; `python -m rplab.runtimes list`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

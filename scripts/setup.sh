@@ -38,3 +38,11 @@ echo "setup: installing runtimeproxy and its test dependencies into $venv"
 # crictl and critest tests need them, so a machine without a Go 1.21+ fails here, saying what to install.
 echo "setup: building the compiled test peers (peers/)"
 "$venv/bin/python" -m rplab.peers
+
+# The runtime matrix (rplab/runtimes.py): the newest containerd and dockerd, which scripts/test.sh's second pass
+# runs on (other Debian releases' packages unpacked into a cache, never installed; containerd built with Go).
+# RUNTIMEPROXY_FETCH_RUNTIMES=0 skips it; `python -m rplab.runtimes fetch NAME...` fetches any other.
+if [ "${RUNTIMEPROXY_FETCH_RUNTIMES:-1}" != 0 ]; then
+  read -r newest_containerd newest_dockerd < <("$venv/bin/python" -m rplab.runtimes newest)
+  "$venv/bin/python" -m rplab.runtimes fetch "$newest_containerd" "$newest_dockerd" >/dev/null
+fi

@@ -1,16 +1,40 @@
 #!/usr/bin/env bash
-# The test command: set up a fresh machine, then run the whole suite, e2e against real containerd.
-# Extra arguments go to pytest (e.g. scripts/test.sh -k lifecycle).
+# The test command: set up a fresh machine, then run the whole suite, e2e against real containerd and dockerd
+# (this machine's own: Debian 12's containerd 1.6 and dockerd 20.10); then a second pass of the suites that
+# drive a runtime hardest on the newest containerd and dockerd of the runtime matrix (rplab/runtimes.py);
+# then the "Tested with" table of both passes (reports/tested-with.md).
+# Extra arguments go to pytest and skip the second pass (e.g. scripts/test.sh -k lifecycle).
+# RUNTIMEPROXY_SECOND_PASS=0 skips it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+python="${RUNTIMEPROXY_VENV:-$PWD/.venv}/bin/python"
+reports="${RUNTIMEPROXY_REPORT_DIR:-$PWD/reports}"
+mkdir -p "$reports"
+rm -f "$reports"/tested-with-*.json "$reports/tested-with.md"
 
-# e2e tests fail instead of skipping when the machine cannot run containerd.
-export RUNTIMEPROXY_REQUIRE_E2E=1
+# e2e tests fail instead of skipping when the machine cannot run containerd; each pass records its outcomes.
+export RUNTIMEPROXY_REQUIRE_E2E=1 RUNTIMEPROXY_TESTED_WITH=1
 status=0
-"${RUNTIMEPROXY_VENV:-$PWD/.venv}/bin/python" -m pytest "$@" || status=$?
+"$python" -m pytest "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
 fi
+
+# Second pass: what differs by runtime version (CRI answers, hooks' effects in the OCI spec, swap, the store's
+# rebuild after a restart, NRI with the project's and NRI's own stub plugins, crictl, the kubelet's CRI client,
+# Docker mode's wire) on the newest containerd and dockerd.
+second_pass=(tests/e2e/test_differential.py tests/e2e/test_hooks.py tests/e2e/test_swap.py tests/e2e/test_nri.py
+  tests/e2e/test_answers.py tests/e2e/test_post_hooks.py tests/e2e/test_crictl.py tests/e2e/test_cri_client.py
+  tests/e2e/test_nri_stub.py
+  tests/e2e/test_docker_replay.py tests/e2e/test_docker_cli.py tests/e2e/test_nri_docker.py)
+if [ $# -eq 0 ] && [ "${RUNTIMEPROXY_SECOND_PASS:-1}" != 0 ]; then
+  read -r containerd dockerd < <("$python" -m rplab.runtimes newest)
+  echo "test.sh: second pass on $containerd and $dockerd"
+  started=$SECONDS
+  RUNTIMEPROXY_RUNTIME=$containerd RUNTIMEPROXY_DOCKERD=$dockerd "$python" -m pytest -q "${second_pass[@]}" || status=$?
+  echo "test.sh: second pass took $((SECONDS - started)) s"
+fi
+"$python" -m rplab.tested_with || true
 exit "$status"

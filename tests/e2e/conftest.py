@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from rplab.kubelet import PEER as KUBELET_PEER
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from rplab.release import build_bundle
+from rplab.runtimes import selected
+from rplab.tested_with import TESTED_WITH_ENV, merged_outcome, write_record
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
 from machinekit import IMAGE_CACHE, require_command, require_tool, skip_or_fail
@@ -86,13 +89,27 @@ def api_version(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def proxied(proxied_channel: grpc.Channel, api_version: str) -> CriClient:
-    return CriClient(proxied_channel, api_version)
+def served_api_version(api_version: str, direct_channel: grpc.Channel, containerd: ContainerdInstance) -> str:
+    """``api_version``, skipped where the containerd under test does not serve it (2.x: no runtime.v1alpha2;
+    the differential suite proves the proxy answers UNIMPLEMENTED there as containerd does)."""
+    client = CriClient(direct_channel, api_version)
+    try:
+        client.runtime.Version(client.api.VersionRequest(), timeout=5)
+    except grpc.RpcError as error:
+        if error.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        pytest.skip(f"{containerd.cri_version().rsplit(' ', 1)[0]} serves no runtime.{api_version}")
+    return api_version
 
 
 @pytest.fixture
-def direct(direct_channel: grpc.Channel, api_version: str) -> CriClient:
-    return CriClient(direct_channel, api_version)
+def proxied(proxied_channel: grpc.Channel, served_api_version: str) -> CriClient:
+    return CriClient(proxied_channel, served_api_version)
+
+
+@pytest.fixture
+def direct(direct_channel: grpc.Channel, served_api_version: str) -> CriClient:
+    return CriClient(direct_channel, served_api_version)
 
 
 @pytest.fixture(scope="session")
@@ -184,11 +201,25 @@ def conformance_hooked_proxy(conformance_lab: ConformanceLab) -> Iterator[ProxyP
         yield proxy
 
 
+# -- "Tested with": each e2e test's outcome, written per run with the runtimes it ran on (rplab.tested_with) ----
+
+E2E_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    E2E_OUTCOMES[report.nodeid] = merged_outcome(E2E_OUTCOMES.get(report.nodeid), report.outcome)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if CONFORMANCE_SUMMARY:
         terminalreporter.section("CRI conformance")
         for line in CONFORMANCE_SUMMARY:
             terminalreporter.write_line(line)
+    if E2E_OUTCOMES:
+        runtimes = ", ".join(f"{selected(kind).name} ({selected(kind).version})" for kind in ("containerd", "dockerd"))
+        # Only runs that ask (scripts/test.sh) write a record: a targeted run would replace a whole run's.
+        path = write_record(E2E_OUTCOMES) if os.environ.get(TESTED_WITH_ENV) else None
+        terminalreporter.write_line(f"e2e runtimes: {runtimes}" + (f"; tested-with record: {path}" if path else ""))
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ front of it, and cri-dockerd (the kubelet's side) in front of the proxy (importe
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from rplab.dockerd import (
     check_docker_prerequisites,
 )
 from rplab.images import PAUSE_IMAGE
+from rplab.runtimes import selected
 
 from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
 
@@ -26,13 +26,14 @@ Crictl = Callable[..., str]
 
 
 class Docker:
-    """The docker CLI against one socket."""
+    """The docker CLI of the selected dockerd's package set (rplab.runtimes) against one socket."""
 
     def __init__(self, socket: Path) -> None:
         self.socket = socket
+        self.cli = selected("dockerd").binary("docker")
 
     def argv(self, *args: str) -> list[str]:
-        return [shutil.which("docker") or "docker", "-H", f"unix://{self.socket}", *args]
+        return [str(self.cli), "-H", f"unix://{self.socket}", *args]
 
     def run(self, *args: str, input_text: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=120, input=input_text)

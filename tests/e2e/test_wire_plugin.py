@@ -80,9 +80,9 @@ def runtime_spec(client: CriClient, container_id: str) -> dict:
 
 
 def test_independent_plugin_sees_our_requests_and_its_changes_land(
-    wired: Wired, api_version: str, log_dir: Path, cleanup_pods: list[str]
+    wired: Wired, served_api_version: str, log_dir: Path, cleanup_pods: list[str]
 ) -> None:
-    client = CriClient(open_channel(wired.proxy.listen_path), api_version)
+    client = CriClient(open_channel(wired.proxy.listen_path), served_api_version)
     api = client.api
     try:
         pod_config = client.pod_config(f"wire{next(_serial)}", log_dir, labels={"team": "wire"},

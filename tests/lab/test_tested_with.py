@@ -1,0 +1,38 @@
+"""The Tested-with table: records per run, folded into one Markdown table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rplab import runtimes
+from rplab.tested_with import main, merged_outcome, write_record
+
+
+def test_a_failure_in_any_phase_wins_then_a_skip() -> None:
+    assert merged_outcome(None, "passed") == "passed"
+    assert merged_outcome("passed", "failed") == "failed"
+    assert merged_outcome("failed", "passed") == "failed"
+    assert merged_outcome("skipped", "passed") == "skipped"
+
+
+def test_two_runs_make_one_column_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(runtimes.CONTAINERD_ENV, raising=False)
+    monkeypatch.delenv(runtimes.DOCKERD_ENV, raising=False)
+    outcomes = {"tests/e2e/test_hooks.py::a": "passed", "tests/e2e/test_hooks.py::b": "skipped",
+                "tests/e2e/test_nri.py::c": "failed"}
+    write_record(outcomes, tmp_path)
+    monkeypatch.setenv(runtimes.CONTAINERD_ENV, "containerd-2.1")
+    second = write_record({"tests/e2e/test_hooks.py::a": "passed"}, tmp_path)
+    assert json.loads(second.read_text())["runtimes"][0] == {"name": "containerd-2.1", "kind": "containerd",
+                                                             "version": "2.1.9"}
+    assert main(["--dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "| suite | containerd 1.6.20 + dockerd 20.10.24 | containerd 2.1.9 + dockerd 20.10.24 |",
+        "|---|---|---|",
+        "| test_hooks.py | 1 passed, 1 skipped | 1 passed |",
+        "| test_nri.py | 1 failed | — |",
+    ]
