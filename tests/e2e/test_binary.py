@@ -118,7 +118,11 @@ def chrooted_proxy(node_root: NodeRoot, plugin: tuple[ExamplePlugin, Path]) -> I
                          command=node_root.command(PROXY), extra_args=["--log-level=debug"])
     proxy.hook_config_dir.mkdir(parents=True)
     (proxy.hook_config_dir / "example.json").write_bytes(registration(plugin[1], list(HOOK_NAMES)))
-    proxy.start()
+    try:
+        proxy.start()
+    except BaseException:
+        proxy.stop()  # a start that failed leaves no process behind
+        raise
     try:
         yield proxy
     finally:
@@ -166,16 +170,19 @@ def test_one_process_and_a_kill_leaves_nothing_behind(
     proxy = ProxyProcess(base / "rp.sock", node_root.path / "run" / "containerd.sock",
                          command=node_root.command(PROXY))
     for _ in range(2):
-        proxy.start()
-        assert proxy.pid is not None
-        children = Path(f"/proc/{proxy.pid}/task/{proxy.pid}/children").read_text().split()
-        chrooted = [int(child) for child in children]  # env -i execs chroot, which execs the bundle: same pid
-        assert chrooted == [] and Path(f"/proc/{proxy.pid}/exe").resolve().name == PROXY
-        os.kill(proxy.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while proxy.returncode() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert proxy.returncode() == -signal.SIGKILL
+        try:
+            proxy.start()
+            assert proxy.pid is not None
+            children = Path(f"/proc/{proxy.pid}/task/{proxy.pid}/children").read_text().split()
+            assert children == [], "env -i execs chroot, which execs the bundle: one process, one pid"
+            assert Path(f"/proc/{proxy.pid}/exe").resolve().name == PROXY
+            os.kill(proxy.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while proxy.returncode() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proxy.returncode() == -signal.SIGKILL
+        finally:
+            proxy.stop()  # nothing left running whatever failed
         assert node_root.tmp_entries() == []
 
 
