@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +29,8 @@ GO_FALLBACKS = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
 BUILD_TIMEOUT_SECONDS = 1800
 # Go 1.21 is the first that fetches the toolchain a go.mod names (GOTOOLCHAIN=auto).
 MIN_GO_MINOR = 21
-GO_INSTALL_HINT = ("The compiled peers need Go 1.21 or later: Debian 13's golang-go, Debian 12's golang-1.23-go from "
-                   "bookworm-backports (its bin/ on PATH), or Go's release tarball unpacked in /usr/local; it fetches "
-                   "the toolchain peers/go.mod names by itself.")
+GO_INSTALL_HINT = ("The compiled peers need a Go: Debian's golang-go (scripts/setup.sh installs it; before 1.21 it is "
+                   "used once to download the toolchain peers/go.mod names), or Go's release unpacked in /usr/local.")
 
 
 class PeerBuildError(RuntimeError):
@@ -68,8 +70,9 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
 
 
 def go_toolchain() -> Path:
-    """The machine's ``go``: on PATH, else where a toolchain is usually unpacked; it must be 1.21 or later, which
-    fetches the toolchain peers/go.mod names from the Go module proxy by itself (GOTOOLCHAIN)."""
+    """The machine's ``go``: on PATH, else where a toolchain is usually unpacked. Go 1.21 and later fetch the
+    toolchain peers/go.mod names by themselves (GOTOOLCHAIN); an older one (Debian 12's golang-go is 1.19) is used
+    once to download that toolchain from the Go module proxy (bootstrapped_toolchain)."""
     found = shutil.which("go")
     candidates = [Path(found)] if found else [c for c in GO_FALLBACKS if c.is_file()]
     if not candidates:
@@ -77,9 +80,34 @@ def go_toolchain() -> Path:
     go = candidates[0]
     version = subprocess.run([str(go), "version"], capture_output=True, text=True, check=False).stdout
     release = re.search(r"go1\.(\d+)", version)
-    if release is None or int(release.group(1)) < MIN_GO_MINOR:
+    if release is None:
         raise PeerBuildError(f"{go} is {version.strip() or 'not a working Go'}. {GO_INSTALL_HINT}")
+    if int(release.group(1)) < MIN_GO_MINOR:
+        return bootstrapped_toolchain(go)
     return go
+
+
+def bootstrapped_toolchain(old_go: Path, module: Path = MODULE) -> Path:
+    """The Go toolchain peers/go.mod's `go` line names, as the module golang.org/toolchain the Go module proxy
+    serves, downloaded by `old_go` (which predates toolchain switching) into its module cache; made executable
+    as Go's own switching does (a module's files carry no modes)."""
+    wanted = re.search(r"^go (\d+\.\d+(?:\.\d+)?)$", (module / "go.mod").read_text(), re.M)
+    if wanted is None:
+        raise PeerBuildError(f"{module}/go.mod has no go line")
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    toolchain = f"golang.org/toolchain@v0.0.1-go{wanted.group(1)}.linux-{arch}"
+    with tempfile.TemporaryDirectory(prefix="rp-go-bootstrap-") as work:
+        Path(work, "go.mod").write_text("module bootstrap\n")
+        done = subprocess.run([str(old_go), "mod", "download", "-json", toolchain], cwd=work, capture_output=True,
+                              text=True, timeout=BUILD_TIMEOUT_SECONDS,
+                              env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"})
+    if done.returncode != 0:
+        raise PeerBuildError(f"{old_go} could not download {toolchain}: {(done.stdout + done.stderr)[-2000:]}. "
+                             f"{GO_INSTALL_HINT}")
+    root = Path(json.loads(done.stdout)["Dir"])
+    for tool in [*root.glob("bin/*"), *root.glob("pkg/tool/*/*")]:
+        tool.chmod(tool.stat().st_mode | 0o555)
+    return root / "bin" / "go"
 
 
 def source_digest(module: Path = MODULE) -> str:

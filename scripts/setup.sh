@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the lab and the tests need on a fresh Debian machine (run as root):
 # containerd + runc + busybox (for the offline images), docker-registry + CNI plugins (for the conformance
-# lab) from Debian, the project from PyPI deps, the compiled test peers from peers/ (needs Go 1.21 or later).
+# lab) from Debian, the project from PyPI deps, the compiled test peers from peers/ (with any Go: Debian's
+# golang-go where the machine has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +36,12 @@ echo "setup: installing runtimeproxy and its test dependencies into $venv"
 
 # The compiled test peers (crictl, critest's specs, the bench's Go client ...): built from peers/ with the Go module
 # proxy's modules at the versions peers/go.mod pins, cached per source digest (a second run builds nothing). The
-# crictl and critest tests need them, so a machine without a Go 1.21+ fails here, saying what to install.
+# crictl and critest tests need them, so a build that fails fails here. Debian 12's golang-go (1.19) is older than
+# toolchain switching: rplab.peers uses it once to download the toolchain peers/go.mod names from the module proxy.
+if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go/bin/go ]; then
+  echo "setup: installing Debian's golang-go"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+fi
 echo "setup: building the compiled test peers (peers/)"
 "$venv/bin/python" -m rplab.peers
 

@@ -53,15 +53,16 @@ def fake_go(directory: Path, version: str) -> Path:
     return go
 
 
-def test_go_toolchain_wants_a_go_that_fetches_the_named_toolchain(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_go_toolchain_takes_a_go_that_switches_toolchains_and_bootstraps_from_an_older_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(peers, "GO_FALLBACKS", (tmp_path / "usr-local-go" / "go",))
-    with pytest.raises(peers.PeerBuildError, match="Go not found.*Go 1.21 or later"):
+    with pytest.raises(peers.PeerBuildError, match="Go not found.*golang-go"):
         peers.go_toolchain()
-    fake_go(tmp_path, "go1.19.8")  # Debian 12's golang-go
-    with pytest.raises(peers.PeerBuildError, match="go1.19.8.*Go 1.21 or later"):
-        peers.go_toolchain()
+    old = fake_go(tmp_path, "go1.19.8")  # Debian 12's golang-go: downloads the named toolchain once
+    bootstrapped: list[Path] = []
+    monkeypatch.setattr(peers, "bootstrapped_toolchain", lambda go: bootstrapped.append(go) or tmp_path / "new")
+    assert peers.go_toolchain() == tmp_path / "new" and bootstrapped == [old]
     go = fake_go(tmp_path, "go1.21.0")
     assert peers.go_toolchain() == go
 
