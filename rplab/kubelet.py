@@ -36,7 +36,9 @@ BINARY_ENV_KEY = "RP_BINARY_ENV"
 BINARY_ENV_SENT = b"fo\xff\xfeo"
 BINARY_ENV_IN_CONTAINER = BINARY_ENV_SENT.decode(errors="replace").encode()
 # containerd 1.6.20 has no RuntimeConfig (the kubelet then keeps its configured cgroup driver).
-UNIMPLEMENTED_BY_CONTAINERD_1_6 = frozenset({"RuntimeConfig"})
+# Calls a runtime may leave unimplemented, which the kubelet copes with: containerd 1.6 and 1.7 have no
+# RuntimeConfig (2.x has).
+OPTIONAL_CALLS = frozenset({"RuntimeConfig"})
 
 
 class LifecycleError(RuntimeError):
@@ -67,9 +69,8 @@ class Lifecycle:
         return {f"{s['step']}[{s.get('label', '')}]": s["error"] for s in self.steps if "error" in s}
 
     def unexpected_failures(self) -> dict[str, dict[str, str]]:
-        """``failed()`` without the calls containerd 1.6 does not implement."""
-        return {name: error for name, error in self.failed().items()
-                if name.split("[")[0] not in UNIMPLEMENTED_BY_CONTAINERD_1_6}
+        """``failed()`` without the optional calls the runtime does not implement."""
+        return {name: error for name, error in self.failed().items() if name.split("[")[0] not in OPTIONAL_CALLS}
 
     def container_env(self) -> list[str]:
         """The container's env as ``env`` printed it inside (ExecSync)."""
