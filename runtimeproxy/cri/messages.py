@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.envvalues import shown_values, written_value
+from runtimeproxy.hooks.envvalues import shown_value, written_value
 from runtimeproxy.hooks.merge import ordered_env_names, replace_map
 from runtimeproxy.hooks.points import ResourceUpdate
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -56,7 +56,8 @@ def container_hook_request(config: cri.ContainerConfig, container_id: str = "") 
             name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
         ),
         container_annotations=dict(config.annotations),
-        container_envs=shown_values(raw_envs(config)),
+        # A name sent twice is one entry with its last value, the one runtimes use.
+        container_envs={kv.key: shown_value(kv.value) for kv in config.envs},
     )
     if config.linux.HasField("resources"):
         request.container_resources.CopyFrom(
@@ -74,11 +75,6 @@ def apply_to_pod_config(config: cri.PodSandboxConfig, pod: hooks.PodSandboxHookR
     config.linux.cgroup_parent = pod.cgroup_parent
     if pod.HasField("resources"):
         config.linux.resources.CopyFrom(convert(pod.resources, cri.LinuxContainerResources))
-
-
-def raw_envs(config: cri.ContainerConfig) -> dict[str, bytes]:
-    """The kubelet's env values by name, as bytes (hooks.envvalues says how plugins see and write them)."""
-    return {kv.key: kv.value for kv in config.envs}
 
 
 def apply_to_container_config(

@@ -14,8 +14,6 @@ The runtime therefore receives exactly what the kubelet sent for every entry no 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from runtimeproxy.gotext import go_text
 
 
@@ -29,8 +27,3 @@ def written_value(text: str, original: bytes | None) -> bytes:
     if original is not None and shown_value(original) == text:
         return original
     return text.encode("utf-8")
-
-
-def shown_values(originals: Mapping[str, bytes]) -> dict[str, str]:
-    """Every value as shown; a name sent twice is one entry with its last value (the one runtimes use)."""
-    return {name: shown_value(raw) for name, raw in originals.items()}
