@@ -31,8 +31,9 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating the virtualenv $venv"
   python3 -m venv "$venv"
 fi
-echo "setup: installing runtimeproxy and its test dependencies into $venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The docs extra: tests/test_docs.py builds the docs site with mkdocs --strict (broken links and pages fail it).
+echo "setup: installing runtimeproxy and its test and docs dependencies into $venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,docs]'
 
 # The compiled test peers (crictl, critest's specs, the bench's Go client ...): built from peers/ with the Go module
 # proxy's modules at the versions peers/go.mod pins, cached per source digest (a second run builds nothing). The
