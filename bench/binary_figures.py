@@ -1,4 +1,4 @@
-"""Figures for README "Get the binary": the release bundle against the installed wheel.
+"""Figures for docs/performance.md, "The release bundle": the release bundle against the installed wheel.
 
     python3 -m bench.binary_figures [--bundle DIR] [--runs N]   (from the repo root)
 

@@ -144,7 +144,7 @@ def render(reports: list[CaseReport], header: list[str]) -> str:
 
 
 def render_markdown(reports: list[CaseReport]) -> str:
-    """The rows of every case as one markdown table (for the README)."""
+    """The rows of every case as one markdown table (for docs/performance.md)."""
     rows = [row for report in reports for row in report.rows]
     peers, ratios = columns_used(rows), ratios_used(rows)
     head = ["case", "metric", "unit", *peers, *(f"proxy / {anchor}" for _, anchor in ratios), "target"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the release bundle of koord-runtime-proxy and runtimeproxyctl for nodes without Python 3.11 (see README,
-# "Get the binary"), in a Debian 11 root so it runs on glibc 2.31 and later:
+# Builds the release bundle of koord-runtime-proxy and runtimeproxyctl for nodes without Python 3.11 (see docs/install.md,
+# "The release bundle and the node packages"), in a Debian 11 root so it runs on glibc 2.31 and later:
 #
 #   scripts/build_binary.sh [--wheel FILE] [--out DIR] [--packages]
 #

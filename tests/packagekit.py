@@ -12,6 +12,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from docskit import block_after, doc_page
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Outside the checkout, so nothing can import the source tree by accident.
 PACKAGE_WORKDIR = Path(tempfile.gettempdir()) / f"rp-package-{os.getpid()}"
@@ -63,35 +65,37 @@ def installed_wheel() -> Path:
     return bin_dir
 
 
-# The README's node install, run as written (tests/test_packaging.py): the lines of the block after this marker
-# that name the install prefix.
-README_INSTALL_MARKER = "<!-- node-install:"
-README_INSTALL_PREFIX = "/opt/koord-runtime-proxy"
+# The node install of docs/install.md, run as written (tests/test_packaging.py, tests/e2e/test_debian_roots.py):
+# the block after this marker.
+NODE_INSTALL_PAGE = "install.md"
+NODE_INSTALL_MARKER = "<!-- node-install:"
+NODE_INSTALL_PREFIX = "/opt/koord-runtime-proxy"
 
 
-def readme_install_lines() -> list[str]:
-    """The shell lines of the README's node install block that name the install prefix."""
-    text = (REPO_ROOT / "README.md").read_text()
-    block = text[text.index(README_INSTALL_MARKER):]
-    block = block[block.index("```sh\n") + len("```sh\n"):]
-    block = block[:block.index("```")]
-    return [line for line in block.splitlines() if README_INSTALL_PREFIX in line]
+def node_install_block() -> list[str]:
+    """The shell lines of the docs' node install block."""
+    return block_after(doc_page(NODE_INSTALL_PAGE), NODE_INSTALL_MARKER, "sh").splitlines()
 
 
-def install_as_readme(prefix: Path, python_dir: str = "/usr/bin") -> list[tuple[str, str]]:
-    """Run the README's install lines with prefix for /opt/koord-runtime-proxy, Debian's python3 first on PATH,
+def node_install_lines() -> list[str]:
+    """The lines of the node install block that name the install prefix."""
+    return [line for line in node_install_block() if NODE_INSTALL_PREFIX in line]
+
+
+def install_as_documented(prefix: Path, python_dir: str = "/usr/bin") -> list[tuple[str, str]]:
+    """Run the docs' node install lines with prefix for /opt/koord-runtime-proxy, Debian's python3 first on PATH,
     in a clean copy of the checkout; returns (line, output) for each."""
-    source = PACKAGE_WORKDIR / "readme-source"
+    source = PACKAGE_WORKDIR / "install-source"
     shutil.rmtree(source, ignore_errors=True)
     shutil.copytree(REPO_ROOT, source, ignore=_NOT_SOURCE)
     environment = {**os.environ, "PATH": f"{python_dir}:{os.environ.get('PATH', '')}"}
     environment.pop("PYTHONPATH", None)
     outputs = []
-    for line in readme_install_lines():
-        command = line.replace(README_INSTALL_PREFIX, str(prefix))
+    for line in node_install_lines():
+        command = line.replace(NODE_INSTALL_PREFIX, str(prefix))
         done = subprocess.run(["sh", "-ec", command], cwd=source, env=environment, capture_output=True, text=True,
                               timeout=600)
         if done.returncode != 0:
-            raise RuntimeError(f"README line {line!r} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+            raise RuntimeError(f"{NODE_INSTALL_PAGE} line {line!r} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
         outputs.append((line, done.stdout))
     return outputs

@@ -1,13 +1,21 @@
-"""The docs site builds strictly: a broken link, anchor or page fails it."""
+"""The docs site builds strictly (a broken link, anchor or page fails), the README stays a short front page whose
+blocks are the docs' own, and no page names an internal issue number."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from docskit import REPO_ROOT
+from markdown.extensions.toc import slugify
+
+from docskit import DOCS_DIR, README, REPO_ROOT, block_after, block_starting, doc_page
+from packagekit import NODE_INSTALL_MARKER, NODE_INSTALL_PAGE
+
+README_MAX_LINES = 200
+FIRST_PLUGIN_HEADER = "# my_plugin.py:"
 
 
 def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
@@ -17,3 +25,44 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "plugins" / "index.html").is_file()
+
+
+def test_the_readme_is_a_short_front_page() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES
+    assert lines[5:7] == [  # the two set-up commands come first
+        "bash scripts/lab.sh     # local lab: real containerd + the proxy + an example plugin, a pod lifecycle through it",
+        "bash scripts/test.sh    # the test suite, end to end against a real containerd (and newer ones: Runtime "
+        "versions)"]
+
+
+def test_the_readmes_quick_starts_are_the_blocks_the_tests_run_from_the_docs() -> None:
+    readme = README.read_text()
+    assert block_after(readme, NODE_INSTALL_MARKER, "sh") == block_after(doc_page(NODE_INSTALL_PAGE),
+                                                                         NODE_INSTALL_MARKER, "sh")
+    assert block_starting(readme, FIRST_PLUGIN_HEADER, "python") == block_starting(
+        doc_page("plugins.md"), FIRST_PLUGIN_HEADER, "python")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors mkdocs gives a page's headings (fenced blocks' comment lines are no headings)."""
+    outside_blocks = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {slugify(re.sub(r"[`*]", "", match), "-")
+            for match in re.findall(r"^#+ (.+)$", outside_blocks, flags=re.M)}
+
+
+def test_the_readmes_links_into_the_docs_name_pages_and_anchors_that_exist() -> None:
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", README.read_text())
+    assert links
+    for page, anchor in links:
+        path = REPO_ROOT / page
+        assert path.is_file(), page
+        if anchor:
+            assert anchor in heading_anchors(path.read_text()), f"{page}#{anchor}"
+
+
+def test_no_page_names_an_internal_issue_number() -> None:
+    for path in [README, *sorted(DOCS_DIR.rglob("*.md"))]:
+        text = path.read_text()
+        assert not re.search(r"(?i)\bissues?\b", text), path
+        assert not re.search(r"#\d", text), path

@@ -18,7 +18,7 @@ from runtimeproxy import __version__
 
 from machinekit import skip_or_fail
 from packagekit import (
-    PACKAGE_WORKDIR, REPO_ROOT, built_wheel, install_as_readme, installed_wheel, readme_install_lines, wheel_names,
+    PACKAGE_WORKDIR, REPO_ROOT, built_wheel, install_as_documented, installed_wheel, node_install_lines, wheel_names,
 )
 
 PACKAGE_DIR = REPO_ROOT / "runtimeproxy"
@@ -98,22 +98,22 @@ def test_every_module_of_the_wheel_imports_outside_the_checkout() -> None:
     assert int(count) + 1 == len(modules) and where.startswith(str(PACKAGE_WORKDIR))  # + runtimeproxy itself
 
 
-def test_the_readme_install_block_is_what_this_test_runs() -> None:
-    lines = readme_install_lines()
+def test_the_node_install_block_is_what_this_test_runs() -> None:
+    lines = node_install_lines()
     assert lines[0] == "python3 -m venv /opt/koord-runtime-proxy"
     assert "/opt/koord-runtime-proxy/bin/pip install ." in lines
     unit = (REPO_ROOT / "deploy" / "koord-runtime-proxy.service").read_text()
     assert "ExecStart=/opt/koord-runtime-proxy/bin/koord-runtime-proxy " in unit
 
 
-def test_the_readme_node_install_works_as_written_with_debians_python() -> None:
+def test_the_documented_node_install_works_as_written_with_debians_python() -> None:
     if not DEBIAN_PYTHON.is_file():
         skip_or_fail(f"{DEBIAN_PYTHON} (Debian's python3) is not installed")
     if subprocess.run([str(DEBIAN_PYTHON), "-c", "import ensurepip, venv"], capture_output=True).returncode != 0:
         skip_or_fail("Debian's python3-venv is not installed; run scripts/setup.sh")
     prefix = PACKAGE_WORKDIR / "opt-koord-runtime-proxy"
     shutil.rmtree(prefix, ignore_errors=True)
-    outputs = dict(install_as_readme(prefix))
+    outputs = dict(install_as_documented(prefix))
     assert outputs["/opt/koord-runtime-proxy/bin/koord-runtime-proxy --version"].strip().endswith(__version__)
     assert outputs["/opt/koord-runtime-proxy/bin/runtimeproxyctl --version"] == f"runtimeproxyctl {__version__}\n"
     # The commands run the virtualenv's interpreter (Debian's python3), and import the installed package.

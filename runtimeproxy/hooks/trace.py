@@ -6,7 +6,7 @@ toggle or the skip label, failed with a code, refused by validation and why, and
 shadow), its latency and the fields it changed (path, before -> after; a shadow's are what it *would*
 have changed), the collisions between plugins of the chain, and what went to the runtime.
 
-In memory only, bounded (the numbers are the constants below, stated in the README): a ring of
+In memory only, bounded (the numbers are the constants below, stated in docs/operating.md): a ring of
 `entries_per_pod` entries per pod, at most `MAX_TRACED_PODS` pods (the least recently traced pod is
 evicted first), a pod's trace dropped when the pod is removed. A proxy restart starts it empty. Calls
 nobody hooks never reach here: the unhooked path costs nothing. Knows no transport.

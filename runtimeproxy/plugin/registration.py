@@ -1,4 +1,4 @@
-"""The registration file a plugin drops into the proxy's config dir (README "Registering").
+"""The registration file a plugin drops into the proxy's config dir (docs/plugins.md, "Registering").
 
 One JSON file per plugin: its socket, the hooks it wants, its failure policy and per-call timeout.
 `write_registration` writes it atomically (a temporary name the proxy ignores, then a rename) with mode

@@ -1,4 +1,4 @@
-"""The README's commands with nothing but Debian's own python3: the setup on this machine with only /usr/bin on
+"""The documented commands with nothing but Debian's own python3: the setup on this machine with only /usr/bin on
 PATH, and the node install in fresh Debian 12 and 13 roots (debootstrap), as written, with the root's own python3
 (3.11 and 3.13); on Debian 13 the package's unit tests run too.
 
@@ -19,7 +19,7 @@ from runtimeproxy import __version__
 from rplab.roots import chroot_run, make_root, mounted, unpack
 
 from machinekit import require_command
-from packagekit import README_INSTALL_MARKER, REPO_ROOT, _NOT_SOURCE
+from packagekit import REPO_ROOT, _NOT_SOURCE, node_install_block
 
 DEBIAN_ONLY_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # The package's own unit tests (what runs without a runtime); the e2e and lab tests need this machine's parts.
@@ -32,12 +32,9 @@ def clean_copy(destination: Path) -> Path:
     return destination
 
 
-def readme_node_install() -> list[str]:
-    """The README's node-install block up to what needs a running systemd (a root has none)."""
-    text = (REPO_ROOT / "README.md").read_text()
-    block = text[text.index(README_INSTALL_MARKER):]
-    block = block[block.index("```sh\n") + len("```sh\n"):block.index("```\n", block.index("```sh\n") + 6)]
-    lines = block.splitlines()
+def node_install_without_systemd() -> list[str]:
+    """The docs' node-install block up to what needs a running systemd (a root has none)."""
+    lines = node_install_block()
     return lines[:next(index for index, line in enumerate(lines) if line.startswith("systemd-analyze"))]
 
 
@@ -57,17 +54,17 @@ def test_setup_with_only_debians_python_makes_the_checkouts_virtualenv_from_it(w
 
 
 @pytest.mark.parametrize(("suite", "python"), [("bookworm", "3.11"), ("trixie", "3.13")])
-def test_the_readme_node_install_runs_as_written_in_a_fresh_debian_root(
+def test_the_documented_node_install_runs_as_written_in_a_fresh_debian_root(
         workdir: Path, suite: str, python: str) -> None:
     require_command("debootstrap", "debootstrap")
     root = unpack(make_root(suite), workdir / f"{suite}-node")
     clean_copy(root / "src")
     with mounted(root):
-        for line in readme_node_install():
+        for line in node_install_without_systemd():
             done = chroot_run(root, ["sh", "-ec", f"cd /src && {line}"], timeout=900,
                               environment={"DEBIAN_FRONTEND": "noninteractive"})
             assert done.returncode == 0, f"{line}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
-        for command in ("koord-runtime-proxy", "runtimeproxyctl"):  # on PATH, as the next README blocks call them
+        for command in ("koord-runtime-proxy", "runtimeproxyctl"):  # on PATH, as the next blocks of the docs call them
             done = chroot_run(root, [command, "--version"])
             assert done.stdout.strip().endswith(__version__), done.stderr
         interpreter = chroot_run(root, ["/opt/koord-runtime-proxy/bin/python", "-c",

@@ -26,6 +26,7 @@ from rplab.process import ProxyProcess
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 from envkit import SECRET_SEEN, SHOWN_SECRET, binary_env_seen
+from docskit import REPO_ROOT, block_starting, doc_page
 
 _serial = itertools.count()
 MiB = 1024 * 1024
@@ -369,26 +370,24 @@ def test_a_partial_update_keeps_the_rest_through_a_restart(
     assert (stopped.cpu_shares, stopped.memory_limit_in_bytes, stopped.cpu_quota) == (300, 96 * MiB, 20_000)
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-README_PLUGIN_HEADER = "# my_plugin.py:"
+FIRST_PLUGIN_PAGE = "plugins.md"
+FIRST_PLUGIN_HEADER = "# my_plugin.py:"
 
 
-def readme_example_plugin() -> str:
-    """The README's complete kit example, as a newcomer would copy it."""
-    blocks = README.read_text().split("```python\n")[1:]
-    [source] = [block.split("```", 1)[0] for block in blocks if block.startswith(README_PLUGIN_HEADER)]
-    return source
+def documented_first_plugin() -> str:
+    """The docs' complete kit example (README.md shows the same block: tests/test_docs.py), as a newcomer copies it."""
+    return block_starting(doc_page(FIRST_PLUGIN_PAGE), FIRST_PLUGIN_HEADER, "python")
 
 
 def test_readme_kit_plugin_adds_an_env_var_and_keeps_the_others(
     lab: Lab, log_dir: Path, cleanup_pods: list[str]
 ) -> None:
-    """The README's plugin returns ONLY {"MY_VAR": "x"}; run as its own process, registered by itself."""
+    """The documented first plugin returns ONLY {"MY_VAR": "x"}; run as its own process, registered by itself."""
     script = lab.base / "my_plugin.py"
-    script.write_text(readme_example_plugin())
+    script.write_text(documented_first_plugin())
     socket = lab.base / "my-plugin" / "plugin.sock"
     registration_file = lab.proxy.hook_config_dir / "my-plugin.json"
-    checkout = str(README.parent)  # a script's own directory comes first on sys.path: import this checkout
+    checkout = str(REPO_ROOT)  # a script's own directory comes first on sys.path: import this checkout
     plugin = subprocess.Popen([sys.executable, str(script), "--socket", f"unix://{socket}",
                                "--register", str(registration_file)],
                               env={**os.environ, "PYTHONPATH": checkout})

@@ -47,7 +47,7 @@ def test_trace_shows_each_plugins_changes_a_shadow_a_collision_and_a_refusal(
     assert spec_of(lab.client, container_id)["linux"]["resources"]["cpu"]["shares"] == 1024  # the later plugin
 
     code, text = runtimeproxyctl(lab, "trace", container_id[:12])
-    print(text)  # the README and the closing note quote it
+    print(text)  # docs/operating.md quotes it
     assert code == 0, text
     assert "PreCreateContainer  container app" in text
     assert "10-cpu.json   ok" in text and "set container_resources.cpu_shares: 0 -> 512" in text
