@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,10 @@ def test_installed_commands_answer_help_outside_the_checkout(command: str) -> No
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
+
+
+def test_the_build_system_is_declared_in_pyproject() -> None:
+    """PEP 517: pip builds through setuptools' backend (setup.cfg and setup.py stay), not the legacy setup.py path."""
+    build = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["build-system"]
+    assert build["build-backend"] == "setuptools.build_meta"
+    assert any(requirement.startswith("setuptools") for requirement in build["requires"])
