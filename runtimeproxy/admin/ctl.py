@@ -52,6 +52,7 @@ from runtimeproxy.plugin import trying
 PROG = "runtimeproxyctl"
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NO_SUCH_PLUGIN = 0, 1, 2, 3
 DEFAULT_TIMEOUT_SECONDS = 5.0
+ADMIN_ENDPOINT_ENV = "RUNTIMEPROXY_ADMIN_ENDPOINT"  # the admin socket, so a second proxy's need not be repeated
 OUTPUTS = ("table", "json")
 
 
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Common options are accepted before and after the command (`status -o json`).
     common = _Parser(add_help=False)
     common.add_argument("--admin-endpoint", type=_endpoint, default=argparse.SUPPRESS, metavar="PATH",
-                        help=f"the proxy's admin socket (default: {DEFAULT_ADMIN_SOCKET})")
+                        help=f"the proxy's admin socket (default: ${ADMIN_ENDPOINT_ENV}, else {DEFAULT_ADMIN_SOCKET})")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="table (default) or json")
     common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
@@ -111,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.admin_endpoint = getattr(args, "admin_endpoint", DEFAULT_ADMIN_SOCKET)
+    if not hasattr(args, "admin_endpoint"):  # a proxy on another socket: set once, not on every command
+        try:
+            args.admin_endpoint = parse_unix_endpoint(os.environ.get(ADMIN_ENDPOINT_ENV) or str(DEFAULT_ADMIN_SOCKET))
+        except EndpointError as error:
+            parser.error(f"${ADMIN_ENDPOINT_ENV}: {error}")
     args.output = getattr(args, "output", "table")
     args.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS)
     if args.command in ("disable", "enable"):

@@ -15,7 +15,9 @@ import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimeproxy import __version__
-from runtimeproxy.admin.ctl import EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main
+from runtimeproxy.admin.ctl import (
+    ADMIN_ENDPOINT_ENV, EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main,
+)
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from rplab.cri import open_channel
 from rplab.synthetic import SyntheticBackend
@@ -301,3 +303,16 @@ def test_trace_of_an_unknown_pod_exits_3_saying_why(operated: Proxy, capsys: pyt
     assert ctl(operated, "trace", "default/nothere") == (EXIT_NO_SUCH_PLUGIN, "")
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no trace of a pod 'default/nothere'" in err
+
+
+def test_the_admin_socket_can_come_from_the_environment(
+        operated: Proxy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """RUNTIMEPROXY_ADMIN_ENDPOINT: a second proxy's admin socket set once, not repeated on every command."""
+    monkeypatch.setenv(ADMIN_ENDPOINT_ENV, f"unix://{operated.options.admin_path}")
+    out = io.StringIO()
+    assert main(["status", "-o", "json"], out=out) == EXIT_OK
+    assert json.loads(out.getvalue())["admin_endpoint"] == str(operated.options.admin_path)
+    monkeypatch.setenv(ADMIN_ENDPOINT_ENV, "tcp://nowhere")
+    with pytest.raises(SystemExit) as exited:
+        main(["status"])
+    assert exited.value.code == EXIT_USAGE and f"${ADMIN_ENDPOINT_ENV}:" in capsys.readouterr().err
