@@ -1,7 +1,7 @@
 """A kit plugin's command line: serve until SIGTERM/SIGINT, register, or print the registration.
 
     python3 my_plugin.py --socket /run/my-plugin/plugin.sock \
-        --register /etc/runtime/hookserver.d/my-plugin.json [--failure-policy Fail] [--timeout-seconds 2]
+        --register /etc/runtime/hookserver.d/my-plugin.json [--failure-policy Fail] [--timeout-seconds 2] [--shadow]
     python3 my_plugin.py --socket /run/my-plugin/plugin.sock --print-registration
 
 `main(plugin)` parses these; `serve_until_stopped` is the same without argument parsing.
@@ -38,6 +38,8 @@ def build_parser(prog: str | None = None, description: str | None = None) -> arg
                         help="print the registration JSON and exit")
     parser.add_argument("--failure-policy", choices=POLICIES, default="Ignore")
     parser.add_argument("--timeout-seconds", type=float, metavar="S", help="per call (the proxy's default: 5)")
+    parser.add_argument("--shadow", action="store_true",
+                        help="register on trial: called, answers traced, never applied (promote: runtimeproxyctl unshadow)")
     parser.add_argument("--socket-mode", type=lambda text: int(text, 8), default=SOCKET_MODE, metavar="OCTAL",
                         help=f"the socket's permissions (default {SOCKET_MODE:04o})")
     return parser
@@ -61,7 +63,8 @@ async def serve_until_stopped(plugin: HookPlugin, socket: Path, register: Path |
 
 def main(plugin: HookPlugin, argv: Sequence[str] | None = None, description: str | None = None) -> int:
     args = build_parser(description=description).parse_args(argv)
-    document = registration(args.socket, plugin.implemented_hooks(), args.failure_policy, args.timeout_seconds)
+    document = registration(args.socket, plugin.implemented_hooks(), args.failure_policy, args.timeout_seconds,
+                            args.shadow)
     if args.print_registration:
         sys.stdout.write(document.decode() + "\n")
         return 0

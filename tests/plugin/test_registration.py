@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from runtimeproxy.plugin import registration, write_registration
 
@@ -49,3 +50,17 @@ def test_print_registration_lists_the_hooks_the_plugin_defines(tmp_path: Path) -
                          check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(CHECKOUT)}).stdout
     assert orjson.loads(out) == {"remote-endpoint": "/run/my/plugin.sock", "failure-policy": "Fail",
                                  "runtime-hooks": ["PreCreateContainer"]}
+
+
+def test_shadow_registers_a_new_version_on_trial(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--shadow`: a new plugin version goes straight into shadow, never live first (promote: unshadow)."""
+    from runtimeproxy.plugin import HookPlugin, main
+
+    class V2(HookPlugin):
+        def pre_create_container(self, request: object) -> None:
+            return None
+
+    assert main(V2(), ["--socket", "/run/v2/plugin.sock", "--print-registration", "--shadow"]) == 0
+    assert orjson.loads(capsys.readouterr().out) == {
+        "remote-endpoint": "/run/v2/plugin.sock", "failure-policy": "Ignore", "runtime-hooks": ["PreCreateContainer"],
+        "shadow": True}
