@@ -10,6 +10,7 @@ import grpc
 import orjson
 import pytest
 
+from docskit import DOCS_DIR, doc_page
 from hookkit import ScriptedPlugin
 from runtimeproxy.admin.ctl import main as ctl
 from rplab.loop import LoopThread
@@ -143,3 +144,19 @@ def test_an_unreachable_plugin(tmp_path: Path) -> None:
                            "--timeout", "1")
     assert code == 1
     assert "does not exist" in out and "PreCreateContainer: FAILED UNAVAILABLE" in out
+
+
+def test_the_documented_request_example_is_tried_as_the_docs_show(serve: Serve) -> None:
+    """docs/plugins.md's `--request docs/examples/try-plugin-request.json`: a labelled pod's PreCreateContainer."""
+    example = DOCS_DIR / "examples" / "try-plugin-request.json"
+    assert f"--request docs/{example.relative_to(DOCS_DIR)}" in doc_page("plugins.md")
+    assert orjson.loads(example.read_bytes())["request"]["pod_labels"]["app"] == "web"
+    code, out = try_plugin("--endpoint", f"unix://{serve(Kit())}", "--request", str(example))
+    assert code == 0, out
+    assert out == 'PreCreateContainer: valid; the proxy would change:\n    container_envs["MY_VAR"]: (unset) -> "x"\n'
+
+
+def test_the_sample_pods_have_labels() -> None:
+    for request in (samples.pod_request(), samples.container_request()):
+        labels = request.labels if isinstance(request, hooks.PodSandboxHookRequest) else request.pod_labels
+        assert labels["app"] == "sample"
