@@ -73,7 +73,7 @@ class PluginConfig:
         return (
             f"endpoint {grpc_target(self.endpoint)}, policy {self.failure_policy.value}, "
             f"hooks {','.join(self.ordered_hooks)}, timeout {self.timeout_seconds:g}s"
-            + (", in shadow" if self.shadow else "")
+            + (", shadow in its file" if self.shadow else "")  # runtimeproxyctl unshadow may override it
         )
 
 

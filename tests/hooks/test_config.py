@@ -155,7 +155,7 @@ def test_a_broken_file_with_unknown_keys_logs_nothing(caplog: pytest.LogCaptureF
 def test_the_shadow_key_puts_a_plugin_on_trial() -> None:
     document = b'{"remote-endpoint": "/run/p.sock", "runtime-hooks": ["PreCreateContainer"], "shadow": true}'
     config = parse_plugin_config("next.json", document)
-    assert config.shadow and not config.warnings and config.describe().endswith("in shadow")
+    assert config.shadow and not config.warnings and config.describe().endswith("shadow in its file")
     assert not parse_plugin_config("p.json", document.replace(b"true", b"false")).shadow
     with pytest.raises(PluginConfigError, match="shadow: expected true or false, got a string"):
         parse_plugin_config("p.json", document.replace(b"true", b'"yes"'))
