@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # prometheus: promtool and a real Prometheus server for the metrics tests; docker.io: Docker mode's e2e tests;
-# python3-venv: the README's node install (a virtualenv of Debian's python3), run as written by the tests;
+# python3-venv: the node install of docs/install.md (a virtualenv of Debian's python3), run as written by the tests;
 # docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
 # binutils: objdump (the glibc figure in bench/); debootstrap, patch: the release bundle is built in a Debian 11 root
 # (scripts/build_binary.sh), the .deb tried in a Debian 12 one; rpm: rpmbuild for the .rpm.

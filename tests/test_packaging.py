@@ -1,6 +1,6 @@
 """The package as a user installs it: the wheel holds every module of the source tree and the protos and no
 tooling (the lab rplab/, bench/, tests/ stay in the checkout), every module of it imports outside the checkout,
-and the README's node install works as written with Debian 12's own python3, from outside the checkout.
+and the node install of docs/install.md works as written with Debian 12's own python3, from outside the checkout.
 
 (The installed commands carrying a real pod lifecycle: tests/e2e/test_installed.py.)
 """
