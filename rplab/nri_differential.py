@@ -35,9 +35,19 @@ class NriRun:
     records: list[dict[str, Any]]
     lifecycle: Mapping[str, Any]
     roots: tuple[str, ...] = ()
+    pod: str = ""  # the pod whose life is compared event by event; "" for every record
+
+    def followed(self, record: Mapping[str, Any]) -> bool:
+        """A record of the compared pod's life, or of no pod (Configure, Synchronize)."""
+        return not self.pod or record.get("pod") in (None, self.pod)
 
     def events(self) -> list[str]:
-        return [record["event"] for record in self.records]
+        """The events of the compared pod's life (and Configure, Synchronize), in order."""
+        return [record["event"] for record in self.records if self.followed(record)]
+
+    def other_events(self) -> list[str]:
+        """``"<pod> <event>"`` for every event of another pod, in order."""
+        return [f"{record.get('pod')} {record['event']}" for record in self.records if not self.followed(record)]
 
     def tokens(self) -> dict[str, str]:
         """The IDs this run's runtime chose, and its directories, each with its placeholder."""
@@ -90,10 +100,11 @@ def _spec(lifecycle: Mapping[str, Any], step: str, label: str) -> Any:
 
 
 def observed(run: NriRun) -> dict[str, Any]:
-    """``{event: view}`` in the order the plugin got them (an event twice: ``Event#2``), then the OCI specs."""
+    """``{event: view}`` of the compared pod's life in the order the plugin got them (an event twice: ``Event#2``),
+    the other pods' events by name only, then the OCI specs."""
     tokens = run.tokens()
-    views: dict[str, Any] = {"events": run.events()}
-    for record in run.records:
+    views: dict[str, Any] = {"events": run.events(), "events of other pods": run.other_events()}
+    for record in filter(run.followed, run.records):
         if record["event"] == "Synchronize":
             views.update(_masked(_synchronized(record), tokens))
             continue
