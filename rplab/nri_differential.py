@@ -84,8 +84,9 @@ def _event_view(record: Mapping[str, Any]) -> dict[str, Any]:
 
 def _synchronized(record: Mapping[str, Any]) -> dict[str, Any]:
     """Synchronize's pods and containers, one view each (``Synchronize(<name>)``), so their fields compare as an
-    event's do; the view ``Synchronize`` keeps the names."""
-    views: dict[str, Any] = {"Synchronize": {"pods": record.get("pods", []), "containers": record.get("containers", [])}}
+    event's do; the view ``Synchronize`` keeps the names, sorted."""
+    views: dict[str, Any] = {"Synchronize": {"pods": sorted(record.get("pods") or []),  # in no particular order
+                                             "containers": sorted(record.get("containers") or [])}}
     for listed, kind in (("pods_full", "pod"), ("containers_full", "container")):
         for item in record.get(listed) or []:
             views[f"Synchronize({item.get('name', '')})"] = {kind: item}

@@ -51,6 +51,7 @@ POD_LIFE = ["RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartCon
 NRI_ANNOTATION = "nri.runtimeproxy.test/native"
 # What the differential's plugin adjusts in CreateContainer, so the OCI specs show where adjustments land.
 ADJUSTING = [f"-events={LIFE_EVENTS}", "-env=NRI_ADDED=yes", f"-annotation={NRI_ANNOTATION}=yes", "-cpu-shares=300"]
+SKIP_LABELS = {DEFAULT_SKIP_LABEL_KEY: DEFAULT_SKIP_LABEL_VALUE}
 POD_NAME = "nridiff"  # the same pod in every run: its name, uid and log directory compare as they are
 
 # The pairs compared: (reference run on containerd's own NRI, run hosted by the proxy); a run is (NRI, runtime).
@@ -77,6 +78,11 @@ DIFFERENCES: dict[str, Known] = {
     "events of other pods": Known("by design: hosted NRI plugins get no event of a pod with the proxy's skip label "
                                   f"({DEFAULT_SKIP_LABEL_KEY}={DEFAULT_SKIP_LABEL_VALUE}); containerd's NRI knows "
                                   "no such label"),
+    "Synchronize.pods": Known("by design: the proxy leaves out pods with its skip label; containerd lists all"),
+    "Synchronize(nri-early-skip).pod.*": Known("by design: the proxy leaves out pods with its skip label"),
+    "Synchronize(early-skip).container.pod_sandbox_id": Known(
+        "gap: the proxy's Synchronize lists the container of a skip-labelled pod it leaves out (the plugin gets a "
+        "container whose pod it was never told of): both or neither"),
     "*.container.args": Known(f"{MODEL}: args after CreateContainer (the request had them; the store keeps none)"),
     "*.container.env": Known(f"{CANNOT} the image's env (PATH, HOSTNAME) containerd puts first; hosted "
                              "CreateContainer also lists the request's env in another order (it is read from the "
@@ -182,10 +188,17 @@ def wait_synchronized(plugin: StubPlugin) -> None:
     plugin.wait_for("Synchronize", timeout=WAIT_SECONDS)
 
 
+def started_pod(client: CriClient, base: Path, name: str, labels: dict[str, str]) -> None:
+    """A pod "nri-<name>" with a started container "<name>", alike in every run (its uid too)."""
+    config = client.pod_config(f"nri-{name}", base / f"{name}-logs", uid=f"uid-nri-{name}", labels=labels)
+    pod_id = client.run_pod(config)
+    client.start_container(client.create_container(pod_id, client.container_config(name), config))
+
+
 def run_of(lab: Lab, nri: str, runtime: str) -> NriRun:
     """The kubelet client's pod life with the adjusting stub plugin on containerd's NRI ("native") or hosted by a
-    proxy in front of it ("hosted"). An early pod with a started container exists before the plugin attaches (for
-    its Synchronize), and a pod with the proxy's skip label is created before the kubelet client's pod."""
+    proxy in front of it ("hosted"). Two pods with a started container exist before the plugin attaches (for its
+    Synchronize), one with the proxy's skip label; another with the skip label is made before the kubelet client's."""
     if (nri, runtime) in lab.runs:
         return lab.runs[(nri, runtime)]
     ctd = containerd_for(lab, nri, runtime)
@@ -199,15 +212,11 @@ def run_of(lab: Lab, nri: str, runtime: str) -> NriRun:
     client = CriClient(open_channel(endpoint))
     plugin = StubPlugin("v0.12", base / "events.jsonl", flags=ADJUSTING)
     try:
-        early_config = client.pod_config("nri-early", lab.base / "early-logs", uid="uid-nri-early")
-        early = client.run_pod(early_config)
-        client.start_container(client.create_container(early, client.container_config("early"), early_config))
+        for name, labels in (("early", {}), ("early-skip", SKIP_LABELS)):
+            started_pod(client, lab.base, name, labels)
         plugin.connect(base / "nri.sock" if proxy else ctd.nri_socket)
         wait_synchronized(plugin)
-        skipped_config = client.pod_config("nri-skip", lab.base / "skip-logs", uid="uid-nri-skip",
-                                           labels={DEFAULT_SKIP_LABEL_KEY: DEFAULT_SKIP_LABEL_VALUE})
-        skipped = client.run_pod(skipped_config)
-        client.create_container(skipped, client.container_config("skipped"), skipped_config)
+        started_pod(client, lab.base, "skip", SKIP_LABELS)
         life = run_lifecycle(endpoint, lab.base / "logs", pod_name=POD_NAME, binary_env=False)
         assert life.unexpected_failures() == {}
         plugin.wait_for("RemovePodSandbox")
