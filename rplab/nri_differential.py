@@ -125,7 +125,8 @@ def _segment(key: str) -> str:
 def _leaves(value: Any, path: str = "") -> dict[str, Any]:
     """Every leaf by path; an empty message or map has none (as protobuf, absent and empty mean the same)."""
     if isinstance(value, dict):
-        return {leaf: item for key, sub in value.items() for leaf, item in _leaves(sub, path + _segment(str(key))).items()}
+        return {leaf: item for key, sub in value.items()
+                for leaf, item in _leaves(sub, path + _segment(str(key))).items()}
     return {path.lstrip("."): value}
 
 

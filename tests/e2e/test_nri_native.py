@@ -7,9 +7,9 @@ CRI client (peers/crilifecycle).
 - Hook plugins through the proxy and NRI plugins on containerd's NRI on one node: what the hook plugin answered
   in PreCreateContainer is what the NRI plugin sees in CreateContainer (hooks first, then containerd's NRI).
 - Hosted vs native: the same stub plugin over the same kubelet-driven pod's life, once on containerd's NRI (the
-  reference: 2.4 and 1.7), once hosted by the proxy (in front of 2.4, of 1.7 with its NRI off, and of 1.6): PAIRS. Every event, every field the plugin
-  sees and the OCI spec its adjustments land in are compared, with only what differs by nature masked
-  (rplab.nri_differential). What still differs is listed in DIFFERENCES, each with its reason: the test fails when
+  reference: 2.4 and 1.7), once hosted by the proxy (in front of 2.4, of 1.7 with its NRI off, and of 1.6): PAIRS.
+  Every event, every field the plugin sees and the OCI spec its adjustments land in are compared, with only what
+  differs by nature masked (rplab.nri_differential). What still differs is listed in DIFFERENCES, each with its reason: the test fails when
   a listed difference disappears (drop it from the table, and from docs/runtimes.md) or a new one appears.
 """
 
@@ -285,8 +285,7 @@ def test_the_proxy_refuses_to_host_nri_where_containerds_own_nri_serves_and_says
     assert ctd.nri_socket.is_socket()  # containerd's, untouched
 
 
-def test_hook_plugins_answer_before_containerds_own_nri_plugins_see_the_container(
-        lab: Lab, workdir: Path) -> None:
+def test_hook_plugins_answer_before_containerds_own_nri_plugins_see_the_container(lab: Lab) -> None:
     """containerd 2.4 as deployed (its NRI on), a native NRI plugin, and the proxy with the example hook plugin on
     PreCreateContainer: the NRI plugin's CreateContainer shows the hook plugin's env, resources and annotation."""
     ctd = lab.containerd("containerd-2.4", nri=True)

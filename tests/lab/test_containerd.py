@@ -60,8 +60,8 @@ def test_containerds_own_nri_is_off_or_on_at_private_paths(tmp_path: Path, name:
     """Off by default (2.x would open the host-wide socket); on, every path of it is private (no plugin of the
     host's /opt/nri is launched). containerd 1.6 has no NRI to turn on."""
     runtime = runtime_named(name)
-    nri = tomllib.loads(ContainerdInstance(tmp_path, runtime=runtime).config_toml())["plugins"]["io.containerd.nri.v1.nri"]
-    assert nri["disable"] is True
+    config = tomllib.loads(ContainerdInstance(tmp_path, runtime=runtime).config_toml())
+    assert config["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True
     if runtime.minor < 7 and runtime.major == 1:
         with pytest.raises(containerd.ContainerdError, match="has no NRI"):
             ContainerdInstance(tmp_path, runtime=runtime, nri=True)
