@@ -285,10 +285,12 @@ def test_the_proxy_refuses_to_host_nri_where_containerds_own_nri_serves_and_says
     assert ctd.nri_socket.is_socket()  # containerd's, untouched
 
 
-def test_hook_plugins_answer_before_containerds_own_nri_plugins_see_the_container(lab: Lab) -> None:
-    """containerd 2.4 as deployed (its NRI on), a native NRI plugin, and the proxy with the example hook plugin on
-    PreCreateContainer: the NRI plugin's CreateContainer shows the hook plugin's env, resources and annotation."""
-    ctd = lab.containerd("containerd-2.4", nri=True)
+@pytest.mark.parametrize("runtime", ["containerd-2.4", "containerd-1.7"])
+def test_hook_plugins_answer_before_containerds_own_nri_plugins_see_the_container(lab: Lab, runtime: str) -> None:
+    """containerd with its NRI on (2.4 as deployed, 1.7 turned on), a native NRI plugin, and the proxy with the
+    example hook plugin on PreCreateContainer: the NRI plugin's CreateContainer shows the hook plugin's env,
+    resources and annotation."""
+    ctd = lab.containerd(runtime, nri=True)
     base = lab.base / f"order-{next(_serial)}"
     settings = ExampleSettings()
     plugin = StubPlugin("v0.12", base / "events.jsonl", flags=["-events=createcontainer"])
