@@ -31,6 +31,9 @@ from rplab.runtimes import Runtime, selected
 DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 SHIM_SOCKET_DIR = Path("/run/containerd/s")  # fixed in containerd 1.6, whatever the config says
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes including the NUL
+# containerd's NRI defaults (5 s, 2 s) are tight for a plugin started on a shared 2-core test machine.
+NRI_REGISTRATION_TIMEOUT = "15s"
+NRI_REQUEST_TIMEOUT = "10s"
 
 
 
@@ -99,14 +102,19 @@ class ContainerdInstance:
 
     def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
                  cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None,
-                 runtime: Runtime | None = None) -> None:
-        """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names."""
+                 runtime: Runtime | None = None, nri: bool = False) -> None:
+        """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names.
+        ``nri``: containerd's own NRI on, serving ``nri_socket`` (private) and launching no plugin of its own
+        (1.6 has no NRI: refused); off, it is disabled (2.x would otherwise open the host-wide socket)."""
         self.base_dir = Path(base_dir).absolute()
         self.runtime = runtime or selected("containerd")
         self.registry_config_path = registry_config_path  # a certs.d directory of hosts.toml files
         self.sandbox_image = sandbox_image
         self.log_level = log_level
         self.cni_bin_dir = cni_bin_dir
+        if nri and (self.runtime.major, self.runtime.minor) < (1, 7):
+            raise ContainerdError(f"{self.runtime.name} has no NRI (containerd 1.7 and later have)")
+        self.nri = nri
         self._proc: subprocess.Popen[bytes] | None = None
         self.removed_containers: list[tuple[str, str]] = []
         if len(str(self.address)) + len(".ttrpc") > UNIX_PATH_MAX:
@@ -123,6 +131,11 @@ class ContainerdInstance:
     def endpoint(self) -> str:
         """gRPC target for CRI clients."""
         return "unix://" + self.address
+
+    @property
+    def nri_socket(self) -> Path:
+        """Where containerd's own NRI serves plugins (when started with ``nri=True``)."""
+        return self.base_dir / "nri.sock"
 
     @property
     def log_path(self) -> Path:
@@ -182,10 +195,20 @@ oom_score = 0
   [plugins."io.containerd.internal.v1.opt"]
     path = {_toml_str(b / "opt")}
 
-  # containerd's own NRI (on by default from 2.0) would open the host-wide /var/run/nri/nri.sock.
+{self._nri_section()}"""
+
+    def _nri_section(self) -> str:
+        """containerd's own NRI: on by default from 2.0, where it would open the host-wide /var/run/nri/nri.sock
+        and launch /opt/nri/plugins; here off, or on with every path private."""
+        b = self.base_dir
+        return f"""
   [plugins."io.containerd.nri.v1.nri"]
-    disable = true
-    socket_path = {_toml_str(b / "nri.sock")}
+    disable = {str(not self.nri).lower()}
+    socket_path = {_toml_str(self.nri_socket)}
+    plugin_path = {_toml_str(b / "nri" / "plugins")}
+    plugin_config_path = {_toml_str(b / "nri" / "conf.d")}
+    plugin_registration_timeout = "{NRI_REGISTRATION_TIMEOUT}"
+    plugin_request_timeout = "{NRI_REQUEST_TIMEOUT}"
 """
 
     def _runc_runtime(self, runtimes: str) -> str:
@@ -266,7 +289,8 @@ oom_score = 0
 
     def write_config(self) -> Path:
         for d in (self.base_dir, self.root, self.state, self.base_dir / "tmp", self.base_dir / "opt",
-                  self.base_dir / "runc", self.cni_conf_dir):
+                  self.base_dir / "runc", self.cni_conf_dir, self.base_dir / "nri" / "plugins",
+                  self.base_dir / "nri" / "conf.d"):
             d.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_toml())
         return self.config_path

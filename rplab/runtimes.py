@@ -89,6 +89,10 @@ class Runtime:
         return int(self.version.split(".")[0])
 
     @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+    @property
     def source(self) -> str:
         if self.go is not None:
             return f"go install {self.go.module}/cmd/...@{self.go.version}"

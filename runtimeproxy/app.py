@@ -34,6 +34,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# What to do when containerd's own NRI (1.7 with NRI on; 2.x by default) already serves the socket --nri-socket names.
+NRI_SOCKET_TAKEN_ADVICE = (
+    "Where containerd's own NRI serves it (containerd 2.x by default, 1.7 with NRI enabled), either run the NRI "
+    "plugins on containerd's own NRI and keep the proxy for hook plugins only (start it without --nri-socket), or "
+    "turn containerd's NRI off ([plugins.\"io.containerd.nri.v1.nri\"] disable = true) or point it elsewhere "
+    "(its socket_path) and let the proxy host NRI")
+
+
 class Frontend(Protocol):
     """A frontend's server as the process drives it (cri.server.CriFrontend, docker.server.DockerFrontend)."""
 
@@ -123,7 +131,10 @@ class Proxy:
                                   gate=service.sync_gate)
         host.updater = getattr(self.frontend, "update_container_resources", None)
         host.evictor = getattr(self.frontend, "evict_container", None)
-        await host.start()
+        try:
+            await host.start()
+        except SocketInUseError as error:
+            raise SocketInUseError(f"{error}. {NRI_SOCKET_TAKEN_ADVICE}") from None
         service.extra = host
 
     async def stop(self, grace: float | None = None) -> None:

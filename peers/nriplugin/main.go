@@ -4,7 +4,8 @@
 // 1.7.26 to 2.1).
 //
 // It logs every event it receives as one JSON line (event name, pod and container names and ids, and the fields the
-// tests assert on) to -log (default stdout) and subscribes to -events (default: every event it handles). It answers
+// tests assert on; and, under "pod_full", "container_full", "resources_full", every field of the messages as the
+// api package's JSON names them, for comparisons of NRI runtimes) to -log (default stdout) and subscribes to -events (default: every event it handles). It answers
 // CreateContainer with the adjustments its flags ask for (-env, -annotation, -mount, -device, -cpu-shares,
 // -memory-limit) and UpdateContainer with other CPU shares for the container (-update-cpu-shares); once a container
 // started, it can ask for other CPU shares on its own (-own-cpu-shares, the stub's UpdateContainers).
@@ -99,6 +100,7 @@ func (p *plugin) write(r record) {
 func podFields(r record, pod *api.PodSandbox) record {
 	if pod != nil {
 		r["pod"], r["pod_id"], r["pod_uid"], r["namespace"] = pod.GetName(), pod.GetId(), pod.GetUid(), pod.GetNamespace()
+		r["pod_full"] = pod
 	}
 	return r
 }
@@ -107,11 +109,15 @@ func containerFields(r record, pod *api.PodSandbox, ctr *api.Container) record {
 	podFields(r, pod)
 	if ctr != nil {
 		r["container"], r["container_id"], r["state"] = ctr.GetName(), ctr.GetId(), ctr.GetState().String()
+		r["container_full"] = ctr
 	}
 	return r
 }
 
 func resourceFields(r record, res *api.LinuxResources) record {
+	if res != nil {
+		r["resources_full"] = res
+	}
 	if res.GetCpu().GetShares() != nil {
 		r["cpu_shares"] = res.GetCpu().GetShares().GetValue()
 	}
@@ -147,7 +153,8 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox,
 	for _, ctr := range ctrs {
 		ctrNames = append(ctrNames, ctr.GetName())
 	}
-	p.write(record{"event": "Synchronize", "pods": podNames, "containers": ctrNames})
+	p.write(record{"event": "Synchronize", "pods": podNames, "containers": ctrNames, "pods_full": pods,
+		"containers_full": ctrs})
 	return nil, nil
 }
 

@@ -99,7 +99,7 @@ Proxy = TypeVar("Proxy", bound=ProxyProcess)
 def stopped_after(proxy: Proxy) -> Iterator[Proxy]:
     """A fixture's proxy (the test starts it, after installing launched plugins), stopped if the test did not."""
     yield proxy
-    if proxy.returncode is None and proxy.pid is not None:
+    if proxy.returncode() is None and proxy.pid is not None:
         assert proxy.stop() == 0, proxy.log_tail()
 
 

@@ -15,6 +15,7 @@ import pytest
 from rplab import containerd, images
 from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
+from rplab.runtimes import runtime_named
 
 MISSING = containerd.check_prerequisites()
 
@@ -52,6 +53,22 @@ def test_config_is_private_and_has_the_cri_settings(tmp_path: Path) -> None:
     assert cri["containerd"]["snapshotter"] == "overlayfs"
     runc = cri["containerd"]["runtimes"]["runc"]
     assert runc["runtime_type"] == "io.containerd.runc.v2" and runc["options"]["SystemdCgroup"] is False
+
+
+@pytest.mark.parametrize("name", ["containerd-1.7", "containerd-2.4"])
+def test_containerds_own_nri_turned_on_serves_a_private_socket(tmp_path: Path, name: str) -> None:
+    """On (off is every config's default: test_runtimes), every path of it is private: no plugin of the host's
+    /opt/nri is launched, the host-wide socket is left alone."""
+    inst = ContainerdInstance(tmp_path, runtime=runtime_named(name), nri=True)
+    nri = tomllib.loads(inst.config_toml())["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["disable"] is False and nri["socket_path"] == str(inst.nri_socket)
+    for key in ("socket_path", "plugin_path", "plugin_config_path"):
+        assert nri[key].startswith(str(tmp_path) + "/")
+
+
+def test_containerd_1_6_has_no_nri_to_turn_on(tmp_path: Path) -> None:
+    with pytest.raises(containerd.ContainerdError, match="has no NRI"):
+        ContainerdInstance(tmp_path, runtime=runtime_named("containerd-1.6"), nri=True)
 
 
 def test_too_long_socket_path_is_refused(tmp_path: Path) -> None:

@@ -58,6 +58,8 @@ def test_every_containerd_config_keeps_containerd_s_own_nri_off_and_private(name
     instance = ContainerdInstance(tmp_path, runtime=RUNTIMES[name], registry_config_path=tmp_path / "certs.d")
     config = tomllib.loads(instance.config_toml())
     assert config["version"] == (3 if RUNTIMES[name].major >= 2 else 2)
-    assert config["plugins"]["io.containerd.nri.v1.nri"] == {"disable": True, "socket_path": str(tmp_path / "nri.sock")}
+    nri = config["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["disable"] is True and nri["socket_path"] == str(tmp_path / "nri.sock")
+    assert all(nri[key].startswith(f"{tmp_path}/") for key in ("plugin_path", "plugin_config_path"))
     cri = config["plugins"]["io.containerd.cri.v1.runtime" if config["version"] == 3 else "io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True
