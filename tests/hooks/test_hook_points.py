@@ -319,8 +319,8 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
     reads: list[str] = []
     seen = ContainerEdits(args=("/bin/sh",), rdt_class="gold")
 
-    async def edits() -> ContainerEdits:
-        reads.append("edits")
+    async def edits(read_image: bool) -> ContainerEdits:
+        reads.append(f"edits (image: {read_image})")
         return seen
 
     points = core.points
@@ -336,7 +336,7 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
 
     core.core.extra = EditingExtra()
     creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
-    assert reads == ["edits"] and creation.edits_seen == seen
+    assert reads == ["edits (image: True)"] and creation.edits_seen == seen
     assert creation.edits is not None and creation.edits.args == ("/bin/true",)
     assert creation.changed_edits() == frozenset({"args"})
 
