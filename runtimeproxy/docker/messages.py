@@ -307,7 +307,7 @@ def inspected(data: Any) -> Inspected | None:
         return None
     state = data.get("State")
     args = data.get("Args")
-    argv = [data.get("Path"), *args] if data.get("Path") and isinstance(args, list) else []
+    argv = [data.get("Path"), *(args if isinstance(args, list) else [])] if data.get("Path") else []
     return Inspected(str(data.get("Id") or ""), name, labels, list(config.get("Env") or []), host_config,
                      state if isinstance(state, dict) else {}, tuple(str(arg) for arg in argv),
                      str(data.get("Created") or ""))

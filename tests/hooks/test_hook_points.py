@@ -15,6 +15,7 @@ from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request,
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
 from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
@@ -382,3 +383,74 @@ def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins
     with pytest.raises(HookFailed):
         core.run(core.points.pre_start_container("c1", None))
     assert recorder.events == [(extra.START_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1")]
+
+
+# --- the model: what the store records of a container over its life ---------------------------------------
+
+
+def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Points) -> None:
+    reads: list[bool] = []
+    told: list[tuple[str, ContainerState]] = []
+
+    async def edits(read_image: bool) -> ContainerEdits:
+        reads.append(read_image)
+        return ContainerEdits(args=("/bin/app",) if read_image else ())
+
+    points, store = core.points, core.core.store
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    labels = {"io.kubernetes.container.name": "app"}
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels=labels))
+    core.run(points.container_created("c1", creation))
+    record = store.container("c1")
+    assert record is not None and record.labels == labels and record.state is ContainerState.CREATED
+    # No extra plugin attached: the request's edits are recorded without reading the image.
+    assert reads == [False] and record.edits == ContainerEdits() and record.created_ns > 0
+
+    class StateRecordingExtra(RecordingExtra):
+        async def notify(self, event: str, subject: Subject) -> None:
+            told.append((event, subject.record().state))
+
+    core.core.extra = StateRecordingExtra()
+    core.run(points.pre_start_container("c1", None))
+    core.run(points.post_start_container("c1", None))
+    assert record.state is ContainerState.RUNNING
+    core.run(points.post_stop_container("c1", None))
+    # StopContainer shows the state before the stop (containerd's NRI does), the store then says stopped.
+    assert told == [(extra.START_CONTAINER, ContainerState.CREATED), (extra.POST_START_CONTAINER,
+                                                                      ContainerState.RUNNING),
+                    (extra.STOP_CONTAINER, ContainerState.RUNNING)]
+    assert record.state is ContainerState.STOPPED and record.finished_ns >= record.started_ns > 0
+    core.run(points.post_stop_pod_sandbox("p1", None))
+    pod = store.pod("p1")
+    assert pod is not None and not pod.ready
+
+
+def test_the_model_records_the_edits_the_extra_plugins_left_and_reads_the_image_once_one_is_attached(
+        core: Points) -> None:
+    reads: list[bool] = []
+
+    async def edits(read_image: bool) -> ContainerEdits:
+        reads.append(read_image)
+        return ContainerEdits(args=("/entry", "cmd"))
+
+    class EditingExtra(RecordingExtra):
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+                         ) -> hooks.ContainerResourceHookRequest:
+            assert subject.record().labels == {"l": "1"} and subject.record().state is ContainerState.UNKNOWN
+            subject.edits = ContainerEdits(args=("/bin/true",))
+            return await super().adjust(event, subject, time_remaining)
+
+    points, store = core.points, core.core.store
+    core.core.extra = EditingExtra()
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels={"l": "1"}))
+    core.run(points.container_created("c1", creation))
+    record = store.container("c1")
+    assert record is not None and record.edits == ContainerEdits(args=("/bin/true",)) and reads == [True]
+
+
+def test_a_docker_stop_nobody_hooks_still_records_the_container_stopped(core: Points) -> None:
+    store = core.core.store
+    store.put_container("c1", ContainerRecord("p1", state=ContainerState.RUNNING))
+    core.run(core.points.post_stop("c1", None))
+    record = store.container("c1")
+    assert record is not None and record.state is ContainerState.STOPPED
