@@ -232,6 +232,14 @@ class HookPoints:
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits)
         return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits)
 
+    async def _pid_of(self, container_id: str) -> int:
+        """The started container's pid for the model, read back from the runtime only while an extra plugin is
+        attached (the hook protocol has no pid: no read on its path); 0 when not read or not known."""
+        if not self._extra_attached():
+            return 0
+        loaded = await self.context.source.load_container(container_id)
+        return loaded.pid if loaded is not None else 0
+
     def _extra_attached(self) -> bool:
         return any(self.extra.wants(event) for event in extra.EVENT_NAMES)
 
@@ -269,7 +277,7 @@ class HookPoints:
             raise
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
-        self.store.container_started(container_id)
+        self.store.container_started(container_id, await self._pid_of(container_id))
         await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
         await self._notify_extra(extra.POST_START_CONTAINER, container_id=container_id)

@@ -454,3 +454,18 @@ def test_a_docker_stop_nobody_hooks_still_records_the_container_stopped(core: Po
     core.run(core.points.post_stop("c1", None))
     record = store.container("c1")
     assert record is not None and record.state is ContainerState.STOPPED
+
+
+def test_a_started_container_s_pid_is_read_back_only_while_an_extra_plugin_is_attached(core: Points) -> None:
+    store, backend = core.core.store, core.backend
+    backend.containers["c1"] = ContainerRecord("p1", state=ContainerState.RUNNING, pid=4242)
+    for cid in ("c1", "c2"):
+        store.put_container(cid, ContainerRecord("p1", state=ContainerState.CREATED))
+    core.run(core.points.post_start_container("c1", None))
+    assert backend.reads == [] and store.container("c1").pid == 0  # type: ignore[union-attr]
+    core.core.extra = RecordingExtra()
+    core.run(core.points.post_start_container("c1", None))
+    assert store.container("c1").pid == 4242  # type: ignore[union-attr]
+    core.run(core.points.post_start_container("c2", None))  # the runtime does not know it: no pid
+    record = store.container("c2")
+    assert record is not None and record.pid == 0 and record.state is ContainerState.RUNNING
