@@ -22,11 +22,13 @@ from runtimeproxy.cri.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import (
+    SANDBOX_LABELS,
     align_sandbox_cgroup_parent,
     apply_to_container_config,
     apply_to_pod_config,
     apply_to_update_request,
     container_hook_request,
+    container_labels,
     convert,
     pod_hook_request,
 )
@@ -78,7 +80,7 @@ async def failing_the_call(context: Context) -> AsyncIterator[None]:
 class RuntimeHooks:
     def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None,
                  remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self.points = HookPoints(service, records)
+        self.points = HookPoints(service, records, SANDBOX_LABELS)
         self._images = images  # the image's argv for NRI plugins' view (None: not read)
         self._remove_sandbox = remove_sandbox  # undoes a RunPodSandbox an NRI plugin failed
 
@@ -157,7 +159,7 @@ class RuntimeHooks:
         async with failing_the_call(context):
             creation = await self.points.pre_create_container(
                 request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
-                lambda read_image: self._edits(request, read_image), request.config.labels)
+                lambda read_image: self._edits(request, read_image), container_labels(request.config.labels))
         rewritten = False
         if creation.changed:
             apply_to_container_config(request, creation.request, [kv.key for kv in request.config.envs])

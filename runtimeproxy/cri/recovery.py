@@ -31,7 +31,7 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.edits import container_edits
-from runtimeproxy.cri.messages import container_hook_request, convert, pod_hook_request
+from runtimeproxy.cri.messages import container_hook_request, container_labels, convert, pod_hook_request
 from runtimeproxy.gotext import go_text
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
@@ -189,7 +189,7 @@ def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest, c
                                 tuple(str(arg) for arg in argv) if isinstance(argv, list) else ())
     pid = info.get("pid")
     return ContainerRecord(
-        pod_id, request, dict(config.labels if config is not None else status.labels), edits,
+        pod_id, request, container_labels(config.labels if config is not None else status.labels), edits,
         _STATES.get(status.state, ContainerState.UNKNOWN), pid if isinstance(pid, int) and pid > 0 else 0,
         status.created_at, status.started_at, status.finished_at)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.model import ContainerRecord
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -62,6 +62,7 @@ class Subject:
     # The container as the store records it (hooks.model: labels, state, pid, times, current resources; at
     # CreateContainer the one being created). None: only `container` is known.
     model: ContainerRecord | None = None
+    pod_model: PodRecord | None = None  # the pod as the store records it (None: only `pod` is known)
 
     def record(self) -> ContainerRecord:
         """The container's model (a bare one from `container` when there is none)."""

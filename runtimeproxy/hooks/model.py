@@ -9,8 +9,9 @@ NRI's PodSandbox and Container (nri.convert).
 The fields the hook protocol has (metadata, annotations, env, the container's current resources, the pod's labels,
 cgroup parent, resources and overhead) are kept in its message type, `info`: the hook projection is that message
 with the pod's part filled in, byte for byte what the kubelet's request said after the hook plugins. The fields
-it lacks are plain values here: the container's labels (the kubelet's CRI labels), its argv, bind mounts, devices
-and RDT class (hooks.edits.ContainerEdits), its state, pid and times; the pod's readiness.
+it lacks are plain values here: the container's labels (the kubelet's CRI labels, io.kubernetes.* included, and
+those the runtime adds itself: containerd's io.cri-containerd.kind), its argv, bind mounts, devices and RDT class
+(hooks.edits.ContainerEdits), its state, pid and times; the pod's readiness and the runtime's own labels.
 The requested resources of an update are the update's (hooks.points.ResourceUpdate); `info` holds the current
 ones, which follow each update the runtime applied.
 
@@ -48,6 +49,11 @@ class PodRecord:
     info: hooks.PodSandboxHookRequest  # metadata, labels, annotations, cgroup parent, resources, runtime handler
     skip_hooks: bool = False  # the skip rule (hooks.skip) spares the pod and its containers every plugin
     ready: bool = True  # the sandbox is up (False after StopPodSandbox: NOTREADY)
+    runtime_labels: dict[str, str] = field(default_factory=dict)  # the runtime's own labels beside info.labels
+
+    def labels(self) -> dict[str, str]:
+        """The pod's labels as the runtime has them: its own, the kubelet's over them."""
+        return {**self.runtime_labels, **self.info.labels}
 
 
 @dataclass
@@ -56,7 +62,7 @@ class ContainerRecord:
     # A ContainerResourceHookRequest whose container_* fields are what we know of the container (its resources
     # the current ones); its pod_* fields are filled from the pod's record when a hook runs.
     info: hooks.ContainerResourceHookRequest = field(default_factory=hooks.ContainerResourceHookRequest)
-    labels: dict[str, str] = field(default_factory=dict)  # the kubelet's CRI labels (io.kubernetes.* included)
+    labels: dict[str, str] = field(default_factory=dict)  # the kubelet's CRI labels and the runtime's own
     edits: ContainerEdits | None = None  # argv, bind mounts, devices, RDT class; None: not known
     state: ContainerState = ContainerState.UNKNOWN
     pid: int = 0  # the container's process, where known (0: not known)
@@ -71,6 +77,6 @@ class ContainerRecord:
             self.pid = pid
 
     def stopped(self) -> None:
-        """The runtime stopped it (StopContainer succeeded, or an eviction)."""
+        """The runtime stopped it (StopContainer succeeded, or an eviction): its process is gone."""
         if self.state is not ContainerState.STOPPED:
-            self.state, self.finished_ns = ContainerState.STOPPED, now_ns()
+            self.state, self.finished_ns, self.pid = ContainerState.STOPPED, now_ns(), 0

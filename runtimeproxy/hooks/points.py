@@ -98,10 +98,11 @@ class ResourceUpdate:
 
 
 class HookPoints:
-    def __init__(self, service: HookService, source: RecordSource) -> None:
+    def __init__(self, service: HookService, source: RecordSource, pod_labels: Mapping[str, str] | None = None) -> None:
+        """`pod_labels`: the labels the frontend's runtime gives every pod itself (containerd's kind label)."""
         self.dispatcher = service.dispatcher
         self.store = service.store
-        self.context = HookContext(service.store, source, service.skip)
+        self.context = HookContext(service.store, source, service.skip, pod_labels)
         self._service = service
 
     def changing(self) -> AbstractAsyncContextManager[None]:
@@ -124,12 +125,13 @@ class HookPoints:
             if found is None or request is None:
                 return
             record, pod = found
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record)
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record,
+                              pod_model=pod)
         else:
             pod_record = await self.context.pod(pod_id)
             if pod_record is None or pod_record.skip_hooks:
                 return
-            subject = Subject(pod_id, pod_record.info)
+            subject = Subject(pod_id, pod_record.info, pod_model=pod_record)
         await self.extra.notify(event, subject)
 
     async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
@@ -171,7 +173,9 @@ class HookPoints:
         store forgets it (its trace stays: it says why), and `remove_sandbox` (the frontend's stop and remove
         at the runtime) takes away the sandbox just created."""
         if pod_id:
-            self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
+            record = self.context.pod_record(run.request)
+            record.skip_hooks = run.skip_hooks
+            self.store.put_pod(pod_id, record)
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
             try:
                 await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
@@ -227,7 +231,7 @@ class HookPoints:
         if self.extra.wants(extra.CREATE_CONTAINER):
             seen = await edits(True) if edits is not None else None
             model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
-            subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model)
+            subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
             changed = await self.extra.adjust(extra.CREATE_CONTAINER, subject, time_remaining)
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits)
         return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits)
@@ -304,7 +308,8 @@ class HookPoints:
             changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
         if extra_wants:
             record, pod = found
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record)
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
+                              pod_model=pod)
             changed = await self.extra.adjust(extra.UPDATE_CONTAINER, subject, time_remaining)
         return ResourceUpdate(seen, changed)
 

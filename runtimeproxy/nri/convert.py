@@ -31,14 +31,22 @@ STATES = {
 }
 
 
-def pod_sandbox(pod_id: str, pod: hooks.PodSandboxHookRequest | None) -> nri.PodSandbox:
+def subject_pod(subject: extra.Subject) -> nri.PodSandbox:
+    """An event's pod: its model, else the hook request the subject carries."""
+    if subject.pod_model is not None:
+        return pod_sandbox(subject.pod_id, subject.pod_model)
+    return pod_sandbox(subject.pod_id, PodRecord(subject.pod) if subject.pod is not None else None)
+
+
+def pod_sandbox(pod_id: str, record: PodRecord | None) -> nri.PodSandbox:
     message = nri.PodSandbox(id=pod_id)
-    if pod is None:
+    if record is None:
         return message
+    pod = record.info
     message.name = pod.pod_meta.name
     message.uid = pod.pod_meta.uid
     message.namespace = pod.pod_meta.namespace
-    message.labels.update(pod.labels)
+    message.labels.update(record.labels())
     message.annotations.update(pod.annotations)
     message.runtime_handler = pod.runtime_handler
     message.linux.cgroup_parent = pod.cgroup_parent
@@ -91,10 +99,22 @@ def synchronized(pods: Iterable[tuple[str, PodRecord]], containers: Iterable[tup
         if pod.skip_hooks:
             skipped.add(pod_id)
         else:
-            shown_pods.append(pod_sandbox(pod_id, pod.info))
+            shown_pods.append(pod_sandbox(pod_id, pod))
     shown_containers = [container(container_id, record) for container_id, record in containers
                         if record.pod_id not in skipped and record.state is not ContainerState.STOPPED]
     return shown_pods, shown_containers
+
+
+def update_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:
+    """An update's resources as containerd's NRI sends them in UpdateContainer (its fromCRILinuxResources): CPU
+    shares, quota, period and the memory limit always set, zero too; the rest as linux_resources."""
+    message = linux_resources(resources)
+    cpu, memory = message.cpu, message.memory
+    cpu.shares.value, cpu.quota.value, cpu.period.value = \
+        resources.cpu_shares, resources.cpu_quota, resources.cpu_period
+    memory.limit.value = resources.memory_limit_in_bytes
+    memory.ClearField("swap")  # CRI's update has no swap for containerd's NRI to show
+    return message
 
 
 def linux_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:

@@ -386,7 +386,7 @@ class NriHost:
             await self._notify(event, subject)
 
     async def _notify(self, event: str, subject: Subject) -> None:
-        pod = convert.pod_sandbox(subject.pod_id, subject.pod)
+        pod = convert.subject_pod(subject)
         container = None
         if subject.container is not None:
             container = convert.container(subject.container_id, subject.record())
@@ -437,7 +437,7 @@ class NriHost:
 
     async def _adjust(self, event: str, subject: Subject) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
-        pod = convert.pod_sandbox(subject.pod_id, subject.pod)
+        pod = convert.subject_pod(subject)
         adjustments = Adjustments(subject.container, subject.edits)
         record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
@@ -520,7 +520,7 @@ class NriHost:
             adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
             updates, evictions = list(created.update), list(created.evict)
         else:
-            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=convert.linux_resources(
+            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=convert.update_resources(
                 adjustments.container.container_resources))
             updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
             updates, evictions = list(updated.update), list(updated.evict)
@@ -603,7 +603,8 @@ class NriHost:
         try:
             if self.wants(extra.STOP_CONTAINER) and not (pod is not None and pod.skip_hooks):
                 await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
-                                                                container_id, record.info, model=record))
+                                                                container_id, record.info, model=record,
+                                                                pod_model=pod))
         finally:
             self.store.container_stopped(container_id)  # told as it was before the stop, as containerd does
 

@@ -140,7 +140,8 @@ def test_a_container_s_model_comes_from_its_status_and_verbose_info() -> None:
     info = {"pid": 4242, "runtimeSpec": {"process": {"args": ["/bin/app", "-v"]}}}
     record = container_record(POD, cri_messages.container_hook_request(config), config, status, info)
     assert (record.pod_id, record.labels, record.state, record.pid) == \
-        (POD, {"io.kubernetes.container.name": "app"}, ContainerState.RUNNING, 4242)
+        (POD, {"io.kubernetes.container.name": "app", "io.cri-containerd.kind": "container"},
+         ContainerState.RUNNING, 4242)
     assert (record.created_ns, record.started_ns, record.finished_ns) == (10, 20, 0)
     assert record.edits is not None and record.edits.args == ("/bin/app", "-v")
     assert [(m.destination, m.readonly) for m in record.edits.mounts] == [("/data", True)]
@@ -149,7 +150,7 @@ def test_a_container_s_model_comes_from_its_status_and_verbose_info() -> None:
     plain = container_record(POD, cri_messages.container_hook_request(config), None, exited, {})
     # Without the verbose config (too large to be sent): the status's labels, the edits not known.
     assert (plain.labels, plain.state, plain.edits, plain.pid, plain.finished_ns) == \
-        ({"x": "y"}, ContainerState.STOPPED, None, 0, 30)
+        ({"x": "y", "io.cri-containerd.kind": "container"}, ContainerState.STOPPED, None, 0, 30)
 
 
 def test_the_rebuild_records_each_container_s_state(records: tuple[Runtime, BackendRecords],

@@ -391,7 +391,8 @@ def test_a_plugin_sees_labels_states_the_current_resources_and_the_argv_after_cr
         ("UpdateContainer", nri.CONTAINER_RUNNING), ("PostUpdateContainer", nri.CONTAINER_RUNNING),
         ("StopContainer", nri.CONTAINER_RUNNING), ("RemoveContainer", nri.CONTAINER_STOPPED)]
     for name, seen in container_events(plugin):
-        assert dict(seen.labels) == KUBELET_LABELS, name
+        # The CRI labels and containerd's kind label, as containerd's NRI shows them.
+        assert dict(seen.labels) == {**KUBELET_LABELS, "io.cri-containerd.kind": "container"}, name
         assert list(seen.args) == KEEP_RUNNING and [m.destination for m in seen.mounts] == ["/data"], name
     started = plugin.requests("PostStartContainer")[0].container  # type: ignore[attr-defined]
     assert started.pid > 0 and started.started_at >= started.created_at > 0
@@ -423,8 +424,9 @@ def test_synchronize_shows_real_states_and_leaves_out_stopped_containers_and_ski
 
     def check(plugin: NriPlugin) -> None:
         sync = plugin.requests("Synchronize")[0]
-        pods = {pod.id for pod in sync.pods}  # type: ignore[attr-defined]
+        pods = {pod.id: pod for pod in sync.pods}  # type: ignore[attr-defined]
         assert pod_id in pods and skipped_pod not in pods
+        assert pods[pod_id].labels["io.cri-containerd.kind"] == "sandbox"
         shown = {c.id: c for c in sync.containers}  # type: ignore[attr-defined]
         assert stopped not in shown and skipped not in shown  # as containerd's ListContainers; the skip rule
         assert (shown[created].state, shown[running].state) == (nri.CONTAINER_CREATED, nri.CONTAINER_RUNNING)

@@ -469,3 +469,13 @@ def test_a_started_container_s_pid_is_read_back_only_while_an_extra_plugin_is_at
     core.run(core.points.post_start_container("c2", None))  # the runtime does not know it: no pid
     record = store.container("c2")
     assert record is not None and record.pid == 0 and record.state is ContainerState.RUNNING
+
+
+def test_records_of_pods_carry_the_labels_the_frontend_s_runtime_adds(core: Points) -> None:
+    points = HookPoints(core.core, core.backend, {"io.cri-containerd.kind": "sandbox"})  # type: ignore[arg-type]
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    core.backend.pods["p2"] = pod_request()
+    for pod_id in ("p1", "p2"):  # recorded at RunPodSandbox, and read back from the runtime
+        record = core.run(points.context.pod(pod_id))
+        assert record is not None and record.labels()["io.cri-containerd.kind"] == "sandbox"
+        assert "io.cri-containerd.kind" not in record.info.labels  # never in what hook plugins are sent

@@ -16,9 +16,10 @@ def test_a_record_starts_unknown_and_keeps_its_times_through_start_and_stop() ->
     assert record.state is ContainerState.RUNNING and record.pid == 4242 and record.started_ns > 0
     record.stopped()
     finished = record.finished_ns
-    assert record.state is ContainerState.STOPPED and finished >= record.started_ns
+    # Its process is gone: containerd's NRI shows pid 0 from then on (RemoveContainer).
+    assert record.state is ContainerState.STOPPED and finished >= record.started_ns and record.pid == 0
     record.stopped()  # a second stop (an eviction after the kubelet's) keeps the first time
-    assert record.finished_ns == finished and record.pid == 4242
+    assert record.finished_ns == finished
 
 
 def test_a_start_without_a_pid_keeps_the_one_known() -> None:
@@ -44,3 +45,10 @@ def test_the_store_writes_state_only_to_records_it_holds() -> None:
         store.container_started(unknown)
         store.container_stopped(unknown)
         store.pod_stopped(unknown)
+
+
+def test_a_pod_s_labels_are_the_runtime_s_with_the_kubelet_s_over_them() -> None:
+    pod = PodRecord(hooks.PodSandboxHookRequest(labels={"app": "web", "kind": "kubelet"}),
+                    runtime_labels={"kind": "runtime", "io.cri-containerd.kind": "sandbox"})
+    assert pod.labels() == {"app": "web", "kind": "kubelet", "io.cri-containerd.kind": "sandbox"}
+    assert dict(pod.info.labels) == {"app": "web", "kind": "kubelet"}  # the hook projection: the kubelet's only

@@ -74,3 +74,21 @@ def test_synchronize_lists_every_pod_and_the_containers_not_stopped_none_of_a_sk
 def test_linux_resources_leave_zero_unset_as_cri_means_it() -> None:
     shown = convert.linux_resources(hooks.LinuxContainerResources(cpu_quota=0, cpu_shares=2))
     assert shown.cpu.shares.value == 2 and not shown.cpu.HasField("quota")
+
+
+def test_an_update_shows_cpu_and_memory_as_containerd_sends_them_zero_too() -> None:
+    shown = convert.update_resources(hooks.LinuxContainerResources(cpu_shares=1024, memory_limit_in_bytes=1 << 28,
+                                                                   memory_swap_limit_in_bytes=1 << 29,
+                                                                   cpuset_cpus="0-1"))
+    assert shown.cpu.HasField("quota") and shown.cpu.quota.value == 0 and shown.cpu.HasField("period")
+    assert (shown.cpu.shares.value, shown.memory.limit.value, shown.cpu.cpus) == (1024, 1 << 28, "0-1")
+    assert not shown.memory.HasField("swap")  # containerd's conversion of a CRI update has none
+
+
+def test_a_pod_shows_the_runtime_s_labels_beside_the_kubelet_s() -> None:
+    record = PodRecord(pod_info(), runtime_labels={"io.cri-containerd.kind": "sandbox"})
+    shown = convert.subject_pod(Subject("pod-1", record.info, pod_model=record))
+    assert dict(shown.labels) == {"app": "web", "io.cri-containerd.kind": "sandbox"}
+    bare = convert.subject_pod(Subject("pod-1", pod_info()))  # no model: the hook request's labels
+    assert dict(bare.labels) == {"app": "web"} and bare.linux.cgroup_parent == "/kubepods/burstable/poduid-web"
+    assert convert.subject_pod(Subject("pod-x", None)) == nri.PodSandbox(id="pod-x")

@@ -253,6 +253,7 @@ def test_update_container_shows_the_current_resources_and_the_update_apart(socke
             request, = kit.requests("UpdateContainer")
             assert request.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
             assert request.linux_resources.cpu.shares.value == 1024  # type: ignore[attr-defined]
+            assert request.linux_resources.cpu.HasField("quota")  # type: ignore[attr-defined]  # 0, as containerd
             assert (request.container.state, dict(request.container.labels)) == (  # type: ignore[attr-defined]
                 nri.CONTAINER_RUNNING, {"io.kubernetes.container.name": "app"})
     run(scenario())
