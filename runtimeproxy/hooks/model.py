@@ -48,7 +48,9 @@ def now_ns() -> int:
 class PodRecord:
     info: hooks.PodSandboxHookRequest  # metadata, labels, annotations, cgroup parent, resources, runtime handler
     skip_hooks: bool = False  # the skip rule (hooks.skip) spares the pod and its containers every plugin
-    ready: bool = True  # the sandbox is up (False after StopPodSandbox: NOTREADY)
+    # The sandbox is up: False after a StopPodSandbox the proxy saw (NOTREADY). A rebuild records every pod as
+    # ready (the frontends' loaders give the pod's hook request only); NRI shows no sandbox state.
+    ready: bool = True
     runtime_labels: dict[str, str] = field(default_factory=dict)  # the runtime's own labels beside info.labels
 
     def labels(self) -> dict[str, str]:

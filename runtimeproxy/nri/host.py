@@ -520,8 +520,8 @@ class NriHost:
             adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
             updates, evictions = list(created.update), list(created.evict)
         else:
-            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=convert.update_resources(
-                adjustments.container.container_resources))
+            resources = convert.update_resources(adjustments.container.container_resources)
+            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=resources)
             updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
             updates, evictions = list(updated.update), list(updated.evict)
         own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
@@ -600,13 +600,10 @@ class NriHost:
         if record is None:
             return
         pod = self.store.pod(record.pod_id)
-        try:
-            if self.wants(extra.STOP_CONTAINER) and not (pod is not None and pod.skip_hooks):
-                await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
-                                                                container_id, record.info, model=record,
-                                                                pod_model=pod))
-        finally:
-            self.store.container_stopped(container_id)  # told as it was before the stop, as containerd does
+        if self.wants(extra.STOP_CONTAINER) and not (pod is not None and pod.skip_hooks):
+            await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
+                                                            container_id, record.info, model=record, pod_model=pod))
+        self.store.container_stopped(container_id)  # after the event: told as it was before the stop (containerd)
 
     async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
         failed = [update.container_id for update in await self._apply_updates(plugin_id, updates)
