@@ -57,7 +57,7 @@ class ContainerCreation:
     hooked: bool  # False for a container of a pod with the skip label
     edits: ContainerEdits | None = None  # argv, mounts, ... as the extra plugins left them (None: not asked)
     edits_seen: ContainerEdits | None = None  # as the frontend's request said
-    labels: dict[str, str] = field(default_factory=dict)  # the container's CRI labels, for the model
+    labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
     read_edits: EditsReader | None = None  # the frontend's request's edits, for the model
 
     def changed_edits(self) -> frozenset[str]:
@@ -213,7 +213,7 @@ class HookPoints:
         the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels).
         `edits(read_image)` reads what the hook model lacks from the frontend's request: here only when an extra
         plugin subscribed to CreateContainer; the model records it once the container is created.
-        `labels`: the container's CRI labels (the model's)."""
+        `labels`: the container's labels as its runtime keeps them (the CRI labels and the runtime's own)."""
         shown = dict(labels or {})
         pod = await self.context.pod(pod_id)
         if pod is None and sandbox is not None:
