@@ -12,6 +12,7 @@ share their wire layout, so they convert by re-parsing bytes, field-exact.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -23,6 +24,16 @@ from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 M = TypeVar("M", bound=Message)
+
+
+# containerd labels each pod sandbox and container with its kind (its NRI shows the label beside the CRI labels).
+KIND_LABEL = "io.cri-containerd.kind"
+SANDBOX_LABELS = {KIND_LABEL: "sandbox"}
+
+
+def container_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A container's labels as containerd keeps them: the CRI labels, and its kind label."""
+    return {KIND_LABEL: "container", **labels}
 
 
 def convert(message: Message, target: type[M]) -> M:

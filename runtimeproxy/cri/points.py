@@ -22,11 +22,13 @@ from runtimeproxy.cri.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import (
+    SANDBOX_LABELS,
     align_sandbox_cgroup_parent,
     apply_to_container_config,
     apply_to_pod_config,
     apply_to_update_request,
     container_hook_request,
+    container_labels,
     convert,
     pod_hook_request,
 )
@@ -78,16 +80,18 @@ async def failing_the_call(context: Context) -> AsyncIterator[None]:
 class RuntimeHooks:
     def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None,
                  remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self.points = HookPoints(service, records)
+        self.points = HookPoints(service, records, SANDBOX_LABELS)
         self._images = images  # the image's argv for NRI plugins' view (None: not read)
         self._remove_sandbox = remove_sandbox  # undoes a RunPodSandbox an NRI plugin failed
 
-    async def _edits(self, request: cri.CreateContainerRequest) -> ContainerEdits:
-        """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer)."""
-        entrypoint: list[str] = []
-        cmd: list[str] = []
-        if not request.config.command and self._images is not None:
-            entrypoint, cmd = await self._images.entrypoint_and_cmd(request.config.image.image)
+    async def _edits(self, request: cri.CreateContainerRequest, read_image: bool) -> ContainerEdits:
+        """What the hook model lacks (for NRI plugins and the model); the image's Entrypoint and Cmd are read
+        only when `read_image` and the config has no command (else the argv is () then: not known)."""
+        if request.config.command:
+            return container_edits(request, process_argv(request.config, [], []))
+        if not read_image or self._images is None:
+            return container_edits(request, ())
+        entrypoint, cmd = await self._images.entrypoint_and_cmd(request.config.image.image)
         return container_edits(request, process_argv(request.config, entrypoint, cmd))
 
     def interceptors(self) -> dict[str, UnaryHook]:
@@ -155,7 +159,7 @@ class RuntimeHooks:
         async with failing_the_call(context):
             creation = await self.points.pre_create_container(
                 request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
-                lambda: self._edits(request))
+                lambda read_image: self._edits(request, read_image), container_labels(request.config.labels))
         rewritten = False
         if creation.changed:
             apply_to_container_config(request, creation.request, [kv.key for kv in request.config.envs])

@@ -5,7 +5,9 @@ containerd's verbose PodSandboxStatus/ContainerStatus carry, in info["info"], th
 config it was created with (as JSON with proto field names) — after our hooks changed
 it, since that is what we sent. So cgroup parent, resources and envs survive a proxy
 restart (the Go reference loses them). Current container resources come from
-ContainerStatus.resources, which follows UpdateContainerResources.
+ContainerStatus.resources, which follows UpdateContainerResources. The rest of a container's model
+(hooks.model) comes along: its labels, state and times (the status), its argv (the OCI spec's process), its
+pid (the task's), its bind mounts and devices (the config).
 
 A verbose status holds the config twice (config and OCI spec), so a container with a large environment
 has one over the 16 MiB containerd sends by default (its grpc max_send_message_size): containerd answers
@@ -28,10 +30,11 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri.backend import BackendChannel
-from runtimeproxy.cri.messages import container_hook_request, convert, pod_hook_request
+from runtimeproxy.cri.edits import container_edits
+from runtimeproxy.cri.messages import container_hook_request, container_labels, convert, pod_hook_request
 from runtimeproxy.gotext import go_text
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
-from runtimeproxy.hooks.store import ContainerRecord
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -152,17 +155,14 @@ class BackendRecords:
             return None
         info = _verbose_info(status)
         config = _container_config(info)
-        if config is None:
-            config = cri.ContainerConfig(
-                metadata=status.status.metadata, annotations=status.status.annotations
-            )
+        plain = cri.ContainerConfig(metadata=status.status.metadata, annotations=status.status.annotations)
         pod_id = info.get("sandboxID") or pod_id or await self._pod_of(container_id)
-        request = container_hook_request(config, container_id)
+        request = container_hook_request(config or plain, container_id)
         if status.status.resources.HasField("linux"):  # current values, after any update
             request.container_resources.CopyFrom(
                 convert(status.status.resources.linux, hooks.LinuxContainerResources)
             )
-        return ContainerRecord(pod_id, request)
+        return container_record(pod_id, request, config, status.status, info)
 
     async def list_objects(self) -> Listing:
         """Every pod and container the runtime lists, once it is reachable."""
@@ -170,6 +170,28 @@ class BackendRecords:
         pods = await self._call("ListPodSandbox", cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse)
         containers = await self._call("ListContainers", cri.ListContainersRequest(), cri.ListContainersResponse)
         return Listing([pod.id for pod in pods.items], {c.id: c.pod_sandbox_id for c in containers.containers})
+
+
+_STATES = {cri.CONTAINER_CREATED: ContainerState.CREATED, cri.CONTAINER_RUNNING: ContainerState.RUNNING,
+           cri.CONTAINER_EXITED: ContainerState.STOPPED}
+
+
+def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest, config: cri.ContainerConfig | None,
+                     status: cri.ContainerStatus, info: dict[str, Any]) -> ContainerRecord:
+    """The model of a container: labels, state and times from its status; from the verbose info (when there is
+    one) the argv and pid (the OCI spec's process, the task's) and the bind mounts and devices of its CRI config."""
+    edits = None
+    if config is not None:
+        spec = info.get("runtimeSpec")
+        process = spec.get("process") if isinstance(spec, dict) else None
+        argv = process.get("args") if isinstance(process, dict) else None
+        edits = container_edits(cri.CreateContainerRequest(config=config),
+                                tuple(str(arg) for arg in argv) if isinstance(argv, list) else ())
+    pid = info.get("pid")
+    return ContainerRecord(
+        pod_id, request, container_labels(config.labels if config is not None else status.labels), edits,
+        _STATES.get(status.state, ContainerState.UNKNOWN), pid if isinstance(pid, int) and pid > 0 else 0,
+        status.created_at, status.started_at, status.finished_at)
 
 
 def _verbose_info(status: Message) -> dict[str, Any]:

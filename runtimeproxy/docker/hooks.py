@@ -39,6 +39,7 @@ from runtimeproxy.docker.messages import (
     apply_to_sandbox_body,
     apply_to_update_body,
     container_create_request,
+    container_labels_of,
     create_name,
     docker_type,
     parse_kube_name,
@@ -76,13 +77,14 @@ class DockerHooks:
         self._image_process = image_process  # an image's Entrypoint and Cmd, for NRI plugins' view of the argv
         self._remove_sandbox = remove_sandbox  # undoes a sandbox create an NRI plugin failed
 
-    async def _edits(self, body: Body) -> ContainerEdits:
-        """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer); the
-        image is read only when the body leaves the argv to it."""
-        entrypoint: list[str] = []
-        cmd: list[str] = []
-        if not body.get("Entrypoint") and self._image_process is not None and isinstance(body.get("Image"), str):
-            entrypoint, cmd = await self._image_process(body["Image"])
+    async def _edits(self, body: Body, read_image: bool) -> ContainerEdits:
+        """What the hook model lacks (for NRI plugins and the model); the image is read only when `read_image`
+        and the body leaves the argv to it (else the argv is () then: not known)."""
+        if body.get("Entrypoint"):
+            return container_edits(body, process_argv(body, [], []))
+        if not read_image or self._image_process is None or not isinstance(body.get("Image"), str):
+            return container_edits(body, ())
+        entrypoint, cmd = await self._image_process(body["Image"])
         return container_edits(body, process_argv(body, entrypoint, cmd))
 
     def changing(self) -> AbstractAsyncContextManager[None]:
@@ -158,7 +160,8 @@ class DockerHooks:
 
         request = await convert_large(len(data), container_create_request, name, body)
         creation = await self.points.pre_create_container(
-            body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox, lambda: self._edits(body))
+            body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox,
+            lambda read_image: self._edits(body, read_image), container_labels_of(body["Labels"]))
         call.notes[_CREATED_NOTE] = creation
         rewritten = False
         if creation.changed:

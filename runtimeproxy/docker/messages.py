@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtimeproxy.hooks.merge import ordered_env_names
@@ -29,6 +29,7 @@ SANDBOX_ID_LABEL = "io.kubernetes.sandbox.id"
 ANNOTATION_PREFIX = "annotation."
 # Labels cri-dockerd adds for itself: kept in the body, never shown to plugins as pod labels.
 _SANDBOX_OWN_LABELS = frozenset({TYPE_LABEL, "io.kubernetes.container.name"})
+_CONTAINER_OWN_LABELS = frozenset({TYPE_LABEL, SANDBOX_ID_LABEL, "io.kubernetes.container.logpath"})
 _NAME_PREFIX = "k8s"
 
 # Docker HostConfig / UpdateConfig field -> hook LinuxContainerResources field.
@@ -109,6 +110,13 @@ def annotations_of(labels: Mapping[str, str]) -> dict[str, str]:
 def pod_labels_of(labels: Mapping[str, str]) -> dict[str, str]:
     return {key: value for key, value in labels.items()
             if not key.startswith(ANNOTATION_PREFIX) and key not in _SANDBOX_OWN_LABELS}
+
+
+def container_labels_of(labels: Mapping[str, str]) -> dict[str, str]:
+    """A container's CRI labels, as cri-dockerd reports them: its Docker labels less the annotations and
+    cri-dockerd's own (type, sandbox ID, log path)."""
+    return {key: value for key, value in labels.items()
+            if not key.startswith(ANNOTATION_PREFIX) and key not in _CONTAINER_OWN_LABELS}
 
 
 def envs_of(env: Any) -> dict[str, str]:
@@ -271,6 +279,9 @@ class Inspected:
     labels: dict[str, str]
     env: list[str]
     host_config: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict)  # State: Status, Pid, StartedAt, FinishedAt
+    argv: tuple[str, ...] = ()  # Path + Args: what dockerd runs
+    created: str = ""  # Created (RFC 3339)
 
     @property
     def kind(self) -> str:
@@ -294,7 +305,12 @@ def inspected(data: Any) -> Inspected | None:
     name = parse_kube_name(str(data.get("Name") or ""))
     if name is None or not docker_type(labels):
         return None
-    return Inspected(str(data.get("Id") or ""), name, labels, list(config.get("Env") or []), host_config)
+    state = data.get("State")
+    args = data.get("Args")
+    argv = [data.get("Path"), *(args if isinstance(args, list) else [])] if data.get("Path") else []
+    return Inspected(str(data.get("Id") or ""), name, labels, list(config.get("Env") or []), host_config,
+                     state if isinstance(state, dict) else {}, tuple(str(arg) for arg in argv),
+                     str(data.get("Created") or ""))
 
 
 def pod_from_inspect(found: Inspected) -> hooks.PodSandboxHookRequest:

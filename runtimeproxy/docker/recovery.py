@@ -3,14 +3,18 @@ a restart, hooks.context on a miss): a lister and loaders, translation only.
 
 dockerd keeps what it was asked to create, after our hooks changed it: labels (pod labels and
 `annotation.*`), `Config.Env` and `HostConfig` (cgroup parent, resources — current ones, since
-`/update` changes HostConfig). So cgroup parent, resources and env survive a proxy restart.
+`/update` changes HostConfig). So cgroup parent, resources and env survive a proxy restart, and with them the
+rest of a container's model (hooks.model): labels, argv, bind mounts, devices, state, pid and times.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
+import re
 import urllib.parse
 
+from runtimeproxy.docker.edits import container_edits
 from runtimeproxy.docker.engine import EngineClient, EngineError
 from runtimeproxy.docker.messages import (
     CONTAINER_TYPE,
@@ -19,11 +23,12 @@ from runtimeproxy.docker.messages import (
     TYPE_LABEL,
     Inspected,
     container_from_inspect,
+    container_labels_of,
     inspected,
     pod_from_inspect,
 )
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
-from runtimeproxy.hooks.store import ContainerRecord
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
@@ -76,4 +81,38 @@ class DockerRecords:
         found = await self.find(container_id)
         if found is None or found.kind != CONTAINER_TYPE:
             return None
-        return ContainerRecord(found.sandbox_id, container_from_inspect(found))
+        return container_record(found)
+
+
+_STATES = {"created": ContainerState.CREATED, "running": ContainerState.RUNNING, "paused": ContainerState.RUNNING,
+           "restarting": ContainerState.RUNNING, "exited": ContainerState.STOPPED, "dead": ContainerState.STOPPED}
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
+
+
+def container_record(found: Inspected) -> ContainerRecord:
+    """The model of a container from its inspect: labels, argv (Path + Args), bind mounts and devices
+    (HostConfig), state, pid and times (State, Created)."""
+    state = found.state
+    pid = state.get("Pid")
+    return ContainerRecord(
+        found.sandbox_id, container_from_inspect(found), container_labels_of(found.labels),
+        container_edits({"HostConfig": found.host_config}, found.argv),
+        _STATES.get(str(state.get("Status", "")), ContainerState.UNKNOWN),
+        pid if isinstance(pid, int) and pid > 0 else 0, unix_ns(found.created),
+        unix_ns(str(state.get("StartedAt") or "")), unix_ns(str(state.get("FinishedAt") or "")))
+
+
+def unix_ns(text: str) -> int:
+    """dockerd's RFC 3339 time (up to nanoseconds) in nanoseconds since the epoch; 0 for its zero time
+    (0001-01-01) or what cannot be read."""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        return 0
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    try:
+        moment = datetime.datetime.fromisoformat(match[1] + zone)
+    except ValueError:
+        return 0
+    if moment.year < 1970:
+        return 0
+    return int(moment.timestamp()) * 1_000_000_000 + int((match[2] or "0").ljust(9, "0"))

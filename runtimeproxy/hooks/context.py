@@ -7,6 +7,7 @@ it (the skip rule included) is decided here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from runtimeproxy.hooks.merge import with_pod
@@ -27,14 +28,17 @@ class RecordSource(Protocol):
 
 
 class HookContext:
-    def __init__(self, store: Store, source: RecordSource, skip: SkipRule) -> None:
+    def __init__(self, store: Store, source: RecordSource, skip: SkipRule,
+                 pod_labels: Mapping[str, str] | None = None) -> None:
+        """`pod_labels`: the labels the frontend's runtime gives every pod itself (the model's)."""
         self.store = store
         self.source = source
         self.skip = skip
+        self.pod_labels = dict(pod_labels or {})
 
     def pod_record(self, info: hooks.PodSandboxHookRequest) -> PodRecord:
         """The record of a pod: its hook request and whether the skip rule spares it hooks."""
-        return PodRecord(info, self.skip.applies(info.labels))
+        return PodRecord(info, self.skip.applies(info.labels), runtime_labels=dict(self.pod_labels))
 
     async def pod(self, pod_id: str) -> PodRecord | None:
         record = self.store.pod(pod_id)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -58,6 +59,16 @@ class Subject:
     container_id: str = ""
     container: hooks.ContainerResourceHookRequest | None = None
     edits: ContainerEdits | None = None  # CreateContainer: what the hook model lacks (None: not carried)
+    # The container as the store records it (hooks.model: labels, state, pid, times, current resources; at
+    # CreateContainer the one being created). None: only `container` is known.
+    model: ContainerRecord | None = None
+    pod_model: PodRecord | None = None  # the pod as the store records it (None: only `pod` is known)
+
+    def record(self) -> ContainerRecord:
+        """The container's model (a bare one from `container` when there is none)."""
+        if self.model is not None:
+            return self.model
+        return ContainerRecord(self.pod_id, self.container or hooks.ContainerResourceHookRequest())
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
@@ -27,12 +27,15 @@ from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fi
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import ExtraPlugins, Subject
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.rebuild import BackendState, rebuild_store
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
+# Reads a create request's ContainerEdits; True: also read the image when the request leaves the argv to it
+# (a runtime call), False: the argv is () then (not known).
+EditsReader = Callable[[bool], Awaitable[ContainerEdits]]
 
 
 @dataclass
@@ -54,6 +57,8 @@ class ContainerCreation:
     hooked: bool  # False for a container of a pod with the skip label
     edits: ContainerEdits | None = None  # argv, mounts, ... as the extra plugins left them (None: not asked)
     edits_seen: ContainerEdits | None = None  # as the frontend's request said
+    labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
+    read_edits: EditsReader | None = None  # the frontend's request's edits, for the model
 
     def changed_edits(self) -> frozenset[str]:
         """The kinds of edits (hooks.edits) the frontend must write back into its request."""
@@ -93,10 +98,11 @@ class ResourceUpdate:
 
 
 class HookPoints:
-    def __init__(self, service: HookService, source: RecordSource) -> None:
+    def __init__(self, service: HookService, source: RecordSource, pod_labels: Mapping[str, str] | None = None) -> None:
+        """`pod_labels`: the labels the frontend's runtime gives every pod itself (containerd's kind label)."""
         self.dispatcher = service.dispatcher
         self.store = service.store
-        self.context = HookContext(service.store, source, service.skip)
+        self.context = HookContext(service.store, source, service.skip, pod_labels)
         self._service = service
 
     def changing(self) -> AbstractAsyncContextManager[None]:
@@ -119,12 +125,13 @@ class HookPoints:
             if found is None or request is None:
                 return
             record, pod = found
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id, request)
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record,
+                              pod_model=pod)
         else:
             pod_record = await self.context.pod(pod_id)
             if pod_record is None or pod_record.skip_hooks:
                 return
-            subject = Subject(pod_id, pod_record.info)
+            subject = Subject(pod_id, pod_record.info, pod_model=pod_record)
         await self.extra.notify(event, subject)
 
     async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
@@ -166,7 +173,9 @@ class HookPoints:
         store forgets it (its trace stays: it says why), and `remove_sandbox` (the frontend's stop and remove
         at the runtime) takes away the sandbox just created."""
         if pod_id:
-            self.store.put_pod(pod_id, PodRecord(run.request, run.skip_hooks))
+            record = self.context.pod_record(run.request)
+            record.skip_hooks = run.skip_hooks
+            self.store.put_pod(pod_id, record)
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
             try:
                 await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
@@ -183,6 +192,7 @@ class HookPoints:
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
         await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
+        self.store.pod_stopped(pod_id)
 
     async def pod_sandbox_removed(self, pod_id: str) -> None:
         """Forget the pod and its containers (also after the runtime said it did not know it)."""
@@ -196,13 +206,15 @@ class HookPoints:
     async def pre_create_container(
         self, pod_id: str, container: hooks.ContainerResourceHookRequest, time_remaining: float | None,
         sandbox: Callable[[], hooks.PodSandboxHookRequest] | None = None,
-        edits: Callable[[], Awaitable[ContainerEdits]] | None = None,
+        edits: EditsReader | None = None, labels: Mapping[str, str] | None = None,
     ) -> ContainerCreation:
         """`container` has only its container part; the pod part is filled here from the recorded pod (read
         from the backend on a miss), else from `sandbox()`: what the frontend's request says of the pod. A pod
         the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels).
-        `edits()` reads what the hook model lacks from the frontend's request, only when an extra plugin
-        subscribed to CreateContainer (never on the hook-protocol-only path)."""
+        `edits(read_image)` reads what the hook model lacks from the frontend's request: here only when an extra
+        plugin subscribed to CreateContainer; the model records it once the container is created.
+        `labels`: the container's labels as its runtime keeps them (the CRI labels and the runtime's own)."""
+        shown = dict(labels or {})
         pod = await self.context.pod(pod_id)
         if pod is None and sandbox is not None:
             pod = self.context.pod_record(sandbox())
@@ -211,23 +223,46 @@ class HookPoints:
             if pod.skip_hooks:
                 if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
                     self.dispatcher.trace_skipped(points.PRE_CREATE_CONTAINER, container)
-                return ContainerCreation(pod_id, container, False, False)
+                return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits)
         changed = container
         if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
             changed = await self._pre_hook(points.PRE_CREATE_CONTAINER, container, time_remaining)
         seen = None
         if self.extra.wants(extra.CREATE_CONTAINER):
-            seen = await edits() if edits is not None else None
-            subject = Subject(pod_id, pod.info if pod else None, "", changed, seen)
+            seen = await edits(True) if edits is not None else None
+            model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
+            subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
             changed = await self.extra.adjust(extra.CREATE_CONTAINER, subject, time_remaining)
-            return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen)
-        return ContainerCreation(pod_id, changed, changed != container, True)
+            return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits)
+        return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits)
+
+    async def _pid_of(self, container_id: str) -> int:
+        """The started container's pid for the model, read back from the runtime only while an extra plugin is
+        attached (the hook protocol has no pid: no read on its path); 0 when not read or not known."""
+        if not self._extra_attached():
+            return 0
+        loaded = await self.context.source.load_container(container_id)
+        return loaded.pid if loaded is not None else 0
+
+    def _extra_attached(self) -> bool:
+        return any(self.extra.wants(event) for event in extra.EVENT_NAMES)
+
+    async def _created_edits(self, creation: ContainerCreation) -> ContainerEdits | None:
+        """The edits the runtime creates the container with: as the extra plugins left them, else the request's
+        (the image read only when an extra plugin is attached: none may ever ask for the argv)."""
+        if creation.edits is not None:
+            return creation.edits
+        if creation.read_edits is None:
+            return None
+        return await creation.read_edits(self._extra_attached())
 
     async def container_created(self, container_id: str, creation: ContainerCreation) -> None:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
             creation.request.container_meta.id = container_id
-            self.store.put_container(container_id, ContainerRecord(creation.pod_id, creation.request))
+            self.store.put_container(container_id, ContainerRecord(
+                creation.pod_id, creation.request, creation.labels, await self._created_edits(creation),
+                ContainerState.CREATED, created_ns=now_ns()))
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
             await self._notify_extra(extra.POST_CREATE_CONTAINER, container_id=container_id)
 
@@ -246,6 +281,7 @@ class HookPoints:
             raise
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
+        self.store.container_started(container_id, await self._pid_of(container_id))
         await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
         await self._notify_extra(extra.POST_START_CONTAINER, container_id=container_id)
@@ -272,7 +308,8 @@ class HookPoints:
             changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
         if extra_wants:
             record, pod = found
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed)
+            subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
+                              pod_model=pod)
             changed = await self.extra.adjust(extra.UPDATE_CONTAINER, subject, time_remaining)
         return ResourceUpdate(seen, changed)
 
@@ -285,7 +322,9 @@ class HookPoints:
     async def post_stop_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(points.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
+        # As containerd's NRI: StopContainer shows the container as it was before the stop (RUNNING).
         await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
+        self.store.container_stopped(container_id)
 
     async def container_removed(self, container_id: str) -> None:
         if self.store.container(container_id) is not None:  # only a recorded one: the runtime no longer has it
@@ -304,6 +343,8 @@ class HookPoints:
         if not (self.dispatcher.has_plugins(points.POST_STOP_POD_SANDBOX)
                 or self.dispatcher.has_plugins(points.POST_STOP_CONTAINER)
                 or self.extra.wants(extra.STOP_POD_SANDBOX) or self.extra.wants(extra.STOP_CONTAINER)):
+            self.store.pod_stopped(object_id)  # the model's state (whichever it is)
+            self.store.container_stopped(object_id)
             return
         if self.store.container(object_id) is None and await self.context.pod(object_id) is not None:
             await self.post_stop_pod_sandbox(object_id, time_remaining)

@@ -1,4 +1,5 @@
-"""In-memory record of pods and containers, so that hooks of ID-only calls get full context.
+"""In-memory record of pods and containers (the core's model, hooks.model), so that hooks of ID-only calls get
+full context.
 
 StartContainer, StopContainer, UpdateContainerResources and StopPodSandbox carry only
 an ID; plugins need the pod's metadata, labels, cgroup parent and the container's
@@ -16,30 +17,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from runtimeproxy.hooks.merge import apply_resource_update
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 DEFAULT_MAX_PODS = 16_384
 DEFAULT_MAX_CONTAINERS = 65_536
 
-_Record = TypeVar("_Record", "PodRecord", "ContainerRecord")
-
-
-@dataclass
-class PodRecord:
-    info: hooks.PodSandboxHookRequest
-    skip_hooks: bool = False
-
-
-@dataclass
-class ContainerRecord:
-    pod_id: str
-    # A ContainerResourceHookRequest whose container_* fields are what we know of the
-    # container; its pod_* fields are filled from the pod's record when a hook runs.
-    info: hooks.ContainerResourceHookRequest = field(default_factory=hooks.ContainerResourceHookRequest)
+_Record = TypeVar("_Record", PodRecord, ContainerRecord)
 
 
 class Store:
@@ -107,6 +94,25 @@ class Store:
                 resources = record.info.container_resources
                 resources.CopyFrom(apply_resource_update(resources, update))
             record.info.container_annotations.update(annotations)
+
+
+    def container_started(self, container_id: str, pid: int = 0) -> None:
+        with self._lock:
+            record = self._containers.get(container_id)
+            if record is not None:
+                record.started(pid)
+
+    def container_stopped(self, container_id: str) -> None:
+        with self._lock:
+            record = self._containers.get(container_id)
+            if record is not None:
+                record.stopped()
+
+    def pod_stopped(self, pod_id: str) -> None:
+        with self._lock:
+            record = self._pods.get(pod_id)
+            if record is not None:
+                record.ready = False
 
 
 def _put_bounded(table: OrderedDict[str, _Record], key: str, value: _Record, limit: int) -> None:

@@ -1,29 +1,52 @@
-"""The hook core's view of pods and containers as NRI messages (PodSandbox, Container, LinuxResources).
+"""The core's model of pods and containers (hooks.model) as NRI messages (PodSandbox, Container, LinuxResources).
 
-What the store records is what the kubelet's requests said (after the hook plugins): names, labels,
-annotations, environment, the Linux resources CRI carries, the pod's cgroup parent. At CreateContainer the
-container also shows what the frontend's request carries beyond the hook model (hooks.edits: args, bind
-mounts, devices, RDT class; nri.edits). Otherwise (the other events, Synchronize) and for what no request
-carries (the runtime's own mounts and devices, the process's pid, rlimits, the OCI hooks) it is left empty:
-an NRI plugin on containerd would see the runtime's values there, a plugin behind the proxy sees nothing.
+A container shows what the model records: its name, CRI labels, annotations, environment, the Linux resources
+CRI carries (the current ones, which follow each applied update), its argv, bind mounts, devices and RDT class
+(hooks.edits), its state, pid where known, and its created/started/finished times; its pod shows names, labels,
+annotations, runtime handler, cgroup parent, resources and overhead. Synchronize shows what containerd's own
+NRI lists: every pod, and the containers not stopped, leaving out those of pods the skip rule spares.
+
+Left empty, as no request tells the proxy (an NRI plugin on containerd sees the runtime's values there): the
+mounts, devices and labels the runtime adds itself (containerd's /etc/hostname, /dev/shm, its
+io.cri-containerd.kind label, the image's labels), the OCI hooks, rlimits, namespaces, the cgroups path, a pod's
+pid and IPs, a container's exit code and status reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri.edits import fill_container
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
+STATES = {
+    ContainerState.UNKNOWN: nri.CONTAINER_UNKNOWN,
+    ContainerState.CREATED: nri.CONTAINER_CREATED,
+    ContainerState.RUNNING: nri.CONTAINER_RUNNING,
+    ContainerState.STOPPED: nri.CONTAINER_STOPPED,
+}
 
-def pod_sandbox(pod_id: str, pod: hooks.PodSandboxHookRequest | None) -> nri.PodSandbox:
+
+def subject_pod(subject: extra.Subject) -> nri.PodSandbox:
+    """An event's pod: its model, else the hook request the subject carries."""
+    if subject.pod_model is not None:
+        return pod_sandbox(subject.pod_id, subject.pod_model)
+    return pod_sandbox(subject.pod_id, PodRecord(subject.pod) if subject.pod is not None else None)
+
+
+def pod_sandbox(pod_id: str, record: PodRecord | None) -> nri.PodSandbox:
     message = nri.PodSandbox(id=pod_id)
-    if pod is None:
+    if record is None:
         return message
+    pod = record.info
     message.name = pod.pod_meta.name
     message.uid = pod.pod_meta.uid
     message.namespace = pod.pod_meta.namespace
-    message.labels.update(pod.labels)
+    message.labels.update(record.labels())
     message.annotations.update(pod.annotations)
     message.runtime_handler = pod.runtime_handler
     message.linux.cgroup_parent = pod.cgroup_parent
@@ -34,18 +57,63 @@ def pod_sandbox(pod_id: str, pod: hooks.PodSandboxHookRequest | None) -> nri.Pod
     return message
 
 
-def container(container_id: str, pod_id: str, request: hooks.ContainerResourceHookRequest,
-              state: int = nri.CONTAINER_UNKNOWN, edits: ContainerEdits | None = None) -> nri.Container:
-    message = nri.Container(id=container_id, pod_sandbox_id=pod_id, name=request.container_meta.name,
-                            state=state)
+def container(container_id: str, record: ContainerRecord, shown: hooks.ContainerResourceHookRequest | None = None,
+              edits: ContainerEdits | None = None) -> nri.Container:
+    """The container as its model has it; `shown` and `edits` replace the model's hook fields and edits
+    (CreateContainer: the container as the plugins before this one left it)."""
+    request = shown if shown is not None else record.info
+    message = nri.Container(id=container_id, pod_sandbox_id=record.pod_id, name=request.container_meta.name,
+                            state=STATES[record.state], pid=record.pid, created_at=record.created_ns,
+                            started_at=record.started_ns, finished_at=record.finished_ns)
+    message.labels.update(record.labels)
     message.annotations.update(request.container_annotations)
     message.env.extend(f"{name}={value}" for name, value in request.container_envs.items())
     resources = request.container_resources
     message.linux.resources.CopyFrom(linux_resources(resources))
     if resources.oom_score_adj:
         message.linux.oom_score_adj.value = resources.oom_score_adj
+    edits = edits if edits is not None else record.edits
     if edits is not None:
         fill_container(message, edits)
+    return message
+
+
+def event_container(event: str, subject: extra.Subject, request: hooks.ContainerResourceHookRequest,
+                    edits: ContainerEdits | None) -> nri.Container:
+    """The container of a CreateContainer or UpdateContainer: at creation as the plugins before this one left it
+    (`request`, `edits`); at an update as it is now, with its current resources (as containerd shows its spec:
+    the update itself is the request's linux_resources)."""
+    if event == extra.CREATE_CONTAINER:
+        return container(subject.container_id, subject.record(), request, edits)
+    return container(subject.container_id, subject.record())
+
+
+def synchronized(pods: Iterable[tuple[str, PodRecord]], containers: Iterable[tuple[str, ContainerRecord]]
+                 ) -> tuple[list[nri.PodSandbox], list[nri.Container]]:
+    """What a plugin's Synchronize lists, as containerd's NRI lists it (its ListPodSandboxes, ListContainers):
+    every pod, and every container that is not stopped; none of a pod the skip rule spares (a container whose
+    pod the store no longer holds is listed: the runtime may still run it)."""
+    skipped = set()
+    shown_pods = []
+    for pod_id, pod in pods:
+        if pod.skip_hooks:
+            skipped.add(pod_id)
+        else:
+            shown_pods.append(pod_sandbox(pod_id, pod))
+    shown_containers = [container(container_id, record) for container_id, record in containers
+                        if record.pod_id not in skipped and record.state is not ContainerState.STOPPED]
+    return shown_pods, shown_containers
+
+
+def update_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:
+    """An update's resources as containerd's NRI sends them in UpdateContainer (its fromCRILinuxResources): CPU
+    shares, quota, period and the memory limit always set, zero too; the rest as linux_resources."""
+    message = linux_resources(resources)
+    cpu, memory = message.cpu, message.memory
+    cpu.shares.value, cpu.quota.value, cpu.period.value = \
+        resources.cpu_shares, resources.cpu_quota, resources.cpu_period
+    memory.limit.value = resources.memory_limit_in_bytes
+    memory.ClearField("swap")  # CRI's update has no swap for containerd's NRI to show
     return message
 
 

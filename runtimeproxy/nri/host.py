@@ -88,16 +88,6 @@ EVENTS: dict[str, int] = {
     extra.STOP_CONTAINER: nri.STOP_CONTAINER,
     extra.REMOVE_CONTAINER: nri.REMOVE_CONTAINER,
 }
-# The container's state as NRI reports it with each event (the store keeps no state).
-_STATE = {
-    extra.POST_CREATE_CONTAINER: nri.CONTAINER_CREATED,
-    extra.START_CONTAINER: nri.CONTAINER_CREATED,
-    extra.POST_START_CONTAINER: nri.CONTAINER_RUNNING,
-    extra.UPDATE_CONTAINER: nri.CONTAINER_RUNNING,
-    extra.POST_UPDATE_CONTAINER: nri.CONTAINER_RUNNING,
-    extra.STOP_CONTAINER: nri.CONTAINER_STOPPED,
-    extra.REMOVE_CONTAINER: nri.CONTAINER_STOPPED,
-}
 # How a failure of an NRI plugin is reported by the hook core (its message names the event).
 _POINTS: dict[str, HookPoint] = {
     extra.RUN_POD_SANDBOX: HookPoint("NRI RunPodSandbox", hooks.PodSandboxHookRequest,
@@ -301,11 +291,9 @@ class NriHost:
                 old.detach("replaced by a new connection of the same plugin")
             if plugin.detached:
                 return
-            pods, containers = self.store.snapshot()
+            pods, containers = convert.synchronized(*self.store.snapshot())
             try:
-                updates = await plugin.synchronize(
-                    [convert.pod_sandbox(pod_id, record.info) for pod_id, record in pods if not record.skip_hooks],
-                    [convert.container(cid, record.pod_id, record.info) for cid, record in containers])
+                updates = await plugin.synchronize(pods, containers)
             except TtrpcError as error:
                 plugin.detach(f"synchronize failed: {error}")
                 return
@@ -398,11 +386,10 @@ class NriHost:
             await self._notify(event, subject)
 
     async def _notify(self, event: str, subject: Subject) -> None:
-        pod = convert.pod_sandbox(subject.pod_id, subject.pod)
+        pod = convert.subject_pod(subject)
         container = None
         if subject.container is not None:
-            container = convert.container(subject.container_id, subject.pod_id, subject.container,
-                                          _STATE.get(event, nri.CONTAINER_UNKNOWN))
+            container = convert.container(subject.container_id, subject.record())
         record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
         for plugin in self._subscribed(event):
@@ -450,7 +437,7 @@ class NriHost:
 
     async def _adjust(self, event: str, subject: Subject) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
-        pod = convert.pod_sandbox(subject.pod_id, subject.pod)
+        pod = convert.subject_pod(subject)
         adjustments = Adjustments(subject.container, subject.edits)
         record = EventRecord(event, subject, self.trace)
         asked: list[_Asked] = []
@@ -481,8 +468,7 @@ class NriHost:
         folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
         before = hooks.ContainerResourceHookRequest()
         before.CopyFrom(folded.container)
-        container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0),
-                                      folded.edits)
+        container = convert.event_container(event, subject, before, folded.edits)
         edits_before = folded.edits
         started = time.monotonic()
         failure: tuple[grpc.StatusCode, str, str] | None = None
@@ -534,8 +520,8 @@ class NriHost:
             adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
             updates, evictions = list(created.update), list(created.evict)
         else:
-            request = nri.UpdateContainerRequest(pod=pod, container=container,
-                                                 linux_resources=container.linux.resources)
+            resources = convert.update_resources(adjustments.container.container_resources)
+            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=resources)
             updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
             updates, evictions = list(updated.update), list(updated.evict)
         own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
@@ -611,13 +597,13 @@ class NriHost:
         """containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
         container held): so do they here. The proxy's stop bypasses the hook points: this is its event."""
         record = self.store.container(container_id)
-        if record is None or not self.wants(extra.STOP_CONTAINER):
+        if record is None:
             return
         pod = self.store.pod(record.pod_id)
-        if pod is not None and pod.skip_hooks:
-            return
-        await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
-                                                        container_id, record.info))
+        if self.wants(extra.STOP_CONTAINER) and not (pod is not None and pod.skip_hooks):
+            await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
+                                                            container_id, record.info, model=record, pod_model=pod))
+        self.store.container_stopped(container_id)  # after the event: told as it was before the stop (containerd)
 
     async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
         failed = [update.container_id for update in await self._apply_updates(plugin_id, updates)

@@ -12,8 +12,10 @@ import grpc
 import pytest
 
 from runtimeproxy.cri.backend import BackendChannel
-from runtimeproxy.cri.recovery import BackendRecords, _recorded_env_value
+from runtimeproxy.cri import messages as cri_messages
+from runtimeproxy.cri.recovery import BackendRecords, _recorded_env_value, container_record
 from runtimeproxy.hooks.context import HookContext
+from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.rebuild import rebuild
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
@@ -125,3 +127,36 @@ def test_a_lazy_fill_of_such_a_container_finds_its_pod_with_a_list(
 def test_an_env_value_of_the_verbose_config_is_read_as_the_spec_shows_it(
         value: str, spec_env: set[str], expected: bytes) -> None:
     assert _recorded_env_value({"key": "K", "value": value}, spec_env) == expected
+
+
+def test_a_container_s_model_comes_from_its_status_and_verbose_info() -> None:
+    """Labels, state and times from the status; argv and pid from containerd's verbose info (the OCI spec's
+    process, the task's pid); bind mounts and devices from the config it was created with."""
+    config = cri.ContainerConfig(
+        metadata=cri.ContainerMetadata(name="app"), labels={"io.kubernetes.container.name": "app"},
+        mounts=[cri.Mount(container_path="/data", host_path="/srv", readonly=True)],
+        devices=[cri.Device(container_path="/dev/fuse", host_path="/dev/fuse", permissions="rw")])
+    status = cri.ContainerStatus(state=cri.CONTAINER_RUNNING, created_at=10, started_at=20, labels={"x": "y"})
+    info = {"pid": 4242, "runtimeSpec": {"process": {"args": ["/bin/app", "-v"]}}}
+    record = container_record(POD, cri_messages.container_hook_request(config), config, status, info)
+    assert (record.pod_id, record.labels, record.state, record.pid) == \
+        (POD, {"io.kubernetes.container.name": "app", "io.cri-containerd.kind": "container"},
+         ContainerState.RUNNING, 4242)
+    assert (record.created_ns, record.started_ns, record.finished_ns) == (10, 20, 0)
+    assert record.edits is not None and record.edits.args == ("/bin/app", "-v")
+    assert [(m.destination, m.readonly) for m in record.edits.mounts] == [("/data", True)]
+    assert [(d.path, d.permissions) for d in record.edits.devices] == [("/dev/fuse", "rw")]
+    exited = cri.ContainerStatus(state=cri.CONTAINER_EXITED, finished_at=30, labels={"x": "y"})
+    plain = container_record(POD, cri_messages.container_hook_request(config), None, exited, {})
+    # Without the verbose config (too large to be sent): the status's labels, the edits not known.
+    assert (plain.labels, plain.state, plain.edits, plain.pid, plain.finished_ns) == \
+        ({"x": "y", "io.cri-containerd.kind": "container"}, ContainerState.STOPPED, None, 0, 30)
+
+
+def test_the_rebuild_records_each_container_s_state(records: tuple[Runtime, BackendRecords],
+                                                    loop_thread: LoopThread) -> None:
+    _, backend = records
+    store = Store()
+    loop_thread.run(rebuild(HookContext(store, backend, SkipRule("skip", "true")), backend))
+    small = store.container(SMALL)
+    assert small is not None and small.state is ContainerState.CREATED  # the status's state (0: CREATED)

@@ -344,3 +344,96 @@ def test_a_binary_env_value_reaches_the_container_as_directly_with_an_nri_plugin
     assert binary_env_seen(lab.client, log_dir, cleanup_pods) == SECRET_SEEN
     created = plugin.requests("CreateContainer")[0]
     assert f"SECRET={SHOWN_SECRET}" in created.container.env  # type: ignore[attr-defined]
+
+
+# --- what a plugin sees of a container: as containerd's own NRI shows it ---------------------------------------
+
+KUBELET_LABELS = {"io.kubernetes.container.name": "app", "io.kubernetes.pod.namespace": "default"}
+SKIP_LABEL = {"runtimeproxy.koordinator.sh/skip-hookserver": "true"}  # the proxy's default skip rule
+MiB = 1 << 20
+
+
+CONTAINER_EVENTS = ("CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
+                    "UpdateContainer", "PostUpdateContainer", "StopContainer", "RemoveContainer")
+
+
+def container_events(plugin: NriPlugin) -> list[tuple[str, nri.Container]]:
+    """Each container event the plugin got, with the container as it was shown."""
+    return [(name, request.container) for name, request in plugin.received  # type: ignore[attr-defined]
+            if name in CONTAINER_EVENTS]
+
+
+def test_a_plugin_sees_labels_states_the_current_resources_and_the_argv_after_creation(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str], workdir: Path) -> None:
+    source = workdir / f"nri-seen{next(_serial)}"
+    source.mkdir()
+    plugin = lab.attach(NriPlugin(name="watcher", index="10", events=ALL_EVENTS, every_event=True))
+    client = lab.client
+    api = client.api
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    config = client.container_config("app", resources=api.LinuxContainerResources(
+        cpu_shares=512, memory_limit_in_bytes=128 * MiB))
+    config.labels.update(KUBELET_LABELS)
+    config.mounts.add(container_path="/data", host_path=str(source), readonly=True)
+    container_id = client.create_container(pod_id, config, pod_config)
+    client.start_container(container_id)
+    client.runtime.UpdateContainerResources(api.UpdateContainerResourcesRequest(
+        container_id=container_id, linux=api.LinuxContainerResources(cpu_shares=1024,
+                                                                     memory_limit_in_bytes=256 * MiB)), timeout=60)
+    client.stop_container(container_id)
+    client.remove_container(container_id)
+
+    # containerd's NRI: unknown while being created, created until started, RUNNING in StopContainer (the state
+    # before the stop), stopped when removed.
+    assert [(name, seen.state) for name, seen in container_events(plugin)] == [
+        ("CreateContainer", nri.CONTAINER_UNKNOWN), ("PostCreateContainer", nri.CONTAINER_CREATED),
+        ("StartContainer", nri.CONTAINER_CREATED), ("PostStartContainer", nri.CONTAINER_RUNNING),
+        ("UpdateContainer", nri.CONTAINER_RUNNING), ("PostUpdateContainer", nri.CONTAINER_RUNNING),
+        ("StopContainer", nri.CONTAINER_RUNNING), ("RemoveContainer", nri.CONTAINER_STOPPED)]
+    for name, seen in container_events(plugin):
+        # The CRI labels and containerd's kind label, as containerd's NRI shows them.
+        assert dict(seen.labels) == {**KUBELET_LABELS, "io.cri-containerd.kind": "container"}, name
+        assert list(seen.args) == KEEP_RUNNING and [m.destination for m in seen.mounts] == ["/data"], name
+    started = plugin.requests("PostStartContainer")[0].container  # type: ignore[attr-defined]
+    assert started.pid > 0 and started.started_at >= started.created_at > 0
+    (update,) = plugin.requests("UpdateContainer")
+    # The container as it runs, the update apart (containerd: its spec, and the request's resources).
+    assert update.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
+    assert update.linux_resources.cpu.shares.value == 1024  # type: ignore[attr-defined]
+    post_update = plugin.requests("PostUpdateContainer")[0].container  # type: ignore[attr-defined]
+    assert post_update.linux.resources.memory.limit.value == 256 * MiB
+    removed = plugin.requests("RemoveContainer")[0].container  # type: ignore[attr-defined]
+    assert removed.finished_at >= removed.started_at
+
+
+def test_synchronize_shows_real_states_and_leaves_out_stopped_containers_and_skipped_pods(
+        lab: NriLab, log_dir: Path, cleanup_pods: list[str]) -> None:
+    client = lab.client
+    pod_id, pod_config = run_pod(client, log_dir, cleanup_pods)
+    created = client.create_container(pod_id, client.container_config("created"), pod_config)
+    running = client.create_container(pod_id, client.container_config("running"), pod_config)
+    client.start_container(running)
+    stopped = client.create_container(pod_id, client.container_config("stopped"), pod_config)
+    client.start_container(stopped)
+    client.stop_container(stopped)
+    skipped_config = client.pod_config(f"nri{next(_serial)}", log_dir, labels=SKIP_LABEL)
+    skipped_pod = client.run_pod(skipped_config)
+    cleanup_pods.append(skipped_pod)
+    skipped = client.create_container(skipped_pod, client.container_config("skipped"), skipped_config)
+    client.start_container(skipped)
+
+    def check(plugin: NriPlugin) -> None:
+        sync = plugin.requests("Synchronize")[0]
+        pods = {pod.id: pod for pod in sync.pods}  # type: ignore[attr-defined]
+        assert pod_id in pods and skipped_pod not in pods
+        assert pods[pod_id].labels["io.cri-containerd.kind"] == "sandbox"
+        shown = {c.id: c for c in sync.containers}  # type: ignore[attr-defined]
+        assert stopped not in shown and skipped not in shown  # as containerd's ListContainers; the skip rule
+        assert (shown[created].state, shown[running].state) == (nri.CONTAINER_CREATED, nri.CONTAINER_RUNNING)
+
+    check(lab.attach(NriPlugin(name="live", index="10", events=event_mask(nri.CREATE_CONTAINER))))
+    lab.restart()  # the model is then rebuilt from containerd's verbose status
+    late = lab.attach(NriPlugin(name="late", index="10", events=event_mask(nri.CREATE_CONTAINER)))
+    check(late)
+    shown = {c.id: c for c in late.requests("Synchronize")[0].containers}  # type: ignore[attr-defined]
+    assert shown[running].pid > 0 and shown[running].started_at > 0

@@ -226,3 +226,30 @@ def test_a_plugin_failing_run_pod_sandbox_has_the_sandbox_container_removed(lab:
         lab.run_pod()
     assert failed.value.exchange.status == 500 and "NRI RunPodSandbox hook of plugin 10-gate" in str(failed.value)
     assert lab.dockerd.docker("ps", "-aq", "--no-trunc").stdout.split() == before  # cri-dockerd's create failed
+
+
+CONTAINER_EVENTS = ("PostCreateContainer", "StartContainer", "PostStartContainer", "StopContainer", "RemoveContainer")
+
+
+def test_a_plugin_sees_the_container_s_labels_state_pid_and_argv_through_its_life(lab: DockerNriLab) -> None:
+    """The core's model in Docker mode: cri-dockerd's labels for the container, each event's state as containerd's
+    NRI reports it, the pid dockerd runs it with, and the argv after the create too."""
+    plugin = lab.attach(NriPlugin(name="watcher", index="10", events=0, every_event=True))
+    pod = lab.run_pod()
+    container_id = lab.create(pod, "box")
+    lab.replay.start_container(container_id)
+    running = lab.inspect(container_id)
+    lab.replay.stop_container(container_id)
+    lab.replay.remove_container(container_id)
+    seen = [(name, request.container) for name, request in plugin.received  # type: ignore[attr-defined]
+            if name in CONTAINER_EVENTS]
+    assert [(name, container.state) for name, container in seen] == [
+        ("PostCreateContainer", nri.CONTAINER_CREATED), ("StartContainer", nri.CONTAINER_CREATED),
+        ("PostStartContainer", nri.CONTAINER_RUNNING), ("StopContainer", nri.CONTAINER_RUNNING),
+        ("RemoveContainer", nri.CONTAINER_STOPPED)]
+    for name, container in seen:
+        assert container.labels["io.kubernetes.container.name"] == "box", name
+        assert not any(key.startswith("annotation.") or key == "io.kubernetes.docker.type"
+                       for key in container.labels), name
+        assert list(container.args) == [running["Path"], *running["Args"]], name
+    assert dict(seen)["PostStartContainer"].pid == running["State"]["Pid"] > 0

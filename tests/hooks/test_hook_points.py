@@ -15,6 +15,7 @@ from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request,
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
 from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
@@ -319,8 +320,8 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
     reads: list[str] = []
     seen = ContainerEdits(args=("/bin/sh",), rdt_class="gold")
 
-    async def edits() -> ContainerEdits:
-        reads.append("edits")
+    async def edits(read_image: bool) -> ContainerEdits:
+        reads.append(f"edits (image: {read_image})")
         return seen
 
     points = core.points
@@ -336,7 +337,7 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
 
     core.core.extra = EditingExtra()
     creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
-    assert reads == ["edits"] and creation.edits_seen == seen
+    assert reads == ["edits (image: True)"] and creation.edits_seen == seen
     assert creation.edits is not None and creation.edits.args == ("/bin/true",)
     assert creation.changed_edits() == frozenset({"args"})
 
@@ -382,3 +383,99 @@ def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins
     with pytest.raises(HookFailed):
         core.run(core.points.pre_start_container("c1", None))
     assert recorder.events == [(extra.START_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1")]
+
+
+# --- the model: what the store records of a container over its life ---------------------------------------
+
+
+def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Points) -> None:
+    reads: list[bool] = []
+    told: list[tuple[str, ContainerState]] = []
+
+    async def edits(read_image: bool) -> ContainerEdits:
+        reads.append(read_image)
+        return ContainerEdits(args=("/bin/app",) if read_image else ())
+
+    points, store = core.points, core.core.store
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    labels = {"io.kubernetes.container.name": "app"}
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels=labels))
+    core.run(points.container_created("c1", creation))
+    record = store.container("c1")
+    assert record is not None and record.labels == labels and record.state is ContainerState.CREATED
+    # No extra plugin attached: the request's edits are recorded without reading the image.
+    assert reads == [False] and record.edits == ContainerEdits() and record.created_ns > 0
+
+    class StateRecordingExtra(RecordingExtra):
+        async def notify(self, event: str, subject: Subject) -> None:
+            told.append((event, subject.record().state))
+
+    core.core.extra = StateRecordingExtra()
+    core.run(points.pre_start_container("c1", None))
+    core.run(points.post_start_container("c1", None))
+    assert record.state is ContainerState.RUNNING
+    core.run(points.post_stop_container("c1", None))
+    # StopContainer shows the state before the stop (containerd's NRI does), the store then says stopped.
+    assert told == [(extra.START_CONTAINER, ContainerState.CREATED), (extra.POST_START_CONTAINER,
+                                                                      ContainerState.RUNNING),
+                    (extra.STOP_CONTAINER, ContainerState.RUNNING)]
+    assert record.state is ContainerState.STOPPED and record.finished_ns >= record.started_ns > 0
+    core.run(points.post_stop_pod_sandbox("p1", None))
+    pod = store.pod("p1")
+    assert pod is not None and not pod.ready
+
+
+def test_the_model_records_the_edits_the_extra_plugins_left_and_reads_the_image_once_one_is_attached(
+        core: Points) -> None:
+    reads: list[bool] = []
+
+    async def edits(read_image: bool) -> ContainerEdits:
+        reads.append(read_image)
+        return ContainerEdits(args=("/entry", "cmd"))
+
+    class EditingExtra(RecordingExtra):
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+                         ) -> hooks.ContainerResourceHookRequest:
+            assert subject.record().labels == {"l": "1"} and subject.record().state is ContainerState.UNKNOWN
+            subject.edits = ContainerEdits(args=("/bin/true",))
+            return await super().adjust(event, subject, time_remaining)
+
+    points, store = core.points, core.core.store
+    core.core.extra = EditingExtra()
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels={"l": "1"}))
+    core.run(points.container_created("c1", creation))
+    record = store.container("c1")
+    assert record is not None and record.edits == ContainerEdits(args=("/bin/true",)) and reads == [True]
+
+
+def test_a_docker_stop_nobody_hooks_still_records_the_container_stopped(core: Points) -> None:
+    store = core.core.store
+    store.put_container("c1", ContainerRecord("p1", state=ContainerState.RUNNING))
+    core.run(core.points.post_stop("c1", None))
+    record = store.container("c1")
+    assert record is not None and record.state is ContainerState.STOPPED
+
+
+def test_a_started_container_s_pid_is_read_back_only_while_an_extra_plugin_is_attached(core: Points) -> None:
+    store, backend = core.core.store, core.backend
+    backend.containers["c1"] = ContainerRecord("p1", state=ContainerState.RUNNING, pid=4242)
+    for cid in ("c1", "c2"):
+        store.put_container(cid, ContainerRecord("p1", state=ContainerState.CREATED))
+    core.run(core.points.post_start_container("c1", None))
+    assert backend.reads == [] and store.container("c1").pid == 0  # type: ignore[union-attr]
+    core.core.extra = RecordingExtra()
+    core.run(core.points.post_start_container("c1", None))
+    assert store.container("c1").pid == 4242  # type: ignore[union-attr]
+    core.run(core.points.post_start_container("c2", None))  # the runtime does not know it: no pid
+    record = store.container("c2")
+    assert record is not None and record.pid == 0 and record.state is ContainerState.RUNNING
+
+
+def test_records_of_pods_carry_the_labels_the_frontend_s_runtime_adds(core: Points) -> None:
+    points = HookPoints(core.core, core.backend, {"io.cri-containerd.kind": "sandbox"})  # type: ignore[arg-type]
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    core.backend.pods["p2"] = pod_request()
+    for pod_id in ("p1", "p2"):  # recorded at RunPodSandbox, and read back from the runtime
+        record = core.run(points.context.pod(pod_id))
+        assert record is not None and record.labels()["io.cri-containerd.kind"] == "sandbox"
+        assert "io.cri-containerd.kind" not in record.info.labels  # never in what hook plugins are sent

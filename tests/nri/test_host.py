@@ -16,6 +16,7 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import OK, SKIPPED_TOGGLE, TraceRecorder
@@ -37,7 +38,12 @@ def test_a_plugin_is_configured_as_nri_does_and_synchronized_with_the_store(sock
     store.put_pod("pod-skip", PodRecord(pod_info("skipped"), skip_hooks=True))
     record = container_info()
     record.container_meta.id = "ctr-1"
-    store.put_container("ctr-1", ContainerRecord("pod-1", record))
+    store.put_container("ctr-1", ContainerRecord("pod-1", record, {"io.kubernetes.container.name": "app"},
+                                                 state=ContainerState.RUNNING, pid=4242))
+    # Not listed, as containerd's NRI lists them: a stopped container, a container of a skip-labelled pod.
+    store.put_container("ctr-stopped", ContainerRecord("pod-1", container_info("done"),
+                                                       state=ContainerState.STOPPED))
+    store.put_container("ctr-skip", ContainerRecord("pod-skip", container_info("s"), state=ContainerState.RUNNING))
 
     async def scenario() -> None:
         async with host_on(socket_path, store) as host:
@@ -52,6 +58,8 @@ def test_a_plugin_is_configured_as_nri_does_and_synchronized_with_the_store(sock
             ctr, = sync.containers
             assert (ctr.id, ctr.pod_sandbox_id, ctr.name, list(ctr.env)) == ("ctr-1", "pod-1", "app", ["PATH=/bin"])
             assert ctr.linux.resources.cpu.shares.value == 512
+            assert (dict(ctr.labels), ctr.state, ctr.pid) == \
+                ({"io.kubernetes.container.name": "app"}, nri.CONTAINER_RUNNING, 4242)
             assert host.wants(extra.CREATE_CONTAINER) and not host.wants(extra.START_CONTAINER)
         await kit.shut_down.wait()
     run(scenario())
@@ -228,6 +236,33 @@ def test_an_update_of_the_container_itself_changes_the_update_request(socket_pat
     run(scenario())
 
 
+def test_update_container_shows_the_current_resources_and_the_update_apart(socket_path: Path) -> None:
+    """As containerd's NRI: the container as it runs (its spec's resources), the update in linux_resources."""
+    current = ContainerRecord("pod-1", container_info(), {"io.kubernetes.container.name": "app"},
+                              state=ContainerState.RUNNING)
+    asked = container_info()
+    asked.container_resources.cpu_shares = 1024
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            kit = plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
+                         UpdateContainer=(nri.UpdateContainerRequest, _updated))
+            await attached(host, kit)
+            await host.adjust(extra.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", asked, model=current),
+                              None)
+            request, = kit.requests("UpdateContainer")
+            assert request.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
+            assert request.linux_resources.cpu.shares.value == 1024  # type: ignore[attr-defined]
+            assert request.linux_resources.cpu.HasField("quota")  # type: ignore[attr-defined]  # 0, as containerd
+            assert (request.container.state, dict(request.container.labels)) == (  # type: ignore[attr-defined]
+                nri.CONTAINER_RUNNING, {"io.kubernetes.container.name": "app"})
+    run(scenario())
+
+
+async def _updated(kit: NriPlugin, request: Message) -> Message:
+    return nri.UpdateContainerResponse()
+
+
 # --- evictions --------------------------------------------------------------------------------------------
 
 
@@ -238,7 +273,7 @@ def eviction(container_id: str, reason: str = "no room") -> nri.ContainerEvictio
 def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_counted(socket_path: Path) -> None:
     store = Store()
     for cid in ("ctr-victim", "ctr-stubborn", "ctr-late"):
-        store.put_container(cid, ContainerRecord("pod-1", container_info(cid)))
+        store.put_container(cid, ContainerRecord("pod-1", container_info(cid), state=ContainerState.RUNNING))
     stopped: list[str] = []
 
     async def evictor(container_id: str) -> None:
@@ -265,6 +300,13 @@ def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_count
             # As containerd's own StopContainer, an eviction is a StopContainer event for the plugins.
             assert [request.container.id for request in kit.requests("StopContainer")] == \
                 ["ctr-victim", "ctr-late"]  # type: ignore[attr-defined]
+            # ... showing the container as it was before the stop, as containerd; the model then says stopped.
+            assert {request.container.state for request in kit.requests("StopContainer")} == \
+                {nri.CONTAINER_RUNNING}  # type: ignore[attr-defined]
+            states = [ContainerState.STOPPED, ContainerState.RUNNING, ContainerState.STOPPED]
+            while [store.container(cid).state for cid in ("ctr-victim", "ctr-stubborn",  # type: ignore[union-attr]
+                                                          "ctr-late")] != states:
+                await asyncio.sleep(0.01)  # the unsolicited one's StopContainer is told after the answer
             assert host.stats.evictions == {("10-evicts", "ok"): 2, ("10-evicts", "failed"): 1,
                                             ("10-evicts", "unknown"): 1}
     run(scenario())

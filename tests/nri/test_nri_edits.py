@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from runtimeproxy.hooks.edits import ALL_KINDS, BindMount, ContainerEdits, Device
+from runtimeproxy.hooks.model import ContainerRecord
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentRefused, Adjustments
 from runtimeproxy.nri.edits import device_message
@@ -190,7 +191,7 @@ def test_a_kind_the_frontends_request_does_not_carry_is_refused(
 
 
 def test_the_container_shows_argv_bind_mounts_host_devices_and_the_rdt_class() -> None:
-    message = convert.container("", "pod-1", hooks.ContainerResourceHookRequest(),
+    message = convert.container("", ContainerRecord("pod-1"),
                                 edits=ContainerEdits(("/bin/app",), (BindMount("/data", "/srv", True, "rslave"),),
                                                      (), "gold"))
     assert list(message.args) == ["/bin/app"] and message.linux.resources.rdt_class.value == "gold"

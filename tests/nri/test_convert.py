@@ -1,0 +1,94 @@
+"""nri.convert: the core's model as NRI's PodSandbox and Container, and what a Synchronize lists."""
+
+from __future__ import annotations
+
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.edits import BindMount, ContainerEdits
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
+from runtimeproxy.nri import convert
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+from hostkit import container_info, pod_info
+
+LABELS = {"io.kubernetes.container.name": "app", "io.kubernetes.pod.name": "web"}
+
+
+def model(state: ContainerState = ContainerState.RUNNING, pod_id: str = "pod-1") -> ContainerRecord:
+    return ContainerRecord(pod_id, container_info(), dict(LABELS), ContainerEdits(
+        ("/bin/app", "-v"), (BindMount("/data", "/srv"),)), state, 4242, 10, 20, 0)
+
+
+def test_a_container_shows_its_model_labels_state_pid_times_and_edits() -> None:
+    message = convert.container("ctr-1", model())
+    assert (message.id, message.pod_sandbox_id, message.name, message.state, message.pid) == \
+        ("ctr-1", "pod-1", "app", nri.CONTAINER_RUNNING, 4242)
+    assert dict(message.labels) == LABELS and dict(message.annotations) == {"a": "1"}
+    assert (message.created_at, message.started_at, message.finished_at) == (10, 20, 0)
+    assert list(message.args) == ["/bin/app", "-v"] and [m.destination for m in message.mounts] == ["/data"]
+    assert list(message.env) == ["PATH=/bin"] and message.linux.resources.cpu.shares.value == 512
+
+
+def test_each_state_is_nri_s() -> None:
+    assert [convert.container("c", model(state)).state for state in ContainerState] == [
+        nri.CONTAINER_UNKNOWN, nri.CONTAINER_CREATED, nri.CONTAINER_RUNNING, nri.CONTAINER_STOPPED]
+
+
+def test_a_container_whose_edits_are_not_known_shows_none() -> None:
+    message = convert.container("c", ContainerRecord("pod-1", container_info()))
+    assert not message.args and not message.mounts and not message.linux.devices
+    assert message.state == nri.CONTAINER_UNKNOWN and message.pid == 0
+
+
+def test_create_shows_the_container_as_the_plugins_before_left_it_update_as_it_is_now() -> None:
+    current = model()
+    asked = container_info()
+    asked.container_resources.cpu_shares = 2048  # the update applied
+    subject = Subject("pod-1", pod_info(), "ctr-1", asked, model=current)
+    updated = convert.event_container(extra.UPDATE_CONTAINER, subject, asked, None)
+    assert updated.linux.resources.cpu.shares.value == 512 and updated.state == nri.CONTAINER_RUNNING
+    creating = Subject("pod-1", pod_info(), "", asked, model=ContainerRecord("pod-1", asked, dict(LABELS)))
+    created = convert.event_container(extra.CREATE_CONTAINER, creating, asked, ContainerEdits(("/x",)))
+    assert created.linux.resources.cpu.shares.value == 2048 and list(created.args) == ["/x"]
+    assert created.state == nri.CONTAINER_UNKNOWN and dict(created.labels) == LABELS
+
+
+def test_a_subject_without_a_model_shows_its_hook_request() -> None:
+    message = convert.container("c", Subject("pod-1", None, "c", container_info()).record())
+    assert (message.pod_sandbox_id, message.name) == ("pod-1", "app")
+
+
+def test_synchronize_lists_every_pod_and_the_containers_not_stopped_none_of_a_skipped_pod() -> None:
+    pods = [("pod-1", PodRecord(pod_info())), ("pod-skip", PodRecord(pod_info("s"), skip_hooks=True)),
+            ("pod-stopped", PodRecord(pod_info("n"), ready=False))]
+    containers = [("running", model()), ("created", model(ContainerState.CREATED)),
+                  ("stopped", model(ContainerState.STOPPED)), ("skipped", model(pod_id="pod-skip")),
+                  ("orphan", model(pod_id="pod-gone"))]
+    shown_pods, shown_containers = convert.synchronized(pods, containers)
+    assert [pod.id for pod in shown_pods] == ["pod-1", "pod-stopped"]  # containerd lists NOTREADY pods too
+    assert [(c.id, c.state) for c in shown_containers] == [
+        ("running", nri.CONTAINER_RUNNING), ("created", nri.CONTAINER_CREATED), ("orphan", nri.CONTAINER_RUNNING)]
+
+
+def test_linux_resources_leave_zero_unset_as_cri_means_it() -> None:
+    shown = convert.linux_resources(hooks.LinuxContainerResources(cpu_quota=0, cpu_shares=2))
+    assert shown.cpu.shares.value == 2 and not shown.cpu.HasField("quota")
+
+
+def test_an_update_shows_cpu_and_memory_as_containerd_sends_them_zero_too() -> None:
+    shown = convert.update_resources(hooks.LinuxContainerResources(cpu_shares=1024, memory_limit_in_bytes=1 << 28,
+                                                                   memory_swap_limit_in_bytes=1 << 29,
+                                                                   cpuset_cpus="0-1"))
+    assert shown.cpu.HasField("quota") and shown.cpu.quota.value == 0 and shown.cpu.HasField("period")
+    assert (shown.cpu.shares.value, shown.memory.limit.value, shown.cpu.cpus) == (1024, 1 << 28, "0-1")
+    assert not shown.memory.HasField("swap")  # containerd's conversion of a CRI update has none
+
+
+def test_a_pod_shows_the_runtime_s_labels_beside_the_kubelet_s() -> None:
+    record = PodRecord(pod_info(), runtime_labels={"io.cri-containerd.kind": "sandbox"})
+    shown = convert.subject_pod(Subject("pod-1", record.info, pod_model=record))
+    assert dict(shown.labels) == {"app": "web", "io.cri-containerd.kind": "sandbox"}
+    bare = convert.subject_pod(Subject("pod-1", pod_info()))  # no model: the hook request's labels
+    assert dict(bare.labels) == {"app": "web"} and bare.linux.cgroup_parent == "/kubepods/burstable/poduid-web"
+    assert convert.subject_pod(Subject("pod-x", None)) == nri.PodSandbox(id="pod-x")
