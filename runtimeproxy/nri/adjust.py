@@ -49,6 +49,9 @@ EDIT_FIELDS = {
     kinds.RDT_CLASS: frozenset({"linux.resources.rdt_class"}),
 }
 
+# Where a refused field is explained (the docs page of NRI, "Adjustments").
+_TABLE = "the table of adjustments in docs/nri.md"
+
 
 def applied_at_creation(edits: ContainerEdits | None) -> frozenset[str]:
     carried = edits.carries if edits is not None else frozenset()
@@ -109,8 +112,7 @@ class Adjustments:
             try:
                 self.edits = self._apply_edits(plugin, adjust, self.edits)
             except EditRefused as error:
-                raise AdjustmentRefused(plugin, error.field, f"NRI plugin {plugin}: {error} (see the README's "
-                                                             f"table of NRI adjustments)") from None
+                raise AdjustmentRefused(plugin, error.field, f"NRI plugin {plugin}: {error} (see {_TABLE})") from None
         for key, value in adjust.annotations.items():
             self._set_or_remove(plugin, "annotation", self.container.container_annotations, key, value)
         for entry in adjust.env:
@@ -199,4 +201,4 @@ class Adjustments:
 
 def _refusal(plugin: str, fields: list[str], action: str) -> str:
     return (f"NRI plugin {plugin} set {', '.join(fields)}, which {action} through the proxy cannot carry "
-            f"(see the README's table of NRI adjustments)")
+            f"(see {_TABLE})")
