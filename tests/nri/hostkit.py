@@ -70,6 +70,11 @@ async def host_on(path: Path, store: Store | None = None, **options: object) -> 
 async def attached(host: NriHost, *plugins: NriPlugin) -> None:
     for each in plugins:
         await each.connect(host.socket_path)
+    await registered(host, *plugins)
+
+
+async def registered(host: NriHost, *plugins: NriPlugin) -> None:
+    """Until the host lists every one of plugins (already connected) as attached."""
     wanted = {f"{each.index}-{each.name}" for each in plugins}
     while not wanted <= {session.plugin_id for session in host.plugins}:
         await asyncio.sleep(0.01)

@@ -16,7 +16,7 @@ from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import attached, container_info, host_on, plugin, pod_info, run
+from hostkit import attached, container_info, host_on, plugin, pod_info, registered, run
 from nrikit import NriPlugin
 
 
@@ -88,7 +88,7 @@ def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchroni
             assert late.requests("Synchronize") == []  # waits for the store write
             relayed.set()
             await creating
-            await attached(host, late)
+            await registered(host, late)
             (sync,) = late.requests("Synchronize")
             return [c.id for c in sync.containers], [name for name, _ in late.received]
 
