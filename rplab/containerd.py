@@ -99,14 +99,16 @@ class ContainerdInstance:
 
     def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
                  cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None,
-                 runtime: Runtime | None = None) -> None:
-        """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names."""
+                 runtime: Runtime | None = None, systemd_cgroup: bool = False) -> None:
+        """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names.
+        ``systemd_cgroup``: runc's systemd cgroup driver (a node with systemd as PID 1: rplab.guest)."""
         self.base_dir = Path(base_dir).absolute()
         self.runtime = runtime or selected("containerd")
         self.registry_config_path = registry_config_path  # a certs.d directory of hosts.toml files
         self.sandbox_image = sandbox_image
         self.log_level = log_level
         self.cni_bin_dir = cni_bin_dir
+        self.systemd_cgroup = systemd_cgroup
         self._proc: subprocess.Popen[bytes] | None = None
         self.removed_containers: list[tuple[str, str]] = []
         if len(str(self.address)) + len(".ttrpc") > UNIX_PATH_MAX:
@@ -194,7 +196,7 @@ oom_score = 0
         runtime_type = "io.containerd.runc.v2"
 
         [{runtimes}.runc.options]
-          SystemdCgroup = false
+          SystemdCgroup = {str(self.systemd_cgroup).lower()}
           Root = {_toml_str(self.base_dir / "runc")}
 """
 

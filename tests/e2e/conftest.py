@@ -15,6 +15,8 @@ from rplab.conformance import ConformanceLab, conformance_prerequisites, echo_ho
 from rplab.conformance import report_dir as conformance_report_dir
 from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.cri import CriClient, open_channel
+from rplab.guest import Guest, GuestError, running_guest
+from rplab.guest import prerequisites as guest_prerequisites
 from rplab.images import build_and_import
 from rplab.kubelet import PEER as KUBELET_PEER
 from rplab.peers import PeerBuildError, peer_binary
@@ -59,6 +61,20 @@ def containerd(workdir: Path) -> Iterator[ContainerdInstance]:
         yield instance
     finally:
         instance.stop()
+
+
+@pytest.fixture(scope="session")
+def guest_containerd(workdir: Path) -> Iterator[Guest]:
+    """A cgroup v2 + systemd node (rplab.guest: a qemu guest restored from its snapshot, image and snapshot
+    made on first use); its containerd's socket is `.address` on this machine, its shell `.shell()`."""
+    reason = guest_prerequisites()
+    if reason is not None:
+        skip_or_fail(f"cannot run the cgroup v2 + systemd node: {reason}")
+    try:
+        with running_guest(workdir / "guest", IMAGE_CACHE) as guest:
+            yield guest
+    except GuestError as error:
+        pytest.fail(f"the cgroup v2 + systemd node did not come up: {error}")
 
 
 @pytest.fixture(scope="session")
@@ -135,13 +151,7 @@ def cleanup_pods(direct_channel: grpc.Channel) -> Iterator[list[str]]:
     """Pods a test registers here are stopped and removed (directly) whatever the test's outcome."""
     pods: list[str] = []
     yield pods
-    client = CriClient(direct_channel)
-    for pod_id in pods:
-        for step in (client.stop_pod, client.remove_pod):
-            try:
-                step(pod_id)
-            except grpc.RpcError:
-                pass
+    CriClient(direct_channel).discard_pods(pods)
 
 
 # -- conformance: crictl and critest against the offline world critest expects --------------------------
