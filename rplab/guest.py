@@ -154,7 +154,9 @@ def build_image(cache: Path = CACHE) -> GuestImage:
                 raise GuestError(f"the guest root has no /boot/{pattern} (linux-image-amd64 not installed?)")
             shutil.copyfile(found[-1], partial / name)
         _mkfs(root, partial / "rootfs.ext4")
-    shutil.rmtree(image.directory, ignore_errors=True)
+    for old in cache.iterdir():  # one image at a time: each is over a GB
+        if old != partial:
+            shutil.rmtree(old, ignore_errors=True)
     partial.rename(image.directory)
     return image
 
@@ -246,6 +248,7 @@ class Guest:
         self._qemu: subprocess.Popen[bytes] | None = None
         self._forwarder: subprocess.Popen[bytes] | None = None
         self.qmp: Qmp | None = None
+        self.figures: dict[str, float] = {}  # seconds: what running_guest built, the restore, qemu's CPU time
 
     def qemu_argv(self, disk: Path, incoming: Path | None = None) -> list[str]:
         forwards = ",".join(f"hostfwd=tcp:127.0.0.1:{host}-:{guest}"
@@ -335,6 +338,14 @@ class Guest:
                 raise GuestError(f"saving the guest's state failed: {status}")
             time.sleep(MIGRATION_POLL_SECONDS)
 
+    def cpu_seconds(self) -> float:
+        """The CPU time qemu has used so far (user + system), 0 once it has exited."""
+        try:
+            fields = Path(f"/proc/{self._qemu.pid}/stat").read_text().rsplit(")", 1)[1].split()  # type: ignore
+        except (AttributeError, FileNotFoundError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         for process in (self._forwarder, self._qemu):
             if process is not None and process.poll() is None:
@@ -383,11 +394,15 @@ def _overlay(disk: Path, backing: Path, backing_format: str) -> None:
 def make_snapshot(image: GuestImage, image_cache: Path, work: Path) -> tuple[Snapshot, dict[str, float]]:
     """The saved guest (booted, lab images imported), made on first use: (snapshot, figures in seconds)."""
     tars = build_image_tars(image_cache)
-    key = hashlib.sha256(json.dumps([_qemu_version(), KERNEL_ARGS, sorted(p.name for p in tars.values())])
+    machine = Guest(Path("/"), image).qemu_argv(Path("disk"))  # a saved state loads only into the same machine
+    machine = [arg for arg in machine if "hostfwd" not in arg]
+    key = hashlib.sha256(json.dumps([_qemu_version(), machine, sorted(p.name for p in tars.values())])
                          .encode()).hexdigest()[:12]
     snapshot = Snapshot(image.directory / f"snapshot-{key}")
     if snapshot.state.exists():
         return snapshot, {}
+    for old in image.directory.glob("snapshot-*"):  # one snapshot per image: each is about 400 MB
+        shutil.rmtree(old, ignore_errors=True)
     partial = Snapshot(snapshot.directory.with_suffix(".partial"))
     shutil.rmtree(partial.directory, ignore_errors=True)
     partial.directory.mkdir(parents=True)
@@ -412,17 +427,24 @@ def make_snapshot(image: GuestImage, image_cache: Path, work: Path) -> tuple[Sna
 def running_guest(base: Path, image_cache: Path, cache: Path = CACHE) -> Iterator[Guest]:
     """A guest restored from the snapshot (image and snapshot made on first use), stopped when the block ends.
     `base` must be short (unix socket paths); `image_cache`: where the lab images are (rplab.images)."""
+    started = time.monotonic()
+    built = not GuestImage(cache / recipe_key()).rootfs.exists()
     image = build_image(cache)
-    snapshot, _ = make_snapshot(image, image_cache, base / "cold")
+    figures = {"image build": time.monotonic() - started} if built else {}
+    snapshot, made = make_snapshot(image, image_cache, base / "cold")
     guest = Guest(base, image)
+    guest.figures.update(figures, **made)
     base.mkdir(parents=True, exist_ok=True)
     disk = base / "disk.qcow2"
     _overlay(disk, snapshot.disk, "qcow2")
     try:
+        started = time.monotonic()
         guest.start(disk, incoming=snapshot.state)
         guest.wait_running(RESTORE_TIMEOUT_SECONDS)
         guest.shell(f"date -s @{int(time.time())} >/dev/null")  # the saved clock is the snapshot's
+        guest.figures["restore"] = time.monotonic() - started
         yield guest
+        guest.figures["qemu CPU"] = guest.cpu_seconds()
     finally:
         guest.stop()
 
@@ -441,9 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         snapshot, figures = make_snapshot(image, args.images, base / "cold")
         for name, seconds in figures.items():
             print(f"{name}: {seconds:.1f} s")
-        started = time.monotonic()
         with running_guest(base / "warm", args.images) as guest:
-            print(f"restored to a CRI answer: {time.monotonic() - started:.1f} s")
+            print(f"restored to a CRI answer: {guest.figures['restore']:.1f} s")
             print(guest.shell("uname -r; stat -fc %T /sys/fs/cgroup; cat /proc/1/comm"))
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,18 +64,27 @@ def containerd(workdir: Path) -> Iterator[ContainerdInstance]:
         instance.stop()
 
 
-@pytest.fixture(scope="session")
+GUEST_SUMMARY: list[str] = []  # the cgroup v2 + systemd node's figures, for the terminal summary
+
+
+@pytest.fixture(scope="module")
 def guest_containerd(workdir: Path) -> Iterator[Guest]:
     """A cgroup v2 + systemd node (rplab.guest: a qemu guest restored from its snapshot, image and snapshot
-    made on first use); its containerd's socket is `.address` on this machine, its shell `.shell()`."""
+    made on first use); its containerd's socket is `.address` on this machine, its shell `.shell()`. Per module:
+    the emulated machine costs a host core while it runs."""
     reason = guest_prerequisites()
     if reason is not None:
         skip_or_fail(f"cannot run the cgroup v2 + systemd node: {reason}")
     try:
         with running_guest(workdir / "guest", IMAGE_CACHE) as guest:
+            started = time.monotonic()
             yield guest
+            up = time.monotonic() - started
     except GuestError as error:
         pytest.fail(f"the cgroup v2 + systemd node did not come up: {error}")
+    made = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in guest.figures.items() if name != "qemu CPU")
+    cpu = guest.figures.get("qemu CPU", 0.0)
+    GUEST_SUMMARY.append(f"{made}; up for the tests {up:.0f} s, qemu {cpu:.0f} CPU s ({cpu / up:.2f} cores)")
 
 
 @pytest.fixture(scope="session")
@@ -224,6 +234,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if CONFORMANCE_SUMMARY:
         terminalreporter.section("CRI conformance")
         for line in CONFORMANCE_SUMMARY:
+            terminalreporter.write_line(line)
+    if GUEST_SUMMARY:
+        terminalreporter.section("cgroup v2 + systemd node (qemu guest)")
+        for line in GUEST_SUMMARY:
             terminalreporter.write_line(line)
     if E2E_OUTCOMES:
         runtimes = ", ".join(f"{selected(kind).name} ({selected(kind).version})" for kind in ("containerd", "dockerd"))
