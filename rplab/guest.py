@@ -258,7 +258,7 @@ class Guest:
                 "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd), "-append", KERNEL_ARGS,
                 "-drive", f"file={disk},if=virtio,format=qcow2,cache=unsafe",
                 "-netdev", f"user,id=net0,restrict=on,{forwards}", "-device", "virtio-net-pci,netdev=net0",
-                "-device", "virtio-rng-pci", "-serial", f"file:{self.console}",
+                "-device", "virtio-rng-pci", "-device", "vmgenid", "-serial", f"file:{self.console}",
                 "-qmp", f"unix:{self.base / 'qmp.sock'},server=on,wait=off"]
         if incoming is not None:
             argv += ["-incoming", f"exec:cat {incoming}"]
@@ -319,6 +319,15 @@ class Guest:
         if check and int(status) != 0:
             raise GuestError(f"{script!r} failed in the guest ({status.strip()}): {output[-2000:]}")
         return output
+
+    def restart_containerd(self, timeout: float = 60.0) -> None:
+        """A new containerd process: every restored guest's containerd hands out the same IDs (its random
+        generator was saved with it; the kernel's is reseeded on restore through qemu's vmgenid device)."""
+        self.shell("systemctl restart containerd")
+        deadline = time.monotonic() + timeout
+        while not self.cri_answers():
+            self._check_alive(deadline)
+            time.sleep(0.2)
 
     def read(self, path: str) -> str:
         """A file of the guest (a cgroup file: /sys/fs/cgroup/...), stripped."""
@@ -424,9 +433,10 @@ def make_snapshot(image: GuestImage, image_cache: Path, work: Path) -> tuple[Sna
 
 
 @contextmanager
-def running_guest(base: Path, image_cache: Path, cache: Path = CACHE) -> Iterator[Guest]:
+def running_guest(base: Path, image_cache: Path, cache: Path = CACHE, fresh_ids: bool = False) -> Iterator[Guest]:
     """A guest restored from the snapshot (image and snapshot made on first use), stopped when the block ends.
-    `base` must be short (unix socket paths); `image_cache`: where the lab images are (rplab.images)."""
+    `base` must be short (unix socket paths); `image_cache`: where the lab images are (rplab.images);
+    `fresh_ids`: restart containerd, whose IDs are otherwise the same in every restored guest."""
     started = time.monotonic()
     built = not GuestImage(cache / recipe_key()).rootfs.exists()
     image = build_image(cache)
@@ -442,6 +452,8 @@ def running_guest(base: Path, image_cache: Path, cache: Path = CACHE) -> Iterato
         guest.start(disk, incoming=snapshot.state)
         guest.wait_running(RESTORE_TIMEOUT_SECONDS)
         guest.shell(f"date -s @{int(time.time())} >/dev/null")  # the saved clock is the snapshot's
+        if fresh_ids:
+            guest.restart_containerd()
         guest.figures["restore"] = time.monotonic() - started
         yield guest
         guest.figures["qemu CPU"] = guest.cpu_seconds()
