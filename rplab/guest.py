@@ -17,10 +17,13 @@ network beyond those two ports (`restrict=on`).
 from __future__ import annotations
 
 import argparse
+import ctypes
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -55,6 +58,8 @@ COMMANDS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "
 KERNEL_ARGS = ("root=/dev/vda rw init=/lib/systemd/systemd systemd.unified_cgroup_hierarchy=1 console=ttyS0 "
                "net.ifnames=0")
 MIGRATION_POLL_SECONDS = 0.2
+PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None).prctl  # looked up here: a child between fork and exec should only call it
 
 
 class GuestError(RuntimeError):
@@ -155,7 +160,7 @@ def build_image(cache: Path = CACHE) -> GuestImage:
             shutil.copyfile(found[-1], partial / name)
         _mkfs(root, partial / "rootfs.ext4")
     for old in cache.iterdir():  # one image at a time: each is over a GB
-        if old != partial:
+        if old != partial and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
     partial.rename(image.directory)
     return image
@@ -185,6 +190,12 @@ def _mkfs(root: Path, image: Path) -> None:
 
 
 # -- running it ----------------------------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """In a child before exec: SIGKILL when the process that started it dies (an emulated machine left running
+    would take a host core until someone noticed)."""
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -267,13 +278,14 @@ class Guest:
     def start(self, disk: Path, incoming: Path | None = None) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "qemu.log", "wb")
-        self._qemu = subprocess.Popen(self.qemu_argv(disk, incoming), stdout=log, stderr=subprocess.STDOUT)
+        self._qemu = subprocess.Popen(self.qemu_argv(disk, incoming), stdout=log, stderr=subprocess.STDOUT,
+                                      preexec_fn=_die_with_parent)
         log.close()
         self.qmp = Qmp(self.base / "qmp.sock")
         Path(self.address).unlink(missing_ok=True)
         self._forwarder = subprocess.Popen(
             ["socat", f"UNIX-LISTEN:{self.address},fork,unlink-early", f"TCP:127.0.0.1:{self.cri_port}"],
-            stderr=subprocess.DEVNULL)
+            stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
 
     def wait_running(self, timeout: float) -> None:
         """Until the VM runs (an incoming snapshot loaded) and the guest containerd answers CRI."""
@@ -433,15 +445,24 @@ def make_snapshot(image: GuestImage, image_cache: Path, work: Path) -> tuple[Sna
 
 
 @contextmanager
+def _cache_lock(cache: Path) -> Iterator[None]:
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextmanager
 def running_guest(base: Path, image_cache: Path, cache: Path = CACHE, fresh_ids: bool = False) -> Iterator[Guest]:
     """A guest restored from the snapshot (image and snapshot made on first use), stopped when the block ends.
     `base` must be short (unix socket paths); `image_cache`: where the lab images are (rplab.images);
     `fresh_ids`: restart containerd, whose IDs are otherwise the same in every restored guest."""
-    started = time.monotonic()
-    built = not GuestImage(cache / recipe_key()).rootfs.exists()
-    image = build_image(cache)
-    figures = {"image build": time.monotonic() - started} if built else {}
-    snapshot, made = make_snapshot(image, image_cache, base / "cold")
+    with _cache_lock(cache):  # two sessions on one machine build once
+        started = time.monotonic()
+        built = not GuestImage(cache / recipe_key()).rootfs.exists()
+        image = build_image(cache)
+        figures = {"image build": time.monotonic() - started} if built else {}
+        snapshot, made = make_snapshot(image, image_cache, base / "cold")
     guest = Guest(base, image)
     guest.figures.update(figures, **made)
     base.mkdir(parents=True, exist_ok=True)
@@ -467,16 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["boot"])
     parser.add_argument("--images", type=Path, default=Path.home() / ".cache" / "runtimeproxy" / "images")
     args = parser.parse_args(argv)
-    started = time.monotonic()
-    image = build_image()
-    print(f"image: {image.directory} ({time.monotonic() - started:.0f} s)")
     base = Path(tempfile.mkdtemp(prefix="rp-guest-", dir="/tmp"))
     try:
-        snapshot, figures = make_snapshot(image, args.images, base / "cold")
-        for name, seconds in figures.items():
-            print(f"{name}: {seconds:.1f} s")
-        with running_guest(base / "warm", args.images) as guest:
-            print(f"restored to a CRI answer: {guest.figures['restore']:.1f} s")
+        with running_guest(base, args.images) as guest:
+            for name, seconds in guest.figures.items():
+                print(f"{name}: {seconds:.1f} s")
             print(guest.shell("uname -r; stat -fc %T /sys/fs/cgroup; cat /proc/1/comm"))
     finally:
         shutil.rmtree(base, ignore_errors=True)
