@@ -54,7 +54,7 @@ BOOT_TIMEOUT_SECONDS = 600.0  # a cold boot under emulation on a busy 2-core mac
 RESTORE_TIMEOUT_SECONDS = 120.0
 QEMU = "qemu-system-x86_64"
 COMMANDS = {"qemu-system-x86_64": "qemu-system-x86", "qemu-img": "qemu-utils", "socat": "socat",
-            "debootstrap": "debootstrap", "mkfs.ext4": "e2fsprogs"}
+            "debootstrap": "debootstrap", "mkfs.ext4": "e2fsprogs", "ctr": "containerd"}  # ctr: image import
 KERNEL_ARGS = ("root=/dev/vda rw init=/lib/systemd/systemd systemd.unified_cgroup_hierarchy=1 console=ttyS0 "
                "net.ifnames=0")
 MIGRATION_POLL_SECONDS = 0.2
