@@ -102,10 +102,11 @@ class ContainerdInstance:
 
     def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
                  cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None,
-                 runtime: Runtime | None = None, nri: bool = False) -> None:
+                 runtime: Runtime | None = None, nri: bool = False, systemd_cgroup: bool = False) -> None:
         """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names.
         ``nri``: containerd's own NRI on, serving ``nri_socket`` (private) and launching no plugin of its own
-        (1.6 has no NRI: refused); off, it is disabled (2.x would otherwise open the host-wide socket)."""
+        (1.6 has no NRI: refused); off, it is disabled (2.x would otherwise open the host-wide socket).
+        ``systemd_cgroup``: runc's systemd cgroup driver (a node with systemd as PID 1: rplab.guest)."""
         self.base_dir = Path(base_dir).absolute()
         self.runtime = runtime or selected("containerd")
         self.registry_config_path = registry_config_path  # a certs.d directory of hosts.toml files
@@ -115,6 +116,7 @@ class ContainerdInstance:
         if nri and (self.runtime.major, self.runtime.minor) < (1, 7):
             raise ContainerdError(f"{self.runtime.name} has no NRI (containerd 1.7 and later have)")
         self.nri = nri
+        self.systemd_cgroup = systemd_cgroup
         self._proc: subprocess.Popen[bytes] | None = None
         self.removed_containers: list[tuple[str, str]] = []
         if len(str(self.address)) + len(".ttrpc") > UNIX_PATH_MAX:
@@ -217,7 +219,7 @@ oom_score = 0
         runtime_type = "io.containerd.runc.v2"
 
         [{runtimes}.runc.options]
-          SystemdCgroup = false
+          SystemdCgroup = {str(self.systemd_cgroup).lower()}
           Root = {_toml_str(self.base_dir / "runc")}
 """
 

@@ -7,7 +7,7 @@ host-network pod (no CNI needed) running the lab's busybox image.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -156,6 +156,15 @@ class CriClient:
 
     def remove_pod(self, pod_id: str) -> None:
         self.runtime.RemovePodSandbox(self.api.RemovePodSandboxRequest(pod_sandbox_id=pod_id), timeout=60)
+
+    def discard_pods(self, pod_ids: Iterable[str]) -> None:
+        """StopPodSandbox + RemovePodSandbox of each pod, whatever either answers (a test's cleanup)."""
+        for pod_id in pod_ids:
+            for step in (self.stop_pod, self.remove_pod):
+                try:
+                    step(pod_id)
+                except grpc.RpcError:
+                    pass
 
     def pod_ids(self) -> list[str]:
         response = self.runtime.ListPodSandbox(self.api.ListPodSandboxRequest(), timeout=30)

@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 # python3-venv: the node install of docs/install.md (a virtualenv of Debian's python3), run as written by the tests;
 # docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
 # binutils: objdump (the glibc figure in bench/); debootstrap, patch: the release bundle is built in a Debian 11 root
-# (scripts/build_binary.sh), the .deb tried in a Debian 12 one; rpm: rpmbuild for the .rpm.
+# (scripts/build_binary.sh), the .deb tried in a Debian 12 one; rpm: rpmbuild for the .rpm; qemu-system-x86,
+# qemu-utils, socat: the cgroup v2 + systemd node, a qemu guest (rplab.guest).
 debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io python3-venv
-  docker-registry util-linux procps iproute2 iptables binutils debootstrap patch rpm)
+  docker-registry util-linux procps iproute2 iptables binutils debootstrap patch rpm qemu-system-x86 qemu-utils socat)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,25 @@ def refused_dials(socket_path: Path, count: int) -> int:
         for probe in probes:
             probe.close()
     return refused
+
+
+@contextmanager
+def tcp_server(handle: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A TCP server on 127.0.0.1 calling `handle` on each connection (then closing it) in a thread, for the
+    block; its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            with connection:
+                handle(connection)
+
+    threading.Thread(target=serve, name="tcp-server", daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from rplab.conformance import ConformanceLab, conformance_prerequisites, echo_ho
 from rplab.conformance import report_dir as conformance_report_dir
 from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.cri import CriClient, open_channel
+from rplab.guest import Guest, GuestError, running_guest
+from rplab.guest import prerequisites as guest_prerequisites
 from rplab.images import build_and_import
 from rplab.kubelet import PEER as KUBELET_PEER
 from rplab.peers import PeerBuildError, peer_binary
@@ -59,6 +62,29 @@ def containerd(workdir: Path) -> Iterator[ContainerdInstance]:
         yield instance
     finally:
         instance.stop()
+
+
+GUEST_SUMMARY: list[str] = []  # the cgroup v2 + systemd node's figures, for the terminal summary
+
+
+@pytest.fixture(scope="module")
+def guest_containerd(workdir: Path) -> Iterator[Guest]:
+    """A cgroup v2 + systemd node (rplab.guest: a qemu guest restored from its snapshot, image and snapshot
+    made on first use); its containerd's socket is `.address` on this machine, its shell `.shell()`. Per module:
+    the emulated machine costs a host core while it runs."""
+    reason = guest_prerequisites()
+    if reason is not None:
+        skip_or_fail(f"cannot run the cgroup v2 + systemd node: {reason}")
+    try:
+        with running_guest(workdir / "guest", IMAGE_CACHE) as guest:
+            started = time.monotonic()
+            yield guest
+            up = time.monotonic() - started
+    except GuestError as error:
+        pytest.fail(f"the cgroup v2 + systemd node did not come up: {error}")
+    made = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in guest.figures.items() if name != "qemu CPU")
+    cpu = guest.figures.get("qemu CPU", 0.0)
+    GUEST_SUMMARY.append(f"{made}; up for the tests {up:.0f} s, qemu {cpu:.0f} CPU s ({cpu / up:.2f} cores)")
 
 
 @pytest.fixture(scope="session")
@@ -135,13 +161,7 @@ def cleanup_pods(direct_channel: grpc.Channel) -> Iterator[list[str]]:
     """Pods a test registers here are stopped and removed (directly) whatever the test's outcome."""
     pods: list[str] = []
     yield pods
-    client = CriClient(direct_channel)
-    for pod_id in pods:
-        for step in (client.stop_pod, client.remove_pod):
-            try:
-                step(pod_id)
-            except grpc.RpcError:
-                pass
+    CriClient(direct_channel).discard_pods(pods)
 
 
 # -- conformance: crictl and critest against the offline world critest expects --------------------------
@@ -214,6 +234,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if CONFORMANCE_SUMMARY:
         terminalreporter.section("CRI conformance")
         for line in CONFORMANCE_SUMMARY:
+            terminalreporter.write_line(line)
+    if GUEST_SUMMARY:
+        terminalreporter.section("cgroup v2 + systemd node (qemu guest)")
+        for line in GUEST_SUMMARY:
             terminalreporter.write_line(line)
     if E2E_OUTCOMES:
         runtimes = ", ".join(f"{selected(kind).name} ({selected(kind).version})" for kind in ("containerd", "dockerd"))

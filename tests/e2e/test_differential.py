@@ -17,8 +17,6 @@ Version call reports, and checked on the direct side of every run: a runtime's o
 from __future__ import annotations
 
 import re
-import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,6 +37,8 @@ from rplab.differential import (Outcome, StreamWatch, differing_paths, is_succes
                                            outcome_of)
 from rplab.images import BUSYBOX_IMAGE, LAB_IMAGES, FileEntry, import_images, oci_layout_tar
 from rplab.streaming import Session, open_attach, port_forward_once, run_exec
+
+from machinekit import tcp_server
 
 UNKNOWN_ID = "0" * 64
 NOT_FOLLOWED = "not followed"  # the second outcome of a step whose streaming URL could not be followed
@@ -474,20 +474,8 @@ def removable_image_tar(workdir: Path) -> Path:
 def forward_port() -> Iterator[int]:
     """A TCP server on 127.0.0.1 that answers each connection's first bytes with ``pong:<bytes>``: the target
     of PortForward (a host-network pod shares the host's 127.0.0.1)."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, _ = server.accept()
-            except OSError:
-                return
-            with connection:
-                connection.sendall(b"pong:" + connection.recv(1024))
-
-    threading.Thread(target=serve, name="port-forward-target", daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
+    with tcp_server(lambda connection: connection.sendall(b"pong:" + connection.recv(1024))) as port:
+        yield port
 
 
 def echo_hooks(record: Path | None) -> Counter[str]:

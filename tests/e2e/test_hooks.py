@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +63,23 @@ class Lab:
             self.loop.run(plugin.stop())
 
 
-@pytest.fixture
-def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[Lab]:
-    base = workdir / f"hooks{next(_serial)}"
-    proxy = ProxyProcess(base / "rp.sock", containerd.address, extra_args=["--log-level=debug"])
+@contextmanager
+def hook_lab(backend: str, base: Path, loop: LoopThread) -> Iterator[Lab]:
+    """A proxy in `base` in front of the containerd at `backend`, for the block."""
+    proxy = ProxyProcess(base / "rp.sock", backend, extra_args=["--log-level=debug"])
     proxy.start()
-    lab = Lab(proxy, loop_thread, base)
+    lab = Lab(proxy, loop, base)
     try:
         yield lab
     finally:
         lab.close()
         assert proxy.stop() == 0, proxy.log_tail()
+
+
+@pytest.fixture
+def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[Lab]:
+    with hook_lab(containerd.address, workdir / f"hooks{next(_serial)}", loop_thread) as lab:
+        yield lab
 
 
 def run_pod_with_container(

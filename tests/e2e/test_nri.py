@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -67,18 +68,24 @@ class NriLab:
         self.loop.run(close_plugins())  # the plugins' connections live on the loop thread
 
 
-@pytest.fixture
-def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[NriLab]:
-    base = workdir / f"nri{next(_serial)}"
-    proxy = ProxyProcess(base / "rp.sock", containerd.address, extra_args=[
+@contextmanager
+def nri_lab(backend: str, base: Path, loop: LoopThread) -> Iterator[NriLab]:
+    """A proxy hosting NRI plugins in `base` in front of the containerd at `backend`, for the block."""
+    proxy = ProxyProcess(base / "rp.sock", backend, extra_args=[
         f"--nri-socket={base / 'nri.sock'}", "--nri-request-timeout=1", "--log-level=debug"])
     proxy.start()
-    lab = NriLab(proxy, loop_thread)
+    lab = NriLab(proxy, loop)
     try:
         yield lab
     finally:
         lab.close()
         assert proxy.stop() == 0, proxy.log_tail()
+
+
+@pytest.fixture
+def lab(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread) -> Iterator[NriLab]:
+    with nri_lab(containerd.address, workdir / f"nri{next(_serial)}", loop_thread) as lab:
+        yield lab
 
 
 def spec_of(client: CriClient, container_id: str) -> dict:
