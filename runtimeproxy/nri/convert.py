@@ -35,7 +35,7 @@ def pod_sandbox(pod_id: str, pod: hooks.PodSandboxHookRequest | None) -> nri.Pod
 
 
 def container(container_id: str, pod_id: str, request: hooks.ContainerResourceHookRequest,
-              state: int = nri.CONTAINER_UNKNOWN, edits: ContainerEdits | None = None) -> nri.Container:
+              state: nri.ContainerState = nri.CONTAINER_UNKNOWN, edits: ContainerEdits | None = None) -> nri.Container:
     message = nri.Container(id=container_id, pod_sandbox_id=pod_id, name=request.container_meta.name,
                             state=state)
     message.annotations.update(request.container_annotations)

@@ -75,7 +75,7 @@ from runtimeproxy.trust import TrustedOwners
 log = logging.getLogger(__name__)
 
 RUNTIME_NAME = "runtimeproxy"
-EVENTS: dict[str, int] = {
+EVENTS: dict[str, nri.Event] = {
     extra.RUN_POD_SANDBOX: nri.RUN_POD_SANDBOX,
     extra.STOP_POD_SANDBOX: nri.STOP_POD_SANDBOX,
     extra.REMOVE_POD_SANDBOX: nri.REMOVE_POD_SANDBOX,
@@ -481,7 +481,7 @@ class NriHost:
         folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
         before = hooks.ContainerResourceHookRequest()
         before.CopyFrom(folded.container)
-        container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, 0),
+        container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, nri.CONTAINER_UNKNOWN),
                                       folded.edits)
         edits_before = folded.edits
         started = time.monotonic()
