@@ -114,13 +114,10 @@ class Proxy:
         service, options = self.hook_service, self.options
         host = self.nri = NriHost(socket_path, service.store, ready=service.store_rebuilt,
                                   registration_timeout=options.nri_registration_timeout,
-                                  request_timeout=options.nri_request_timeout, allows=service.toggles.allows,
-                                  off_reason=service.toggles.reason_for,
+                                  request_timeout=options.nri_request_timeout, toggles=service.toggles,
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
-                                  trace=service.trace,
-                                  shadowed=lambda name: service.toggles.shadow_override(name) is True,
-                                  gate=service.sync_gate)
+                                  trace=service.trace, gate=service.sync_gate)
         host.updater = getattr(self.frontend, "update_container_resources", None)
         host.evictor = getattr(self.frontend, "evict_container", None)
         await host.start()

@@ -13,7 +13,8 @@ call goes on without it; an error a plugin answers to CreateContainer, UpdateCon
 StartContainer, a conflict, a refused field or an invalid answer fails the call (HookFailed; hooks.points
 undoes a RunPodSandbox); errors answered to the other notifications are logged.
 
-As the hook core does for hook plugins: the node's toggles turn a plugin off, or one event of it (`runtimeproxyctl
+Each plugin call is one step of the core's chain (hooks.step.KindSteps, NRI's row of hooks.kinds), as a hook
+plugin's: the node's toggles turn a plugin off, or one event of it (`runtimeproxyctl
 disable nri:10-name --hook CreateContainer`): it is not sent what is off, as if it had not subscribed, and the
 trace shows it `skipped: toggled off` with the reason; every event's calls are kept in the pod's trace
 (nri.explain); and a plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and
@@ -35,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +44,13 @@ import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
-from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint
 from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
-from runtimeproxy.hooks.merge import changed_resources, merge_container_response
-from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.kinds import NRI
+from runtimeproxy.hooks.merge import changed_resources
+from runtimeproxy.hooks.stats import OK
+from runtimeproxy.hooks.step import HookFailed, KindSteps, StepToggles
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.syncgate import SyncGate
-from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
@@ -98,21 +98,6 @@ _STATE = {
     extra.STOP_CONTAINER: nri.CONTAINER_STOPPED,
     extra.REMOVE_CONTAINER: nri.CONTAINER_STOPPED,
 }
-# How a failure of an NRI plugin is reported by the hook core (its message names the event).
-_POINTS: dict[str, HookPoint] = {
-    extra.RUN_POD_SANDBOX: HookPoint("NRI RunPodSandbox", hooks.PodSandboxHookRequest,
-                                     hooks.PodSandboxHookResponse, None),
-    extra.START_CONTAINER: HookPoint("NRI StartContainer", hooks.ContainerResourceHookRequest,
-                                     hooks.ContainerResourceHookResponse, None),
-    extra.CREATE_CONTAINER: HookPoint("NRI CreateContainer", hooks.ContainerResourceHookRequest,
-                                      hooks.ContainerResourceHookResponse, merge_container_response),
-    extra.UPDATE_CONTAINER: HookPoint("NRI UpdateContainer", hooks.ContainerResourceHookRequest,
-                                      hooks.ContainerResourceHookResponse, merge_container_response),
-}
-# Notifications whose error answer fails the CRI call in containerd (sandbox_run.go, container_start.go); the
-# others' errors are logged there. A timeout or a broken connection detaches the plugin instead (NRI's
-# isFatalError), and the call goes on.
-FAILING_NOTIFICATIONS = frozenset({extra.RUN_POD_SANDBOX, extra.START_CONTAINER})
 ContainerUpdater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
 # Stops a container at once (containerd's EvictContainer: CRI StopContainer with timeout 0).
 ContainerEvictor = Callable[[str], Awaitable[None]]
@@ -129,26 +114,32 @@ class _Asked:
 
 @dataclass(frozen=True)
 class NriPluginRef:
-    """An NRI plugin as a failure names it (hooks.dispatcher.PluginRef)."""
+    """An NRI plugin as a failure names it (hooks.step.PluginRef)."""
 
     name: str
     endpoint: Path
+
+
+@dataclass(frozen=True)
+class NriEventRef:
+    """An NRI event as a failure names it (hooks.step.PointRef): "NRI CreateContainer", as the trace does."""
+
+    name: str
 
 
 class NriHost:
     def __init__(self, socket_path: Path, store: Store, *,
                  registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-                 allows: Callable[[str, str], bool] | None = None,
-                 off_reason: Callable[[str, str], str] | None = None,
+                 toggles: StepToggles | None = None,
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
                  owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
-                 shadowed: Callable[[str], bool] | None = None, gate: SyncGate | None = None) -> None:
+                 gate: SyncGate | None = None) -> None:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
         files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
-        each event's calls are kept; `shadowed`: whether the node's toggles put a plugin (by toggle name) in
-        shadow; `allows`: whether they leave a plugin's event on, `off_reason`: why not (for the trace); `gate`:
+        each event's calls are kept; `toggles`: the node's toggles (hooks.toggles), which turn a plugin or one
+        of its events off and put a plugin in shadow, by its toggle name (`nri:10-name`); `gate`:
         the hook core's gate against its lifecycle calls, held alone while a plugin is synchronized."""
         self.socket_path = socket_path
         self.plugin_dir = plugin_dir
@@ -160,11 +151,10 @@ class NriHost:
         self.request_timeout = request_timeout
         self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
         self.evictor: ContainerEvictor | None = None  # the frontend's StopContainer, timeout 0
-        self.trace = trace
-        self._shadowed = shadowed or (lambda plugin: False)
-        self._allows = allows or (lambda plugin, event: True)  # the node's toggles (by extra_toggle_name)
-        self._off_reason = off_reason or (lambda plugin, event: "")
-        self.stats = HookStats()  # calls by plugin id and event, for status and metrics
+        # The core's chain step for NRI plugins: toggles, shadow, timing, statistics (by plugin id and event, for
+        # status and metrics), the pod trace, failures in NRI's terms.
+        self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0))
+        self.stats = self.steps.stats
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         # containerd/nri's one lock: each event's fan-out and carry-out, and each attach (drop the old session of
@@ -339,34 +329,23 @@ class NriHost:
 
     def _subscribers(self, event: str) -> list[PluginSession]:
         """The plugins an event is sent to: subscribed, and the node's toggles leave it on for them."""
-        allows = self._allows
-        return [plugin for plugin in self._subscribed(event) if allows(extra_toggle_name(plugin.plugin_id), event)]
-
-    def _toggled_off(self, plugin: PluginSession, event: str, record: EventRecord) -> bool:
-        """Off by the node's toggles: not sent, and (traced) shown skipped with the reason, as a hook plugin."""
-        name = extra_toggle_name(plugin.plugin_id)
-        if self._allows(name, event):
-            return False
-        if record.traced:
-            record.skipped(plugin.plugin_id, self._off_reason(name, event))
-        return True
+        allows = self.steps.allows
+        return [plugin for plugin in self._subscribed(event) if allows(plugin.plugin_id, event)]
 
     def statuses(self) -> list[ExtraPluginStatus]:
         return [ExtraPluginStatus(
-            name=plugin.plugin_id, toggle_name=extra_toggle_name(plugin.plugin_id),
+            name=plugin.plugin_id, toggle_name=NRI.toggle_name(plugin.plugin_id),
             kind="launched" if plugin.launched else "connected",
             events=tuple(event for event, number in EVENTS.items() if plugin.subscribed(number)),
             since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
             for plugin in self._plugins]
 
-    def _record(self, plugin: PluginSession, event: str, seconds: float,
-                error: BaseException | None) -> tuple[str, str]:
-        """One call's outcome in the statistics: ok, "detached", the code the plugin answered, or "conflict",
-        "refused" (a field the request cannot carry), "invalid" (the answer fails validation). Returns the
-        outcome and its message (for the trace)."""
-        if error is None:
-            outcome, message = OK, ""
-        elif isinstance(error, PluginDetached):
+    @staticmethod
+    def _outcome(error: BaseException) -> tuple[str, str]:
+        """A failed call's outcome as the statistics and the trace count it: "detached", the code the plugin
+        answered, or "conflict", "refused" (a field the request cannot carry), "invalid" (the answer fails
+        validation); and its message."""
+        if isinstance(error, PluginDetached):
             outcome, message = "detached", error.message
         elif isinstance(error, TtrpcError):
             outcome, message = Code(error.code).name, error.message
@@ -374,24 +353,23 @@ class NriHost:
             outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
                 "refused" if isinstance(error, AdjustmentError) else "invalid"
             message = str(error)
-        self.stats.record(plugin.plugin_id, event, outcome, seconds, message)
         return outcome, message
 
     def switched_off(self, plugin: PluginSession) -> bool:
         """Every event it subscribed to is toggled off on this node (`runtimeproxyctl disable nri:10-name`): it
         stays attached, but what it asks on its own (updates, evictions) is not carried out either."""
-        name = extra_toggle_name(plugin.plugin_id)
-        return not any(self._allows(name, event) for event, number in EVENTS.items() if plugin.subscribed(number))
+        return not any(self.steps.allows(plugin.plugin_id, event) for event, number in EVENTS.items()
+                       if plugin.subscribed(number))
 
     def in_shadow(self, plugin: PluginSession) -> bool:
         """On trial (`runtimeproxyctl shadow nri:10-name`): called and traced, its answers never applied."""
-        return self._shadowed(extra_toggle_name(plugin.plugin_id))
+        return self.steps.in_shadow(plugin.plugin_id)
 
     def wants(self, event: str) -> bool:
         """Asked on every hooked call: no list is built."""
-        number, allows = EVENTS[event], self._allows
-        return any(plugin.subscribed(number) and not plugin.detached
-                   and allows(extra_toggle_name(plugin.plugin_id), event) for plugin in self._plugins)
+        number, allows = EVENTS[event], self.steps.allows
+        return any(plugin.subscribed(number) and not plugin.detached and allows(plugin.plugin_id, event)
+                   for plugin in self._plugins)
 
     async def notify(self, event: str, subject: Subject) -> None:
         async with self._one_at_a_time():
@@ -403,13 +381,13 @@ class NriHost:
         if subject.container is not None:
             container = convert.container(subject.container_id, subject.pod_id, subject.container,
                                           _STATE.get(event, nri.CONTAINER_UNKNOWN))
-        record = EventRecord(event, subject, self.trace)
+        record = EventRecord(event, subject, self.steps)
         asked: list[_Asked] = []
         for plugin in self._subscribed(event):
-            if self._toggled_off(plugin, event, record):
+            if record.toggled_off(plugin.plugin_id):
                 continue
             shadow = self.in_shadow(plugin)
-            started = time.monotonic()
+            started = self.steps.started()
             updates: list[nri.ContainerUpdate] = []
             try:
                 if event == extra.STOP_CONTAINER and container is not None:
@@ -419,27 +397,24 @@ class NriHost:
                 else:
                     await plugin.notify(EVENTS[event], pod, container)
             except TtrpcError as error:
-                seconds = time.monotonic() - started
-                outcome, message = self._record(plugin, event, seconds, error)
-                record.failed(plugin.plugin_id, seconds, shadow, outcome, message)
+                outcome, message = self._outcome(error)
+                record.failed(plugin.plugin_id, started, shadow, outcome, message)
                 if isinstance(error, PluginDetached):
                     self._drop(plugin)
-                elif event in FAILING_NOTIFICATIONS and not shadow:
+                elif self.steps.fails_call(event, shadow):
                     failure = self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
-                    record.finish(self.stats, None, f"the call fails: {plugin.plugin_id} answered {outcome}")
+                    record.finish(None, f"the call fails: {plugin.plugin_id} answered {outcome}")
                     raise failure from None
                 else:
                     log.warning("NRI plugin %s failed %s%s: %s", plugin.plugin_id, event,
                                 " (in shadow)" if shadow else "", error)
                 continue
-            seconds = time.monotonic() - started
-            self._record(plugin, event, seconds, None)
-            record.ok(plugin.plugin_id, seconds, shadow, asked_of_others(updates, [], shadow))
+            record.ok(plugin.plugin_id, started, shadow, asked_of_others(updates, [], shadow))
             if shadow:
                 self._count_shadowed(plugin.plugin_id, [])
             elif updates:
                 asked.append(_Asked(plugin.plugin_id, updates, []))
-        record.finish(self.stats, None, NOTIFIED)
+        record.finish(None, NOTIFIED)
         for request in asked:
             await self._carry_out(request, subject.container_id)
 
@@ -452,20 +427,19 @@ class NriHost:
         assert subject.container is not None
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
         adjustments = Adjustments(subject.container, subject.edits)
-        record = EventRecord(event, subject, self.trace)
+        record = EventRecord(event, subject, self.steps)
         asked: list[_Asked] = []
         try:
             for plugin in self._subscribed(event):
-                if self._toggled_off(plugin, event, record):
+                if record.toggled_off(plugin.plugin_id):
                     continue
                 answer = await self._adjust_by(plugin, event, pod, subject, adjustments, record)
                 if answer is not None:
                     asked.append(answer)
         except HookFailed as failure:
-            record.finish(self.stats, adjustments.container, f"not sent: {failure.plugin.name} failed "
-                          f"({failure.code.name}); the call fails")
+            record.finish(adjustments.container, self.steps.failed_result(failure))
             raise
-        record.finish(self.stats, adjustments.container, SENT, written_back=True)
+        record.finish(adjustments.container, SENT, written_back=True)
         for request in asked:
             await self._carry_out(request, subject.container_id)
         subject.edits = adjustments.edits
@@ -484,13 +458,12 @@ class NriHost:
         container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, nri.CONTAINER_UNKNOWN),
                                       folded.edits)
         edits_before = folded.edits
-        started = time.monotonic()
+        started = self.steps.started()
         failure: tuple[grpc.StatusCode, str, str] | None = None
         try:
             asked = await self._ask(plugin, event, pod, container, subject, folded)
         except PluginDetached as error:
-            seconds = time.monotonic() - started
-            record.failed(plugin.plugin_id, seconds, shadow, *self._record(plugin, event, seconds, error))
+            record.failed(plugin.plugin_id, started, shadow, *self._outcome(error))
             self._drop(plugin)
             return None
         except TtrpcError as error:
@@ -505,16 +478,14 @@ class NriHost:
             if problem is not None:
                 failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
                 caught = ValueError(f"invalid answer: {problem}")
-        seconds = time.monotonic() - started
         if failure is not None:
-            record.failed(plugin.plugin_id, seconds, shadow, *self._record(plugin, event, seconds, caught))
-            if shadow:
+            record.failed(plugin.plugin_id, started, shadow, *self._outcome(caught))
+            if not self.steps.fails_call(event, shadow):
                 log.warning("NRI plugin %s (in shadow: the call is unaffected) failed %s: %s", plugin.plugin_id,
                             event, failure[1])
                 return None
             raise self._failed(event, plugin, *failure)
-        self._record(plugin, event, seconds, None)
-        record.ok(plugin.plugin_id, seconds, shadow, edit_changes(edits_before, folded.edits, shadow)
+        record.ok(plugin.plugin_id, started, shadow, edit_changes(edits_before, folded.edits, shadow)
                   + asked_of_others(asked.updates, asked.evictions, shadow))
         if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
             after = hooks.ContainerResourceHookRequest()
@@ -545,7 +516,8 @@ class NriHost:
 
     def _failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
                 field: str = "") -> HookFailed:
-        failure = HookFailed(_POINTS[event], NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
+        failure = self.steps.failure(NriEventRef(NRI.trace_hook(event)), event,
+                                     NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
         log.warning("%s", failure)
         return failure
 

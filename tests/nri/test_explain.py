@@ -14,6 +14,7 @@ from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, Device
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, Store
+from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecorder
 from runtimeproxy.nri.explain import edit_changes
 from runtimeproxy.nri.session import event_mask
@@ -140,7 +141,9 @@ def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_pa
                                            evict=[nri.ContainerEviction(container_id="ctr-other", reason="mine")])
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, trace=recorder, shadowed=lambda name: name == "nri:20-next") as host:
+        toggles = Toggles(None)
+        toggles.set_shadow("nri:20-next", True, configured_shadow=False)
+        async with host_on(socket_path, store, trace=recorder, toggles=toggles) as host:
             host.updater, host.evictor = updater, evictor
             live = plugin("live", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(shares_to(1024))))
             trial = plugin("next", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, greedy))
@@ -170,7 +173,9 @@ def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> Non
         raise TtrpcError(Code.INVALID_ARGUMENT, "no")
 
     async def scenario() -> None:
-        async with host_on(socket_path, shadowed=lambda name: True) as host:
+        toggles = Toggles(None)
+        toggles.set_shadow("nri:10-trial", True, configured_shadow=False)
+        async with host_on(socket_path, toggles=toggles) as host:
             await attached(host, plugin("trial", "10", event_mask(nri.CREATE_CONTAINER, nri.RUN_POD_SANDBOX),
                                         CreateContainer=(nri.CreateContainerRequest, refuse),
                                         RunPodSandbox=(nri.RunPodSandboxRequest, refuse)))

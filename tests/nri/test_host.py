@@ -300,6 +300,10 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
                     await host.notify(event, subject)
                 assert failed.value.point.name == point and failed.value.code is grpc.StatusCode.UNKNOWN
                 assert "10-refuser" in str(failed.value) and "no room on this node" in str(failed.value)
+                # NRI has no failure policy: the kubelet is told in NRI's terms (hooks.kinds' NRI row)
+                assert f"NRI plugin 10-refuser (unix://{socket_path}) failed {event}, which fails the call as " \
+                       "containerd's NRI does" in str(failed.value)
+                assert "failure-policy" not in str(failed.value)
             assert after.requests("RunPodSandbox") == []  # the first error ends the event, as NRI's adaptation
             await host.notify(extra.POST_START_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", container_info()))
             assert host.stats.of("10-refuser", extra.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
@@ -328,8 +332,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         sent.append(container_id)
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, allows=toggles.allows, off_reason=toggles.reason_for,
-                           trace=recorder) as host:
+        async with host_on(socket_path, store, toggles=toggles, trace=recorder) as host:
             host.updater = updater
             await attached(host, first, second)
             toggles.disable("nri:10-a", frozenset({extra.CREATE_CONTAINER}), "cpuset bug")
