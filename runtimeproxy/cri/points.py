@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import grpc
@@ -20,7 +20,6 @@ from google.protobuf.message import DecodeError, Message
 from runtimeproxy.cri import failures
 from runtimeproxy.cri.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
-from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import (
     align_sandbox_cgroup_parent,
     apply_to_container_config,
@@ -30,7 +29,7 @@ from runtimeproxy.cri.messages import (
     convert,
     pod_hook_request,
 )
-from runtimeproxy.hooks.context import RecordSource
+from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.points import HookPoints
@@ -76,18 +75,16 @@ async def failing_the_call(context: Context) -> AsyncIterator[None]:
 
 
 class RuntimeHooks:
-    def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None,
-                 remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self.points = HookPoints(service, records)
-        self._images = images  # the image's argv for NRI plugins' view (None: not read)
-        self._remove_sandbox = remove_sandbox  # undoes a RunPodSandbox an NRI plugin failed
+    def __init__(self, service: HookService, runtime: Runtime) -> None:
+        self.points = HookPoints(service, runtime)
+        self._runtime = runtime  # the image's argv for NRI plugins' view (cri.runtime)
 
     async def _edits(self, request: cri.CreateContainerRequest) -> ContainerEdits:
         """What the hook model lacks, for NRI plugins (only asked when one subscribed to CreateContainer)."""
         entrypoint: list[str] = []
         cmd: list[str] = []
-        if not request.config.command and self._images is not None:
-            entrypoint, cmd = await self._images.entrypoint_and_cmd(request.config.image.image)
+        if not request.config.command:
+            entrypoint, cmd = await self._runtime.image_argv(request.config.image.image)
         return container_edits(request, process_argv(request.config, entrypoint, cmd))
 
     def interceptors(self) -> dict[str, UnaryHook]:
@@ -128,7 +125,7 @@ class RuntimeHooks:
         pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
         # An NRI plugin failing RunPodSandbox: no sandbox is left behind, as with containerd.
         async with failing_the_call(context):
-            await self.points.pod_sandbox_ran(pod_id, run, self._remove_sandbox)
+            await self.points.pod_sandbox_ran(pod_id, run)
         return response
 
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:

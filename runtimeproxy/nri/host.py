@@ -25,10 +25,12 @@ Plugins can also be launched by the proxy from a plugin directory (nri.launch): 
 socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin
 Shutdown and then stops the launched processes.
 
-Updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers, Synchronize, and
-UpdateContainers a plugin sends on its own) go to `updater`, the frontend's UpdateContainerResources; without
-one they are answered as failed and logged. Evictions (CreateContainer/UpdateContainer answers, a plugin's own
-UpdateContainers) go to `evictor`, the frontend's stop with timeout 0, as containerd's EvictContainer.
+The host asks the core (`asks`, hooks.runtime.PluginAsks) for what it does not own: the snapshot a plugin is
+synchronized with, updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers,
+Synchronize, and UpdateContainers a plugin sends on its own: the frontend's UpdateContainerResources, the store
+written by the core; without a runtime they are answered as failed and logged) and evictions
+(CreateContainer/UpdateContainer answers, a plugin's own UpdateContainers: the frontend's stop with timeout 0, as
+containerd's EvictContainer, which the plugins then hear as a StopContainer by the core's own flow).
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.merge import changed_resources
 from runtimeproxy.hooks.stats import OK
+from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.step import HookFailed, KindSteps, StepToggles
-from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.hooks.validate import answer_problem
@@ -98,9 +100,6 @@ _STATE = {
     extra.STOP_CONTAINER: nri.CONTAINER_STOPPED,
     extra.REMOVE_CONTAINER: nri.CONTAINER_STOPPED,
 }
-ContainerUpdater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
-# Stops a container at once (containerd's EvictContainer: CRI StopContainer with timeout 0).
-ContainerEvictor = Callable[[str], Awaitable[None]]
 
 
 @dataclass
@@ -128,7 +127,7 @@ class NriEventRef:
 
 
 class NriHost:
-    def __init__(self, socket_path: Path, store: Store, *,
+    def __init__(self, socket_path: Path, asks: PluginAsks, *,
                  registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
                  toggles: StepToggles | None = None,
@@ -146,11 +145,9 @@ class NriHost:
         self.plugin_config_dir = plugin_config_dir
         self._owners = owners or TrustedOwners.with_extra()
         self._launched: list[LaunchedProcess] = []
-        self.store = store
+        self.asks = asks  # the core: the sync snapshot, updates and evictions of other containers
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
-        self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
-        self.evictor: ContainerEvictor | None = None  # the frontend's StopContainer, timeout 0
         # The core's chain step for NRI plugins: toggles, shadow, timing, statistics (by plugin id and event, for
         # status and metrics), the pod trace, failures in NRI's terms.
         self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0))
@@ -291,10 +288,10 @@ class NriHost:
                 old.detach("replaced by a new connection of the same plugin")
             if plugin.detached:
                 return
-            pods, containers = self.store.snapshot()
+            pods, containers = self.asks.snapshot()
             try:
                 updates = await plugin.synchronize(
-                    [convert.pod_sandbox(pod_id, record.info) for pod_id, record in pods if not record.skip_hooks],
+                    [convert.pod_sandbox(pod_id, record.info) for pod_id, record in pods],
                     [convert.container(cid, record.pod_id, record.info) for cid, record in containers])
             except TtrpcError as error:
                 plugin.detach(f"synchronize failed: {error}")
@@ -554,16 +551,15 @@ class NriHost:
         """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
         the kubelet then sees it exited and acts by the pod's restart policy. False: the proxy does not know it."""
         container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
-        if self.store.container(container_id) is None:
+        if self.asks.container(container_id) is None:
             self.stats.evicted(plugin_id, "unknown")
             return False
-        if self.evictor is None:
-            log.warning("NRI plugin %s asked to evict container %s (%s): this frontend cannot stop containers",
-                        plugin_id, shown, reason)
+        try:
+            await self.asks.evict(container_id)
+        except NoRuntime as error:
+            log.warning("NRI plugin %s asked to evict container %s (%s): %s", plugin_id, shown, reason, error)
             self.stats.evicted(plugin_id, "failed")
             return True
-        try:
-            await self.evictor(container_id)
         except (OSError, RuntimeError) as error:
             log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, shown, reason,
                         error)
@@ -573,23 +569,13 @@ class NriHost:
                     plugin_id, shown, current or "an UpdateContainers of its own", reason,
                     extra={"plugin": plugin_id})
         self.stats.evicted(plugin_id, OK)
+        # containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
+        # container held): so do they here, by the core's flow (the proxy's stop bypasses the hook points).
         if during_event:
-            await self._notify_stopped(container_id)
+            await self.asks.tell_stopped(container_id)
         else:
-            self._watch(self._notify_stopped(container_id), f"nri-evicted-{shown}")
+            self._watch(self.asks.tell_stopped(container_id), f"nri-evicted-{shown}")
         return True
-
-    async def _notify_stopped(self, container_id: str) -> None:
-        """containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
-        container held): so do they here. The proxy's stop bypasses the hook points: this is its event."""
-        record = self.store.container(container_id)
-        if record is None or not self.wants(extra.STOP_CONTAINER):
-            return
-        pod = self.store.pod(record.pod_id)
-        if pod is not None and pod.skip_hooks:
-            return
-        await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
-                                                        container_id, record.info))
 
     async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
         failed = [update.container_id for update in await self._apply_updates(plugin_id, updates)
@@ -599,18 +585,19 @@ class NriHost:
                         len(failed), current or "synchronization", some_ids(failed))
 
     async def _apply_updates(self, plugin_id: str, updates: list[nri.ContainerUpdate]) -> list[nri.ContainerUpdate]:
-        """The updates carried out; returns those that failed. What cannot be done at all (no updater, containers
-        the proxy does not know) takes one log line, however many a plugin named: not one per ID on the loop."""
+        """The updates carried out (by the core: hooks.runtime.PluginAsks); returns those that failed. What cannot be
+        done at all (no runtime, containers the proxy does not know) takes one log line, however many a plugin
+        named: not one per ID on the loop."""
         if not updates:
             return []
-        if self.updater is None:
+        if self.asks.runtime is None:
             log.warning("NRI plugin %s: cannot update %d containers (%s): this frontend takes no updates", plugin_id,
                         len(updates), some_ids([update.container_id for update in updates]))
             return list(updates)
         failed: list[nri.ContainerUpdate] = []
         unknown: list[str] = []
         for update in updates:
-            record = self.store.container(update.container_id)
+            record = self.asks.container(update.container_id)
             if record is None:
                 unknown.append(update.container_id)
                 failed.append(update)
@@ -620,13 +607,12 @@ class NriHost:
                 adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
                 changes = changed_resources(record.info.container_resources,
                                             adjustments.container.container_resources, with_hugepages=True)
-                await self.updater(update.container_id, changes)
+                await self.asks.update(update.container_id, changes)
             except (AdjustmentError, OSError, RuntimeError) as error:
                 log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,
                             shown_id(update.container_id), error)
                 failed.append(update)
                 continue
-            self.store.update_container(update.container_id, changes, {})
         if unknown:
             log.warning("NRI plugin %s: cannot update %d containers the proxy does not know (%s)", plugin_id,
                         len(unknown), some_ids(unknown))

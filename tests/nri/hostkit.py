@@ -10,8 +10,13 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.context import HookContext, tell_extra
 from runtimeproxy.hooks.extra import Subject
-from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.rebuild import Listing
+from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks, Runtime
+from runtimeproxy.hooks.skip import SkipRule
+from runtimeproxy.hooks.store import ContainerRecord, Store
 from runtimeproxy.nri.host import NriHost
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -57,9 +62,55 @@ def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
         resources=nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=shares)))))
 
 
+Updater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
+Evictor = Callable[[str], Awaitable[None]]
+
+
+class StubRuntime:
+    """A frontend's runtime (hooks.runtime.Runtime) that knows nothing and carries out updates and evictions with
+    the given callables (none: it cannot, as a frontend without them)."""
+
+    name = "stub"
+
+    def __init__(self, update: Updater | None = None, evict: Evictor | None = None) -> None:
+        self._update, self._evict = update, evict
+
+    async def list_objects(self) -> Listing:
+        return Listing()
+
+    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+        return None
+
+    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
+        return None
+
+    async def remove_sandbox(self, pod_id: str) -> None:
+        return None
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        if self._update is None:
+            raise NoRuntime("this frontend takes no updates")
+        await self._update(container_id, resources)
+
+    async def evict_container(self, container_id: str) -> None:
+        if self._evict is None:
+            raise NoRuntime("this frontend cannot stop containers")
+        await self._evict(container_id)
+
+    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
+        return [], []
+
+
 @asynccontextmanager
-async def host_on(path: Path, store: Store | None = None, **options: object) -> AsyncIterator[NriHost]:
-    host = NriHost(path, store or Store(), **options)  # type: ignore[arg-type]
+async def host_on(path: Path, store: Store | None = None, runtime: Runtime | None = None,
+                  **options: object) -> AsyncIterator[NriHost]:
+    """A host on `path`; the core's door to `store` and `runtime`, with the core's flow telling the host of the
+    stops its evictions cause (as hooks.service wires it)."""
+    store = store if store is not None else Store()
+    asks = PluginAsks(store, runtime)
+    host = NriHost(path, asks, **options)  # type: ignore[arg-type]
+    context = HookContext(store, runtime or StubRuntime(), SkipRule("", ""))
+    asks.stopped = lambda container_id: tell_extra(context, host, extra.STOP_CONTAINER, container_id=container_id)
     await host.start()
     try:
         yield host

@@ -22,7 +22,7 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info, run
+from hostkit import adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info, run, StubRuntime
 from nrikit import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -101,8 +101,7 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
         return nri.Empty()
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, trace=recorder) as host:
-            host.updater = updater
+        async with host_on(socket_path, store, StubRuntime(updater), trace=recorder) as host:
             await attached(host, plugin("post", "10", event_mask(nri.POST_START_CONTAINER, nri.STOP_CONTAINER,
                                                                  nri.STOP_POD_SANDBOX),
                                         PostStartContainer=(nri.PostStartContainerRequest, failing),
@@ -143,8 +142,7 @@ def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_pa
     async def scenario() -> None:
         toggles = Toggles(None)
         toggles.set_shadow("nri:20-next", True, configured_shadow=False)
-        async with host_on(socket_path, store, trace=recorder, toggles=toggles) as host:
-            host.updater, host.evictor = updater, evictor
+        async with host_on(socket_path, store, StubRuntime(updater, evictor), trace=recorder, toggles=toggles) as host:
             live = plugin("live", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(shares_to(1024))))
             trial = plugin("next", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, greedy))
             await attached(host, live, trial)

@@ -25,7 +25,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from hostkit import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
-                     pod_info, run)
+                     pod_info, run, StubRuntime)
 from nrikit import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -186,8 +186,7 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
         return nri.StopContainerResponse(update=[cpu_update("ctr-other", 2048)])
 
     async def scenario() -> None:
-        async with host_on(socket_path, store) as host:
-            host.updater = updater
+        async with host_on(socket_path, store, StubRuntime(updater)) as host:
             starts = plugin("starts", "10", event_mask(nri.START_CONTAINER),
                             StartContainer=(nri.StartContainerRequest, _empty))
             stops = plugin("stops", "20", event_mask(nri.STOP_CONTAINER),
@@ -251,8 +250,7 @@ def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_count
                                                   eviction("ctr-unknown")])
 
     async def scenario() -> None:
-        async with host_on(socket_path, store) as host:
-            host.evictor = evictor
+        async with host_on(socket_path, store, StubRuntime(evict=evictor)) as host:
             kit = plugin("evicts", "10", event_mask(nri.CREATE_CONTAINER, nri.STOP_CONTAINER),
                          CreateContainer=(nri.CreateContainerRequest, evicting),
                          StopContainer=(nri.StopContainerRequest, _stopped))
@@ -332,8 +330,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         sent.append(container_id)
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, toggles=toggles, trace=recorder) as host:
-            host.updater = updater
+        async with host_on(socket_path, store, StubRuntime(updater), toggles=toggles, trace=recorder) as host:
             await attached(host, first, second)
             toggles.disable("nri:10-a", frozenset({extra.CREATE_CONTAINER}), "cpuset bug")
             result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
@@ -372,8 +369,7 @@ def test_an_update_naming_100000_unknown_containers_takes_one_log_line_each_way(
         raise AssertionError("no known container was named")
 
     async def scenario() -> None:
-        async with host_on(socket_path) as host:
-            host.updater = updater
+        async with host_on(socket_path, runtime=StubRuntime(updater)) as host:
             kit = plugin("flood", "10", event_mask(nri.STOP_CONTAINER), StopContainer=(nri.StopContainerRequest,
                                                                                        _stopped))
             await attached(host, kit)
