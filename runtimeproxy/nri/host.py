@@ -1,12 +1,14 @@
-"""The proxy as an NRI runtime: the plugins attached to its NRI socket, as plugins of the hook core.
+"""The proxy as an NRI runtime, its registry and fan-out (containerd/nri's adaptation.go): the plugins attached
+to its NRI socket, as plugins of the hook core.
 
 `NriHost` implements hooks.extra.ExtraPlugins. It listens on the NRI socket (refusing one a live NRI server
 holds), keeps the registered plugins in NRI's order (index, then name), lets a reconnecting plugin replace
 its old connection (one live registration per index and name), and synchronizes each new plugin with the
-pods and containers the store records. The hook points then hand it each lifecycle event; every plugin that
-subscribed gets it, in order. CreateContainer adjustments and UpdateContainer updates of the container
-itself are folded into the request (nri.adjust: what is applied, what is refused, NRI's conflict rule) and
-each plugin's result is checked by the same rules as a hook plugin's answer (hooks.validate).
+pods and containers the store records, all under its one lock (which every event's fan-out holds too). The hook
+points then hand it each lifecycle event; every plugin that subscribed gets it, in order. One plugin's call of
+CreateContainer or UpdateContainer is nri.call's (the answer folded, validated, timed, traced); what the answers
+ask of other containers is collected and carried out by nri.result; NRI's event numbers and the container
+state each reports are nri.events'.
 
 Failures, as containerd with NRI: a plugin that misses a timeout or loses its connection is detached and the
 call goes on without it; an error a plugin answers to CreateContainer, UpdateContainer, RunPodSandbox or
@@ -39,7 +41,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -48,20 +49,18 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
 from runtimeproxy.hooks.kinds import NRI
-from runtimeproxy.hooks.merge import changed_resources
-from runtimeproxy.hooks.stats import OK
-from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
+from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.step import HookFailed, KindSteps, StepToggles
 from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.hooks.trace import TraceRecorder
-from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
 from runtimeproxy.nri import convert
-from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
-from runtimeproxy.nri.explain import (
-    NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes, shown_id, shown_reason, some_ids,
-)
+from runtimeproxy.nri.adjust import Adjustments
+from runtimeproxy.nri.call import PluginCall, failure_outcome
+from runtimeproxy.nri.events import EVENTS, STATE
+from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others
 from runtimeproxy.nri.launch import LaunchedProcess, discover
+from runtimeproxy.nri.result import Asked, Results
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -69,7 +68,7 @@ from runtimeproxy.nri.session import (
     PluginSession,
     listen,
 )
-from runtimeproxy.nri.ttrpc import Code, TtrpcError
+from runtimeproxy.nri.ttrpc import TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.trust import TrustedOwners
@@ -77,53 +76,6 @@ from runtimeproxy.trust import TrustedOwners
 log = logging.getLogger(__name__)
 
 RUNTIME_NAME = "runtimeproxy"
-EVENTS: dict[str, nri.Event] = {
-    extra.RUN_POD_SANDBOX: nri.RUN_POD_SANDBOX,
-    extra.STOP_POD_SANDBOX: nri.STOP_POD_SANDBOX,
-    extra.REMOVE_POD_SANDBOX: nri.REMOVE_POD_SANDBOX,
-    extra.CREATE_CONTAINER: nri.CREATE_CONTAINER,
-    extra.POST_CREATE_CONTAINER: nri.POST_CREATE_CONTAINER,
-    extra.START_CONTAINER: nri.START_CONTAINER,
-    extra.POST_START_CONTAINER: nri.POST_START_CONTAINER,
-    extra.UPDATE_CONTAINER: nri.UPDATE_CONTAINER,
-    extra.POST_UPDATE_CONTAINER: nri.POST_UPDATE_CONTAINER,
-    extra.STOP_CONTAINER: nri.STOP_CONTAINER,
-    extra.REMOVE_CONTAINER: nri.REMOVE_CONTAINER,
-}
-# The container's state as NRI reports it with each event (the store keeps no state).
-_STATE = {
-    extra.POST_CREATE_CONTAINER: nri.CONTAINER_CREATED,
-    extra.START_CONTAINER: nri.CONTAINER_CREATED,
-    extra.POST_START_CONTAINER: nri.CONTAINER_RUNNING,
-    extra.UPDATE_CONTAINER: nri.CONTAINER_RUNNING,
-    extra.POST_UPDATE_CONTAINER: nri.CONTAINER_RUNNING,
-    extra.STOP_CONTAINER: nri.CONTAINER_STOPPED,
-    extra.REMOVE_CONTAINER: nri.CONTAINER_STOPPED,
-}
-
-
-@dataclass
-class _Asked:
-    """What one plugin's answer asks of other containers, carried out once every plugin answered."""
-
-    plugin_id: str
-    updates: list[nri.ContainerUpdate]
-    evictions: list[nri.ContainerEviction]
-
-
-@dataclass(frozen=True)
-class NriPluginRef:
-    """An NRI plugin as a failure names it (hooks.step.PluginRef)."""
-
-    name: str
-    endpoint: Path
-
-
-@dataclass(frozen=True)
-class NriEventRef:
-    """An NRI event as a failure names it (hooks.step.PointRef): "NRI CreateContainer", as the trace does."""
-
-    name: str
 
 
 class NriHost:
@@ -152,6 +104,8 @@ class NriHost:
         # status and metrics), the pod trace, failures in NRI's terms.
         self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0))
         self.stats = self.steps.stats
+        self.results = Results(asks, self.stats, self._watch)  # what answers ask of other containers (nri.result)
+        self.call = PluginCall(self.steps, socket_path, self.results, self._drop)  # one plugin's call (nri.call)
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         # containerd/nri's one lock: each event's fan-out and carry-out, and each attach (drop the old session of
@@ -305,7 +259,7 @@ class NriHost:
                 log.warning("NRI plugin %s (%s) asked to update %d containers at synchronization: not carried out",
                             plugin.plugin_id, "in shadow" if self.in_shadow(plugin) else "toggled off", len(updates))
         else:
-            await self._update_others(plugin.plugin_id, updates, "")
+            await self.results.update_others(plugin.plugin_id, updates, "")
         self._watch(self._forget_when_closed(plugin), f"nri-{plugin.plugin_id}")
 
     async def _forget_when_closed(self, plugin: PluginSession) -> None:
@@ -337,21 +291,6 @@ class NriHost:
             since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
             for plugin in self._plugins]
 
-    @staticmethod
-    def _outcome(error: BaseException) -> tuple[str, str]:
-        """A failed call's outcome as the statistics and the trace count it: "detached", the code the plugin
-        answered, or "conflict", "refused" (a field the request cannot carry), "invalid" (the answer fails
-        validation); and its message."""
-        if isinstance(error, PluginDetached):
-            outcome, message = "detached", error.message
-        elif isinstance(error, TtrpcError):
-            outcome, message = Code(error.code).name, error.message
-        else:
-            outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
-                "refused" if isinstance(error, AdjustmentError) else "invalid"
-            message = str(error)
-        return outcome, message
-
     def switched_off(self, plugin: PluginSession) -> bool:
         """Every event it subscribed to is toggled off on this node (`runtimeproxyctl disable nri:10-name`): it
         stays attached, but what it asks on its own (updates, evictions) is not carried out either."""
@@ -377,9 +316,9 @@ class NriHost:
         container = None
         if subject.container is not None:
             container = convert.container(subject.container_id, subject.pod_id, subject.container,
-                                          _STATE.get(event, nri.CONTAINER_UNKNOWN))
+                                          STATE.get(event, nri.CONTAINER_UNKNOWN))
         record = EventRecord(event, subject, self.steps)
-        asked: list[_Asked] = []
+        asked: list[Asked] = []
         for plugin in self._subscribed(event):
             if record.toggled_off(plugin.plugin_id):
                 continue
@@ -394,12 +333,12 @@ class NriHost:
                 else:
                     await plugin.notify(EVENTS[event], pod, container)
             except TtrpcError as error:
-                outcome, message = self._outcome(error)
+                outcome, message = failure_outcome(error)
                 record.failed(plugin.plugin_id, started, shadow, outcome, message)
                 if isinstance(error, PluginDetached):
                     self._drop(plugin)
                 elif self.steps.fails_call(event, shadow):
-                    failure = self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
+                    failure = self.call.failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
                     record.finish(None, f"the call fails: {plugin.plugin_id} answered {outcome}")
                     raise failure from None
                 else:
@@ -408,12 +347,12 @@ class NriHost:
                 continue
             record.ok(plugin.plugin_id, started, shadow, asked_of_others(updates, [], shadow))
             if shadow:
-                self._count_shadowed(plugin.plugin_id, [])
+                self.results.count_shadowed(plugin.plugin_id, [])
             elif updates:
-                asked.append(_Asked(plugin.plugin_id, updates, []))
+                asked.append(Asked(plugin.plugin_id, updates, []))
         record.finish(None, NOTIFIED)
         for request in asked:
-            await self._carry_out(request, subject.container_id)
+            await self.results.carry_out(request, subject.container_id)
 
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
@@ -425,12 +364,12 @@ class NriHost:
         pod = convert.pod_sandbox(subject.pod_id, subject.pod)
         adjustments = Adjustments(subject.container, subject.edits)
         record = EventRecord(event, subject, self.steps)
-        asked: list[_Asked] = []
+        asked: list[Asked] = []
         try:
             for plugin in self._subscribed(event):
                 if record.toggled_off(plugin.plugin_id):
                     continue
-                answer = await self._adjust_by(plugin, event, pod, subject, adjustments, record)
+                answer = await self.call.adjust_by(plugin, event, pod, subject, adjustments, record)
                 if answer is not None:
                     asked.append(answer)
         except HookFailed as failure:
@@ -438,185 +377,9 @@ class NriHost:
             raise
         record.finish(adjustments.container, SENT, written_back=True)
         for request in asked:
-            await self._carry_out(request, subject.container_id)
+            await self.results.carry_out(request, subject.container_id)
         subject.edits = adjustments.edits
         return adjustments.container
-
-    async def _adjust_by(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, subject: Subject,
-                         adjustments: Adjustments, record: EventRecord) -> _Asked | None:
-        """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
-        of other containers. Raises HookFailed for an answer that fails the call."""
-        shadow = self.in_shadow(plugin)
-        # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
-        # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
-        folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
-        before = hooks.ContainerResourceHookRequest()
-        before.CopyFrom(folded.container)
-        container = convert.container(subject.container_id, subject.pod_id, before, _STATE.get(event, nri.CONTAINER_UNKNOWN),
-                                      folded.edits)
-        edits_before = folded.edits
-        started = self.steps.started()
-        failure: tuple[grpc.StatusCode, str, str] | None = None
-        try:
-            asked = await self._ask(plugin, event, pod, container, subject, folded)
-        except PluginDetached as error:
-            record.failed(plugin.plugin_id, started, shadow, *self._outcome(error))
-            self._drop(plugin)
-            return None
-        except TtrpcError as error:
-            failure = (grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}", "")
-            caught: Exception = error
-        except AdjustmentError as error:
-            code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
-                grpc.StatusCode.FAILED_PRECONDITION
-            failure, caught = (code, str(error), error.field), error
-        else:
-            problem = answer_problem(before, folded.as_answer())
-            if problem is not None:
-                failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
-                caught = ValueError(f"invalid answer: {problem}")
-        if failure is not None:
-            record.failed(plugin.plugin_id, started, shadow, *self._outcome(caught))
-            if not self.steps.fails_call(event, shadow):
-                log.warning("NRI plugin %s (in shadow: the call is unaffected) failed %s: %s", plugin.plugin_id,
-                            event, failure[1])
-                return None
-            raise self._failed(event, plugin, *failure)
-        record.ok(plugin.plugin_id, started, shadow, edit_changes(edits_before, folded.edits, shadow)
-                  + asked_of_others(asked.updates, asked.evictions, shadow))
-        if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
-            after = hooks.ContainerResourceHookRequest()
-            after.CopyFrom(folded.container)
-            record.changed(before, after, shadow)
-        if shadow:
-            self._count_shadowed(plugin.plugin_id, asked.evictions)
-            return None
-        return asked
-
-    async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,
-                   subject: Subject, adjustments: Adjustments) -> _Asked:
-        """One plugin's answer folded in; returns its updates of other containers and its evictions."""
-        if event == extra.CREATE_CONTAINER:
-            created = await plugin.call("CreateContainer", nri.CreateContainerRequest(
-                pod=pod, container=container), nri.CreateContainerResponse)
-            adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
-            updates, evictions = list(created.update), list(created.evict)
-        else:
-            request = nri.UpdateContainerRequest(pod=pod, container=container,
-                                                 linux_resources=container.linux.resources)
-            updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
-            updates, evictions = list(updated.update), list(updated.evict)
-        own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
-        for update in own:
-            adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")
-        return _Asked(plugin.plugin_id, [update for update in updates if update not in own], evictions)
-
-    def _failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
-                field: str = "") -> HookFailed:
-        failure = self.steps.failure(NriEventRef(NRI.trace_hook(event)), event,
-                                     NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
-        log.warning("%s", failure)
-        return failure
-
-    # -- updates and evictions of other containers ------------------------------------------------
-
-    async def _carry_out(self, asked: _Asked, current: str) -> None:
-        """Evictions first, then updates (containerd's order after CreateContainer and UpdateContainer);
-        failures are logged, never fail the call (as containerd)."""
-        await self._evict_all(asked.plugin_id, asked.evictions, current, during_event=True)
-        await self._update_others(asked.plugin_id, asked.updates, current)
-
-    def _count_shadowed(self, plugin_id: str, evictions: list[nri.ContainerEviction]) -> None:
-        if not evictions:
-            return
-        self.stats.evicted(plugin_id, "shadow", len(evictions))
-        log.warning("NRI plugin %s (in shadow) asked to evict %d containers (%s; the first because: %s): not carried "
-                    "out", plugin_id, len(evictions), some_ids([e.container_id for e in evictions]),
-                    shown_reason(evictions[0]))
-
-    async def _evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str,
-                         during_event: bool) -> None:
-        """Containers the proxy does not know are no error (containerd) and take one log line, however many.
-        During an event the plugins hear of each stop inside it; asked in a plugin's own
-        UpdateContainers, they hear of it after the answer, as a new event: that plugin may be waiting for the
-        answer while an event holds the lock (the deadlock containerd/nri fixed in v0.12.1)."""
-        unknown = [eviction.container_id for eviction in evictions
-                   if not await self._evict(plugin_id, eviction, current, during_event)]
-        if unknown:
-            log.warning("NRI plugin %s asked to evict %d containers the proxy does not know (%s): nothing done",
-                        plugin_id, len(unknown), some_ids(unknown))
-
-    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str,
-                     during_event: bool) -> bool:
-        """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
-        the kubelet then sees it exited and acts by the pod's restart policy. False: the proxy does not know it."""
-        container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
-        if self.asks.container(container_id) is None:
-            self.stats.evicted(plugin_id, "unknown")
-            return False
-        try:
-            await self.asks.evict(container_id)
-        except NoRuntime as error:
-            log.warning("NRI plugin %s asked to evict container %s (%s): %s", plugin_id, shown, reason, error)
-            self.stats.evicted(plugin_id, "failed")
-            return True
-        except (OSError, RuntimeError) as error:
-            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, shown, reason,
-                        error)
-            self.stats.evicted(plugin_id, "failed")
-            return True
-        log.warning("NRI plugin %s evicted container %s (asked during %s): %s; stopped with timeout 0",
-                    plugin_id, shown, current or "an UpdateContainers of its own", reason,
-                    extra={"plugin": plugin_id})
-        self.stats.evicted(plugin_id, OK)
-        # containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
-        # container held): so do they here, by the core's flow (the proxy's stop bypasses the hook points).
-        if during_event:
-            await self.asks.tell_stopped(container_id)
-        else:
-            self._watch(self.asks.tell_stopped(container_id), f"nri-evicted-{shown}")
-        return True
-
-    async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
-        failed = [update.container_id for update in await self._apply_updates(plugin_id, updates)
-                  if not update.ignore_failure]
-        if failed:
-            log.warning("NRI plugin %s: %d updates of other containers (asked during %s) failed (%s)", plugin_id,
-                        len(failed), current or "synchronization", some_ids(failed))
-
-    async def _apply_updates(self, plugin_id: str, updates: list[nri.ContainerUpdate]) -> list[nri.ContainerUpdate]:
-        """The updates carried out (by the core: hooks.runtime.PluginAsks); returns those that failed. What cannot be
-        done at all (no runtime, containers the proxy does not know) takes one log line, however many a plugin
-        named: not one per ID on the loop."""
-        if not updates:
-            return []
-        if self.asks.runtime is None:
-            log.warning("NRI plugin %s: cannot update %d containers (%s): this frontend takes no updates", plugin_id,
-                        len(updates), some_ids([update.container_id for update in updates]))
-            return list(updates)
-        failed: list[nri.ContainerUpdate] = []
-        unknown: list[str] = []
-        for update in updates:
-            record = self.asks.container(update.container_id)
-            if record is None:
-                unknown.append(update.container_id)
-                failed.append(update)
-                continue
-            adjustments = Adjustments(record.info)
-            try:
-                adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
-                changes = changed_resources(record.info.container_resources,
-                                            adjustments.container.container_resources, with_hugepages=True)
-                await self.asks.update(update.container_id, changes)
-            except (AdjustmentError, OSError, RuntimeError) as error:
-                log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,
-                            shown_id(update.container_id), error)
-                failed.append(update)
-                continue
-        if unknown:
-            log.warning("NRI plugin %s: cannot update %d containers the proxy does not know (%s)", plugin_id,
-                        len(unknown), some_ids(unknown))
-        return failed
 
     async def _unsolicited_update(self, plugin: PluginSession,
                                   request: nri.UpdateContainersRequest) -> nri.UpdateContainersResponse:
@@ -631,8 +394,8 @@ class NriHost:
             if updates:
                 log.warning("NRI plugin %s (in shadow) asked to update %d containers: not carried out",
                             plugin.plugin_id, len(updates))
-            self._count_shadowed(plugin.plugin_id, evictions)
+            self.results.count_shadowed(plugin.plugin_id, evictions)
             return nri.UpdateContainersResponse(failed=updates)
-        await self._evict_all(plugin.plugin_id, evictions, "", during_event=False)
-        failed = await self._apply_updates(plugin.plugin_id, updates)
+        await self.results.evict_all(plugin.plugin_id, evictions, "", during_event=False)
+        failed = await self.results.apply_updates(plugin.plugin_id, updates)
         return nri.UpdateContainersResponse(failed=failed)
