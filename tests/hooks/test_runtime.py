@@ -6,41 +6,23 @@ import asyncio
 
 import pytest
 
-from runtimeproxy.hooks.runtime import Listing, NoRuntime, PluginAsks
+from hookkit import StubRuntime
+from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
-class Runtime:
-    """A runtime that records what it is asked (hooks.runtime.Runtime), refusing one container."""
-
-    name = "test"
-
-    def __init__(self) -> None:
-        self.asked: list[str] = []
-
-    async def list_objects(self) -> Listing:
-        return Listing()
-
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
-        return None
-
-    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
-        return None
-
-    async def remove_sandbox(self, pod_id: str) -> None:
-        self.asked.append(f"remove {pod_id}")
-
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+def recording(asked: list[str]) -> StubRuntime:
+    """A runtime that records the updates and evictions it is asked, refusing the container "refused"."""
+    async def update(container_id: str, resources: hooks.LinuxContainerResources) -> None:
         if container_id == "refused":
             raise RuntimeError("UpdateContainerResources: NOT_FOUND")
-        self.asked.append(f"update {container_id} {resources.cpu_shares}")
+        asked.append(f"update {container_id} {resources.cpu_shares}")
 
-    async def evict_container(self, container_id: str) -> None:
-        self.asked.append(f"evict {container_id}")
+    async def evict(container_id: str) -> None:
+        asked.append(f"evict {container_id}")
 
-    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
-        return [], []
+    return StubRuntime(update, evict)
 
 
 def store_with(*container_ids: str) -> Store:
@@ -59,12 +41,12 @@ def test_the_sync_snapshot_leaves_out_pods_with_the_skip_label() -> None:
 
 
 def test_an_update_reaches_the_runtime_first_and_then_the_store() -> None:
-    store, runtime = store_with("c1", "refused"), Runtime()
-    asks = PluginAsks(store, runtime)
+    store, asked = store_with("c1", "refused"), list[str]()
+    asks = PluginAsks(store, recording(asked))
     asyncio.run(asks.update("c1", hooks.LinuxContainerResources(cpu_shares=512)))
     with pytest.raises(RuntimeError):
         asyncio.run(asks.update("refused", hooks.LinuxContainerResources(cpu_shares=512)))
-    assert runtime.asked == ["update c1 512"]
+    assert asked == ["update c1 512"]
     c1, refused = store.container("c1"), store.container("refused")
     assert c1 is not None and c1.info.container_resources.cpu_shares == 512
     assert refused is not None and refused.info.container_resources.cpu_shares == 2  # the runtime said no
@@ -76,8 +58,8 @@ def test_an_eviction_stops_the_container_and_the_plugins_hear_it_when_told() -> 
     async def stopped(container_id: str) -> None:
         told.append(container_id)
 
-    runtime = Runtime()
-    asks = PluginAsks(store_with("c1"), runtime, stopped)
+    asked: list[str] = []
+    asks = PluginAsks(store_with("c1"), recording(asked), stopped)
 
     async def evict() -> None:
         await asks.evict("c1")
@@ -85,7 +67,7 @@ def test_an_eviction_stops_the_container_and_the_plugins_hear_it_when_told() -> 
         await asks.tell_stopped("c1")
 
     asyncio.run(evict())
-    assert runtime.asked == ["evict c1"] and told == ["c1"]
+    assert asked == ["evict c1"] and told == ["c1"]
 
 
 def test_without_a_runtime_nothing_is_carried_out() -> None:

@@ -13,15 +13,17 @@ from google.protobuf.message import Message
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.context import HookContext, tell_extra
 from runtimeproxy.hooks.extra import Subject
-from runtimeproxy.hooks.rebuild import Listing
-from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks, Runtime
+from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
-from runtimeproxy.hooks.store import ContainerRecord, Store
+from runtimeproxy.hooks.store import Store
 from runtimeproxy.nri.host import NriHost
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
+from hookkit import StubRuntime
 from nrikit import NriPlugin
+
+__all__ = ["StubRuntime"]  # hookkit's, for the NRI tests
 
 Handler = Callable[[NriPlugin, Message], Awaitable[Message]]
 
@@ -62,45 +64,6 @@ def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
         resources=nri.LinuxResources(cpu=nri.LinuxCPU(shares=nri.OptionalUInt64(value=shares)))))
 
 
-Updater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
-Evictor = Callable[[str], Awaitable[None]]
-
-
-class StubRuntime:
-    """A frontend's runtime (hooks.runtime.Runtime) that knows nothing and carries out updates and evictions with
-    the given callables (none: it cannot, as a frontend without them)."""
-
-    name = "stub"
-
-    def __init__(self, update: Updater | None = None, evict: Evictor | None = None) -> None:
-        self._update, self._evict = update, evict
-
-    async def list_objects(self) -> Listing:
-        return Listing()
-
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
-        return None
-
-    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
-        return None
-
-    async def remove_sandbox(self, pod_id: str) -> None:
-        return None
-
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
-        if self._update is None:
-            raise NoRuntime("this frontend takes no updates")
-        await self._update(container_id, resources)
-
-    async def evict_container(self, container_id: str) -> None:
-        if self._evict is None:
-            raise NoRuntime("this frontend cannot stop containers")
-        await self._evict(container_id)
-
-    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
-        return [], []
-
-
 @asynccontextmanager
 async def host_on(path: Path, store: Store | None = None, runtime: Runtime | None = None,
                   **options: object) -> AsyncIterator[NriHost]:
@@ -116,9 +79,17 @@ async def host_on(path: Path, store: Store | None = None, runtime: Runtime | Non
         yield host
     finally:
         await host.stop()
+        _ATTACHED.clear()
+
+
+# The kits attached in the running scenario, held for the host's life: a test often passes a kit straight to
+# `attached` and keeps no reference, and the garbage collector finalizing its StreamWriter closes the connection
+# (asyncio does since Python 3.11.5): the plugin then dropped off mid-scenario whenever a collection ran.
+_ATTACHED: list[NriPlugin] = []
 
 
 async def attached(host: NriHost, *plugins: NriPlugin) -> None:
+    _ATTACHED.extend(plugins)
     for each in plugins:
         await each.connect(host.socket_path)
     wanted = {f"{each.index}-{each.name}" for each in plugins}
