@@ -111,26 +111,21 @@ class Proxy:
 
     async def _start_nri(self, socket_path: Path) -> None:
         """NRI plugins as plugins of the hook core: the host goes on the hook service (launching the plugins of
-        the plugin directory); updates of other containers go through the frontend's own update (CRI's
-        UpdateContainerResources, Docker's POST /containers/{id}/update), evictions through its own stop (CRI's
-        StopContainer, Docker's POST /containers/{id}/stop, both with timeout 0); calls are traced and
-        plugins put in shadow as the hook core's."""
+        the plugin directory); updates and evictions of other containers are asked of the core (the service's
+        `asks`), which carries them out through the frontend's runtime (CRI's UpdateContainerResources and
+        StopContainer, Docker's POST /containers/{id}/update and /stop, stops with timeout 0) and writes the
+        store; calls are traced and plugins put in shadow as the hook core's."""
         from runtimeproxy.nri.host import NriHost
         from runtimeproxy.trust import TrustedOwners
 
         assert self.hook_service is not None and self.frontend is not None
         service, options = self.hook_service, self.options
-        host = self.nri = NriHost(socket_path, service.store, ready=service.store_rebuilt,
+        host = self.nri = NriHost(socket_path, service.asks, ready=service.store_rebuilt,
                                   registration_timeout=options.nri_registration_timeout,
-                                  request_timeout=options.nri_request_timeout, allows=service.toggles.allows,
-                                  off_reason=service.toggles.reason_for,
+                                  request_timeout=options.nri_request_timeout, toggles=service.toggles,
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
-                                  trace=service.trace,
-                                  shadowed=lambda name: service.toggles.shadow_override(name) is True,
-                                  gate=service.sync_gate)
-        host.updater = getattr(self.frontend, "update_container_resources", None)
-        host.evictor = getattr(self.frontend, "evict_container", None)
+                                  trace=service.trace, gate=service.sync_gate)
         try:
             await host.start()
         except SocketInUseError as error:

@@ -27,3 +27,8 @@ mkdir -p "$out"
 find "$out" -name '*_pb2_grpc.py' -print0 |
   xargs -0 sed -i -E 's/^from (admin|cri|hooks|nri|ttrpc)\./from runtimeproxy.pb.\1./'
 find "$out" -type d -exec sh -c 'for d; do : > "$d/__init__.py"; done' _ {} +
+
+# NRI's api.proto names a value of its Field enum `None`, which protoc writes into the .pyi stub as an attribute
+# no Python can spell (mypy refuses the file, so the NRI messages went untyped). The value stays in the module
+# (api_pb2.Field.Value("None")); the stub drops its two lines so mypy reads every NRI message's types.
+sed -i -E '/^ *None: (_ClassVar\[Field\]|Field)$/d' "$out/nri/pkg/api/v1alpha1/api_pb2.pyi"

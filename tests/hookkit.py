@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.registry import PluginRegistry
+from runtimeproxy.hooks.runtime import Listing, NoRuntime
+from runtimeproxy.hooks.store import ContainerRecord
 
 # --- filling messages -------------------------------------------------------------------
 
@@ -251,3 +253,42 @@ def unknown_marks(message: Any, path: str = "") -> list[str]:
     found = [field.data.decode() for field in UnknownFieldSet(message) if field.field_number == UNKNOWN_FIELD]
     found += [mark for sub_path, sub in _submessages(message, path) for mark in unknown_marks(sub, sub_path)]
     return sorted(found)
+
+
+Updater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
+Evictor = Callable[[str], Awaitable[None]]
+
+
+class StubRuntime:
+    """A frontend's runtime (hooks.runtime.Runtime) that knows nothing and carries out updates and evictions with
+    the given callables (none: it cannot, as a frontend without them)."""
+
+    name = "stub"
+
+    def __init__(self, update: Updater | None = None, evict: Evictor | None = None) -> None:
+        self._update, self._evict = update, evict
+
+    async def list_objects(self) -> Listing:
+        return Listing()
+
+    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+        return None
+
+    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
+        return None
+
+    async def remove_sandbox(self, pod_id: str) -> None:
+        return None
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        if self._update is None:
+            raise NoRuntime("this frontend takes no updates")
+        await self._update(container_id, resources)
+
+    async def evict_container(self, container_id: str) -> None:
+        if self._evict is None:
+            raise NoRuntime("this frontend cannot stop containers")
+        await self._evict(container_id)
+
+    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
+        return [], []

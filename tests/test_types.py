@@ -1,4 +1,4 @@
-"""mypy finds no error in the package (rplab, tooling, excepted); its settings are setup.cfg's [mypy].
+"""mypy finds no error in the package (rplab, tooling, excepted), NRI messages included; its settings are setup.cfg's [mypy].
 
 Stubs come from the test extra (types-protobuf, types-grpcio*); the cache lives outside the checkout, so a run
 after the first takes a few seconds.

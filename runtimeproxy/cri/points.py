@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import TypeVar
 
 import grpc
@@ -20,7 +20,6 @@ from google.protobuf.message import DecodeError, Message
 from runtimeproxy.cri import failures
 from runtimeproxy.cri.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
-from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import (
     SANDBOX_LABELS,
     align_sandbox_cgroup_parent,
@@ -32,7 +31,7 @@ from runtimeproxy.cri.messages import (
     convert,
     pod_hook_request,
 )
-from runtimeproxy.hooks.context import RecordSource
+from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.points import HookPoints
@@ -78,20 +77,18 @@ async def failing_the_call(context: Context) -> AsyncIterator[None]:
 
 
 class RuntimeHooks:
-    def __init__(self, service: HookService, records: RecordSource, images: ImageProcess | None = None,
-                 remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self.points = HookPoints(service, records, SANDBOX_LABELS)
-        self._images = images  # the image's argv for NRI plugins' view (None: not read)
-        self._remove_sandbox = remove_sandbox  # undoes a RunPodSandbox an NRI plugin failed
+    def __init__(self, service: HookService, runtime: Runtime) -> None:
+        self.points = HookPoints(service, runtime, SANDBOX_LABELS)
+        self._runtime = runtime  # the image's argv for NRI plugins' view (cri.runtime)
 
     async def _edits(self, request: cri.CreateContainerRequest, read_image: bool) -> ContainerEdits:
         """What the hook model lacks (for NRI plugins and the model); the image's Entrypoint and Cmd are read
         only when `read_image` and the config has no command (else the argv is () then: not known)."""
         if request.config.command:
             return container_edits(request, process_argv(request.config, [], []))
-        if not read_image or self._images is None:
+        if not read_image:
             return container_edits(request, ())
-        entrypoint, cmd = await self._images.entrypoint_and_cmd(request.config.image.image)
+        entrypoint, cmd = await self._runtime.image_argv(request.config.image.image)
         return container_edits(request, process_argv(request.config, entrypoint, cmd))
 
     def interceptors(self) -> dict[str, UnaryHook]:
@@ -132,7 +129,7 @@ class RuntimeHooks:
         pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
         # An NRI plugin failing RunPodSandbox: no sandbox is left behind, as with containerd.
         async with failing_the_call(context):
-            await self.points.pod_sandbox_ran(pod_id, run, self._remove_sandbox)
+            await self.points.pod_sandbox_ran(pod_id, run)
         return response
 
     async def stop_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:

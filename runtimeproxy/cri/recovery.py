@@ -53,7 +53,7 @@ class BackendReadError(Exception):
 
 
 class BackendRecords:
-    """Reads pods and containers back from the runtime with verbose status calls (a hooks.rebuild.BackendState)."""
+    """Reads pods and containers back from the runtime with verbose status calls (cri.runtime's loaders)."""
 
     name = "the backend"
 

@@ -11,7 +11,6 @@ import logging
 from collections.abc import Mapping
 
 import grpc
-from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -20,17 +19,13 @@ from runtimeproxy.cri.calls import CriCallRecorder
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.listener import restrictive_umask
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
-from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.points import RuntimeHooks
-from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.cri.runtime import CriRuntime
 from runtimeproxy.cri.report import CriReport
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.cri.messages import convert
-from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -134,13 +129,12 @@ def _serving(ok: bool) -> int:
     return health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-_OWN_CALL_TIMEOUT = 10.0  # seconds for a call the proxy itself sends (an NRI plugin's update or eviction)
 
 
 class CriFrontend:
     """CRI mode's server: the gRPC server on the proxy socket (claimed by runtimeproxy.app), the backend
-    channels and their health; the hooked calls (cri.points) and the store rebuild (cri.recovery) run on
-    the hook service it is given."""
+    channels and their health; the hooked calls (cri.points) run on the hook service it is given, which
+    rebuilds the store and carries out plugins' updates and evictions through its runtime (cri.runtime)."""
 
     def __init__(self, options: ProxyOptions, hook_service: HookService) -> None:
         self.options = options
@@ -165,9 +159,8 @@ class CriFrontend:
 
     async def start(self) -> None:
         options, hook_service = self.options, self._hook_service
-        records = BackendRecords(self.backend.runtime)
-        cri_hooks = RuntimeHooks(hook_service, records, ImageProcess(self.backend.image), self.remove_sandbox)
-        hook_service.run_in_background(cri_hooks.points.rebuild_store(records), "store-rebuild")
+        cri_hooks = RuntimeHooks(hook_service, CriRuntime(self.backend))
+        hook_service.start_rebuild()
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),
             maximum_concurrent_rpcs=options.max_concurrent_calls,
@@ -198,35 +191,6 @@ class CriFrontend:
                 asyncio.create_task(channel.probe(self._backend_health.on_responsiveness), name=f"probe-{channel.role}"),
             )
         ]
-
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
-        """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers)."""
-        request = cri.UpdateContainerResourcesRequest(container_id=container_id,
-                                                      linux=convert(resources, cri.LinuxContainerResources))
-        await self._own_call("UpdateContainerResources", request)
-
-    async def evict_container(self, container_id: str) -> None:
-        """An NRI plugin's eviction: StopContainer with timeout 0, as containerd's EvictContainer."""
-        await self._own_call("StopContainer", cri.StopContainerRequest(container_id=container_id, timeout=0))
-
-    async def remove_sandbox(self, pod_id: str) -> None:
-        """Undo a RunPodSandbox an NRI plugin failed: StopPodSandbox, then RemovePodSandbox (containerd
-        cleans up the sandbox it was creating). Errors are logged: the kubelet gets the plugin's error."""
-        for method, request in (("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod_id)),
-                                ("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod_id))):
-            try:
-                await self._own_call(method, request)
-            except RuntimeError as error:
-                log.warning("cannot remove the sandbox %s an NRI plugin failed: %s", pod_id, error)
-                return
-
-    async def _own_call(self, method: str, request: Message) -> None:
-        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.backend.runtime.channel.unary_unary(
-            f"/runtime.v1.RuntimeService/{method}")
-        try:
-            await call(request.SerializeToString(), timeout=_OWN_CALL_TIMEOUT)
-        except grpc.aio.AioRpcError as error:
-            raise RuntimeError(f"{method}: {error.code().name}: {error.details()}") from None
 
     async def stop(self, grace: float) -> None:
         """Stop accepting and give in-flight calls `grace` seconds."""

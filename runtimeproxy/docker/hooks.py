@@ -21,7 +21,6 @@ plugin failing RunPodSandbox (after dockerd created the sandbox container) has i
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 
 from runtimeproxy.docker.bodies import convert_large, parse_body, serialize_body
@@ -48,7 +47,7 @@ from runtimeproxy.docker.messages import (
     update_resources,
 )
 from runtimeproxy.docker.routes import HookedRoute
-from runtimeproxy.hooks.context import RecordSource
+from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.points import ContainerCreation, HookPoints, PodSandboxRun
@@ -70,21 +69,18 @@ def _succeeded(answer: UpstreamAnswer) -> bool:
 class DockerHooks:
     """The `Interceptor` of Docker mode (see `docker.interception`)."""
 
-    def __init__(self, service: HookService, records: RecordSource,
-                 image_process: Callable[[str], Awaitable[tuple[list[str], list[str]]]] | None = None,
-                 remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self.points = HookPoints(service, records)
-        self._image_process = image_process  # an image's Entrypoint and Cmd, for NRI plugins' view of the argv
-        self._remove_sandbox = remove_sandbox  # undoes a sandbox create an NRI plugin failed
+    def __init__(self, service: HookService, runtime: Runtime) -> None:
+        self.points = HookPoints(service, runtime)
+        self._runtime = runtime  # an image's Entrypoint and Cmd, for NRI plugins' view of the argv (docker.runtime)
 
     async def _edits(self, body: Body, read_image: bool) -> ContainerEdits:
         """What the hook model lacks (for NRI plugins and the model); the image is read only when `read_image`
         and the body leaves the argv to it (else the argv is () then: not known)."""
         if body.get("Entrypoint"):
             return container_edits(body, process_argv(body, [], []))
-        if not read_image or self._image_process is None or not isinstance(body.get("Image"), str):
+        if not read_image or not isinstance(body.get("Image"), str):
             return container_edits(body, ())
-        entrypoint, cmd = await self._image_process(body["Image"])
+        entrypoint, cmd = await self._runtime.image_argv(body["Image"])
         return container_edits(body, process_argv(body, entrypoint, cmd))
 
     def changing(self) -> AbstractAsyncContextManager[None]:
@@ -184,7 +180,7 @@ class DockerHooks:
             return
         created = call.notes.get(_CREATED_NOTE)
         if isinstance(created, PodSandboxRun):
-            await self.points.pod_sandbox_ran(container_id, created, self._remove_sandbox)
+            await self.points.pod_sandbox_ran(container_id, created)
         elif isinstance(created, ContainerCreation):
             await self.points.container_created(container_id, created)
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class DockerRecords:
-    """Reads sandboxes and containers back from dockerd with list and inspect calls (a hooks.rebuild.BackendState)."""
+    """Reads sandboxes and containers back from dockerd with list and inspect calls (docker.runtime's loaders)."""
 
     name = "dockerd"
 
@@ -51,7 +51,7 @@ class DockerRecords:
             log.warning("cannot read %s from dockerd: %s", container_id, error)
             return None
 
-    async def image_process(self, image: str) -> tuple[list[str], list[str]]:
+    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
         """The image's Entrypoint and Cmd (for an NRI plugin's view of the argv); empty when unreadable."""
         try:
             config = (await self._engine.get_json(f"/images/{urllib.parse.quote(image, safe='/:@')}/json")

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from runtimeproxy.docker.engine import EngineClient, EngineError
+from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.eventloop import running_loop_name
 from runtimeproxy.docker.hooks import DockerHooks
 from runtimeproxy.docker.interception import Interceptor
-from runtimeproxy.docker.messages import BodyError, update_config
-from runtimeproxy.docker.recovery import DockerRecords
+from runtimeproxy.docker.runtime import DockerRuntime
 from runtimeproxy.docker.relay import ClientSession
 from runtimeproxy.docker.report import DockerReport
 from runtimeproxy.docker.requests import DockerRequestRecorder
@@ -24,7 +23,6 @@ from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.listener import bind_unix_socket, listen_backlog
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +33,8 @@ class DockerFrontend:
         self.options = options
         self._hook_service = hook_service
         self.engine = EngineClient(options.runtime_path)
-        self.records = DockerRecords(self.engine)
-        self.docker_hooks = DockerHooks(hook_service, self.records, self.records.image_process,
-                                        self.remove_sandbox)
+        self.runtime = DockerRuntime(self.engine)
+        self.docker_hooks = DockerHooks(hook_service, self.runtime)
         self.interceptor: Interceptor = interceptor or self.docker_hooks
         self._hooked = interceptor is None
         self._server: asyncio.Server | None = None
@@ -53,8 +50,7 @@ class DockerFrontend:
 
     async def start(self) -> None:
         if self._hooked:
-            self._hook_service.run_in_background(self.docker_hooks.points.rebuild_store(self.records),
-                                                 "store-rebuild")
+            self._hook_service.start_rebuild()
         # dockerd's backlog (somaxconn), not asyncio's 100: a burst of cri-dockerd dials must not meet EAGAIN.
         sock, _ = bind_unix_socket(self.options.listen_path)
         self._server = await asyncio.start_unix_server(self._serve_client, sock=sock, backlog=listen_backlog())
@@ -71,28 +67,6 @@ class DockerFrontend:
             log.exception("Docker relay: connection failed")
         finally:
             self._sessions.pop(task, None)
-
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
-        """The proxy's own update on dockerd (NRI plugins' updates of other containers): only the changed,
-        non-zero resources, as cri-dockerd's UpdateContainerResources sends them."""
-        try:
-            await self.engine.update(container_id, update_config(resources))
-        except (EngineError, BodyError) as error:
-            raise RuntimeError(str(error)) from None
-
-    async def evict_container(self, container_id: str) -> None:
-        """An NRI plugin's eviction: `POST /containers/{id}/stop?t=0`, as containerd's EvictContainer (timeout 0)."""
-        try:
-            await self.engine.stop(container_id, 0)
-        except EngineError as error:
-            raise RuntimeError(str(error)) from None
-
-    async def remove_sandbox(self, sandbox_id: str) -> None:
-        """Undo a sandbox create an NRI plugin failed (RunPodSandbox): `DELETE /containers/{id}?force=1`."""
-        try:
-            await self.engine.remove(sandbox_id)
-        except EngineError as error:
-            log.warning("cannot remove the sandbox %s an NRI plugin failed: %s", sandbox_id, error)
 
     def _count_request(self) -> None:
         self.calls_started += 1

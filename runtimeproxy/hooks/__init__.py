@@ -1,1 +1,20 @@
-"""Runtime hooks: the seven hook points, the plugin dispatcher and the pod/container store (its records: model)."""
+"""The hook core: what runs plugins on the lifecycle calls, for every frontend and plugin kind; knows no transport.
+
+  points                the flow of each hook point, one short function per point (the frontends call these)
+  kinds, step           the table of plugin kinds (hook, NRI) and the one chain step both use: toggle, shadow,
+                        timing, statistics, validation's refusal, trace, the failure and ownership rules
+  dispatcher, chain     calling a hook point's plugins in order; what one run did (changes, collisions, shadows)
+  extra                 the interface to plugins of another protocol (NRI), and NRI's event names
+  names, config, registry, plugin, dirwatch, trusted_files
+                        hook plugins' registration files: parsed, trusted, watched, their channels
+  merge, validate, changes, edits, envvalues
+                        folding an answer into the request, checking it is safe, describing what changed
+  model, store, context, rebuild, runtime
+                        the core's model of a pod and a container (what every plugin protocol's message is made
+                        from), the bounded store of them, their lookups and rebuild, and the `Runtime`
+                        each frontend implements (with `PluginAsks`, the one door to the store for NRI)
+  service, syncgate     the core wired together; the gate between lifecycle calls and plugin synchronization
+  toggles, toggle_state, toggle_words
+                        the node's toggles in force, what they persist, and the words a person types and reads
+  trace, stats, skip    the per-pod decision trace, call statistics, the skip label
+"""

@@ -1,34 +1,25 @@
 """The context a hook of an ID-only call needs, for both frontends: store lookups that fall back to the
 frontend's backend on a miss (after a restart, or past the store's bound), and the hook request of a
 recorded container with its pod's context as it is now. How an object is read back from the backend
-(containerd's verbose status, dockerd's inspect) is the frontend's `RecordSource`; what is recorded of
-it (the skip rule included) is decided here.
+(containerd's verbose status, dockerd's inspect) is the frontend's `hooks.runtime.Runtime`; what is recorded
+of it (the skip rule included) is decided here, and so is `tell_extra`: how plugins of another kind (hooks.extra)
+hear of a recorded pod or container, the one flow for the hook points and for the stops plugins cause.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
 
+from runtimeproxy.hooks.extra import ExtraPlugins, Subject
 from runtimeproxy.hooks.merge import with_pod
+from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
-class RecordSource(Protocol):
-    """What a frontend reads back from its backend: translation only, no hook policy."""
-
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
-        """The pod as the backend has it; None when it is unknown or cannot be read (logged)."""
-
-    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
-        """The container as the backend has it (its container_* fields; the pod part is filled when a hook
-        runs); None when it is unknown or cannot be read (logged). `pod_id` is a hint from a list."""
-
-
 class HookContext:
-    def __init__(self, store: Store, source: RecordSource, skip: SkipRule,
+    def __init__(self, store: Store, source: Runtime, skip: SkipRule,
                  pod_labels: Mapping[str, str] | None = None) -> None:
         """`pod_labels`: the labels the frontend's runtime gives every pod itself (the model's)."""
         self.store = store
@@ -74,3 +65,24 @@ def request_of(record: ContainerRecord, pod: PodRecord | None) -> hooks.Containe
     if pod is not None and pod.skip_hooks:
         return None
     return with_pod(record.info, pod.info if pod else None)
+
+
+async def tell_extra(context: HookContext, extra: ExtraPlugins, event: str, pod_id: str = "",
+                     container_id: str = "") -> None:
+    """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared)."""
+    if not extra.wants(event):
+        return
+    if container_id:
+        found = await context.container(container_id)
+        request = request_of(*found) if found is not None else None
+        if found is None or request is None:
+            return
+        record, pod = found
+        subject = Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record,
+                          pod_model=pod)
+    else:
+        pod_record = await context.pod(pod_id)
+        if pod_record is None or pod_record.skip_hooks:
+            return
+        subject = Subject(pod_id, pod_record.info, pod_model=pod_record)
+    await extra.notify(event, subject)

@@ -9,7 +9,8 @@ What each answer changed is logged at debug level (field, before -> after), and 
 environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
 
 Each run is collected in a `hooks.chain.ChainRecord` (steps, changes, collisions, shadows) and, with the
-trace on, kept in the pod's ring (hooks.trace). A plugin in shadow (its config's `"shadow": true`, or
+trace on, kept in the pod's ring (hooks.trace). What every plugin kind's step shares (toggle, shadow, timing,
+statistics, trace, failure and ownership rules) is hooks.step's, with this kind's row of hooks.kinds. A plugin in shadow (its config's `"shadow": true`, or
 `runtimeproxyctl shadow`) is called in its place in the chain, its answer validated, merged privately,
 counted and traced, never applied; its failures never fail a call whatever its policy.
 """
@@ -18,29 +19,28 @@ from __future__ import annotations
 
 import collections
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
-from runtimeproxy.hooks.trace import (
-    FAILED, OK as STEP_OK, REFUSED, SKIPPED_LABEL, SKIPPED_TOGGLE, TraceRecorder, field_family, pod_key,
-)
+from runtimeproxy.hooks.kinds import HOOK
+from runtimeproxy.hooks.step import HookFailed, KindSteps, PluginRef, PointRef
+from runtimeproxy.hooks.trace import SKIPPED_LABEL, TraceRecorder, pod_key
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
-from runtimeproxy.hooks.validate import answer_problem, printable
-from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks import names
 from runtimeproxy.hooks.config import FailurePolicy
 from runtimeproxy.hooks.plugin import Plugin, PluginCallFailed
 from runtimeproxy.hooks.registry import PluginRegistry
+
+__all__ = ["Dispatcher", "HookFailed", "HookPoint", "PluginRef"]  # HookFailed, PluginRef: hooks.step's, for callers
 
 log = logging.getLogger(__name__)
 
@@ -83,32 +83,6 @@ PRE_UPDATE_CONTAINER_RESOURCES = HookPoint(
 POST_STOP_CONTAINER = HookPoint(names.POST_STOP_CONTAINER, *_CONTAINER, None)
 
 
-class PluginRef(Protocol):
-    """What a failure names of a plugin: a hook-protocol Plugin, or a plugin of another kind (hooks.extra)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def endpoint(self) -> Path: ...
-
-
-class HookFailed(Exception):
-    """A plugin with failure policy Fail could not do a pre-hook: the call must fail (the core's one failure)."""
-
-    def __init__(self, point: HookPoint, plugin: PluginRef, code: grpc.StatusCode, details: str,
-                 field: str = "") -> None:
-        self.point = point
-        self.plugin = plugin
-        self.code = code
-        self.details = details = printable(details)  # the CRI status message the kubelet gets and logs
-        self.field = field  # the answer's offending field, when the answer was invalid
-        super().__init__(
-            f"runtimeproxy: {point.name} hook of plugin {plugin.name} "
-            f"(unix://{plugin.endpoint}) failed with failure-policy Fail: {code.name}: {details}"
-        )
-
-
 def report_answer(point: HookPoint, plugin: Plugin, request: Message, response: Message, merged: Message) -> None:
     """Debug: what the plugin's answer changed. Warning: variables it dropped from the environment."""
     if log.isEnabledFor(logging.DEBUG):
@@ -129,7 +103,7 @@ def report_answer(point: HookPoint, plugin: Plugin, request: Message, response: 
 _DROPPED_SHOWN = 10
 
 
-def failure_fields(plugin: PluginRef, point: HookPoint, code: grpc.StatusCode) -> dict[str, str]:
+def failure_fields(plugin: PluginRef, point: PointRef, code: grpc.StatusCode) -> dict[str, str]:
     """Structured log fields of a plugin failure (--log-format json)."""
     return {"plugin": plugin.name, "hook": point.name, "code": code.name}
 
@@ -144,9 +118,9 @@ class Dispatcher:
         self._registry = registry
         # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went (counted there only).
         self.toggles = toggles or Toggles(None)
-        self.stats = HookStats()
-        self.trace = trace or TraceRecorder()
-        self._collisions_logged: set[tuple[str, str, str, str]] = set()
+        self.steps = KindSteps(HOOK, self.toggles, trace or TraceRecorder())
+        self.stats = self.steps.stats
+        self.trace = self.steps.trace
 
     @property
     def outcomes(self) -> collections.Counter[tuple[str, str, str]]:
@@ -165,19 +139,14 @@ class Dispatcher:
         return bool(self._plugins_for(point))
 
     def in_shadow(self, plugin: Plugin) -> bool:
-        override = self.toggles.shadow_override(plugin.name)
-        return plugin.config.shadow if override is None else override
+        return self.steps.in_shadow(plugin.name, plugin.config.shadow)
 
     async def run(self, point: HookPoint[Req, Resp], request: Req, time_remaining: float | None) -> Req:
         """Call every plugin of the hook; returns the request as the plugins left it."""
-        record = ChainRecord(point.name, request, self.trace.enabled)
-        allows = self.toggles.allows
+        record = self.steps.record(point.name, request)
         try:
             for plugin in self._registry.plugins_for(point.name):
-                if not allows(plugin.name, point.name):
-                    if record.traced:
-                        reason = self.toggles.reason_for(plugin.name, point.name)
-                        record.step(plugin.name, SKIPPED_TOGGLE, details=reason)
+                if self.steps.toggled_off(record, plugin.name, point.name):
                     continue
                 shadow = self.in_shadow(plugin)
                 response = await self._call(point, plugin, request, time_remaining, record, shadow)
@@ -193,35 +162,14 @@ class Dispatcher:
                 report_answer(point, plugin, request, response, merged)
                 request = merged
         except HookFailed as failure:
-            self._finish(point, record, request, f"not sent: {failure.plugin.name} failed under failure-policy "
-                         f"Fail ({failure.code.name}); the call fails")
+            self._finish(point, record, request, self.steps.failed_result(failure))
             raise
         self._finish(point, record, request)
         return request
 
     def _finish(self, point: HookPoint, record: ChainRecord, final: Message, failure: str = "") -> None:
-        """Collisions and shadows counted and logged; the run kept in the pod's trace."""
-        collisions = record.collisions()
-        for collision in collisions:
-            self._collided(point, collision.earlier_plugin, collision.later_plugin, collision.field)
-        if record.has_shadows:
-            for outcome in record.shadow_outcomes(final):
-                self.stats.shadowed(outcome.plugin, point.name, outcome.changed, bool(outcome.disagreements))
-        if record.traced:
-            who = pod_key(record.original)
-            written_back = point.is_pre and point.name not in _NOT_WRITTEN_BACK and not failure
-            self.trace.record(who, record.entry(who.target, final, collisions,
-                                                failure or _result(point), written_back))
-
-    def _collided(self, point: HookPoint, earlier: str, later: str, field: str) -> None:
-        """Counted every time; logged at warning the first time per hook, plugin pair and field."""
-        key = (point.name, earlier, later, field_family(field))
-        self.stats.collided(*key)
-        level = logging.DEBUG if key in self._collisions_logged else logging.WARNING
-        self._collisions_logged.add(key)
-        log.log(level, "plugins %s and %s both set %s on %s; %s's value stands (the later plugin in file-name order "
-                "wins; see runtimeproxyctl trace)", earlier, later, field, point.name, later,
-                extra={"plugin": later, "hook": point.name, "field": field, "overridden_plugin": earlier})
+        written_back = point.is_pre and point.name not in _NOT_WRITTEN_BACK and not failure
+        self.steps.finish(record, point.name, final, failure or _result(point), written_back)
 
     def trace_skipped(self, point: HookPoint, request: Message) -> None:
         """A call of a pod with the skip label: its plugins are not called, the trace says why."""
@@ -241,7 +189,7 @@ class Dispatcher:
         timeout = plugin.timeout_seconds
         if time_remaining is not None:
             timeout = min(timeout, time_remaining)
-        started = time.perf_counter()
+        started = self.steps.started()
         try:
             # Raw bytes both ways: we decode the answer ourselves, so a bad one is a plugin failure.
             answer = await plugin.call(point.path, request.SerializeToString(), timeout)
@@ -260,9 +208,7 @@ class Dispatcher:
             self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", started, record, shadow,
                          problem.field, refused=True)
             return None
-        seconds = time.perf_counter() - started
-        self.stats.record(plugin.name, point.name, OK, seconds)
-        record.step(plugin.name, STEP_OK, seconds, shadow)
+        self.steps.ok(record, plugin.name, point.name, started, shadow)
         return response
 
     def failures(self, plugin: str) -> int:
@@ -272,11 +218,9 @@ class Dispatcher:
         self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, started: float,
         record: ChainRecord, shadow: bool = False, field: str = "", refused: bool = False,
     ) -> None:
-        seconds = time.perf_counter() - started
-        self.stats.record(plugin.name, point.name, code.name, seconds, details)
-        record.step(plugin.name, REFUSED if refused else FAILED, seconds, shadow, code.name, details)
-        if point.is_pre and plugin.failure_policy is FailurePolicy.FAIL and not shadow:
-            raise HookFailed(point, plugin, code, details, field)
+        self.steps.failed(record, plugin.name, point.name, started, shadow, code.name, details, refused)
+        if self.steps.fails_call(point.name, shadow, point.is_pre, plugin.failure_policy is FailurePolicy.FAIL):
+            raise self.steps.failure(point, point.name, plugin, code, details, field)
         if shadow:
             consequence = "in shadow: the call is unaffected"
         else:

@@ -22,13 +22,13 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import dispatcher as points
 from runtimeproxy.hooks import extra
-from runtimeproxy.hooks.context import HookContext, RecordSource, request_of
+from runtimeproxy.hooks.context import request_of, tell_extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import ExtraPlugins, Subject
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
-from runtimeproxy.hooks.rebuild import BackendState, rebuild_store
+from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -98,11 +98,13 @@ class ResourceUpdate:
 
 
 class HookPoints:
-    def __init__(self, service: HookService, source: RecordSource, pod_labels: Mapping[str, str] | None = None) -> None:
-        """`pod_labels`: the labels the frontend's runtime gives every pod itself (containerd's kind label)."""
+    def __init__(self, service: HookService, runtime: Runtime, pod_labels: Mapping[str, str] | None = None) -> None:
+        """`runtime`: the frontend's backend (hooks.runtime), given to the core once here; `pod_labels`: the
+        labels that runtime gives every pod itself (containerd's kind label)."""
         self.dispatcher = service.dispatcher
         self.store = service.store
-        self.context = HookContext(service.store, source, service.skip, pod_labels)
+        self.context = service.use_runtime(runtime, pod_labels)
+        self.runtime = runtime
         self._service = service
 
     def changing(self) -> AbstractAsyncContextManager[None]:
@@ -116,23 +118,8 @@ class HookPoints:
         return self._service.extra
 
     async def _notify_extra(self, event: str, pod_id: str = "", container_id: str = "") -> None:
-        """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared)."""
-        if not self.extra.wants(event):
-            return
-        if container_id:
-            found = await self.context.container(container_id)
-            request = request_of(*found) if found is not None else None
-            if found is None or request is None:
-                return
-            record, pod = found
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record,
-                              pod_model=pod)
-        else:
-            pod_record = await self.context.pod(pod_id)
-            if pod_record is None or pod_record.skip_hooks:
-                return
-            subject = Subject(pod_id, pod_record.info, pod_model=pod_record)
-        await self.extra.notify(event, subject)
+        """An event for the extra plugins about a recorded pod or container (hooks.context.tell_extra)."""
+        await tell_extra(self.context, self.extra, event, pod_id, container_id)
 
     async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
         try:
@@ -166,12 +153,11 @@ class HookPoints:
         changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
         return PodSandboxRun(changed, changed != pod, skip)
 
-    async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun,
-                              remove_sandbox: Callable[[str], Awaitable[None]] | None = None) -> None:
+    async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
         """The runtime created the pod: record it as created. An extra plugin failing RunPodSandbox raises
         HookFailed, as containerd fails the call: the plugins are told the pod stopped and was removed, the
-        store forgets it (its trace stays: it says why), and `remove_sandbox` (the frontend's stop and remove
-        at the runtime) takes away the sandbox just created."""
+        store forgets it (its trace stays: it says why), and the runtime's `remove_sandbox` (the frontend's
+        stop and remove) takes away the sandbox just created."""
         if pod_id:
             record = self.context.pod_record(run.request)
             record.skip_hooks = run.skip_hooks
@@ -185,8 +171,7 @@ class HookPoints:
                 await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
                 await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
                 self.store.remove_pod(pod_id)
-                if remove_sandbox is not None:
-                    await remove_sandbox(pod_id)
+                await self.runtime.remove_sandbox(pod_id)
                 raise
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
@@ -350,8 +335,4 @@ class HookPoints:
             await self.post_stop_pod_sandbox(object_id, time_remaining)
         else:
             await self.post_stop_container(object_id, time_remaining)
-
-    async def rebuild_store(self, state: BackendState) -> None:
-        """Record what the backend already runs (after a restart); see hooks.rebuild."""
-        await rebuild_store(self.context, state)
 

@@ -1,7 +1,7 @@
 """Filling the store from the backend after a (re)start: one routine for both frontends.
 
-The frontend supplies only what its backend can tell (a `BackendState`: list what runs, load one pod or
-container); this module decides the rest: pods before containers, a bounded number of loads at a time,
+The frontend supplies only what its backend can tell (its `hooks.runtime.Runtime`: list what runs, load one
+pod or container); this module decides the rest: pods before containers, a bounded number of loads at a time,
 the skip rule of each pod, and that a record already in the store is never overwritten (a call that
 ran while the rebuild read the backend recorded something at least as new). What the rebuild misses
 is filled lazily on a miss (hooks.context).
@@ -11,32 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import Protocol
-
-from runtimeproxy.hooks.context import HookContext, RecordSource
+from runtimeproxy.hooks.context import HookContext
+from runtimeproxy.hooks.runtime import Listing, Runtime
 
 log = logging.getLogger(__name__)
 
 PARALLEL_LOADS = 8  # backend reads in flight at once: a node's thousand containers without a burst
 
 
-@dataclass
-class Listing:
-    """What the backend runs: pod IDs, and each container's pod ID ("" if unknown)."""
-
-    pod_ids: list[str] = field(default_factory=list)
-    containers: dict[str, str] = field(default_factory=dict)
+__all__ = ["Listing", "rebuild", "rebuild_store"]  # Listing: hooks.runtime's, for the frontends
 
 
-class BackendState(RecordSource, Protocol):
-    name: str  # how the log names the backend: "dockerd", "the backend"
-
-    async def list_objects(self) -> Listing:
-        """Every pod and container the backend has (raises when it cannot be asked)."""
-
-
-async def rebuild(context: HookContext, state: BackendState) -> None:
+async def rebuild(context: HookContext, state: Runtime) -> None:
     """Record every pod and container the backend has that the store does not know yet."""
     listing = await state.list_objects()
     store = context.store
@@ -59,7 +45,7 @@ async def rebuild(context: HookContext, state: BackendState) -> None:
     log.info("store rebuilt from %s: %d pods, %d containers", state.name, store.pod_count, store.container_count)
 
 
-async def rebuild_store(context: HookContext, state: BackendState) -> None:
+async def rebuild_store(context: HookContext, state: Runtime) -> None:
     """The background task: a failed rebuild is logged, never fatal (lazy fills cover what it missed)."""
     try:
         await rebuild(context, state)

@@ -1,9 +1,12 @@
 """The hook core wired together, the same for both frontends: plugin registry, dispatcher,
-store, toggles and the skip rule, with the background work they need (config reloads).
+store, toggles and the skip rule, with the background work they need (config reloads, the store's rebuild).
 
 Transport-free: a frontend (cri/, docker/) turns its wire requests into hook requests, asks
-`dispatcher` to run a hook point, writes the merged result back, and keeps `store` current.
-How the store is rebuilt after a restart is the frontend's business (it knows the backend).
+`dispatcher` to run a hook point, writes the merged result back, and keeps `store` current. It gives the
+core its backend once, as a `hooks.runtime.Runtime` (`use_runtime`); the service then rebuilds the store
+from it after a restart (`start_rebuild`; `rebuilt` is set once that is over) and carries out what plugins of
+another kind ask through it (`asks`, hooks.runtime.PluginAsks), telling them of the stops they caused by
+the same flow as any other event (hooks.context.tell_extra).
 """
 
 from __future__ import annotations
@@ -11,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from runtimeproxy.hooks import extra as events
+from runtimeproxy.hooks.context import HookContext, tell_extra
 from runtimeproxy.hooks.dispatcher import Dispatcher
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins
+from runtimeproxy.hooks.rebuild import rebuild_store
 from runtimeproxy.hooks.registry import PluginRegistry
+from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.syncgate import SyncGate
@@ -27,7 +34,6 @@ from runtimeproxy.listener import SocketInUseError, SocketLock, lock_socket_path
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
-STORE_REBUILD = "store-rebuild"  # the name of the frontend's background work that refills the store
 
 
 class HookService:
@@ -46,6 +52,12 @@ class HookService:
         self.sync_gate = SyncGate()
         self._tasks: list[asyncio.Task[None]] = []
         self._state_lock: SocketLock | None = None
+        self.runtime: Runtime | None = None  # the frontend's backend (use_runtime)
+        self.context: HookContext | None = None  # store lookups that fall back to the runtime
+        # What plugins of another kind ask of the core: the one door to the store and the runtime for them.
+        self.asks = PluginAsks(self.store, stopped=self._container_stopped)
+        self.rebuilt = asyncio.Event()  # set once the store's rebuild (after a restart) is over
+        self._rebuilding = False
 
     async def start(self) -> None:
         self._state_lock = claim_state_dir(self.state_dir)
@@ -54,14 +66,39 @@ class HookService:
         self._tasks = [asyncio.create_task(self.registry.run(), name="plugin-configs")]
 
     def run_in_background(self, work: Coroutine[Any, Any, None], name: str) -> None:
-        """Work of a frontend that lives as long as the hooks (e.g. rebuilding the store)."""
+        """Work that lives as long as the hooks."""
         self._tasks.append(asyncio.create_task(work, name=name))
 
+    def use_runtime(self, runtime: Runtime, pod_labels: Mapping[str, str] | None = None) -> HookContext:
+        """The frontend's backend, given once: the store's fills on a miss and what plugins ask go through it.
+        `pod_labels`: the labels that runtime gives every pod itself (the model records them)."""
+        self.runtime = self.asks.runtime = runtime
+        self.context = HookContext(self.store, runtime, self.skip, pod_labels)
+        return self.context
+
+    def start_rebuild(self) -> None:
+        """Record what the runtime already runs (after a restart; hooks.rebuild), in the background;
+        `rebuilt` is set when it is over, however it ended."""
+        assert self.context is not None and self.runtime is not None, "use_runtime first"
+        self._rebuilding = True
+        self.run_in_background(self._rebuild(self.context, self.runtime), "store-rebuild")
+
+    async def _rebuild(self, context: HookContext, runtime: Runtime) -> None:
+        try:
+            await rebuild_store(context, runtime)
+        finally:
+            self.rebuilt.set()
+
     async def store_rebuilt(self) -> None:
-        """Returns once the frontend's rebuild of the store (after a restart) is over, if one runs."""
-        rebuilds = [task for task in self._tasks if task.get_name() == STORE_REBUILD]
-        if rebuilds:
-            await asyncio.wait(rebuilds)
+        """Returns once the store's rebuild (after a restart) is over, if one runs."""
+        if self._rebuilding:
+            await self.rebuilt.wait()
+
+    async def _container_stopped(self, container_id: str) -> None:
+        """A plugin's eviction stopped the container outside any CRI call: the extra plugins hear StopContainer,
+        as they hear containerd's own stop of an evicted container."""
+        if self.context is not None:
+            await tell_extra(self.context, self.extra, events.STOP_CONTAINER, container_id=container_id)
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -187,9 +187,9 @@ class Adjustments:
             del target.hugepage_limits[:]
             target.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit)
                                           for size, limit in pages.items())
-        for key, value in resources.unified.items():
+        for key, setting in resources.unified.items():
             self._claim(plugin, f"unified resource {key!r}")
-            target.unified[key] = value
+            target.unified[key] = setting
 
     def as_answer(self) -> hooks.ContainerResourceHookResponse:
         """The container as the plugins left it, as a hook answer (for hooks.validate)."""

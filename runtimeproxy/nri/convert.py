@@ -90,19 +90,11 @@ def event_container(event: str, subject: extra.Subject, request: hooks.Container
 
 def synchronized(pods: Iterable[tuple[str, PodRecord]], containers: Iterable[tuple[str, ContainerRecord]]
                  ) -> tuple[list[nri.PodSandbox], list[nri.Container]]:
-    """What a plugin's Synchronize lists, as containerd's NRI lists it (its ListPodSandboxes, ListContainers):
-    every pod, and every container that is not stopped; none of a pod the skip rule spares (a container whose
-    pod the store no longer holds is listed: the runtime may still run it)."""
-    skipped = set()
-    shown_pods = []
-    for pod_id, pod in pods:
-        if pod.skip_hooks:
-            skipped.add(pod_id)
-        else:
-            shown_pods.append(pod_sandbox(pod_id, pod))
+    """What a plugin's Synchronize lists of the core's snapshot (hooks.runtime.PluginAsks), as containerd's NRI
+    lists it (its ListPodSandboxes, ListContainers): every pod, and every container that is not stopped."""
     shown_containers = [container(container_id, record) for container_id, record in containers
-                        if record.pod_id not in skipped and record.state is not ContainerState.STOPPED]
-    return shown_pods, shown_containers
+                        if record.state is not ContainerState.STOPPED]
+    return [pod_sandbox(pod_id, pod) for pod_id, pod in pods], shown_containers
 
 
 def update_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:

@@ -220,11 +220,11 @@ def check_device_rules(edits: ContainerEdits, rules: list[nri.LinuxDeviceCgroup]
     for device in edits.devices:
         message = device_message(device, stat_path)
         if message.type:
-            key = (message.type, message.major, message.minor)
-            granted[key] = granted.get(key, frozenset()) | frozenset(device.permissions)
+            kind = (message.type, message.major, message.minor)
+            granted[kind] = granted.get(kind, frozenset()) | frozenset(device.permissions)
     for rule in rules:
         access = frozenset(rule.access or "rwm")
-        key = (rule.type, rule.major.value if rule.HasField("major") else None,
+        key: tuple[str, int | None, int | None] = (rule.type, rule.major.value if rule.HasField("major") else None,
                rule.minor.value if rule.HasField("minor") else None)
         if not rule.allow or not access <= _ACCESS or not access <= granted.get(key, frozenset()):
             raise EditRefused("linux.resources.devices", f"linux.resources.devices: the rule {_rule_text(rule)!r} "

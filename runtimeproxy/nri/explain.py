@@ -1,6 +1,7 @@
 """One NRI event's plugin calls, explained the way the hook core explains a hook chain (issue 21: one core).
 
-`EventRecord` wraps hooks.chain.ChainRecord, so an NRI event lands in the same per-pod trace
+`EventRecord` wraps hooks.chain.ChainRecord and records each step through the core's one chain step
+(hooks.step.KindSteps, NRI's row of hooks.kinds), so an NRI event lands in the same per-pod trace
 (`runtimeproxyctl trace`) as the hook plugins' calls, entry shape and bounds included: per plugin, under its
 toggle name (`nri:10-name`), a step (ok; failed with the NRI code, or `detached` for a timeout or a broken
 connection; refused with `conflict`, `refused` or `invalid` and the reason; in shadow; skipped: toggled off, as a
@@ -8,7 +9,7 @@ hook plugin whose hook is off, with the toggle's reason), its latency, the
 fields its adjustment or update changed in the container (hooks.changes, `before -> after`; the argv, bind
 mounts, devices and RDT class, which the hook model lacks, in words), what a plugin in shadow would have changed, and in words its requests to update or evict other containers. `finish` counts
 the shadow outcomes in the host's statistics and keeps the entry. Field changes are only computed when read:
-the trace is on, or a plugin is in shadow.
+the trace is on, or a plugin is in shadow. The statistics count each call under the plugin's id and the event.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.changes import show
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import Subject
-from runtimeproxy.hooks.stats import HookStats
-from runtimeproxy.hooks.toggles import extra_toggle_name
-from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, SKIPPED_TOGGLE, TraceRecorder, pod_key
+from runtimeproxy.hooks.kinds import NRI
+from runtimeproxy.hooks.step import KindSteps
+from runtimeproxy.hooks.trace import pod_key
 from runtimeproxy.hooks.validate import printable
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -36,12 +36,12 @@ SENT = "sent to the runtime"
 
 def trace_name(plugin_id: str) -> str:
     """How the trace names an NRI plugin: its toggle name, the name `shadow` and `disable` take."""
-    return extra_toggle_name(plugin_id)
+    return NRI.toggle_name(plugin_id)
 
 
 def hook_name(event: str) -> str:
     """The trace's hook column for an NRI event ("NRI CreateContainer"), beside the hook points' names."""
-    return f"NRI {event}"
+    return NRI.trace_hook(event)
 
 
 SHOWN_ID_CHARS = 80  # a container ID a plugin named (64 hex digits when it names a real one)
@@ -99,34 +99,34 @@ def edit_changes(before: ContainerEdits | None, after: ContainerEdits | None, sh
 
 
 class EventRecord:
-    def __init__(self, event: str, subject: Subject, recorder: TraceRecorder | None) -> None:
+    def __init__(self, event: str, subject: Subject, steps: KindSteps) -> None:
         """The event's subject is traced as its request: the container (with its pod's metadata), else the pod."""
         self.event = event
-        self._recorder = recorder
+        self._steps = steps
         request: Message | None = subject.container if subject.container is not None else subject.pod
-        traced = recorder is not None and recorder.enabled and request is not None
+        traced = steps.trace.enabled and request is not None
         if traced and subject.container is not None and subject.pod is not None \
                 and not subject.container.HasField("pod_meta"):
             request = hooks.ContainerResourceHookRequest()
             request.CopyFrom(subject.container)
             request.pod_meta.CopyFrom(subject.pod.pod_meta)  # whose trace it belongs to
-        self._chain = ChainRecord(hook_name(event), request if request is not None else nri.Empty(), traced)
+        self._chain = steps.record(event, request if request is not None else nri.Empty(), traced)
 
     @property
     def traced(self) -> bool:
         return self._chain.traced
 
-    def skipped(self, plugin_id: str, reason: str) -> None:
-        """A subscribed plugin not called: the node's toggles turn this event (or the plugin) off."""
-        self._chain.step(trace_name(plugin_id), SKIPPED_TOGGLE, details=reason)
+    def toggled_off(self, plugin_id: str) -> bool:
+        """Off by the node's toggles: not called, and (traced) shown skipped with the toggle's reason."""
+        return self._steps.toggled_off(self._chain, plugin_id, self.event)
 
-    def ok(self, plugin_id: str, seconds: float, shadow: bool, notes: Sequence[str] = ()) -> None:
-        self._chain.step(trace_name(plugin_id), OK, seconds, shadow, details="; ".join(notes))
+    def ok(self, plugin_id: str, started: float, shadow: bool, notes: Sequence[str] = ()) -> None:
+        self._steps.ok(self._chain, plugin_id, self.event, started, shadow, "; ".join(notes))
 
-    def failed(self, plugin_id: str, seconds: float, shadow: bool, outcome: str, message: str) -> None:
+    def failed(self, plugin_id: str, started: float, shadow: bool, outcome: str, message: str) -> None:
         """`outcome` as the statistics count it (an NRI code, "detached", or one of REFUSALS)."""
-        self._chain.step(trace_name(plugin_id), REFUSED if outcome in REFUSALS else FAILED, seconds, shadow,
-                         outcome, message)
+        self._steps.failed(self._chain, plugin_id, self.event, started, shadow, outcome, message,
+                           refused=outcome in REFUSALS)
 
     def changed(self, before: Message, after: Message, shadow: bool) -> None:
         """The last ok step left the container `after` (in shadow: would have)."""
@@ -135,17 +135,10 @@ class EventRecord:
         elif after != before:
             self._chain.applied(before, after)
 
-    def finish(self, stats: HookStats, final: Message | None, result: str, written_back: bool = False) -> None:
+    def finish(self, final: Message | None, result: str, written_back: bool = False) -> None:
         """Shadow outcomes counted; the entry kept in the pod's trace (a pod known by uid or name only)."""
         final = final if final is not None else self._chain.original
-        if self._chain.has_shadows:
-            for outcome in self._chain.shadow_outcomes(final):
-                plugin_id = outcome.plugin.partition(":")[2]
-                stats.shadowed(plugin_id, self.event, outcome.changed, bool(outcome.disagreements))
-        if not self._chain.traced or self._recorder is None or not self._chain.steps:
-            return
-        who = pod_key(self._chain.original)
-        if not (who.uid or who.name):
-            return
-        self._recorder.record(who, self._chain.entry(who.target, final, self._chain.collisions(), result,
-                                                     written_back))
+        if self._chain.traced:
+            who = pod_key(self._chain.original)
+            self._chain.traced = bool(self._chain.steps) and bool(who.uid or who.name)
+        self._steps.finish(self._chain, self.event, final, result, written_back)

@@ -1,19 +1,22 @@
-"""The proxy as an NRI runtime: the plugins attached to its NRI socket, as plugins of the hook core.
+"""The proxy as an NRI runtime, its registry and fan-out (containerd/nri's adaptation.go): the plugins attached
+to its NRI socket, as plugins of the hook core.
 
 `NriHost` implements hooks.extra.ExtraPlugins. It listens on the NRI socket (refusing one a live NRI server
 holds), keeps the registered plugins in NRI's order (index, then name), lets a reconnecting plugin replace
 its old connection (one live registration per index and name), and synchronizes each new plugin with the
-pods and containers the store records. The hook points then hand it each lifecycle event; every plugin that
-subscribed gets it, in order. CreateContainer adjustments and UpdateContainer updates of the container
-itself are folded into the request (nri.adjust: what is applied, what is refused, NRI's conflict rule) and
-each plugin's result is checked by the same rules as a hook plugin's answer (hooks.validate).
+pods and containers the store records, all under its one lock (which every event's fan-out holds too). The hook
+points then hand it each lifecycle event; every plugin that subscribed gets it, in order. One plugin's call of
+CreateContainer or UpdateContainer is nri.call's (the answer folded, validated, timed, traced); what the answers
+ask of other containers is collected and carried out by nri.result; NRI's event numbers and the container
+state each reports are nri.events'.
 
 Failures, as containerd with NRI: a plugin that misses a timeout or loses its connection is detached and the
 call goes on without it; an error a plugin answers to CreateContainer, UpdateContainer, RunPodSandbox or
 StartContainer, a conflict, a refused field or an invalid answer fails the call (HookFailed; hooks.points
 undoes a RunPodSandbox); errors answered to the other notifications are logged.
 
-As the hook core does for hook plugins: the node's toggles turn a plugin off, or one event of it (`runtimeproxyctl
+Each plugin call is one step of the core's chain (hooks.step.KindSteps, NRI's row of hooks.kinds), as a hook
+plugin's: the node's toggles turn a plugin off, or one event of it (`runtimeproxyctl
 disable nri:10-name --hook CreateContainer`): it is not sent what is off, as if it had not subscribed, and the
 trace shows it `skipped: toggled off` with the reason; every event's calls are kept in the pod's trace
 (nri.explain); and a plugin the node's toggles put in shadow (`runtimeproxyctl shadow nri:10-name`) is called and
@@ -24,10 +27,12 @@ Plugins can also be launched by the proxy from a plugin directory (nri.launch): 
 socketpair, then registers, is configured and attaches like a connected one; `stop()` gives every plugin
 Shutdown and then stops the launched processes.
 
-Updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers, Synchronize, and
-UpdateContainers a plugin sends on its own) go to `updater`, the frontend's UpdateContainerResources; without
-one they are answered as failed and logged. Evictions (CreateContainer/UpdateContainer answers, a plugin's own
-UpdateContainers) go to `evictor`, the frontend's stop with timeout 0, as containerd's EvictContainer.
+The host asks the core (`asks`, hooks.runtime.PluginAsks) for what it does not own: the snapshot a plugin is
+synchronized with, updates of other containers (in CreateContainer/UpdateContainer/StopContainer answers,
+Synchronize, and UpdateContainers a plugin sends on its own: the frontend's UpdateContainerResources, the store
+written by the core; without a runtime they are answered as failed and logged) and evictions
+(CreateContainer/UpdateContainer answers, a plugin's own UpdateContainers: the frontend's stop with timeout 0, as
+containerd's EvictContainer, which the plugins then hear as a StopContainer by the core's own flow).
 """
 
 from __future__ import annotations
@@ -35,31 +40,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.hooks import extra
-from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint
 from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
-from runtimeproxy.hooks.merge import changed_resources, merge_container_response
-from runtimeproxy.hooks.stats import OK, HookStats
-from runtimeproxy.hooks.store import Store
+from runtimeproxy.hooks.kinds import NRI
+from runtimeproxy.hooks.runtime import PluginAsks
+from runtimeproxy.hooks.step import HookFailed, KindSteps, StepToggles
 from runtimeproxy.hooks.syncgate import SyncGate
-from runtimeproxy.hooks.toggles import extra_toggle_name
 from runtimeproxy.hooks.trace import TraceRecorder
-from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
 from runtimeproxy.nri import convert
-from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
-from runtimeproxy.nri.explain import (
-    NOTIFIED, SENT, EventRecord, asked_of_others, edit_changes, shown_id, shown_reason, some_ids,
-)
+from runtimeproxy.nri.adjust import Adjustments
+from runtimeproxy.nri.call import PluginCall, failure_outcome
+from runtimeproxy.nri.events import EVENTS
+from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others
 from runtimeproxy.nri.launch import LaunchedProcess, discover
+from runtimeproxy.nri.result import Asked, Results
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -67,7 +68,7 @@ from runtimeproxy.nri.session import (
     PluginSession,
     listen,
 )
-from runtimeproxy.nri.ttrpc import Code, TtrpcError
+from runtimeproxy.nri.ttrpc import TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.trust import TrustedOwners
@@ -75,86 +76,36 @@ from runtimeproxy.trust import TrustedOwners
 log = logging.getLogger(__name__)
 
 RUNTIME_NAME = "runtimeproxy"
-EVENTS: dict[str, int] = {
-    extra.RUN_POD_SANDBOX: nri.RUN_POD_SANDBOX,
-    extra.STOP_POD_SANDBOX: nri.STOP_POD_SANDBOX,
-    extra.REMOVE_POD_SANDBOX: nri.REMOVE_POD_SANDBOX,
-    extra.CREATE_CONTAINER: nri.CREATE_CONTAINER,
-    extra.POST_CREATE_CONTAINER: nri.POST_CREATE_CONTAINER,
-    extra.START_CONTAINER: nri.START_CONTAINER,
-    extra.POST_START_CONTAINER: nri.POST_START_CONTAINER,
-    extra.UPDATE_CONTAINER: nri.UPDATE_CONTAINER,
-    extra.POST_UPDATE_CONTAINER: nri.POST_UPDATE_CONTAINER,
-    extra.STOP_CONTAINER: nri.STOP_CONTAINER,
-    extra.REMOVE_CONTAINER: nri.REMOVE_CONTAINER,
-}
-# How a failure of an NRI plugin is reported by the hook core (its message names the event).
-_POINTS: dict[str, HookPoint] = {
-    extra.RUN_POD_SANDBOX: HookPoint("NRI RunPodSandbox", hooks.PodSandboxHookRequest,
-                                     hooks.PodSandboxHookResponse, None),
-    extra.START_CONTAINER: HookPoint("NRI StartContainer", hooks.ContainerResourceHookRequest,
-                                     hooks.ContainerResourceHookResponse, None),
-    extra.CREATE_CONTAINER: HookPoint("NRI CreateContainer", hooks.ContainerResourceHookRequest,
-                                      hooks.ContainerResourceHookResponse, merge_container_response),
-    extra.UPDATE_CONTAINER: HookPoint("NRI UpdateContainer", hooks.ContainerResourceHookRequest,
-                                      hooks.ContainerResourceHookResponse, merge_container_response),
-}
-# Notifications whose error answer fails the CRI call in containerd (sandbox_run.go, container_start.go); the
-# others' errors are logged there. A timeout or a broken connection detaches the plugin instead (NRI's
-# isFatalError), and the call goes on.
-FAILING_NOTIFICATIONS = frozenset({extra.RUN_POD_SANDBOX, extra.START_CONTAINER})
-ContainerUpdater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
-# Stops a container at once (containerd's EvictContainer: CRI StopContainer with timeout 0).
-ContainerEvictor = Callable[[str], Awaitable[None]]
-
-
-@dataclass
-class _Asked:
-    """What one plugin's answer asks of other containers, carried out once every plugin answered."""
-
-    plugin_id: str
-    updates: list[nri.ContainerUpdate]
-    evictions: list[nri.ContainerEviction]
-
-
-@dataclass(frozen=True)
-class NriPluginRef:
-    """An NRI plugin as a failure names it (hooks.dispatcher.PluginRef)."""
-
-    name: str
-    endpoint: Path
 
 
 class NriHost:
-    def __init__(self, socket_path: Path, store: Store, *,
+    def __init__(self, socket_path: Path, asks: PluginAsks, *,
                  registration_timeout: float = DEFAULT_REGISTRATION_TIMEOUT,
                  request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-                 allows: Callable[[str, str], bool] | None = None,
-                 off_reason: Callable[[str, str], str] | None = None,
+                 toggles: StepToggles | None = None,
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
                  owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
-                 shadowed: Callable[[str], bool] | None = None, gate: SyncGate | None = None) -> None:
+                 gate: SyncGate | None = None) -> None:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
         files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
-        each event's calls are kept; `shadowed`: whether the node's toggles put a plugin (by toggle name) in
-        shadow; `allows`: whether they leave a plugin's event on, `off_reason`: why not (for the trace); `gate`:
+        each event's calls are kept; `toggles`: the node's toggles (hooks.toggles), which turn a plugin or one
+        of its events off and put a plugin in shadow, by its toggle name (`nri:10-name`); `gate`:
         the hook core's gate against its lifecycle calls, held alone while a plugin is synchronized."""
         self.socket_path = socket_path
         self.plugin_dir = plugin_dir
         self.plugin_config_dir = plugin_config_dir
         self._owners = owners or TrustedOwners.with_extra()
         self._launched: list[LaunchedProcess] = []
-        self.store = store
+        self.asks = asks  # the core: the sync snapshot, updates and evictions of other containers
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
-        self.updater: ContainerUpdater | None = None  # the frontend's UpdateContainerResources
-        self.evictor: ContainerEvictor | None = None  # the frontend's StopContainer, timeout 0
-        self.trace = trace
-        self._shadowed = shadowed or (lambda plugin: False)
-        self._allows = allows or (lambda plugin, event: True)  # the node's toggles (by extra_toggle_name)
-        self._off_reason = off_reason or (lambda plugin, event: "")
-        self.stats = HookStats()  # calls by plugin id and event, for status and metrics
+        # The core's chain step for NRI plugins: toggles, shadow, timing, statistics (by plugin id and event, for
+        # status and metrics), the pod trace, failures in NRI's terms.
+        self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0))
+        self.stats = self.steps.stats
+        self.results = Results(asks, self.stats, self._watch)  # what answers ask of other containers (nri.result)
+        self.call = PluginCall(self.steps, socket_path, self.results, self._drop)  # one plugin's call (nri.call)
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
         # containerd/nri's one lock: each event's fan-out and carry-out, and each attach (drop the old session of
@@ -291,7 +242,7 @@ class NriHost:
                 old.detach("replaced by a new connection of the same plugin")
             if plugin.detached:
                 return
-            pods, containers = convert.synchronized(*self.store.snapshot())
+            pods, containers = convert.synchronized(*self.asks.snapshot())
             try:
                 updates = await plugin.synchronize(pods, containers)
             except TtrpcError as error:
@@ -306,7 +257,7 @@ class NriHost:
                 log.warning("NRI plugin %s (%s) asked to update %d containers at synchronization: not carried out",
                             plugin.plugin_id, "in shadow" if self.in_shadow(plugin) else "toggled off", len(updates))
         else:
-            await self._update_others(plugin.plugin_id, updates, "")
+            await self.results.update_others(plugin.plugin_id, updates, "")
         self._watch(self._forget_when_closed(plugin), f"nri-{plugin.plugin_id}")
 
     async def _forget_when_closed(self, plugin: PluginSession) -> None:
@@ -327,59 +278,32 @@ class NriHost:
 
     def _subscribers(self, event: str) -> list[PluginSession]:
         """The plugins an event is sent to: subscribed, and the node's toggles leave it on for them."""
-        allows = self._allows
-        return [plugin for plugin in self._subscribed(event) if allows(extra_toggle_name(plugin.plugin_id), event)]
-
-    def _toggled_off(self, plugin: PluginSession, event: str, record: EventRecord) -> bool:
-        """Off by the node's toggles: not sent, and (traced) shown skipped with the reason, as a hook plugin."""
-        name = extra_toggle_name(plugin.plugin_id)
-        if self._allows(name, event):
-            return False
-        if record.traced:
-            record.skipped(plugin.plugin_id, self._off_reason(name, event))
-        return True
+        allows = self.steps.allows
+        return [plugin for plugin in self._subscribed(event) if allows(plugin.plugin_id, event)]
 
     def statuses(self) -> list[ExtraPluginStatus]:
         return [ExtraPluginStatus(
-            name=plugin.plugin_id, toggle_name=extra_toggle_name(plugin.plugin_id),
+            name=plugin.plugin_id, toggle_name=NRI.toggle_name(plugin.plugin_id),
             kind="launched" if plugin.launched else "connected",
             events=tuple(event for event, number in EVENTS.items() if plugin.subscribed(number)),
             since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
             for plugin in self._plugins]
 
-    def _record(self, plugin: PluginSession, event: str, seconds: float,
-                error: BaseException | None) -> tuple[str, str]:
-        """One call's outcome in the statistics: ok, "detached", the code the plugin answered, or "conflict",
-        "refused" (a field the request cannot carry), "invalid" (the answer fails validation). Returns the
-        outcome and its message (for the trace)."""
-        if error is None:
-            outcome, message = OK, ""
-        elif isinstance(error, PluginDetached):
-            outcome, message = "detached", error.message
-        elif isinstance(error, TtrpcError):
-            outcome, message = Code(error.code).name, error.message
-        else:
-            outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
-                "refused" if isinstance(error, AdjustmentError) else "invalid"
-            message = str(error)
-        self.stats.record(plugin.plugin_id, event, outcome, seconds, message)
-        return outcome, message
-
     def switched_off(self, plugin: PluginSession) -> bool:
         """Every event it subscribed to is toggled off on this node (`runtimeproxyctl disable nri:10-name`): it
         stays attached, but what it asks on its own (updates, evictions) is not carried out either."""
-        name = extra_toggle_name(plugin.plugin_id)
-        return not any(self._allows(name, event) for event, number in EVENTS.items() if plugin.subscribed(number))
+        return not any(self.steps.allows(plugin.plugin_id, event) for event, number in EVENTS.items()
+                       if plugin.subscribed(number))
 
     def in_shadow(self, plugin: PluginSession) -> bool:
         """On trial (`runtimeproxyctl shadow nri:10-name`): called and traced, its answers never applied."""
-        return self._shadowed(extra_toggle_name(plugin.plugin_id))
+        return self.steps.in_shadow(plugin.plugin_id)
 
     def wants(self, event: str) -> bool:
         """Asked on every hooked call: no list is built."""
-        number, allows = EVENTS[event], self._allows
-        return any(plugin.subscribed(number) and not plugin.detached
-                   and allows(extra_toggle_name(plugin.plugin_id), event) for plugin in self._plugins)
+        number, allows = EVENTS[event], self.steps.allows
+        return any(plugin.subscribed(number) and not plugin.detached and allows(plugin.plugin_id, event)
+                   for plugin in self._plugins)
 
     async def notify(self, event: str, subject: Subject) -> None:
         async with self._one_at_a_time():
@@ -390,13 +314,13 @@ class NriHost:
         container = None
         if subject.container is not None:
             container = convert.container(subject.container_id, subject.record())
-        record = EventRecord(event, subject, self.trace)
-        asked: list[_Asked] = []
+        record = EventRecord(event, subject, self.steps)
+        asked: list[Asked] = []
         for plugin in self._subscribed(event):
-            if self._toggled_off(plugin, event, record):
+            if record.toggled_off(plugin.plugin_id):
                 continue
             shadow = self.in_shadow(plugin)
-            started = time.monotonic()
+            started = self.steps.started()
             updates: list[nri.ContainerUpdate] = []
             try:
                 if event == extra.STOP_CONTAINER and container is not None:
@@ -406,29 +330,26 @@ class NriHost:
                 else:
                     await plugin.notify(EVENTS[event], pod, container)
             except TtrpcError as error:
-                seconds = time.monotonic() - started
-                outcome, message = self._record(plugin, event, seconds, error)
-                record.failed(plugin.plugin_id, seconds, shadow, outcome, message)
+                outcome, message = failure_outcome(error)
+                record.failed(plugin.plugin_id, started, shadow, outcome, message)
                 if isinstance(error, PluginDetached):
                     self._drop(plugin)
-                elif event in FAILING_NOTIFICATIONS and not shadow:
-                    failure = self._failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
-                    record.finish(self.stats, None, f"the call fails: {plugin.plugin_id} answered {outcome}")
+                elif self.steps.fails_call(event, shadow):
+                    failure = self.call.failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
+                    record.finish(None, f"the call fails: {plugin.plugin_id} answered {outcome}")
                     raise failure from None
                 else:
                     log.warning("NRI plugin %s failed %s%s: %s", plugin.plugin_id, event,
                                 " (in shadow)" if shadow else "", error)
                 continue
-            seconds = time.monotonic() - started
-            self._record(plugin, event, seconds, None)
-            record.ok(plugin.plugin_id, seconds, shadow, asked_of_others(updates, [], shadow))
+            record.ok(plugin.plugin_id, started, shadow, asked_of_others(updates, [], shadow))
             if shadow:
-                self._count_shadowed(plugin.plugin_id, [])
+                self.results.count_shadowed(plugin.plugin_id, [])
             elif updates:
-                asked.append(_Asked(plugin.plugin_id, updates, []))
-        record.finish(self.stats, None, NOTIFIED)
+                asked.append(Asked(plugin.plugin_id, updates, []))
+        record.finish(None, NOTIFIED)
         for request in asked:
-            await self._carry_out(request, subject.container_id)
+            await self.results.carry_out(request, subject.container_id)
 
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
@@ -439,212 +360,23 @@ class NriHost:
         assert subject.container is not None
         pod = convert.subject_pod(subject)
         adjustments = Adjustments(subject.container, subject.edits)
-        record = EventRecord(event, subject, self.trace)
-        asked: list[_Asked] = []
+        record = EventRecord(event, subject, self.steps)
+        asked: list[Asked] = []
         try:
             for plugin in self._subscribed(event):
-                if self._toggled_off(plugin, event, record):
+                if record.toggled_off(plugin.plugin_id):
                     continue
-                answer = await self._adjust_by(plugin, event, pod, subject, adjustments, record)
+                answer = await self.call.adjust_by(plugin, event, pod, subject, adjustments, record)
                 if answer is not None:
                     asked.append(answer)
         except HookFailed as failure:
-            record.finish(self.stats, adjustments.container, f"not sent: {failure.plugin.name} failed "
-                          f"({failure.code.name}); the call fails")
+            record.finish(adjustments.container, self.steps.failed_result(failure))
             raise
-        record.finish(self.stats, adjustments.container, SENT, written_back=True)
+        record.finish(adjustments.container, SENT, written_back=True)
         for request in asked:
-            await self._carry_out(request, subject.container_id)
+            await self.results.carry_out(request, subject.container_id)
         subject.edits = adjustments.edits
         return adjustments.container
-
-    async def _adjust_by(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, subject: Subject,
-                         adjustments: Adjustments, record: EventRecord) -> _Asked | None:
-        """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
-        of other containers. Raises HookFailed for an answer that fails the call."""
-        shadow = self.in_shadow(plugin)
-        # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
-        # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
-        folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
-        before = hooks.ContainerResourceHookRequest()
-        before.CopyFrom(folded.container)
-        container = convert.event_container(event, subject, before, folded.edits)
-        edits_before = folded.edits
-        started = time.monotonic()
-        failure: tuple[grpc.StatusCode, str, str] | None = None
-        try:
-            asked = await self._ask(plugin, event, pod, container, subject, folded)
-        except PluginDetached as error:
-            seconds = time.monotonic() - started
-            record.failed(plugin.plugin_id, seconds, shadow, *self._record(plugin, event, seconds, error))
-            self._drop(plugin)
-            return None
-        except TtrpcError as error:
-            failure = (grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}", "")
-            caught: Exception = error
-        except AdjustmentError as error:
-            code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
-                grpc.StatusCode.FAILED_PRECONDITION
-            failure, caught = (code, str(error), error.field), error
-        else:
-            problem = answer_problem(before, folded.as_answer())
-            if problem is not None:
-                failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
-                caught = ValueError(f"invalid answer: {problem}")
-        seconds = time.monotonic() - started
-        if failure is not None:
-            record.failed(plugin.plugin_id, seconds, shadow, *self._record(plugin, event, seconds, caught))
-            if shadow:
-                log.warning("NRI plugin %s (in shadow: the call is unaffected) failed %s: %s", plugin.plugin_id,
-                            event, failure[1])
-                return None
-            raise self._failed(event, plugin, *failure)
-        self._record(plugin, event, seconds, None)
-        record.ok(plugin.plugin_id, seconds, shadow, edit_changes(edits_before, folded.edits, shadow)
-                  + asked_of_others(asked.updates, asked.evictions, shadow))
-        if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
-            after = hooks.ContainerResourceHookRequest()
-            after.CopyFrom(folded.container)
-            record.changed(before, after, shadow)
-        if shadow:
-            self._count_shadowed(plugin.plugin_id, asked.evictions)
-            return None
-        return asked
-
-    async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,
-                   subject: Subject, adjustments: Adjustments) -> _Asked:
-        """One plugin's answer folded in; returns its updates of other containers and its evictions."""
-        if event == extra.CREATE_CONTAINER:
-            created = await plugin.call("CreateContainer", nri.CreateContainerRequest(
-                pod=pod, container=container), nri.CreateContainerResponse)
-            adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
-            updates, evictions = list(created.update), list(created.evict)
-        else:
-            resources = convert.update_resources(adjustments.container.container_resources)
-            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=resources)
-            updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
-            updates, evictions = list(updated.update), list(updated.evict)
-        own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
-        for update in own:
-            adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")
-        return _Asked(plugin.plugin_id, [update for update in updates if update not in own], evictions)
-
-    def _failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
-                field: str = "") -> HookFailed:
-        failure = HookFailed(_POINTS[event], NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
-        log.warning("%s", failure)
-        return failure
-
-    # -- updates and evictions of other containers ------------------------------------------------
-
-    async def _carry_out(self, asked: _Asked, current: str) -> None:
-        """Evictions first, then updates (containerd's order after CreateContainer and UpdateContainer);
-        failures are logged, never fail the call (as containerd)."""
-        await self._evict_all(asked.plugin_id, asked.evictions, current, during_event=True)
-        await self._update_others(asked.plugin_id, asked.updates, current)
-
-    def _count_shadowed(self, plugin_id: str, evictions: list[nri.ContainerEviction]) -> None:
-        if not evictions:
-            return
-        self.stats.evicted(plugin_id, "shadow", len(evictions))
-        log.warning("NRI plugin %s (in shadow) asked to evict %d containers (%s; the first because: %s): not carried "
-                    "out", plugin_id, len(evictions), some_ids([e.container_id for e in evictions]),
-                    shown_reason(evictions[0]))
-
-    async def _evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str,
-                         during_event: bool) -> None:
-        """Containers the proxy does not know are no error (containerd) and take one log line, however many.
-        During an event the plugins hear of each stop inside it; asked in a plugin's own
-        UpdateContainers, they hear of it after the answer, as a new event: that plugin may be waiting for the
-        answer while an event holds the lock (the deadlock containerd/nri fixed in v0.12.1)."""
-        unknown = [eviction.container_id for eviction in evictions
-                   if not await self._evict(plugin_id, eviction, current, during_event)]
-        if unknown:
-            log.warning("NRI plugin %s asked to evict %d containers the proxy does not know (%s): nothing done",
-                        plugin_id, len(unknown), some_ids(unknown))
-
-    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str,
-                     during_event: bool) -> bool:
-        """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
-        the kubelet then sees it exited and acts by the pod's restart policy. False: the proxy does not know it."""
-        container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
-        if self.store.container(container_id) is None:
-            self.stats.evicted(plugin_id, "unknown")
-            return False
-        if self.evictor is None:
-            log.warning("NRI plugin %s asked to evict container %s (%s): this frontend cannot stop containers",
-                        plugin_id, shown, reason)
-            self.stats.evicted(plugin_id, "failed")
-            return True
-        try:
-            await self.evictor(container_id)
-        except (OSError, RuntimeError) as error:
-            log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, shown, reason,
-                        error)
-            self.stats.evicted(plugin_id, "failed")
-            return True
-        log.warning("NRI plugin %s evicted container %s (asked during %s): %s; stopped with timeout 0",
-                    plugin_id, shown, current or "an UpdateContainers of its own", reason,
-                    extra={"plugin": plugin_id})
-        self.stats.evicted(plugin_id, OK)
-        if during_event:
-            await self._notify_stopped(container_id)
-        else:
-            self._watch(self._notify_stopped(container_id), f"nri-evicted-{shown}")
-        return True
-
-    async def _notify_stopped(self, container_id: str) -> None:
-        """containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
-        container held): so do they here. The proxy's stop bypasses the hook points: this is its event."""
-        record = self.store.container(container_id)
-        if record is None:
-            return
-        pod = self.store.pod(record.pod_id)
-        if self.wants(extra.STOP_CONTAINER) and not (pod is not None and pod.skip_hooks):
-            await self.notify(extra.STOP_CONTAINER, Subject(record.pod_id, pod.info if pod is not None else None,
-                                                            container_id, record.info, model=record, pod_model=pod))
-        self.store.container_stopped(container_id)  # after the event: told as it was before the stop (containerd)
-
-    async def _update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:
-        failed = [update.container_id for update in await self._apply_updates(plugin_id, updates)
-                  if not update.ignore_failure]
-        if failed:
-            log.warning("NRI plugin %s: %d updates of other containers (asked during %s) failed (%s)", plugin_id,
-                        len(failed), current or "synchronization", some_ids(failed))
-
-    async def _apply_updates(self, plugin_id: str, updates: list[nri.ContainerUpdate]) -> list[nri.ContainerUpdate]:
-        """The updates carried out; returns those that failed. What cannot be done at all (no updater, containers
-        the proxy does not know) takes one log line, however many a plugin named: not one per ID on the loop."""
-        if not updates:
-            return []
-        if self.updater is None:
-            log.warning("NRI plugin %s: cannot update %d containers (%s): this frontend takes no updates", plugin_id,
-                        len(updates), some_ids([update.container_id for update in updates]))
-            return list(updates)
-        failed: list[nri.ContainerUpdate] = []
-        unknown: list[str] = []
-        for update in updates:
-            record = self.store.container(update.container_id)
-            if record is None:
-                unknown.append(update.container_id)
-                failed.append(update)
-                continue
-            adjustments = Adjustments(record.info)
-            try:
-                adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
-                changes = changed_resources(record.info.container_resources,
-                                            adjustments.container.container_resources, with_hugepages=True)
-                await self.updater(update.container_id, changes)
-            except (AdjustmentError, OSError, RuntimeError) as error:
-                log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,
-                            shown_id(update.container_id), error)
-                failed.append(update)
-                continue
-            self.store.update_container(update.container_id, changes, {})
-        if unknown:
-            log.warning("NRI plugin %s: cannot update %d containers the proxy does not know (%s)", plugin_id,
-                        len(unknown), some_ids(unknown))
-        return failed
 
     async def _unsolicited_update(self, plugin: PluginSession,
                                   request: nri.UpdateContainersRequest) -> nri.UpdateContainersResponse:
@@ -659,8 +391,8 @@ class NriHost:
             if updates:
                 log.warning("NRI plugin %s (in shadow) asked to update %d containers: not carried out",
                             plugin.plugin_id, len(updates))
-            self._count_shadowed(plugin.plugin_id, evictions)
+            self.results.count_shadowed(plugin.plugin_id, evictions)
             return nri.UpdateContainersResponse(failed=updates)
-        await self._evict_all(plugin.plugin_id, evictions, "", during_event=False)
-        failed = await self._apply_updates(plugin.plugin_id, updates)
+        await self.results.evict_all(plugin.plugin_id, evictions, "", during_event=False)
+        failed = await self.results.apply_updates(plugin.plugin_id, updates)
         return nri.UpdateContainersResponse(failed=failed)

@@ -214,7 +214,7 @@ class PluginSession:
             # The plugin's own text: bounded and escaped before stats, the trace, logs or the kubelet see it.
             raise TtrpcError(error.code, printable(error.message)) from None
 
-    async def notify(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
+    async def notify(self, event: nri.Event, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
         """Delivers a notification event (one of NOTIFICATIONS) if the plugin subscribed to it: by its own method,
         or as StateChange to a plugin older than those methods."""
         if not self.subscribed(event):
@@ -312,7 +312,10 @@ def _sync_parts(pods: list[nri.PodSandbox],
         if size + cost > limit and (current[0] or current[1]):
             parts.append(current)
             current, size = ([], []), 0
-        (current[0] if isinstance(obj, nri.PodSandbox) else current[1]).append(obj)
+        if isinstance(obj, nri.PodSandbox):
+            current[0].append(obj)
+        else:
+            current[1].append(obj)
         size += cost
     parts.append(current)
     return parts

@@ -14,7 +14,7 @@ from hookkit import ScriptedPlugin, refresh_on_loop, register
 from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.hooks import HOOK_FAILED_STATUS, DockerHooks
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
-from runtimeproxy.docker.recovery import DockerRecords
+from runtimeproxy.docker.runtime import DockerRuntime
 from runtimeproxy.docker.routes import hooked_route
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.store import PodRecord
@@ -34,7 +34,7 @@ class Bench:
         options = ProxyOptions(listen_path=base / "rp.sock", runtime_path=base / "absent-dockerd.sock",
                                backend_mode="Docker", hook_config_dir=base / "hookserver.d")
         self.service = HookService(options)
-        self.hooks = DockerHooks(self.service, DockerRecords(EngineClient(options.runtime_path)))
+        self.hooks = DockerHooks(self.service, DockerRuntime(EngineClient(options.runtime_path)))
         self.plugins: list[ScriptedPlugin] = []
 
     def plugin(self, plugin: ScriptedPlugin, hooks_: tuple[str, ...], policy: str = "Ignore") -> ScriptedPlugin:
@@ -176,11 +176,19 @@ class Dockerd:
 
 
 def test_the_store_rebuild_from_dockerd_never_overwrites_what_a_call_recorded(docker_bench: Bench) -> None:
-    """As in CRI mode (Docker mode used to overwrite): a record put by a live call is at least as new."""
-    store = docker_bench.service.store
+    """As in CRI mode (Docker mode used to overwrite): a record put by a live call is at least as new. The hook
+    service runs the rebuild itself and says when it is over (`rebuilt`)."""
+    service = docker_bench.service
+    store = service.store
     store.put_pod("s-1", PodRecord(hooks.PodSandboxHookRequest(cgroup_parent="/kubepods/new")))
-    records = DockerRecords(Dockerd())  # type: ignore[arg-type]
-    docker_bench.loop.run(docker_bench.hooks.points.rebuild_store(records))
+    service.use_runtime(DockerRuntime(Dockerd()))  # type: ignore[arg-type]
+
+    async def rebuild() -> None:
+        service.start_rebuild()
+        await service.store_rebuilt()
+        assert service.rebuilt.is_set()
+
+    docker_bench.loop.run(rebuild())
     pod, container = store.pod("s-1"), store.container("c-1")
     assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
     assert container is not None and container.pod_id == "s-1" and dict(container.info.container_envs) == {"A": "1"}

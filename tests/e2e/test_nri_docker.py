@@ -224,7 +224,7 @@ def test_a_plugin_failing_run_pod_sandbox_has_the_sandbox_container_removed(lab:
     before = lab.dockerd.docker("ps", "-aq", "--no-trunc").stdout.split()
     with pytest.raises(ReplayError) as failed:
         lab.run_pod()
-    assert failed.value.exchange.status == 500 and "NRI RunPodSandbox hook of plugin 10-gate" in str(failed.value)
+    assert failed.value.exchange.status == 500 and "NRI plugin 10-gate" in str(failed.value)
     assert lab.dockerd.docker("ps", "-aq", "--no-trunc").stdout.split() == before  # cri-dockerd's create failed
 
 

@@ -1,10 +1,10 @@
 """hooks.points and hooks.rebuild driven directly: each hook point's flow with in-process plugins and a backend
-in miniature (a RecordSource of dicts), neither a gRPC server in front nor HTTP. The rules here are the ones
+in miniature (a hooks.runtime.Runtime of dicts), neither a gRPC server in front nor HTTP. The rules here are the ones
 both frontends share, so where CRI and Docker mode once disagreed, this is where the choice is pinned."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import pytest
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
@@ -29,12 +30,16 @@ SKIP = SkipRule("skip-hooks", "true")
 
 @dataclass
 class Backend:
-    """A RecordSource / BackendState of dicts that counts its reads."""
+    """A hooks.runtime.Runtime of dicts that counts its reads (and the sandboxes it was asked to remove)."""
 
     pods: dict[str, hooks.PodSandboxHookRequest] = field(default_factory=dict)
     containers: dict[str, ContainerRecord] = field(default_factory=dict)
     reads: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
     name: str = "the backend"
+
+    async def remove_sandbox(self, pod_id: str) -> None:
+        self.removed.append(pod_id)
 
     async def list_objects(self) -> Listing:
         return Listing(list(self.pods), {cid: record.pod_id for cid, record in self.containers.items()})
@@ -56,6 +61,9 @@ class Core:
     store: Store = field(default_factory=Store)
     skip: SkipRule = field(default_factory=lambda: SKIP)
     extra: ExtraPlugins = NO_EXTRA_PLUGINS
+
+    def use_runtime(self, runtime: Backend, pod_labels: Mapping[str, str] | None = None) -> HookContext:
+        return HookContext(self.store, runtime, self.skip, pod_labels)  # type: ignore[arg-type]
 
 
 class Points:

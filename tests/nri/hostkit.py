@@ -10,13 +10,20 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.context import HookContext, tell_extra
 from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.runtime import PluginAsks, Runtime
+from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.nri.host import NriHost
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
+from hookkit import StubRuntime
 from nrikit import NriPlugin
+
+__all__ = ["StubRuntime"]  # hookkit's, for the NRI tests
 
 Handler = Callable[[NriPlugin, Message], Awaitable[Message]]
 
@@ -58,16 +65,31 @@ def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
 
 
 @asynccontextmanager
-async def host_on(path: Path, store: Store | None = None, **options: object) -> AsyncIterator[NriHost]:
-    host = NriHost(path, store or Store(), **options)  # type: ignore[arg-type]
+async def host_on(path: Path, store: Store | None = None, runtime: Runtime | None = None,
+                  **options: object) -> AsyncIterator[NriHost]:
+    """A host on `path`; the core's door to `store` and `runtime`, with the core's flow telling the host of the
+    stops its evictions cause (as hooks.service wires it)."""
+    store = store if store is not None else Store()
+    asks = PluginAsks(store, runtime)
+    host = NriHost(path, asks, **options)  # type: ignore[arg-type]
+    context = HookContext(store, runtime or StubRuntime(), SkipRule("", ""))
+    asks.stopped = lambda container_id: tell_extra(context, host, extra.STOP_CONTAINER, container_id=container_id)
     await host.start()
     try:
         yield host
     finally:
         await host.stop()
+        _ATTACHED.clear()
+
+
+# The kits attached in the running scenario, held for the host's life: a test often passes a kit straight to
+# `attached` and keeps no reference, and the garbage collector finalizing its StreamWriter closes the connection
+# (asyncio does since Python 3.11.5): the plugin then dropped off mid-scenario whenever a collection ran.
+_ATTACHED: list[NriPlugin] = []
 
 
 async def attached(host: NriHost, *plugins: NriPlugin) -> None:
+    _ATTACHED.extend(plugins)
     for each in plugins:
         await each.connect(host.socket_path)
     await registered(host, *plugins)

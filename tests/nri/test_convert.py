@@ -59,12 +59,10 @@ def test_a_subject_without_a_model_shows_its_hook_request() -> None:
     assert (message.pod_sandbox_id, message.name) == ("pod-1", "app")
 
 
-def test_synchronize_lists_every_pod_and_the_containers_not_stopped_none_of_a_skipped_pod() -> None:
-    pods = [("pod-1", PodRecord(pod_info())), ("pod-skip", PodRecord(pod_info("s"), skip_hooks=True)),
-            ("pod-stopped", PodRecord(pod_info("n"), ready=False))]
+def test_synchronize_lists_every_pod_and_the_containers_not_stopped() -> None:
+    pods = [("pod-1", PodRecord(pod_info())), ("pod-stopped", PodRecord(pod_info("n"), ready=False))]
     containers = [("running", model()), ("created", model(ContainerState.CREATED)),
-                  ("stopped", model(ContainerState.STOPPED)), ("skipped", model(pod_id="pod-skip")),
-                  ("orphan", model(pod_id="pod-gone"))]
+                  ("stopped", model(ContainerState.STOPPED)), ("orphan", model(pod_id="pod-gone"))]
     shown_pods, shown_containers = convert.synchronized(pods, containers)
     assert [pod.id for pod in shown_pods] == ["pod-1", "pod-stopped"]  # containerd lists NOTREADY pods too
     assert [(c.id, c.state) for c in shown_containers] == [

@@ -14,6 +14,7 @@ from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, Device
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, Store
+from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecorder
 from runtimeproxy.nri.explain import edit_changes
 from runtimeproxy.nri.session import event_mask
@@ -21,7 +22,7 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info, run
+from hostkit import adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info, run, StubRuntime
 from nrikit import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -100,8 +101,7 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
         return nri.Empty()
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, trace=recorder) as host:
-            host.updater = updater
+        async with host_on(socket_path, store, StubRuntime(updater), trace=recorder) as host:
             await attached(host, plugin("post", "10", event_mask(nri.POST_START_CONTAINER, nri.STOP_CONTAINER,
                                                                  nri.STOP_POD_SANDBOX),
                                         PostStartContainer=(nri.PostStartContainerRequest, failing),
@@ -140,8 +140,9 @@ def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_pa
                                            evict=[nri.ContainerEviction(container_id="ctr-other", reason="mine")])
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, trace=recorder, shadowed=lambda name: name == "nri:20-next") as host:
-            host.updater, host.evictor = updater, evictor
+        toggles = Toggles(None)
+        toggles.set_shadow("nri:20-next", True, configured_shadow=False)
+        async with host_on(socket_path, store, StubRuntime(updater, evictor), trace=recorder, toggles=toggles) as host:
             live = plugin("live", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(shares_to(1024))))
             trial = plugin("next", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, greedy))
             await attached(host, live, trial)
@@ -170,7 +171,9 @@ def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> Non
         raise TtrpcError(Code.INVALID_ARGUMENT, "no")
 
     async def scenario() -> None:
-        async with host_on(socket_path, shadowed=lambda name: True) as host:
+        toggles = Toggles(None)
+        toggles.set_shadow("nri:10-trial", True, configured_shadow=False)
+        async with host_on(socket_path, toggles=toggles) as host:
             await attached(host, plugin("trial", "10", event_mask(nri.CREATE_CONTAINER, nri.RUN_POD_SANDBOX),
                                         CreateContainer=(nri.CreateContainerRequest, refuse),
                                         RunPodSandbox=(nri.RunPodSandboxRequest, refuse)))

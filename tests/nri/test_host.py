@@ -26,7 +26,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from hostkit import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
-                     pod_info, run)
+                     pod_info, run, StubRuntime)
 from nrikit import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -194,8 +194,7 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
         return nri.StopContainerResponse(update=[cpu_update("ctr-other", 2048)])
 
     async def scenario() -> None:
-        async with host_on(socket_path, store) as host:
-            host.updater = updater
+        async with host_on(socket_path, store, StubRuntime(updater)) as host:
             starts = plugin("starts", "10", event_mask(nri.START_CONTAINER),
                             StartContainer=(nri.StartContainerRequest, _empty))
             stops = plugin("stops", "20", event_mask(nri.STOP_CONTAINER),
@@ -286,8 +285,7 @@ def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_count
                                                   eviction("ctr-unknown")])
 
     async def scenario() -> None:
-        async with host_on(socket_path, store) as host:
-            host.evictor = evictor
+        async with host_on(socket_path, store, StubRuntime(evict=evictor)) as host:
             kit = plugin("evicts", "10", event_mask(nri.CREATE_CONTAINER, nri.STOP_CONTAINER),
                          CreateContainer=(nri.CreateContainerRequest, evicting),
                          StopContainer=(nri.StopContainerRequest, _stopped))
@@ -342,6 +340,10 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
                     await host.notify(event, subject)
                 assert failed.value.point.name == point and failed.value.code is grpc.StatusCode.UNKNOWN
                 assert "10-refuser" in str(failed.value) and "no room on this node" in str(failed.value)
+                # NRI has no failure policy: the kubelet is told in NRI's terms (hooks.kinds' NRI row)
+                assert f"NRI plugin 10-refuser (unix://{socket_path}) failed {event}, which fails the call as " \
+                       "containerd's NRI does" in str(failed.value)
+                assert "failure-policy" not in str(failed.value)
             assert after.requests("RunPodSandbox") == []  # the first error ends the event, as NRI's adaptation
             await host.notify(extra.POST_START_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", container_info()))
             assert host.stats.of("10-refuser", extra.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
@@ -370,9 +372,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         sent.append(container_id)
 
     async def scenario() -> None:
-        async with host_on(socket_path, store, allows=toggles.allows, off_reason=toggles.reason_for,
-                           trace=recorder) as host:
-            host.updater = updater
+        async with host_on(socket_path, store, StubRuntime(updater), toggles=toggles, trace=recorder) as host:
             await attached(host, first, second)
             toggles.disable("nri:10-a", frozenset({extra.CREATE_CONTAINER}), "cpuset bug")
             result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
@@ -411,8 +411,7 @@ def test_an_update_naming_100000_unknown_containers_takes_one_log_line_each_way(
         raise AssertionError("no known container was named")
 
     async def scenario() -> None:
-        async with host_on(socket_path) as host:
-            host.updater = updater
+        async with host_on(socket_path, runtime=StubRuntime(updater)) as host:
             kit = plugin("flood", "10", event_mask(nri.STOP_CONTAINER), StopContainer=(nri.StopContainerRequest,
                                                                                        _stopped))
             await attached(host, kit)
@@ -422,7 +421,7 @@ def test_an_update_naming_100000_unknown_containers_takes_one_log_line_each_way(
             assert len(answer.failed) == len(unknown)
             assert host.stats.evictions == {("10-flood", "unknown"): len(unknown)}
     run(scenario())
-    lines = [record.getMessage() for record in caplog.records if record.name == "runtimeproxy.nri.host"]
+    lines = [record.getMessage() for record in caplog.records if record.name.startswith("runtimeproxy.nri.")]
     assert lines == [
         "NRI plugin 10-flood asked to evict 100000 containers the proxy does not know (g0, g1, g2 and 99997 more): "
         "nothing done",

@@ -18,6 +18,7 @@ import pytest
 from machinekit import NOBODY, connect_as, traversable_directory
 from runtimeproxy.listener import SocketInUseError, UnsafeSocketPath, lock_path_for, restrictive_umask
 from runtimeproxy.nri.host import NriHost
+from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
 
 from hostkit import host_on, run
@@ -49,7 +50,7 @@ def test_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
     directory.mkdir()
     directory.chmod(0o777)  # the CRI socket is refused here too
     with pytest.raises(UnsafeSocketPath, match=r"writable by group or others \(mode 0777\)"):
-        run(NriHost(directory / "nri.sock", Store()).start())
+        run(NriHost(directory / "nri.sock", PluginAsks(Store())).start())
     assert not (directory / "nri.sock").exists()
 
 
@@ -58,7 +59,7 @@ def test_a_socket_held_by_a_live_server_is_refused_and_a_stale_one_is_taken(sock
     live.bind(str(socket_path))
     live.listen()
     with pytest.raises(SocketInUseError, match=r"NRI socket: .* \(a containerd with NRI enabled"):
-        run(NriHost(socket_path, Store()).start())
+        run(NriHost(socket_path, PluginAsks(Store())).start())
     assert socket_path.exists()
     live.close()  # the file stays, nobody listens
 

@@ -16,6 +16,7 @@ import pytest
 
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.nri.host import NriHost
 from runtimeproxy.nri.launch import discover, parse_file_name
@@ -91,7 +92,8 @@ def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_wi
     (base / "conf.d" / "launched.conf").write_text(json.dumps({"env": {"LAUNCHED": "yes"}, "record": str(record)}))
 
     async def scenario() -> None:
-        host = NriHost(base / "nri.sock", Store(), plugin_dir=base / "plugins", plugin_config_dir=base / "conf.d")
+        host = NriHost(base / "nri.sock", PluginAsks(Store()), plugin_dir=base / "plugins",
+                       plugin_config_dir=base / "conf.d")
         await host.start()
         try:
             while not host.plugins:
@@ -122,7 +124,8 @@ def test_a_launched_plugin_that_forks_and_exits_takes_its_connection_and_its_chi
     plugin_file(base / "plugins" / "10-forking", forks=True)
 
     async def scenario() -> None:
-        host = NriHost(base / "nri.sock", Store(), plugin_dir=base / "plugins", plugin_config_dir=base / "conf.d")
+        host = NriHost(base / "nri.sock", PluginAsks(Store()), plugin_dir=base / "plugins",
+                       plugin_config_dir=base / "conf.d")
         await host.start()
         try:
             (process,) = host.launched

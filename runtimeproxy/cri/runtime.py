@@ -1,0 +1,66 @@
+"""The CRI frontend's `hooks.runtime.Runtime`: everything the hook core asks of containerd (or another CRI runtime).
+
+The loaders and the lister for the store's rebuild and its fills on a miss are cri.recovery's (verbose status
+calls); the image's entrypoint and command cri.images'; the proxy's own calls (an NRI plugin's update or
+eviction of another container, the removal of a sandbox an NRI plugin failed) are here, sent on the runtime
+channel with their own timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from google.protobuf.message import Message
+
+from runtimeproxy.cri.backend import Backend
+from runtimeproxy.cri.images import ImageProcess
+from runtimeproxy.cri.messages import convert
+from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+log = logging.getLogger(__name__)
+
+OWN_CALL_TIMEOUT_SECONDS = 10.0  # a call the proxy itself sends (an NRI plugin's update or eviction)
+
+
+class CriRuntime(BackendRecords):
+    """The runtime and image channels of a CRI backend, as the hook core asks them."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend.runtime)
+        self.backend = backend
+        self._images = ImageProcess(backend.image)
+
+    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
+        return await self._images.entrypoint_and_cmd(image)
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers)."""
+        request = cri.UpdateContainerResourcesRequest(container_id=container_id,
+                                                      linux=convert(resources, cri.LinuxContainerResources))
+        await self._own_call("UpdateContainerResources", request)
+
+    async def evict_container(self, container_id: str) -> None:
+        """An NRI plugin's eviction: StopContainer with timeout 0, as containerd's EvictContainer."""
+        await self._own_call("StopContainer", cri.StopContainerRequest(container_id=container_id, timeout=0))
+
+    async def remove_sandbox(self, pod_id: str) -> None:
+        """Undo a RunPodSandbox an NRI plugin failed: StopPodSandbox, then RemovePodSandbox (containerd
+        cleans up the sandbox it was creating). Errors are logged: the kubelet gets the plugin's error."""
+        for method, request in (("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod_id)),
+                                ("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod_id))):
+            try:
+                await self._own_call(method, request)
+            except RuntimeError as error:
+                log.warning("cannot remove the sandbox %s an NRI plugin failed: %s", pod_id, error)
+                return
+
+    async def _own_call(self, method: str, request: Message) -> None:
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.backend.runtime.channel.unary_unary(
+            f"/runtime.v1.RuntimeService/{method}")
+        try:
+            await call(request.SerializeToString(), timeout=OWN_CALL_TIMEOUT_SECONDS)
+        except grpc.aio.AioRpcError as error:
+            raise RuntimeError(f"{method}: {error.code().name}: {error.details()}") from None

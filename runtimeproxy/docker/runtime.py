@@ -1,0 +1,43 @@
+"""Docker mode's `hooks.runtime.Runtime`: everything the hook core asks of dockerd.
+
+The loaders, the lister and the image's entrypoint and command are docker.recovery's (list and inspect calls);
+the proxy's own calls (an NRI plugin's update or eviction of another container, the removal of a sandbox an NRI
+plugin failed) are here.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from runtimeproxy.docker.engine import EngineError
+from runtimeproxy.docker.messages import BodyError, update_config
+from runtimeproxy.docker.recovery import DockerRecords
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+log = logging.getLogger(__name__)
+
+
+class DockerRuntime(DockerRecords):
+    """dockerd's engine API, as the hook core asks it."""
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        """The proxy's own update on dockerd (NRI plugins' updates of other containers): only the changed,
+        non-zero resources, as cri-dockerd's UpdateContainerResources sends them."""
+        try:
+            await self._engine.update(container_id, update_config(resources))
+        except (EngineError, BodyError) as error:
+            raise RuntimeError(str(error)) from None
+
+    async def evict_container(self, container_id: str) -> None:
+        """An NRI plugin's eviction: `POST /containers/{id}/stop?t=0`, as containerd's EvictContainer (timeout 0)."""
+        try:
+            await self._engine.stop(container_id, 0)
+        except EngineError as error:
+            raise RuntimeError(str(error)) from None
+
+    async def remove_sandbox(self, sandbox_id: str) -> None:
+        """Undo a sandbox create an NRI plugin failed (RunPodSandbox): `DELETE /containers/{id}?force=1`."""
+        try:
+            await self._engine.remove(sandbox_id)
+        except EngineError as error:
+            log.warning("cannot remove the sandbox %s an NRI plugin failed: %s", sandbox_id, error)

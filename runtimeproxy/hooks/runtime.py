@@ -1,0 +1,110 @@
+"""The runtime as the core sees it: one interface each frontend implements once, and the core's one door
+through which plugins change containers the call is not about.
+
+`Runtime` is everything the core asks of a frontend's backend (containerd through CRI, dockerd): list what runs
+and load one pod or container (the store's rebuild after a restart and its fills on a miss, hooks.context and
+hooks.rebuild), remove a sandbox a plugin failed, update or evict a container a plugin names, and an image's
+entrypoint and command (what NRI plugins see as the argv of a container created without one). Translation
+only: no hook policy.
+
+`PluginAsks` is what the core offers plugins of another kind (NRI; hooks.extra): the store's snapshot a
+plugin is synchronized with, and updates and evictions of other containers, carried out by the runtime and
+written to the store by the core (the store has one writer: the core). An eviction is a stop the plugins hear
+of (`stopped`: the core's own "tell the extra plugins" flow, hooks.service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+
+@dataclass
+class Listing:
+    """What the backend runs: pod IDs, and each container's pod ID ("" if unknown)."""
+
+    pod_ids: list[str] = field(default_factory=list)
+    containers: dict[str, str] = field(default_factory=dict)
+
+
+class Runtime(Protocol):
+    """What the core asks of a frontend's backend, one object per frontend."""
+
+    name: str  # how the log names the backend: "dockerd", "the backend"
+
+    async def list_objects(self) -> Listing:
+        """Every pod and container the backend has (raises when it cannot be asked)."""
+
+    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+        """The pod as the backend has it; None when it is unknown or cannot be read (logged)."""
+
+    async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
+        """The container as the backend has it (its container_* fields; the pod part is filled when a hook
+        runs); None when it is unknown or cannot be read (logged). `pod_id` is a hint from a list."""
+
+    async def remove_sandbox(self, pod_id: str) -> None:
+        """Undo a sandbox just created that a plugin failed (errors logged: the caller gets the plugin's)."""
+
+    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+        """The proxy's own update of a container's resources (only the changed, non-zero ones); raises
+        RuntimeError or OSError when the backend refuses it."""
+
+    async def evict_container(self, container_id: str) -> None:
+        """Stop the container at once (containerd's EvictContainer: a stop with timeout 0); raises as above."""
+
+    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
+        """The image's entrypoint and command; ([], []) when they cannot be read (logged)."""
+
+
+Snapshot = tuple[list[tuple[str, PodRecord]], list[tuple[str, ContainerRecord]]]
+
+
+class NoRuntime(RuntimeError):
+    """The frontend gave the core no runtime to carry out what a plugin asked."""
+
+
+class PluginAsks:
+    """Updates, evictions and the synchronization snapshot, as plugins of another kind ask them of the core."""
+
+    def __init__(self, store: Store, runtime: Runtime | None = None,
+                 stopped: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """`stopped`: tells the extra plugins a container stopped (the core's flow; none: nobody is told)."""
+        self.store = store
+        self.runtime = runtime
+        self.stopped = stopped
+
+    def snapshot(self) -> Snapshot:
+        """The pods and containers a plugin is synchronized with: none of a pod with the skip label (a
+        container whose pod the store no longer holds stays: the runtime may still run it)."""
+        pods, containers = self.store.snapshot()
+        skipped = {pod_id for pod_id, record in pods if record.skip_hooks}
+        return ([(pod_id, record) for pod_id, record in pods if pod_id not in skipped],
+                [(cid, record) for cid, record in containers if record.pod_id not in skipped])
+
+    def container(self, container_id: str) -> ContainerRecord | None:
+        return self.store.container(container_id)
+
+    async def update(self, container_id: str, changes: hooks.LinuxContainerResources) -> None:
+        """The runtime updates the container, then the store follows (raises NoRuntime, RuntimeError, OSError)."""
+        if self.runtime is None:
+            raise NoRuntime("this frontend takes no updates")
+        await self.runtime.update_container_resources(container_id, changes)
+        self.store.update_container(container_id, changes, {})
+
+    async def evict(self, container_id: str) -> None:
+        """The runtime stops the container at once (raises NoRuntime, RuntimeError, OSError); the plugins hear of
+        the stop from `tell_stopped`, which the caller awaits where the stop is to be heard."""
+        if self.runtime is None:
+            raise NoRuntime("this frontend cannot stop containers")
+        await self.runtime.evict_container(container_id)
+
+    async def tell_stopped(self, container_id: str) -> None:
+        """The plugins hear of an eviction's stop; the store records it after (told as it was before the stop,
+        as containerd tells it)."""
+        if self.stopped is not None:
+            await self.stopped(container_id)
+        self.store.container_stopped(container_id)

@@ -1,0 +1,174 @@
+"""One chain step, the same for every plugin kind (hooks.kinds): toggle, shadow, timing, statistics, trace, failure.
+
+The hook dispatcher (hooks.dispatcher) and the NRI registry (runtimeproxy.nri) call their plugins in their own
+protocol, then hand each call's outcome here; what differs per kind comes from its row in hooks.kinds, never
+from a branch on the kind:
+
+- toggled off: `toggled_off` asks the node's toggles under the kind's toggle name (`koordlet.json`,
+  `nri:10-name`) and, traced, shows the plugin `skipped: toggled off` with the toggle's reason;
+- shadow: `in_shadow` is the operator's word (`runtimeproxyctl shadow NAME`) over the plugin's own setting;
+- timing and statistics: `started()` then `ok` or `failed` record the latency and the outcome (keyed by the
+  plugin's own name and the scope: a hook, or an NRI event) and the trace step (under the toggle name);
+- failure: `fails_call` applies the kind's failure rule, `failure` builds the one `HookFailed` the frontends turn
+  into their error, worded in the kind's terms;
+- end of the chain: `finish` counts the shadows' outcomes, applies the ownership rule to collisions (counted
+  and logged when the later plugin wins; a kind whose conflicts fail the call failed it while folding) and
+  keeps the entry in the pod's trace.
+
+Validation (hooks.validate) is called by each protocol on its folded answer, since only it knows how an answer
+folds; its refusal is a `failed(..., refused=True)` step here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.kinds import Ownership, PluginKind
+from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.toggles import Toggles
+from runtimeproxy.hooks.trace import (
+    FAILED, OK as STEP_OK, REFUSED, SKIPPED_TOGGLE, Collision, TraceRecorder, field_family, pod_key,
+)
+from runtimeproxy.hooks.validate import printable
+
+log = logging.getLogger(__name__)
+
+
+class PluginRef(Protocol):
+    """What a failure names of a plugin, of any kind."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def endpoint(self) -> Path: ...
+
+
+class PointRef(Protocol):
+    """What a failure names of the call: a hook point, or an NRI event as the trace shows it."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class HookFailed(Exception):
+    """A plugin failed a call its kind's failure rule fails: the frontend fails the call (the core's one failure)."""
+
+    def __init__(self, point: PointRef, plugin: PluginRef, code: grpc.StatusCode, details: str,
+                 field: str = "", text: str = "") -> None:
+        """`text`: the kind's wording (KindSteps.failure); without it, a hook plugin's under failure-policy Fail."""
+        self.point = point
+        self.plugin = plugin
+        self.code = code
+        self.details = details = printable(details)  # the CRI status message the kubelet gets and logs
+        self.field = field  # the answer's offending field, when the answer was invalid
+        super().__init__(text or f"runtimeproxy: {point.name} hook of plugin {plugin.name} "
+                                 f"(unix://{plugin.endpoint}) failed with failure-policy Fail: {code.name}: {details}")
+
+
+class StepToggles(Protocol):
+    """What a step asks of the node's toggles (hooks.toggles.Toggles)."""
+
+    def allows(self, plugin: str, hook: str) -> bool: ...
+
+    def reason_for(self, plugin: str, hook: str | None = None) -> str: ...
+
+    def shadow_override(self, plugin: str) -> bool | None: ...
+
+
+class KindSteps:
+    """The chain steps of one plugin kind: its statistics, the node's toggles and the pod trace it records into."""
+
+    def __init__(self, kind: PluginKind, toggles: StepToggles | None = None, trace: TraceRecorder | None = None,
+                 stats: HookStats | None = None) -> None:
+        self.kind = kind
+        self.toggles: StepToggles = toggles if toggles is not None else Toggles(None)
+        self.trace = trace if trace is not None else TraceRecorder()
+        self.stats = stats if stats is not None else HookStats()
+        self._collisions_logged: set[tuple[str, str, str, str]] = set()
+
+    def record(self, scope: str, request: Message, traced: bool = True) -> ChainRecord:
+        return ChainRecord(self.kind.trace_hook(scope), request, traced and self.trace.enabled)
+
+    def allows(self, plugin: str, scope: str) -> bool:
+        return self.toggles.allows(self.kind.toggle_name(plugin), scope)
+
+    def toggled_off(self, record: ChainRecord, plugin: str, scope: str) -> bool:
+        """Off by the node's toggles: not called, and (traced) shown skipped with the toggle's reason."""
+        name = self.kind.toggle_name(plugin)
+        if self.toggles.allows(name, scope):
+            return False
+        if record.traced:
+            record.step(name, SKIPPED_TOGGLE, details=self.toggles.reason_for(name, scope))
+        return True
+
+    def in_shadow(self, plugin: str, configured: bool = False) -> bool:
+        """On trial: the operator's `shadow`/`unshadow` over the plugin's own setting (a hook config's key)."""
+        override = self.toggles.shadow_override(self.kind.toggle_name(plugin))
+        return configured if override is None else override
+
+    @staticmethod
+    def started() -> float:
+        return time.perf_counter()
+
+    def ok(self, record: ChainRecord, plugin: str, scope: str, started: float, shadow: bool,
+           details: str = "") -> float:
+        seconds = time.perf_counter() - started
+        self.stats.record(plugin, scope, OK, seconds)
+        record.step(self.kind.toggle_name(plugin), STEP_OK, seconds, shadow, details=details)
+        return seconds
+
+    def failed(self, record: ChainRecord, plugin: str, scope: str, started: float, shadow: bool, outcome: str,
+               details: str, refused: bool = False) -> float:
+        """`outcome`: a gRPC code's name, an NRI code's, or the kind's own word ("detached", "conflict", ...)."""
+        seconds = time.perf_counter() - started
+        self.stats.record(plugin, scope, outcome, seconds, details)
+        record.step(self.kind.toggle_name(plugin), REFUSED if refused else FAILED, seconds, shadow, outcome, details)
+        return seconds
+
+    def fails_call(self, scope: str, shadow: bool, pre_hook: bool = True, policy_fails: bool = True) -> bool:
+        """A failure of this call fails the call (never in shadow); the kind's failure rule says when."""
+        return not shadow and self.kind.error_fails_call(scope, pre_hook, policy_fails)
+
+    def failure(self, point: PointRef, scope: str, plugin: PluginRef, code: grpc.StatusCode, details: str,
+                field: str = "") -> HookFailed:
+        text = self.kind.failure_text(point.name, scope, plugin.name, str(plugin.endpoint), code.name,
+                                      printable(details))
+        return HookFailed(point, plugin, code, details, field, text)
+
+    def failed_result(self, failure: HookFailed) -> str:
+        """The trace's result of a chain a failure ended."""
+        return f"not sent: {failure.plugin.name} failed{self.kind.fails_clause()} ({failure.code.name}); the call fails"
+
+    def finish(self, record: ChainRecord, scope: str, final: Message, result: str, written_back: bool) -> None:
+        """Shadows' outcomes counted, collisions by the ownership rule, the run kept in the pod's trace."""
+        later_wins = self.kind.ownership is Ownership.LATER_WINS
+        collisions = record.collisions() if later_wins or record.traced else []  # else: a conflict failed the fold
+        if later_wins:
+            for collision in collisions:
+                self._collided(scope, collision)
+        if record.has_shadows:
+            for outcome in record.shadow_outcomes(final):
+                plugin = outcome.plugin.removeprefix(self.kind.prefix)
+                self.stats.shadowed(plugin, scope, outcome.changed, bool(outcome.disagreements))
+        if record.traced:
+            who = pod_key(record.original)
+            self.trace.record(who, record.entry(who.target, final, collisions, result, written_back))
+
+    def _collided(self, scope: str, collision: Collision) -> None:
+        """Counted every time; logged at warning the first time per scope, plugin pair and field."""
+        earlier, later, field = collision.earlier_plugin, collision.later_plugin, collision.field
+        key = (scope, earlier, later, field_family(field))
+        self.stats.collided(*key)
+        level = logging.DEBUG if key in self._collisions_logged else logging.WARNING
+        self._collisions_logged.add(key)
+        log.log(level, "plugins %s and %s both set %s on %s; %s's value stands (the later plugin in file-name order "
+                "wins; see runtimeproxyctl trace)", earlier, later, field, scope, later,
+                extra={"plugin": later, "hook": scope, "field": field, "overridden_plugin": earlier})

@@ -1,0 +1,152 @@
+"""One NRI plugin's call of an event whose answer changes the call (CreateContainer, UpdateContainer), as one step
+of the core's chain (hooks.step, NRI's row of hooks.kinds).
+
+containerd/nri's plugin.go owns one plugin's connection (here nri.session); this is what the host makes of one
+call: the container as the plugins before it left it, the request, the answer folded into the adjustments
+(nri.adjust: what is applied, what is refused, NRI's conflict rule) or, in shadow, into a private copy, checked
+by the rules a hook plugin's answer is checked by (hooks.validate), timed, counted and traced; what the answer asks
+of other containers is returned for the host to carry out (nri.result). A timeout or a broken connection detaches
+the plugin (`drop`) and the call goes on; an error, a conflict, a refused field or an invalid answer fails it
+(HookFailed, worded as NRI's failure by hooks.kinds).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from runtimeproxy.hooks import extra
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.kinds import NRI
+from runtimeproxy.hooks.step import HookFailed, KindSteps
+from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.nri import convert
+from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
+from runtimeproxy.nri.explain import EventRecord, asked_of_others, edit_changes
+from runtimeproxy.nri.result import Asked, Results
+from runtimeproxy.nri.session import PluginDetached, PluginSession
+from runtimeproxy.nri.ttrpc import Code, TtrpcError
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NriPluginRef:
+    """An NRI plugin as a failure names it (hooks.step.PluginRef)."""
+
+    name: str
+    endpoint: Path
+
+
+@dataclass(frozen=True)
+class NriEventRef:
+    """An NRI event as a failure names it (hooks.step.PointRef): "NRI CreateContainer", as the trace does."""
+
+    name: str
+
+
+def failure_outcome(error: BaseException) -> tuple[str, str]:
+    """A failed call's outcome as the statistics and the trace count it: "detached", the code the plugin
+    answered, or "conflict", "refused" (a field the request cannot carry), "invalid" (the answer fails
+    validation); and its message."""
+    if isinstance(error, PluginDetached):
+        outcome, message = "detached", error.message
+    elif isinstance(error, TtrpcError):
+        outcome, message = Code(error.code).name, error.message
+    else:
+        outcome = "conflict" if isinstance(error, AdjustmentConflict) else \
+            "refused" if isinstance(error, AdjustmentError) else "invalid"
+        message = str(error)
+    return outcome, message
+
+
+class PluginCall:
+    """One plugin's call of an adjusting event; `drop` takes a detached plugin out of the host's list."""
+
+    def __init__(self, steps: KindSteps, socket_path: Path, results: Results,
+                 drop: Callable[[PluginSession], None]) -> None:
+        self.steps = steps
+        self.socket_path = socket_path
+        self._results = results
+        self._drop = drop
+
+    async def adjust_by(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, subject: Subject,
+                         adjustments: Adjustments, record: EventRecord) -> Asked | None:
+        """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
+        of other containers. Raises HookFailed for an answer that fails the call."""
+        shadow = self.steps.in_shadow(plugin.plugin_id)
+        # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
+        # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
+        folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
+        before = hooks.ContainerResourceHookRequest()
+        before.CopyFrom(folded.container)
+        container = convert.event_container(event, subject, before, folded.edits)
+        edits_before = folded.edits
+        started = self.steps.started()
+        failure: tuple[grpc.StatusCode, str, str] | None = None
+        try:
+            asked = await self._ask(plugin, event, pod, container, subject, folded)
+        except PluginDetached as error:
+            record.failed(plugin.plugin_id, started, shadow, *failure_outcome(error))
+            self._drop(plugin)
+            return None
+        except TtrpcError as error:
+            failure = (grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}", "")
+            caught: Exception = error
+        except AdjustmentError as error:
+            code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
+                grpc.StatusCode.FAILED_PRECONDITION
+            failure, caught = (code, str(error), error.field), error
+        else:
+            problem = answer_problem(before, folded.as_answer())
+            if problem is not None:
+                failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
+                caught = ValueError(f"invalid answer: {problem}")
+        if failure is not None:
+            record.failed(plugin.plugin_id, started, shadow, *failure_outcome(caught))
+            if not self.steps.fails_call(event, shadow):
+                log.warning("NRI plugin %s (in shadow: the call is unaffected) failed %s: %s", plugin.plugin_id,
+                            event, failure[1])
+                return None
+            raise self.failed(event, plugin, *failure)
+        record.ok(plugin.plugin_id, started, shadow, edit_changes(edits_before, folded.edits, shadow)
+                  + asked_of_others(asked.updates, asked.evictions, shadow))
+        if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
+            after = hooks.ContainerResourceHookRequest()
+            after.CopyFrom(folded.container)
+            record.changed(before, after, shadow)
+        if shadow:
+            self._results.count_shadowed(plugin.plugin_id, asked.evictions)
+            return None
+        return asked
+
+    async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,
+                   subject: Subject, adjustments: Adjustments) -> Asked:
+        """One plugin's answer folded in; returns its updates of other containers and its evictions."""
+        if event == extra.CREATE_CONTAINER:
+            created = await plugin.call("CreateContainer", nri.CreateContainerRequest(
+                pod=pod, container=container), nri.CreateContainerResponse)
+            adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
+            updates, evictions = list(created.update), list(created.evict)
+        else:
+            resources = convert.update_resources(adjustments.container.container_resources)
+            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=resources)
+            updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
+            updates, evictions = list(updated.update), list(updated.evict)
+        own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
+        for update in own:
+            adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")
+        return Asked(plugin.plugin_id, [update for update in updates if update not in own], evictions)
+
+    def failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
+                field: str = "") -> HookFailed:
+        failure = self.steps.failure(NriEventRef(NRI.trace_hook(event)), event,
+                                     NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
+        log.warning("%s", failure)
+        return failure
