@@ -10,6 +10,7 @@ arguments, the admin calls, exit codes and errors; the human tables are admin.re
     runtimeproxyctl try-plugin --endpoint unix:///run/my-plugin/plugin.sock [--hook HOOK]...  (no proxy needed)
     runtimeproxyctl trace POD       # namespace/name, pod uid, sandbox or container ID: its hooked calls
     runtimeproxyctl shadow koordlet-next / unshadow koordlet-next   # on trial (called, never applied) / promoted
+    runtimeproxyctl shadow koordlet-next --stage     # not registered yet: it starts on trial when it registers
 
 Human tables by default, `-o json` for machines; notes about a change (nothing to enable, a
 toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                        ("unshadow", "take a plugin off trial: its answers are applied (promote it)")):
         command = commands.add_parser(name, parents=[common], help=verb)
         command.add_argument("plugin", help="the plugin's config file name: koordlet-next.json or koordlet-next")
+        if name == "shadow":
+            command.add_argument("--stage", action="store_true", help="accept a PLUGIN not registered (yet): it "
+                                 "starts in shadow when it registers, never live first")
     try_plugin = commands.add_parser(
         "try-plugin", parents=[common], help="call a running plugin's hooks with sample requests; show what the "
         "proxy's validation and merge make of its answers (no proxy needed)")
@@ -174,7 +178,8 @@ def _call(stub: admin_pb2_grpc.AdminStub, args: argparse.Namespace) -> Message:
         return stub.Trace(admin.TraceRequest(pod=args.pod), timeout=args.timeout)
     if args.command in ("shadow", "unshadow"):
         rpc = stub.Shadow if args.command == "shadow" else stub.Unshadow
-        return rpc(admin.ShadowRequest(plugin=args.plugin, author=author()), timeout=args.timeout)
+        return rpc(admin.ShadowRequest(plugin=args.plugin, author=author(), stage=getattr(args, "stage", False)),
+                   timeout=args.timeout)
     request = admin.ToggleRequest(plugin=args.plugin or "", hooks=args.hook, all=args.all,
                                   reason=getattr(args, "reason", ""), stage=getattr(args, "stage", False),
                                   author=author())
@@ -193,6 +198,11 @@ def author() -> str:
     return f"{name} (sudo: {sudo_user})" if sudo_user and sudo_user != name else name
 
 
+# What an unknown PLUGIN's error adds where the command can stage it.
+_STAGE_HINT = {"disable": " To stage a toggle for a file that is not there yet, add --stage",
+               "shadow": " To put a plugin on trial before it registers, add --stage"}
+
+
 def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
     code, details = error.code(), error.details() or ""
     socket: Path = args.admin_endpoint
@@ -200,9 +210,9 @@ def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
         print(f"{PROG}: {details}", file=sys.stderr)
         return EXIT_NO_SUCH_PLUGIN
     if code is grpc.StatusCode.NOT_FOUND:
-        if args.command == "disable":
+        if args.command in ("disable", "shadow"):
             details += "" if details.endswith("?") else "."
-            details += " To stage a toggle for a file that is not there yet, add --stage"
+            details += _STAGE_HINT[args.command]
         print(f"{PROG}: {details}", file=sys.stderr)
         return EXIT_NO_SUCH_PLUGIN
     if code is grpc.StatusCode.INVALID_ARGUMENT:

@@ -78,7 +78,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         notes: list[str] = []
         async with self._refusing_toggle_errors(context, "a shadow setting"):
             typed = self._plugin_name(request.plugin)
-            await self._check_known(typed)
+            if not (shadow and request.stage):  # staged: a new version goes on trial before it first registers
+                await self._check_known(typed)
             name = plugin_file_name(typed)
             configured = next((p.config.shadow for p in hooks.registry.plugins if p.name == name), False)
             notes = hooks.toggles.set_shadow(name, shadow, configured, author=request.author)

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks.envvalues import shown_value, written_value
 from runtimeproxy.hooks.merge import ordered_env_names, replace_map
-from runtimeproxy.hooks.points import ResourceUpdate
+from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

@@ -19,7 +19,7 @@ from runtimeproxy.cri.calls import CriCallRecorder
 from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.listener import restrictive_umask
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
-from runtimeproxy.cri.points import RuntimeHooks
+from runtimeproxy.cri.hooks import CriHooks
 from runtimeproxy.cri.runtime import CriRuntime
 from runtimeproxy.cri.report import CriReport
 from runtimeproxy.hooks.service import HookService
@@ -133,7 +133,7 @@ def _serving(ok: bool) -> int:
 
 class CriFrontend:
     """CRI mode's server: the gRPC server on the proxy socket (claimed by runtimeproxy.app), the backend
-    channels and their health; the hooked calls (cri.points) run on the hook service it is given, which
+    channels and their health; the hooked calls (cri.hooks) run on the hook service it is given, which
     rebuilds the store and carries out plugins' updates and evictions through its runtime (cri.runtime)."""
 
     def __init__(self, options: ProxyOptions, hook_service: HookService) -> None:
@@ -159,7 +159,7 @@ class CriFrontend:
 
     async def start(self) -> None:
         options, hook_service = self.options, self._hook_service
-        cri_hooks = RuntimeHooks(hook_service, CriRuntime(self.backend))
+        cri_hooks = CriHooks(hook_service, CriRuntime(self.backend))
         hook_service.start_rebuild()
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),

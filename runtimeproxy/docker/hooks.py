@@ -9,7 +9,7 @@
 | POST /containers/{id}/stop           | PostStopContainer or PostStopPodSandbox               |
 | DELETE /containers/{id}              | none: the store forgets the sandbox or container      |
 
-Translation only: each route's body becomes hook values, the hook core (hooks.points) runs the point, the
+Translation only: each route's body becomes hook values, the hook core (hooks.lifecycle) runs the point, the
 result is written back into the body; the hook policy (skip rule, cgroup-follow, effective resources, what
 the store records) is the core's. Containers Kubernetes did not create (no `io.kubernetes.docker.type` label:
 a person's `docker run`) are no hook point at all. A body that is not what Docker expects is relayed untouched
@@ -50,7 +50,7 @@ from runtimeproxy.docker.routes import HookedRoute
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.points import ContainerCreation, HookPoints, PodSandboxRun
+from runtimeproxy.hooks.lifecycle import ContainerCreation, HookPoints, PodSandboxRun
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

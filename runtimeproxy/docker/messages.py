@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtimeproxy.hooks.merge import ordered_env_names
-from runtimeproxy.hooks.points import ResourceUpdate
+from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 TYPE_LABEL = "io.kubernetes.docker.type"

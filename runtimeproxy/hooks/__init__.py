@@ -1,6 +1,6 @@
 """The hook core: what runs plugins on the lifecycle calls, for every frontend and plugin kind; knows no transport.
 
-  points                the flow of each hook point, one short function per point (the frontends call these)
+  lifecycle             the flow of each hook point, one short function per point (the frontends call these)
   kinds, step           the table of plugin kinds (hook, NRI) and the one chain step both use: toggle, shadow,
                         timing, statistics, validation's refusal, trace, the failure and ownership rules
   dispatcher, chain     calling a hook point's plugins in order; what one run did (changes, collisions, shadows)

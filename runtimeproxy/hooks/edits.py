@@ -2,7 +2,7 @@
 
 koordinator's hooks.ContainerResourceHookRequest has no place for these, but plugins of another protocol (NRI,
 hooks.extra) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
-wire request (only when such a plugin subscribed to CreateContainer: hooks.points asks for it lazily), the
+wire request (only when such a plugin subscribed to CreateContainer: hooks.lifecycle asks for it lazily), the
 extra plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
 names the kinds the frontend's request can carry at all (CRI: all four; Docker: no RDT class); a plugin
 changing another kind is refused, naming it.

@@ -2,7 +2,7 @@
 
 The core knows NRI as a plugin kind (its row in hooks.kinds) and by its event names, here; its wire is not the
 core's: runtimeproxy.nri implements `ExtraPlugins` and the process (runtimeproxy.app) puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute read per call. The hook points
-(hooks.points) call it after the hook-protocol chain, so the extra plugins see the request as the hook
+(hooks.lifecycle) call it after the hook-protocol chain, so the extra plugins see the request as the hook
 plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
 (CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
 `notify` for the others. Both raise hooks.dispatcher.HookFailed to fail the call (`notify` only where

@@ -1,7 +1,7 @@
 """The core's own model of a pod and a container: what the runtime runs, whichever protocol asks about it.
 
 The store (hooks.store) keeps one `PodRecord` per pod and one `ContainerRecord` per container; the frontends fill
-them from their wire requests and answers (cri.points, docker.hooks) and the store rebuild fills them from the
+them from their wire requests and answers (cri.hooks, docker.hooks) and the store rebuild fills them from the
 runtime (containerd's verbose status, dockerd's inspect: cri.recovery, docker.recovery). Every plugin protocol
 sees a projection of a record, made at the call: koordinator's hook messages (hooks.context.request_of) and
 NRI's PodSandbox and Container (nri.convert).
@@ -12,7 +12,7 @@ with the pod's part filled in, byte for byte what the kubelet's request said aft
 it lacks are plain values here: the container's labels (the kubelet's CRI labels, io.kubernetes.* included, and
 those the runtime adds itself: containerd's io.cri-containerd.kind), its argv, bind mounts, devices and RDT class
 (hooks.edits.ContainerEdits), its state, pid and times; the pod's readiness and the runtime's own labels.
-The requested resources of an update are the update's (hooks.points.ResourceUpdate); `info` holds the current
+The requested resources of an update are the update's (hooks.lifecycle.ResourceUpdate); `info` holds the current
 ones, which follow each update the runtime applied.
 
 State follows the lifecycle calls the proxy sees (created, started, stopped) and the runtime's own word after a

@@ -12,7 +12,7 @@ state each reports are nri.events'.
 
 Failures, as containerd with NRI: a plugin that misses a timeout or loses its connection is detached and the
 call goes on without it; an error a plugin answers to CreateContainer, UpdateContainer, RunPodSandbox or
-StartContainer, a conflict, a refused field or an invalid answer fails the call (HookFailed; hooks.points
+StartContainer, a conflict, a refused field or an invalid answer fails the call (HookFailed; hooks.lifecycle
 undoes a RunPodSandbox); errors answered to the other notifications are logged.
 
 Each plugin call is one step of the core's chain (hooks.step.KindSteps, NRI's row of hooks.kinds), as a hook

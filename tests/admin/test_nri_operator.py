@@ -150,6 +150,22 @@ def test_an_event_toggle_of_an_nri_plugin_not_attached_yet_is_staged_by_its_togg
     assert "(an NRI plugin that is not attached is named nri:20-other)" in capsys.readouterr().err
 
 
+def test_a_staged_shadow_puts_an_nri_plugin_on_trial_from_its_first_attach(
+        hosting: tuple[Proxy, NriPlugin], loop_thread: LoopThread, tmp_path: Path) -> None:
+    proxy, _ = hosting
+    assert proxy.nri is not None
+    assert ctl(proxy, "shadow", "nri:20-next")[0] == 3  # not attached: a typo is not a shadow
+    code, out = ctl(proxy, "shadow", "nri:20-next", "--stage")
+    assert code == EXIT_OK and "nri:20-next  in shadow" in out, out
+    later = NriPlugin(name="next", index="20", events=event_mask(nri.RUN_POD_SANDBOX))
+    loop_thread.run(later.connect(tmp_path / "nri.sock"))
+    deadline = time.monotonic() + 10
+    while len(proxy.nri.plugins) < 2:
+        assert time.monotonic() < deadline, "the staged NRI plugin never attached"
+        time.sleep(0.01)
+    assert proxy.nri.in_shadow(next(p for p in proxy.nri.plugins if p.plugin_id == "20-next"))
+
+
 def test_shadow_puts_an_nri_plugin_on_trial_by_its_id_and_its_calls_are_traced(hosting: tuple[Proxy, NriPlugin],
                                                                               loop_thread: LoopThread) -> None:
     proxy, plugin = hosting

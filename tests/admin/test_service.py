@@ -296,7 +296,17 @@ def test_shadow_and_unshadow_are_persisted_and_shown(operated: Proxy, capsys: py
     assert not json.loads(out)["plugins"][0]["shadow"]
     capsys.readouterr()
     assert ctl(operated, "shadow", "koordlett")[0] == EXIT_NO_SUCH_PLUGIN
-    assert "did you mean koordlet?" in capsys.readouterr().err
+    assert "did you mean koordlet? To put a plugin on trial before it registers, add --stage" in capsys.readouterr().err
+
+
+def test_a_plugin_not_registered_yet_can_be_put_in_shadow_and_is_never_live(operated: Proxy) -> None:
+    """The new version's shadow is staged first; when its file appears it registers on trial."""
+    code, out = ctl(operated, "shadow", "koordlet-next", "--stage")
+    assert code == EXIT_OK and "koordlet-next.json  in shadow" in out
+    register_plugin(operated, "koordlet-next.json")
+    wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    _, out = ctl(operated, "status", "-o", "json")
+    assert json.loads(out)["plugins"][0]["shadow"]
 
 
 def test_trace_of_an_unknown_pod_exits_3_saying_why(operated: Proxy, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from hookkit import container_request, fill, full_resources, pod_request, resources, unset_fields
 from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response, with_pod
-from runtimeproxy.hooks.points import ResourceUpdate
+from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.cri.messages import (
     apply_to_container_config,
     apply_to_pod_config,

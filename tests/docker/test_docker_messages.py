@@ -26,7 +26,7 @@ from runtimeproxy.docker.messages import (
     update_resources,
 )
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response, with_pod
-from runtimeproxy.hooks.points import ResourceUpdate
+from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 SANDBOX_NAME = KubeName("POD", "web", "ns", "u-1", 2)

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from hookkit import PluginBench, ScriptedPlugin, container_request
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 LOGGER = "runtimeproxy.hooks.dispatcher"
@@ -24,7 +24,7 @@ def test_debug_log_names_each_changed_field(bench: PluginBench, caplog: pytest.L
     answer.container_resources.cpu_shares = 512
     bench.register("kit.json", bench.serve(answering(answer)), ["PreCreateContainer"])
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        bench.run(points.PRE_CREATE_CONTAINER, request)
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, request)
     [line] = [r for r in caplog.records if r.levelno == logging.DEBUG and "changed" in r.getMessage()]
     assert line.getMessage() == ('plugin kit.json PreCreateContainer changed container_resources.cpu_shares: '
                                  '1024 -> 512; container_envs["MY_VAR"]: (unset) -> "x"')
@@ -36,7 +36,7 @@ def test_an_answer_that_changes_nothing_says_so(bench: PluginBench, caplog: pyte
     bench.register("quiet.json", bench.serve(answering(hooks.ContainerResourceHookResponse())),
                    ["PreCreateContainer"])
     with caplog.at_level(logging.DEBUG, logger=LOGGER):
-        bench.run(points.PRE_CREATE_CONTAINER, container_request())
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert "plugin quiet.json PreCreateContainer changed nothing" in caplog.text
 
 
@@ -44,7 +44,7 @@ def test_dropping_env_vars_is_warned_naming_them(bench: PluginBench, caplog: pyt
     bench.register("naive.json", bench.serve(answering(
         hooks.ContainerResourceHookResponse(container_envs={"MY_VAR": "x"}))), ["PreCreateContainer"])
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        merged = bench.run(points.PRE_CREATE_CONTAINER, container_request())
+        merged = bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert dict(merged.container_envs) == {"MY_VAR": "x"}  # the koordlet protocol's rule stands
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "plugin naive.json PreCreateContainer answered container_envs without 2 of the request's 2 " \
@@ -58,5 +58,5 @@ def test_an_echoing_answer_is_not_warned(bench: PluginBench, caplog: pytest.LogC
         hooks.ContainerResourceHookResponse(container_envs={**request.container_envs, "MY_VAR": "x"}))),
         ["PreCreateContainer"])
     with caplog.at_level(logging.INFO, logger=LOGGER):
-        bench.run(points.PRE_CREATE_CONTAINER, request)
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, request)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -10,16 +10,16 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from hookkit import PluginBench, ScriptedPlugin
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher
 from runtimeproxy.cri.failures import ERROR_DOMAIN, ERROR_REASON, trailing_metadata
 from runtimeproxy.hooks.dispatcher import HookFailed
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 ALL_POINTS = [
-    points.PRE_RUN_POD_SANDBOX, points.POST_STOP_POD_SANDBOX, points.PRE_CREATE_CONTAINER,
-    points.PRE_START_CONTAINER, points.POST_START_CONTAINER, points.PRE_UPDATE_CONTAINER_RESOURCES,
-    points.POST_STOP_CONTAINER,
+    dispatcher.PRE_RUN_POD_SANDBOX, dispatcher.POST_STOP_POD_SANDBOX, dispatcher.PRE_CREATE_CONTAINER,
+    dispatcher.PRE_START_CONTAINER, dispatcher.POST_START_CONTAINER, dispatcher.PRE_UPDATE_CONTAINER_RESOURCES,
+    dispatcher.POST_STOP_CONTAINER,
 ]
 
 
@@ -41,7 +41,7 @@ def pod_request() -> hooks.PodSandboxHookRequest:
     )
 
 
-def request_for(point: points.HookPoint) -> object:
+def request_for(point: dispatcher.HookPoint) -> object:
     return pod_request() if point.request_type is hooks.PodSandboxHookRequest else container_request()
 
 
@@ -59,8 +59,8 @@ def test_hook_points_match_the_service() -> None:
 
 def test_no_plugins_returns_the_request_as_is(bench: PluginBench) -> None:
     request = container_request()
-    assert not bench.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER)
-    assert bench.run(points.PRE_CREATE_CONTAINER, request) is request
+    assert not bench.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER)
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, request) is request
     assert not bench.dispatcher.outcomes
 
 
@@ -74,7 +74,7 @@ def test_plugins_chain_in_file_name_order_each_seeing_previous_changes(bench: Pl
     assert [plugin.name for plugin in bench.registry.plugins_for("PreCreateContainer")] == [
         "10-first.json", "20-second.json"]
 
-    result = bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    result = bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
 
     assert first.seen_by("PreCreateContainer") == [container_request()]
     seen_by_second = second.seen_by("PreCreateContainer")[0]
@@ -97,7 +97,7 @@ def test_pod_hooks_chain_too(bench: PluginBench) -> None:
         labels={"second": request.cgroup_parent})})
     bench.register("a.json", bench.serve(first), ["PreRunPodSandbox"])
     bench.register("b.json", bench.serve(second), ["PreRunPodSandbox"])
-    result = bench.run(points.PRE_RUN_POD_SANDBOX, pod_request())
+    result = bench.run(dispatcher.PRE_RUN_POD_SANDBOX, pod_request())
     assert second.seen_by("PreRunPodSandbox")[0].cgroup_parent == "/kubepods/koord-first"
     assert dict(result.labels) == {"app": "web", "second": "/kubepods/koord-first"}
     assert result.cgroup_parent == "/kubepods/koord-first"
@@ -108,7 +108,7 @@ def test_only_plugins_registered_for_the_hook_are_called(bench: PluginBench) -> 
     plugin = ExamplePlugin()
     bench.register("10-example.json", bench.serve(plugin), ["PreRunPodSandbox"])
     request = container_request()
-    assert bench.run(points.PRE_CREATE_CONTAINER, request) is request
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, request) is request
     assert plugin.seen == []
 
 
@@ -124,7 +124,7 @@ def test_ignore_skips_a_failing_plugin(bench: PluginBench, fault: str) -> None:
     bench.register("20-broken.json", broken, ["PreCreateContainer"], "Ignore")
     bench.register("30-after.json", bench.serve(after), ["PreCreateContainer"])
 
-    result = bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    result = bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
 
     # The third plugin sees what the first left; the broken one changed nothing.
     (seen,) = after.seen_by("PreCreateContainer")
@@ -140,7 +140,7 @@ def test_ignore_failure_leaves_the_request_as_it_was(bench: PluginBench) -> None
     plugin = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.PERMISSION_DENIED))
     bench.register("10-broken.json", bench.serve(plugin), ["PreRunPodSandbox"])
     request = pod_request()
-    assert bench.run(points.PRE_RUN_POD_SANDBOX, request) == pod_request()
+    assert bench.run(dispatcher.PRE_RUN_POD_SANDBOX, request) == pod_request()
     assert len(plugin.seen) == 1
 
 
@@ -157,11 +157,11 @@ def test_fail_on_a_pre_hook_raises_with_plugin_hook_and_code(bench: PluginBench,
     bench.register("20-later.json", bench.serve(later), ["PreCreateContainer"])
 
     with pytest.raises(HookFailed) as raised:
-        bench.run(points.PRE_CREATE_CONTAINER, container_request())
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
 
     failure = raised.value
     assert failure.plugin.name == "10-strict.json"
-    assert failure.point is points.PRE_CREATE_CONTAINER
+    assert failure.point is dispatcher.PRE_CREATE_CONTAINER
     assert failure.code is code
     message = str(failure)
     assert "PreCreateContainer" in message and "10-strict.json" in message and code.name in message
@@ -202,7 +202,7 @@ def test_an_invalid_answer_under_ignore_is_skipped_whole(bench: PluginBench) -> 
     bench.register("10-liar.json", bench.serve(ScriptedPlugin({"PreCreateContainer": lying_answer})),
                    ["PreCreateContainer"], "Ignore")
     bench.register("20-after.json", bench.serve(after), ["PreCreateContainer"])
-    result = bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    result = bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert after.seen_by("PreCreateContainer") == [container_request()]  # not even the good annotation
     assert "liar" not in result.container_annotations
     assert bench.dispatcher.outcomes[("10-liar.json", "PreCreateContainer", "INTERNAL")] == 1
@@ -212,7 +212,7 @@ def test_an_invalid_answer_under_fail_names_plugin_hook_and_field(bench: PluginB
     socket = bench.serve(ScriptedPlugin({"PreCreateContainer": lying_answer}))
     bench.register("10-liar.json", socket, ["PreCreateContainer"], "Fail")
     with pytest.raises(HookFailed) as raised:
-        bench.run(points.PRE_CREATE_CONTAINER, container_request())
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     failure = raised.value
     assert failure.code is grpc.StatusCode.INTERNAL
     assert "PreCreateContainer hook of plugin 10-liar.json" in str(failure)
@@ -229,13 +229,13 @@ def test_an_invalid_answer_under_fail_names_plugin_hook_and_field(bench: PluginB
 def test_post_hook_answers_are_not_validated(bench: PluginBench) -> None:
     bench.register("10-liar.json", bench.serve(ScriptedPlugin({"PostStartContainer": lying_answer})),
                    ["PostStartContainer"], "Fail")
-    assert bench.run(points.POST_START_CONTAINER, container_request()) == container_request()
+    assert bench.run(dispatcher.POST_START_CONTAINER, container_request()) == container_request()
     assert bench.dispatcher.outcomes == {("10-liar.json", "PostStartContainer", "ok"): 1}
 
 
-@pytest.mark.parametrize("point", [points.POST_STOP_POD_SANDBOX, points.POST_START_CONTAINER,
-                                   points.POST_STOP_CONTAINER], ids=lambda point: point.name)
-def test_fail_on_a_post_hook_does_not_raise(bench: PluginBench, point: points.HookPoint) -> None:
+@pytest.mark.parametrize("point", [dispatcher.POST_STOP_POD_SANDBOX, dispatcher.POST_START_CONTAINER,
+                                   dispatcher.POST_STOP_CONTAINER], ids=lambda point: point.name)
+def test_fail_on_a_post_hook_does_not_raise(bench: PluginBench, point: dispatcher.HookPoint) -> None:
     plugin = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.INTERNAL))
     bench.register("10-strict.json", bench.serve(plugin), [point.name], "Fail")
     request = request_for(point)
@@ -249,7 +249,7 @@ def test_post_hook_responses_are_not_merged(bench: PluginBench) -> None:
         container_annotations={"post": "1"}, pod_cgroup_parent="/elsewhere", container_envs={"X": "1"})})
     bench.register("10-post.json", bench.serve(plugin), ["PostStartContainer"], "Fail")
     request = container_request()
-    assert bench.run(points.POST_START_CONTAINER, request) == container_request()
+    assert bench.run(dispatcher.POST_START_CONTAINER, request) == container_request()
 
 
 def test_timeout_is_capped_by_the_callers_remaining_time(bench: PluginBench) -> None:
@@ -257,7 +257,7 @@ def test_timeout_is_capped_by_the_callers_remaining_time(bench: PluginBench) -> 
     bench.register("10-slow.json", bench.serve(plugin), ["PreCreateContainer"], "Ignore", timeout=5)
     request = container_request()
     started = time.monotonic()
-    assert bench.run(points.PRE_CREATE_CONTAINER, request, time_remaining=0.3) is request
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, request, time_remaining=0.3) is request
     elapsed = time.monotonic() - started
     assert 0.25 <= elapsed < 1.0, elapsed
     assert bench.dispatcher.outcomes == {("10-slow.json", "PreCreateContainer", "DEADLINE_EXCEEDED"): 1}
@@ -268,7 +268,7 @@ def test_timeout_is_the_plugins_when_the_caller_has_more_time(bench: PluginBench
     bench.register("10-slow.json", bench.serve(plugin), ["PreRunPodSandbox"], "Fail", timeout=0.2)
     started = time.monotonic()
     with pytest.raises(HookFailed) as raised:
-        bench.run(points.PRE_RUN_POD_SANDBOX, pod_request(), time_remaining=30)
+        bench.run(dispatcher.PRE_RUN_POD_SANDBOX, pod_request(), time_remaining=30)
     elapsed = time.monotonic() - started
     assert 0.15 <= elapsed < 1.0, elapsed
     assert raised.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
@@ -278,7 +278,7 @@ def test_timeout_without_a_caller_deadline_is_the_plugins(bench: PluginBench) ->
     plugin = ExamplePlugin(ExampleSettings(hang=True))
     bench.register("10-slow.json", bench.serve(plugin), ["PreStartContainer"], "Ignore", timeout=0.2)
     started = time.monotonic()
-    bench.run(points.PRE_START_CONTAINER, container_request(), time_remaining=None)
+    bench.run(dispatcher.PRE_START_CONTAINER, container_request(), time_remaining=None)
     assert time.monotonic() - started < 1.0
     assert bench.dispatcher.outcomes[("10-slow.json", "PreStartContainer", "DEADLINE_EXCEEDED")] == 1
 
@@ -313,12 +313,12 @@ def test_an_undecodable_response_is_a_plugin_failure(bench: PluginBench, policy:
     bench.register("10-garbage.json", socket, ["PreCreateContainer"], policy)
     request = container_request()
     if policy == "Ignore":
-        assert bench.run(points.PRE_CREATE_CONTAINER, request) is request
+        assert bench.run(dispatcher.PRE_CREATE_CONTAINER, request) is request
         assert bench.dispatcher.outcomes == {("10-garbage.json", "PreCreateContainer", "INTERNAL"): 1}
         return
     # grpc.aio does not raise on an undecodable response (it logs and returns None): still a failure.
     with pytest.raises(HookFailed) as raised:
-        bench.run(points.PRE_CREATE_CONTAINER, request)
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, request)
     assert raised.value.plugin.name == "10-garbage.json"
     assert raised.value.code is grpc.StatusCode.INTERNAL
     assert "ContainerResourceHookResponse" in raised.value.details
@@ -330,9 +330,9 @@ def test_outcomes_count_every_call(bench: PluginBench) -> None:
     bench.register("10-good.json", bench.serve(good))
     bench.register("20-bad.json", bench.serve(bad), ["PreCreateContainer", "PostStopContainer"])
     for _ in range(3):
-        bench.run(points.PRE_CREATE_CONTAINER, container_request())
-    bench.run(points.POST_STOP_CONTAINER, container_request())
-    bench.run(points.PRE_RUN_POD_SANDBOX, pod_request())
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
+    bench.run(dispatcher.POST_STOP_CONTAINER, container_request())
+    bench.run(dispatcher.PRE_RUN_POD_SANDBOX, pod_request())
     assert bench.dispatcher.outcomes == {
         ("10-good.json", "PreCreateContainer", "ok"): 3,
         ("20-bad.json", "PreCreateContainer", "UNAVAILABLE"): 3,
@@ -361,11 +361,11 @@ def test_a_socket_of_an_untrusted_owner_is_not_called(bench: PluginBench, policy
 
     if policy == "Fail":
         with pytest.raises(HookFailed) as raised:
-            bench.run(points.PRE_CREATE_CONTAINER, container_request())
+            bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
         assert raised.value.code is grpc.StatusCode.PERMISSION_DENIED
         assert f"socket {socket} is owned by uid 65534, not a trusted owner" in raised.value.details
     else:
-        assert bench.run(points.PRE_CREATE_CONTAINER, container_request()) == container_request()
+        assert bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request()) == container_request()
     assert plugin.seen == []
     assert bench.dispatcher.outcomes[("10-foreign.json", "PreCreateContainer", "PERMISSION_DENIED")] == 1
 
@@ -375,13 +375,13 @@ def test_a_plugin_that_starts_late_is_called_by_the_next_hook(bench: PluginBench
     bench.register("10-late.json", socket, ["PreCreateContainer"])
     (registered,) = bench.registry.plugins
     assert not registered.channel.is_open  # nothing connects before a call needs it
-    bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "UNAVAILABLE")] == 1
     assert not registered.channel.is_open  # dropped: a dead plugin is not retried in the background
 
     plugin = ScriptedPlugin()
     bench.serve(plugin, socket)
-    bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "ok")] == 1
     assert len(plugin.seen) == 1
 
@@ -390,5 +390,5 @@ def test_a_plugin_unregistered_while_picked_is_a_failed_call(bench: PluginBench)
     bench.register("10-leaving.json", bench.serve(ScriptedPlugin()), ["PreCreateContainer"])
     (leaving,) = bench.registry.plugins
     bench.loop.run(leaving.channel.close())  # what a config removal does while a call is starting
-    assert bench.run(points.PRE_CREATE_CONTAINER, container_request()) == container_request()
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request()) == container_request()
     assert bench.dispatcher.outcomes[("10-leaving.json", "PreCreateContainer", "UNAVAILABLE")] == 1

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from hookkit import PluginBench, ScriptedPlugin
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, SKIPPED_TOGGLE
 from rplab.example_plugin import ExamplePlugin, ExampleSettings
@@ -46,7 +46,7 @@ def chain(bench: PluginBench) -> PluginBench:
 
 def test_a_chain_is_traced_plugin_by_plugin(chain: PluginBench, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        result = chain.run(points.PRE_CREATE_CONTAINER, container_request())
+        result = chain.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
 
     assert result.container_resources.cpu_shares == 700  # the later plugin wins; the shadow is not applied
     pod = chain.dispatcher.trace.find("ns/web")
@@ -82,7 +82,7 @@ def test_a_chain_is_traced_plugin_by_plugin(chain: PluginBench, caplog: pytest.L
 
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        chain.run(points.PRE_CREATE_CONTAINER, container_request())
+        chain.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert not [r for r in caplog.records if "both set" in r.getMessage()]  # logged once, counted always
     assert stats.collisions[(HOOK, "10-a.json", "20-b.json", "container_resources.cpu_shares")] == 2
 
@@ -91,7 +91,7 @@ def test_a_failing_shadow_never_fails_the_call_whatever_its_policy(bench: Plugin
     failing = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.UNAVAILABLE))
     bench.register("50-trial.json", bench.serve(failing), [HOOK], policy="Fail", shadow=True)
     request = container_request()
-    assert bench.run(points.PRE_CREATE_CONTAINER, request) == request
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, request) == request
     [entry] = bench.dispatcher.trace.find("u-1").entries  # type: ignore[union-attr]
     [step] = entry.steps
     assert (step.outcome, step.shadow, step.code) == (FAILED, True, "UNAVAILABLE")
@@ -101,17 +101,17 @@ def test_shadow_and_unshadow_at_run_time(bench: PluginBench) -> None:
     bench.register("10-a.json", bench.serve(plugin(300)), [HOOK], policy="Fail")
     toggles = bench.dispatcher.toggles
     toggles.set_shadow("10-a", True, configured_shadow=False, author="tester")
-    assert bench.run(points.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 2
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 2
     toggles.set_shadow("10-a", False, configured_shadow=False)
     assert toggles.shadow_settings == ()
-    assert bench.run(points.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 300
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 300
 
 
 def test_a_promotion_overrides_the_config_files_shadow_key(bench: PluginBench) -> None:
     bench.register("10-a.json", bench.serve(plugin(300)), [HOOK], shadow=True)
-    assert bench.run(points.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 2
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 2
     bench.dispatcher.toggles.set_shadow("10-a.json", False, configured_shadow=True)
-    assert bench.run(points.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 300
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request()).container_resources.cpu_shares == 300
 
 
 def test_toggled_off_plugins_and_fail_policy_failures_are_traced(bench: PluginBench) -> None:
@@ -120,7 +120,7 @@ def test_toggled_off_plugins_and_fail_policy_failures_are_traced(bench: PluginBe
                    [HOOK], policy="Fail")
     bench.dispatcher.toggles.disable("10-off.json", frozenset(), "testing the trace")
     with pytest.raises(HookFailed):
-        bench.run(points.PRE_CREATE_CONTAINER, container_request())
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     [entry] = bench.dispatcher.trace.find("u-1").entries  # type: ignore[union-attr]
     assert [(s.plugin, s.outcome, s.details) for s in entry.steps][0] == ("10-off.json", SKIPPED_TOGGLE,
                                                                           "testing the trace")
@@ -133,6 +133,6 @@ def test_with_the_trace_off_nothing_is_kept_but_collisions_are_counted(bench: Pl
     bench.dispatcher.trace.entries_per_pod = 0
     bench.register("10-a.json", bench.serve(plugin(300)), [HOOK])
     bench.register("20-b.json", bench.serve(plugin(700)), [HOOK])
-    bench.run(points.PRE_CREATE_CONTAINER, container_request())
+    bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert bench.dispatcher.trace.pod_count == 0
     assert sum(bench.dispatcher.stats.collisions.values()) == 1

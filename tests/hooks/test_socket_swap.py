@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from hookkit import PluginBench, ScriptedPlugin
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -97,7 +97,7 @@ def _secret_request() -> hooks.ContainerResourceHookRequest:
 def _call(bench: PluginBench) -> str:
     """The plugin's outcome for one PostStopContainer call ("ok" or a status code name)."""
     before = dict(bench.dispatcher.outcomes)
-    bench.run(points.POST_STOP_CONTAINER, _secret_request())  # a post hook never fails the CRI call
+    bench.run(dispatcher.POST_STOP_CONTAINER, _secret_request())  # a post hook never fails the CRI call
     (outcome,) = [key[2] for key, count in bench.dispatcher.outcomes.items() if count != before.get(key, 0)]
     return outcome
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hookkit import PluginBench, register, refresh_on_loop
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.toggles import (
     ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, clean_author, hook_names, unknown_plugin,
 )
@@ -222,17 +222,17 @@ def test_a_disabled_plugin_is_not_called_whatever_its_policy(bench: PluginBench)
     live = ExamplePlugin()
     bench.register("20-live.json", bench.serve(live), ["PreCreateContainer"])
     request = hooks.ContainerResourceHookRequest(container_meta=hooks.ContainerMetadata(name="app"))
-    with pytest.raises(points.HookFailed):
-        bench.run(points.PRE_CREATE_CONTAINER, request)
+    with pytest.raises(dispatcher.HookFailed):
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, request)
 
     bench.dispatcher.toggles.disable("10-dead", PRE_CREATE, "plugin down")
-    bench.run(points.PRE_CREATE_CONTAINER, request)
+    bench.run(dispatcher.PRE_CREATE_CONTAINER, request)
     assert len(live.seen_by("PreCreateContainer")) == 1  # the first call stopped at the dead plugin
     assert bench.dispatcher.outcomes[("10-dead.json", "PreCreateContainer", "UNAVAILABLE")] == 1  # not called again
 
     bench.dispatcher.toggles.disable("", frozenset(), "all off", everything=True)
-    assert not bench.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER)
-    assert bench.run(points.PRE_CREATE_CONTAINER, request) is request
+    assert not bench.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER)
+    assert bench.run(dispatcher.PRE_CREATE_CONTAINER, request) is request
 
 
 def test_a_toggle_applies_to_a_plugin_registered_later(bench: PluginBench) -> None:
@@ -241,7 +241,7 @@ def test_a_toggle_applies_to_a_plugin_registered_later(bench: PluginBench) -> No
     register(bench.config_dir, "late.json", bench.serve(plugin), ["PreCreateContainer"])
     refresh_on_loop(bench.loop, bench.registry)
     assert [p.name for p in bench.registry.plugins] == ["late.json"]
-    bench.run(points.PRE_CREATE_CONTAINER, hooks.ContainerResourceHookRequest())
+    bench.run(dispatcher.PRE_CREATE_CONTAINER, hooks.ContainerResourceHookRequest())
     assert plugin.seen_by("PreCreateContainer") == []
 
 
@@ -250,7 +250,7 @@ def test_stats_count_calls_failures_and_changes(bench: PluginBench) -> None:
     bench.register("a.json", bench.serve(plugin), ["PreCreateContainer"])
     bench.register("b.json", bench.socket("dead"), ["PreCreateContainer"])
     for _ in range(3):
-        bench.run(points.PRE_CREATE_CONTAINER, hooks.ContainerResourceHookRequest())
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, hooks.ContainerResourceHookRequest())
     good = bench.dispatcher.stats.of("a.json", "PreCreateContainer")
     bad = bench.dispatcher.stats.of("b.json", "PreCreateContainer")
     assert (good.calls, good.failures, good.changes) == (3, 0, 3)  # the example plugin annotates

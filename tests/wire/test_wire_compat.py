@@ -17,7 +17,7 @@ import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher as hookpoints
 from runtimeproxy.hooks.dispatcher import Dispatcher
 from rplab.loop import LoopThread
 from rplab.example_plugin import registration
@@ -290,13 +290,13 @@ def dispatcher(plugin: PluginProcess, loop_thread: LoopThread, tmp_path: Path) -
 def test_dispatcher_merges_the_independent_plugins_answers(
     dispatcher: Dispatcher, plugin: PluginProcess, loop_thread: LoopThread
 ) -> None:
-    pod = loop_thread.run(dispatcher.run(points.PRE_RUN_POD_SANDBOX, pod_request(), 10))
+    pod = loop_thread.run(dispatcher.run(hookpoints.PRE_RUN_POD_SANDBOX, pod_request(), 10))
     expected_pod = pod_request()
     expected_pod.annotations[ANNOTATION] = "PreRunPodSandbox"
     expected_pod.cgroup_parent = POD_CGROUP_PARENT
     assert pod == expected_pod
 
-    container = loop_thread.run(dispatcher.run(points.PRE_CREATE_CONTAINER, container_request(), 10))
+    container = loop_thread.run(dispatcher.run(hookpoints.PRE_CREATE_CONTAINER, container_request(), 10))
     expected = container_request()
     expected.container_annotations[ANNOTATION] = "PreCreateContainer"
     expected.container_resources.cpu_shares = CPU_SHARES
@@ -307,10 +307,10 @@ def test_dispatcher_merges_the_independent_plugins_answers(
     expected.container_envs["WIRE_PLUGIN"] = "independent"
     assert container == expected
 
-    for point in (points.PRE_START_CONTAINER, points.POST_START_CONTAINER, points.POST_STOP_CONTAINER,
-                  points.PRE_UPDATE_CONTAINER_RESOURCES):
+    for point in (hookpoints.PRE_START_CONTAINER, hookpoints.POST_START_CONTAINER, hookpoints.POST_STOP_CONTAINER,
+                  hookpoints.PRE_UPDATE_CONTAINER_RESOURCES):
         assert loop_thread.run(dispatcher.run(point, container_request(), 10)) == container_request(), point.name
-    assert loop_thread.run(dispatcher.run(points.POST_STOP_POD_SANDBOX, pod_request(), 10)) == pod_request()
+    assert loop_thread.run(dispatcher.run(hookpoints.POST_STOP_POD_SANDBOX, pod_request(), 10)) == pod_request()
     assert all(outcome == "ok" for (_, _, outcome) in dispatcher.outcomes)
     assert sum(dispatcher.outcomes.values()) == 7
     assert [record["hook"] for record in plugin.records()] == [

@@ -283,12 +283,14 @@ class Collision(_message.Message):
     def __init__(self, field: _Optional[str] = ..., earlier_plugin: _Optional[str] = ..., earlier_value: _Optional[str] = ..., later_plugin: _Optional[str] = ..., later_value: _Optional[str] = ...) -> None: ...
 
 class ShadowRequest(_message.Message):
-    __slots__ = ("plugin", "author")
+    __slots__ = ("plugin", "author", "stage")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     author: str
-    def __init__(self, plugin: _Optional[str] = ..., author: _Optional[str] = ...) -> None: ...
+    stage: bool
+    def __init__(self, plugin: _Optional[str] = ..., author: _Optional[str] = ..., stage: _Optional[bool] = ...) -> None: ...
 
 class ShadowResponse(_message.Message):
     __slots__ = ("settings", "notes")

@@ -1,4 +1,4 @@
-"""hooks.points and hooks.rebuild driven directly: each hook point's flow with in-process plugins and a backend
+"""hooks.lifecycle and hooks.rebuild driven directly: each hook point's flow with in-process plugins and a backend
 in miniature (a hooks.runtime.Runtime of dicts), neither a gRPC server in front nor HTTP. The rules here are the ones
 both frontends share, so where CRI and Docker mode once disagreed, this is where the choice is pinned."""
 
@@ -18,7 +18,7 @@ from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
-from runtimeproxy.hooks.points import HookPoints, ResourceUpdate
+from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store

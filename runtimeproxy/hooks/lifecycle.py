@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks import dispatcher as points
+from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.context import request_of, tell_extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
@@ -146,11 +146,11 @@ class HookPoints:
     async def pre_run_pod_sandbox(self, pod: hooks.PodSandboxHookRequest,
                                   time_remaining: float | None) -> PodSandboxRun:
         skip = self.context.skip.applies(pod.labels)
-        if skip or not self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
-            if skip and self.dispatcher.has_plugins(points.PRE_RUN_POD_SANDBOX):
-                self.dispatcher.trace_skipped(points.PRE_RUN_POD_SANDBOX, pod)
+        if skip or not self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
+            if skip and self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
+                self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, pod)
             return PodSandboxRun(pod, False, skip)
-        changed = await self._pre_hook(points.PRE_RUN_POD_SANDBOX, pod, time_remaining)
+        changed = await self._pre_hook(dispatcher.PRE_RUN_POD_SANDBOX, pod, time_remaining)
         return PodSandboxRun(changed, changed != pod, skip)
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
@@ -175,7 +175,7 @@ class HookPoints:
                 raise
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
-        await self._post_hook(points.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
+        await self._post_hook(dispatcher.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
         await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
         self.store.pod_stopped(pod_id)
 
@@ -206,12 +206,12 @@ class HookPoints:
         if pod is not None:
             set_pod_context(container, pod.info)
             if pod.skip_hooks:
-                if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
-                    self.dispatcher.trace_skipped(points.PRE_CREATE_CONTAINER, container)
+                if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
+                    self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
                 return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits)
         changed = container
-        if self.dispatcher.has_plugins(points.PRE_CREATE_CONTAINER):
-            changed = await self._pre_hook(points.PRE_CREATE_CONTAINER, container, time_remaining)
+        if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
+            changed = await self._pre_hook(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining)
         seen = None
         if self.extra.wants(extra.CREATE_CONTAINER):
             seen = await edits(True) if edits is not None else None
@@ -255,10 +255,10 @@ class HookPoints:
         """The start carries nothing to change: plugins act on the container's cgroups themselves. An extra plugin
         failing StartContainer fails the start (HookFailed) and the extra plugins hear StopContainer, as
         containerd does for a start NRI failed."""
-        if self.dispatcher.has_plugins(points.PRE_START_CONTAINER):
+        if self.dispatcher.has_plugins(dispatcher.PRE_START_CONTAINER):
             request = await self.context.container_request(container_id)
             if request is not None:
-                await self._pre_hook(points.PRE_START_CONTAINER, request, time_remaining)
+                await self._pre_hook(dispatcher.PRE_START_CONTAINER, request, time_remaining)
         try:
             await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
         except HookFailed:
@@ -267,7 +267,7 @@ class HookPoints:
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         self.store.container_started(container_id, await self._pid_of(container_id))
-        await self._post_hook(points.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
+        await self._post_hook(dispatcher.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
         await self._notify_extra(extra.POST_START_CONTAINER, container_id=container_id)
 
@@ -277,7 +277,7 @@ class HookPoints:
     ) -> ResourceUpdate | None:
         """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
         the way the runtime applies it, and the recorded annotations with the update's. None: no hook ran."""
-        hooked = self.dispatcher.has_plugins(points.PRE_UPDATE_CONTAINER_RESOURCES)
+        hooked = self.dispatcher.has_plugins(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES)
         extra_wants = self.extra.wants(extra.UPDATE_CONTAINER)
         if not hooked and not extra_wants:
             return None
@@ -290,7 +290,7 @@ class HookPoints:
         seen.container_annotations.update(annotations)
         changed = seen
         if hooked:
-            changed = await self._pre_hook(points.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
+            changed = await self._pre_hook(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
         if extra_wants:
             record, pod = found
             subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
@@ -305,7 +305,7 @@ class HookPoints:
         await self._notify_extra(extra.POST_UPDATE_CONTAINER, container_id=container_id)
 
     async def post_stop_container(self, container_id: str, time_remaining: float | None) -> None:
-        await self._post_hook(points.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
+        await self._post_hook(dispatcher.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
         # As containerd's NRI: StopContainer shows the container as it was before the stop (RUNNING).
         await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
@@ -325,8 +325,8 @@ class HookPoints:
     async def post_stop(self, object_id: str, time_remaining: float | None) -> None:
         """PostStopPodSandbox for a pod, PostStopContainer for a container (the pod read from the backend on
         a miss; nothing is looked up when neither point has plugins)."""
-        if not (self.dispatcher.has_plugins(points.POST_STOP_POD_SANDBOX)
-                or self.dispatcher.has_plugins(points.POST_STOP_CONTAINER)
+        if not (self.dispatcher.has_plugins(dispatcher.POST_STOP_POD_SANDBOX)
+                or self.dispatcher.has_plugins(dispatcher.POST_STOP_CONTAINER)
                 or self.extra.wants(extra.STOP_POD_SANDBOX) or self.extra.wants(extra.STOP_CONTAINER)):
             self.store.pod_stopped(object_id)  # the model's state (whichever it is)
             self.store.container_stopped(object_id)

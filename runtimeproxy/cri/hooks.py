@@ -1,4 +1,4 @@
-"""The hooked CRI calls: decode, ask the hook core (hooks.points), re-encode.
+"""The hooked CRI calls: decode, ask the hook core (hooks.lifecycle), re-encode.
 
 Each function here wraps the raw relay of one CRI method (see forwarding.UnaryHook) and only translates:
 the hook policy (skip rule, cgroup-follow, effective resources, what the store records) is the core's.
@@ -34,7 +34,7 @@ from runtimeproxy.cri.messages import (
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.points import HookPoints
+from runtimeproxy.hooks.lifecycle import HookPoints
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -76,7 +76,7 @@ async def failing_the_call(context: Context) -> AsyncIterator[None]:
         raise
 
 
-class RuntimeHooks:
+class CriHooks:
     def __init__(self, service: HookService, runtime: Runtime) -> None:
         self.points = HookPoints(service, runtime, SANDBOX_LABELS)
         self._runtime = runtime  # the image's argv for NRI plugins' view (cri.runtime)
