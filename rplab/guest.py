@@ -193,8 +193,10 @@ def _mkfs(root: Path, image: Path) -> None:
 
 def _die_with_parent() -> None:
     """In a child before exec: SIGKILL when the process that started it dies (an emulated machine left running
-    would take a host core until someone noticed)."""
+    would take a host core until someone noticed). Signals the starting process blocks are unblocked: qemu's
+    vCPU threads are kicked by signals, and an inherited mask would stall the guest."""
     _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
 
 def free_port() -> int:

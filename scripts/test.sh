@@ -16,10 +16,21 @@ rm -f "$reports"/tested-with-*.json "$reports/tested-with.md"
 # e2e tests fail instead of skipping when the machine cannot run containerd; each pass records its outcomes.
 export RUNTIMEPROXY_REQUIRE_E2E=1 RUNTIMEPROXY_TESTED_WITH=1
 status=0
-"$python" -m pytest "$@" || status=$?
+# The cgroup v2 + systemd node (a qemu guest) runs in a pytest process of its own, after the first pass: inside
+# the long first-pass process its emulated machine twice stalled (a restore that never answered, a cold boot
+# stopped at 0.9 s), while a fresh process brought it up every time.
+guest_tests=tests/e2e/test_cgroup_v2.py
+first_pass=()
+[ $# -eq 0 ] && first_pass=(--ignore="$guest_tests")
+"$python" -m pytest "${first_pass[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
+fi
+
+if [ $# -eq 0 ]; then
+  echo "test.sh: the cgroup v2 + systemd node"
+  "$python" -m pytest -q "$guest_tests" || status=$?
 fi
 
 # Second pass: what differs by runtime version (CRI answers, hooks' effects in the OCI spec, swap, the store's
