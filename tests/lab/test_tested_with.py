@@ -36,3 +36,13 @@ def test_two_runs_make_one_column_each(tmp_path: Path, monkeypatch: pytest.Monke
         "| test_hooks.py | 1 passed, 1 skipped | 1 passed |",
         "| test_nri.py | 1 failed | — |",
     ]
+
+
+def test_a_later_run_on_the_same_runtimes_adds_its_suites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/test.sh runs the cgroup v2 node in a process of its own after the first pass, on the same runtimes."""
+    monkeypatch.delenv(runtimes.CONTAINERD_ENV, raising=False)
+    monkeypatch.delenv(runtimes.DOCKERD_ENV, raising=False)
+    write_record({"tests/e2e/test_hooks.py::a": "passed"}, tmp_path)
+    path = write_record({"tests/e2e/test_cgroup_v2.py::a": "passed"}, tmp_path)
+    assert json.loads(path.read_text())["suites"] == {"test_cgroup_v2.py": {"passed": 1},
+                                                      "test_hooks.py": {"passed": 1}}
