@@ -31,10 +31,10 @@ from runtimeproxy.cri.messages import (
     convert,
     pod_hook_request,
 )
-from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.lifecycle import HookPoints
+from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks

@@ -92,6 +92,9 @@ class ExtraPlugins(Protocol):
     def wants(self, event: str) -> bool:
         """Some attached plugin subscribed to the event (cheap: checked before anything is looked up)."""
 
+    def attached(self) -> bool:
+        """Some plugin is attached (cheap): what only such plugins see (a pid, an image's argv) is read then."""
+
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
         """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated); at
@@ -108,6 +111,9 @@ class _NoExtraPlugins:
         return []
 
     def wants(self, event: str) -> bool:
+        return False
+
+    def attached(self) -> bool:
         return False
 
     async def adjust(self, event: str, subject: Subject,

@@ -224,13 +224,10 @@ class HookPoints:
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an extra plugin is
         attached (the hook protocol has no pid: no read on its path); 0 when not read or not known."""
-        if not self._extra_attached():
+        if not self.extra.attached():
             return 0
         loaded = await self.context.source.load_container(container_id)
         return loaded.pid if loaded is not None else 0
-
-    def _extra_attached(self) -> bool:
-        return any(self.extra.wants(event) for event in extra.EVENT_NAMES)
 
     async def _created_edits(self, creation: ContainerCreation) -> ContainerEdits | None:
         """The edits the runtime creates the container with: as the extra plugins left them, else the request's
@@ -239,7 +236,7 @@ class HookPoints:
             return creation.edits
         if creation.read_edits is None:
             return None
-        return await creation.read_edits(self._extra_attached())
+        return await creation.read_edits(self.extra.attached())
 
     async def container_created(self, container_id: str, creation: ContainerCreation) -> None:
         """The runtime created the container: record it as created, under its new ID."""

@@ -95,7 +95,6 @@ class Store:
                 resources.CopyFrom(apply_resource_update(resources, update))
             record.info.container_annotations.update(annotations)
 
-
     def container_started(self, container_id: str, pid: int = 0) -> None:
         with self._lock:
             record = self._containers.get(container_id)

@@ -4,12 +4,13 @@ A container shows what the model records: its name, CRI labels, annotations, env
 CRI carries (the current ones, which follow each applied update), its argv, bind mounts, devices and RDT class
 (hooks.edits), its state, pid where known, and its created/started/finished times; its pod shows names, labels,
 annotations, runtime handler, cgroup parent, resources and overhead. Synchronize shows what containerd's own
-NRI lists: every pod, and the containers not stopped, leaving out those of pods the skip rule spares.
+NRI lists of the core's snapshot (hooks.runtime.PluginAsks, which leaves out the pods the skip rule spares and
+their containers): every pod, and the containers not stopped.
 
 Left empty, as no request tells the proxy (an NRI plugin on containerd sees the runtime's values there): the
-mounts, devices and labels the runtime adds itself (containerd's /etc/hostname, /dev/shm, its
-io.cri-containerd.kind label, the image's labels), the OCI hooks, rlimits, namespaces, the cgroups path, a pod's
-pid and IPs, a container's exit code and status reason.
+mounts, devices and labels the runtime adds itself beyond containerd's kind label (containerd's /etc/hostname,
+/dev/shm, the image's labels), the OCI hooks, rlimits, namespaces, the cgroups path, a pod's pid and IPs, a
+container's exit code and status reason.
 """
 
 from __future__ import annotations

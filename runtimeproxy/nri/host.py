@@ -305,6 +305,9 @@ class NriHost:
         return any(plugin.subscribed(number) and not plugin.detached and allows(plugin.plugin_id, event)
                    for plugin in self._plugins)
 
+    def attached(self) -> bool:
+        return bool(self._plugins)
+
     async def notify(self, event: str, subject: Subject) -> None:
         async with self._one_at_a_time():
             await self._notify(event, subject)

@@ -134,7 +134,6 @@ class Results:
                 log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,
                             shown_id(update.container_id), error)
                 failed.append(update)
-                continue
         if unknown:
             log.warning("NRI plugin %s: cannot update %d containers the proxy does not know (%s)", plugin_id,
                         len(unknown), some_ids(unknown))

@@ -279,6 +279,9 @@ class RecordingExtra:
     def wants(self, event: str) -> bool:
         return True
 
+    def attached(self) -> bool:
+        return True
+
     async def adjust(self, event: str, subject: Subject, time_remaining: float | None
                      ) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
