@@ -22,18 +22,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rplab.consumer_modules import MODULES
+from rplab.gotoolchain import BUILD_TIMEOUT_SECONDS, GoToolchainError, go_toolchain
+
 MODULE = Path(__file__).resolve().parent.parent / "peers"
 CACHE = Path(os.environ.get("RUNTIMEPROXY_PEERS_CACHE", Path.home() / ".cache" / "runtimeproxy" / "peers"))
-# Where the machine's Go is when it is not on PATH (the toolchain tarball's usual place).
-GO_FALLBACKS = (Path("/usr/local/go/bin/go"), Path("/usr/lib/go/bin/go"))
-BUILD_TIMEOUT_SECONDS = 1800
-# Go 1.21 is the first that fetches the toolchain a go.mod names (GOTOOLCHAIN=auto).
-MIN_GO_MINOR = 21
-GO_INSTALL_HINT = ("The compiled peers need a Go: Debian's golang-go (scripts/setup.sh installs it; before 1.21 it is "
-                   "used once to download the toolchain peers/go.mod names), or Go's release unpacked in /usr/local.")
-
-
-class PeerBuildError(RuntimeError):
+class PeerBuildError(GoToolchainError):
     pass
 
 
@@ -51,6 +45,12 @@ class Peer:
     # (module, its string variable) set at link time to the version go.mod requires of that module, as the
     # module's own release build does (cri-tools prints it in `crictl --version` and critest's banner).
     version_stamp: tuple[str, str] | None = None
+    # A consumer module of rplab.consumer_modules (peers/<name>/, its own go.mod) instead of peers/ itself.
+    consumer: str | None = None
+
+    @property
+    def module(self) -> Path:
+        return MODULE / self.consumer if self.consumer else MODULE
 
 
 CRI_TOOLS_VERSION = ("sigs.k8s.io/cri-tools", "pkg/version.Version")
@@ -66,54 +66,22 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     Peer("ginkgo", "github.com/onsi/ginkgo/v2/ginkgo"),  # critest -parallel N runs its processes
     Peer("critest", "./critest", test_binary=True, version_stamp=CRI_TOOLS_VERSION),  # critest's specs, our runner
     Peer("benchgo", "./benchgo"),  # the bench's load client, relays and instant backend
+    # The real counterparts, each from its consumer module (rplab.consumer_modules): the kubelet process, and
+    # koordinator's own runtime proxy, the program this project replaces.
+    Peer("kubelet", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet"),
+    Peer("koord-runtime-proxy", "github.com/koordinator-sh/koordinator/cmd/koord-runtime-proxy",
+         consumer="koordinator"),
 )}
 
 
-def go_toolchain() -> Path:
-    """The machine's ``go``: on PATH, else where a toolchain is usually unpacked. Go 1.21 and later fetch the
-    toolchain peers/go.mod names by themselves (GOTOOLCHAIN); an older one (Debian 12's golang-go is 1.19) is used
-    once to download that toolchain from the Go module proxy (bootstrapped_toolchain)."""
-    found = shutil.which("go")
-    candidates = [Path(found)] if found else [c for c in GO_FALLBACKS if c.is_file()]
-    if not candidates:
-        raise PeerBuildError(f"Go not found (on PATH, {', '.join(map(str, GO_FALLBACKS))}). {GO_INSTALL_HINT}")
-    go = candidates[0]
-    version = subprocess.run([str(go), "version"], capture_output=True, text=True, check=False).stdout
-    release = re.search(r"go1\.(\d+)", version)
-    if release is None:
-        raise PeerBuildError(f"{go} is {version.strip() or 'not a working Go'}. {GO_INSTALL_HINT}")
-    if int(release.group(1)) < MIN_GO_MINOR:
-        return bootstrapped_toolchain(go)
-    return go
-
-
-def bootstrapped_toolchain(old_go: Path, module: Path = MODULE) -> Path:
-    """The Go toolchain peers/go.mod's `go` line names, as the module golang.org/toolchain the Go module proxy
-    serves, downloaded by `old_go` (which predates toolchain switching) into its module cache; made executable
-    as Go's own switching does (a module's files carry no modes)."""
-    wanted = re.search(r"^go (\d+\.\d+(?:\.\d+)?)$", (module / "go.mod").read_text(), re.M)
-    if wanted is None:
-        raise PeerBuildError(f"{module}/go.mod has no go line")
-    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
-    toolchain = f"golang.org/toolchain@v0.0.1-go{wanted.group(1)}.linux-{arch}"
-    with tempfile.TemporaryDirectory(prefix="rp-go-bootstrap-") as work:
-        Path(work, "go.mod").write_text("module bootstrap\n")
-        done = subprocess.run([str(old_go), "mod", "download", "-json", toolchain], cwd=work, capture_output=True,
-                              text=True, timeout=BUILD_TIMEOUT_SECONDS,
-                              env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"})
-    if done.returncode != 0:
-        raise PeerBuildError(f"{old_go} could not download {toolchain}: {(done.stdout + done.stderr)[-2000:]}. "
-                             f"{GO_INSTALL_HINT}")
-    root = Path(json.loads(done.stdout)["Dir"])
-    for tool in [*root.glob("bin/*"), *root.glob("pkg/tool/*/*")]:
-        tool.chmod(tool.stat().st_mode | 0o555)
-    return root / "bin" / "go"
-
-
 def source_digest(module: Path = MODULE) -> str:
-    """A digest of everything a build reads from the module: Go sources, go.mod files and their sums."""
+    """A digest of everything a build reads from the module: Go sources, go.mod files and their sums (not those of
+    a consumer module nested in it, which is a module of its own)."""
+    nested = [path.parent for path in module.glob("*/go.mod")]
     digest = hashlib.sha256()
     for path in sorted(module.rglob("*")):
+        if any(path.is_relative_to(inner) for inner in nested):
+            continue
         if path.is_file() and (path.suffix in {".go", ".mod", ".sum"}):
             digest.update(str(path.relative_to(module)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -133,6 +101,10 @@ def build_arguments(peer: Peer, output: Path) -> list[str]:
     if peer.version_stamp:
         module_path, variable = peer.version_stamp
         arguments.append(f"-ldflags=-X {module_path}/{variable}={required_version(module_path)}")
+    if peer.consumer:
+        stamps = MODULES[peer.consumer].version_variables
+        if stamps:
+            arguments.append("-ldflags=" + " ".join(f"-X {name}={value}" for name, value in stamps))
     return [*arguments, "-o", str(output), peer.package]
 
 
@@ -147,12 +119,16 @@ def required_version(module_path: str, module: Path = MODULE) -> str:
 def peer_binary(name: str, cache: Path = CACHE) -> Path:
     """The binary of peer ``name`` for the current sources, built on first use."""
     peer = PEERS[name]
-    binary = cache / source_digest() / name
+    binary = cache / source_digest(peer.module) / name
     if binary.exists():
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
     partial = binary.with_name(f".{name}.partial")
-    built = subprocess.run([str(go_toolchain()), *build_arguments(peer, partial)], cwd=MODULE,
+    try:
+        go = go_toolchain()
+    except GoToolchainError as error:
+        raise PeerBuildError(str(error)) from error
+    built = subprocess.run([str(go), *build_arguments(peer, partial)], cwd=peer.module,
                            env=build_environment(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS)
     if built.returncode != 0:
         raise PeerBuildError(f"building peer {name} failed: {built.stderr.strip()[-3000:]}")

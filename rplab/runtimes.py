@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rplab.peers import go_toolchain
+from rplab.gotoolchain import go_toolchain
 
 CACHE = Path(os.environ.get("RUNTIMEPROXY_RUNTIMES_CACHE", Path.home() / ".cache" / "runtimeproxy" / "runtimes"))
 CONTAINERD_ENV = "RUNTIMEPROXY_RUNTIME"

@@ -4,11 +4,12 @@ it requires."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from rplab import peers
+from rplab import gotoolchain, peers
 
 
 def test_digest_follows_go_sources_and_module_files(tmp_path: Path) -> None:
@@ -37,12 +38,13 @@ def test_required_version_reads_go_mod(tmp_path: Path) -> None:
 
 
 def test_every_peer_is_a_package_of_the_module_or_a_tool_it_requires() -> None:
-    go_mod = (peers.MODULE / "go.mod").read_text()
     for peer in peers.PEERS.values():
+        go_mod = (peer.module / "go.mod").read_text()
         if peer.package.startswith("./"):
-            assert list((peers.MODULE / peer.package).glob("*.go")), peer
+            assert list((peer.module / peer.package).glob("*.go")), peer
         else:
-            assert f"\t{peer.package}\n" in go_mod, f"{peer.package}: no tool line in peers/go.mod keeps it in go.sum"
+            assert re.search(rf"^(tool )?\s*{re.escape(peer.package)}$", go_mod, re.M), \
+                f"{peer.package}: no tool line in {peer.module}/go.mod keeps it in go.sum"
     assert peers.required_version(peers.CRI_TOOLS_VERSION[0]).startswith("v1.")
 
 
@@ -56,22 +58,22 @@ def fake_go(directory: Path, version: str) -> Path:
 def test_go_toolchain_takes_a_go_that_switches_toolchains_and_bootstraps_from_an_older_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(peers, "GO_FALLBACKS", (tmp_path / "usr-local-go" / "go",))
-    with pytest.raises(peers.PeerBuildError, match="Go not found.*golang-go"):
-        peers.go_toolchain()
+    monkeypatch.setattr(gotoolchain, "GO_FALLBACKS", (tmp_path / "usr-local-go" / "go",))
+    with pytest.raises(gotoolchain.GoToolchainError, match="Go not found.*golang-go"):
+        gotoolchain.go_toolchain()
     old = fake_go(tmp_path, "go1.19.8")  # Debian 12's golang-go: downloads the named toolchain once
     bootstrapped: list[Path] = []
-    monkeypatch.setattr(peers, "bootstrapped_toolchain", lambda go: bootstrapped.append(go) or tmp_path / "new")
-    assert peers.go_toolchain() == tmp_path / "new" and bootstrapped == [old]
+    monkeypatch.setattr(gotoolchain, "bootstrapped_toolchain", lambda go: bootstrapped.append(go) or tmp_path / "new")
+    assert gotoolchain.go_toolchain() == tmp_path / "new" and bootstrapped == [old]
     go = fake_go(tmp_path, "go1.21.0")
-    assert peers.go_toolchain() == go
+    assert gotoolchain.go_toolchain() == go
 
 
 def test_fallback_go_when_none_is_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     (tmp_path / "local").mkdir()
-    monkeypatch.setattr(peers, "GO_FALLBACKS", (tmp_path / "missing" / "go", fake_go(tmp_path / "local", "go1.26.8")))
-    assert peers.go_toolchain() == tmp_path / "local" / "go"
+    monkeypatch.setattr(gotoolchain, "GO_FALLBACKS", (tmp_path / "missing" / "go", fake_go(tmp_path / "local", "go1.26.8")))
+    assert gotoolchain.go_toolchain() == tmp_path / "local" / "go"
 
 
 def test_the_v08_nri_plugin_is_the_same_package_built_with_its_own_go_mod_and_tag() -> None:

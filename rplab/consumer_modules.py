@@ -1,0 +1,194 @@
+"""Consumer Go modules for upstream programs whose go.mod has ``replace`` directives (the kubelet, koordinator).
+
+``go install MODULE/cmd/X@VERSION`` refuses a module with replace directives, so such a program is built from a
+module of the project's own under ``peers/<name>/``: its go.mod copies the upstream module's ``replace (...)``
+block (a rule onto a path inside the upstream repository, as k8s.io/kubernetes's staging modules, becomes a rule
+onto that module at the version the upstream release publishes it as), requires the upstream module at its pinned
+version and names each program as a ``tool``. The generated go.mod and go.sum are committed; builds read them with
+``-mod=readonly``, so a build is the same everywhere. A version bump is one command:
+
+    python -m rplab.consumer_modules generate kubelet [--version v1.35.9]   # rewrites peers/kubelet/go.{mod,sum}
+    python -m rplab.consumer_modules check                                  # every committed go.mod is as generated
+
+Nothing third-party is kept in the repository: the sources come from the Go module proxy at build time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rplab.gotoolchain import GoToolchainError, go_toolchain
+
+PEERS_DIR = Path(__file__).resolve().parent.parent / "peers"
+GO_TIMEOUT_SECONDS = 1800
+
+
+@dataclass(frozen=True)
+class ConsumerModule:
+    """One consumer module: ``peers/<name>/`` builds ``tools`` (package paths) of ``upstream`` at ``version``.
+    ``staging_version`` turns a replace onto ``./staging/src/<path>`` into ``<path> <staging_version>``
+    (Kubernetes publishes each staging module as v0.<minor>.<patch> of its release v1.<minor>.<patch>)."""
+
+    name: str
+    upstream: str
+    version: str
+    tools: tuple[str, ...]
+    # Stamped at link time, as the upstream release build does (``--version`` then tells the truth).
+    version_variables: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def directory(self) -> Path:
+        return PEERS_DIR / self.name
+
+    def staging_version(self) -> str:
+        major_minor_patch = self.version.lstrip("v").split(".")
+        return "v0." + ".".join(major_minor_patch[1:])
+
+
+def kubernetes_version_variables(version: str) -> tuple[tuple[str, str], ...]:
+    major, minor, _ = version.lstrip("v").split(".", 2)
+    base = "k8s.io/component-base/version"
+    return ((f"{base}.gitVersion", version), (f"{base}.gitMajor", major), (f"{base}.gitMinor", minor),
+            (f"{base}.gitTreeState", "clean"))
+
+
+KUBERNETES_VERSION = "v1.35.8"
+KOORDINATOR_VERSION = "v1.8.0"
+MODULES: dict[str, ConsumerModule] = {module.name: module for module in (
+    # The kubelet (and, for the small cluster, kube-apiserver) of one Kubernetes release.
+    ConsumerModule("kubelet", "k8s.io/kubernetes", KUBERNETES_VERSION, ("k8s.io/kubernetes/cmd/kubelet",),
+                   kubernetes_version_variables(KUBERNETES_VERSION)),
+    # koordinator's own runtime proxy: the reference this project replaces.
+    ConsumerModule("koordinator", "github.com/koordinator-sh/koordinator", KOORDINATOR_VERSION,
+                   ("github.com/koordinator-sh/koordinator/cmd/koord-runtime-proxy",)),
+)}
+
+
+class ConsumerModuleError(RuntimeError):
+    pass
+
+
+def go_environment() -> dict[str, str]:
+    return {**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false", "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "auto")}
+
+
+def run_go(go: Path, arguments: list[str], cwd: Path) -> str:
+    done = subprocess.run([str(go), *arguments], cwd=cwd, env=go_environment(), capture_output=True, text=True,
+                          timeout=GO_TIMEOUT_SECONDS)
+    if done.returncode != 0:
+        raise ConsumerModuleError(f"go {' '.join(arguments)} failed in {cwd}: {done.stderr.strip()[-3000:]}")
+    return done.stdout
+
+
+def upstream_go_mod(go: Path, module: ConsumerModule) -> str:
+    """The upstream release's go.mod, as the Go module proxy serves it."""
+    with tempfile.TemporaryDirectory(prefix="rp-consumer-") as scratch:
+        Path(scratch, "go.mod").write_text("module scratch\n")
+        answer = json.loads(run_go(go, ["mod", "download", "-json", f"{module.upstream}@{module.version}"],
+                                   Path(scratch)))
+    if "GoMod" not in answer:
+        raise ConsumerModuleError(f"the module proxy has no go.mod for {module.upstream}@{module.version}: {answer}")
+    return Path(answer["GoMod"]).read_text()
+
+
+REPLACE_RULE = re.compile(r"^\s*(\S+)(?:\s+(v\S+))?\s*=>\s*(\S+)(?:\s+(v\S+))?\s*$")
+
+
+def replace_rules(go_mod: str, module: ConsumerModule) -> list[str]:
+    """The upstream replace rules, comments dropped, local paths turned into published versions."""
+    rules: list[str] = []
+    in_block = False
+    for line in go_mod.splitlines():
+        text = line.split("//", 1)[0].strip()
+        if text.startswith("replace ("):
+            in_block = True
+            continue
+        if in_block and text == ")":
+            in_block = False
+            continue
+        if text.startswith("replace "):
+            text = text.removeprefix("replace ").strip()
+        elif not in_block or not text:
+            continue
+        matched = REPLACE_RULE.match(text)
+        if matched is None:
+            raise ConsumerModuleError(f"{module.upstream}'s go.mod: cannot read the replace rule {line.strip()!r}")
+        old, old_version, new, new_version = matched.groups()
+        if new.startswith("./") or new.startswith("../"):
+            if not new.startswith("./staging/src/"):
+                raise ConsumerModuleError(f"{module.upstream}: a replace onto {new} has no published module")
+            new, new_version = new.removeprefix("./staging/src/"), module.staging_version()
+        rules.append(f"\t{old}{' ' + old_version if old_version else ''} => {new} {new_version}")
+    return rules
+
+
+def consumer_go_mod(module: ConsumerModule, upstream: str) -> str:
+    go_line = re.search(r"^go (\S+)$", upstream, re.M)
+    header = (f"// Generated by `python -m rplab.consumer_modules generate {module.name}`: do not edit.\n"
+              f"// Builds {', '.join(module.tools)} of {module.upstream} {module.version} with its own replace block.\n"
+              f"module runtimeproxy/peers/{module.name}\n\ngo {go_line.group(1) if go_line else '1.25.0'}\n")
+    rules = replace_rules(upstream, module)
+    return header + ("\nreplace (\n" + "\n".join(rules) + "\n)\n" if rules else "")
+
+
+def generate(go: Path, module: ConsumerModule) -> None:
+    """Writes peers/<name>/go.mod and go.sum for ``module`` (the sources stay in the module cache)."""
+    module.directory.mkdir(parents=True, exist_ok=True)
+    (module.directory / "go.sum").unlink(missing_ok=True)
+    (module.directory / "go.mod").write_text(consumer_go_mod(module, upstream_go_mod(go, module)))
+    for tool in module.tools:
+        run_go(go, ["get", "-tool", f"{tool}@{module.version}"], module.directory)
+    # go get leaves out the sums of packages only the tools' own tests need; a readonly build needs the rest.
+    run_go(go, ["mod", "download"], module.directory)
+    for tool in module.tools:
+        run_go(go, ["list", "-deps", tool], module.directory)
+
+
+def is_as_generated(go: Path, module: ConsumerModule) -> bool:
+    """Whether the committed go.mod still carries the upstream replace block as the generator writes it."""
+    committed = (module.directory / "go.mod").read_text()
+    expected_head = consumer_go_mod(module, upstream_go_mod(go, module))
+    return committed.startswith(expected_head.split("\nreplace (")[0]) and all(
+        rule in committed for rule in replace_rules(upstream_go_mod(go, module), module))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rplab.consumer_modules", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    generating = commands.add_parser("generate", help="write peers/NAME/go.mod and go.sum")
+    generating.add_argument("names", nargs="+", choices=sorted(MODULES))
+    generating.add_argument("--version", help="another upstream version than the pinned one (then edit the pin)")
+    commands.add_parser("check", help="check every committed consumer go.mod against its upstream")
+    args = parser.parse_args(argv)
+    try:
+        go = go_toolchain()
+        if args.command == "generate":
+            for name in args.names:
+                module = MODULES[name]
+                if args.version:
+                    module = ConsumerModule(module.name, module.upstream, args.version, module.tools,
+                                            module.version_variables)
+                generate(go, module)
+                print(f"{name}: {module.directory}/go.mod for {module.upstream} {module.version}")
+            return 0
+        stale = [name for name, module in MODULES.items() if not is_as_generated(go, module)]
+        for name in stale:
+            print(f"peers/{name}/go.mod is not as generated: python -m rplab.consumer_modules generate {name}",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    except (ConsumerModuleError, GoToolchainError) as error:
+        print(f"rplab.consumer_modules: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
