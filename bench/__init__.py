@@ -10,6 +10,10 @@ Peers, each its own process, all in one run:
   direct     the instant backend itself (`benchgo backend`; real containerd in the containerd cases,
              a private real dockerd in the Docker case)
   proxy      runtimeproxy (`python -m runtimeproxy`, this checkout)
+  koord      koordinator's koord-runtime-proxy v1.8.0 (peer koord-runtime-proxy, built from the Go module
+             proxy on first use, ~6 min cold), the program ours replaces: it decodes and re-encodes every
+             runtime.v1 message. In a private mount namespace (rplab.koord_proxy): its plugin directory
+             /etc/runtime/hookserver.d is hard-coded, and the host's /etc stays untouched
   aio-relay  the smallest grpcio aio relay (bench/aio_relay.py): the floor for a Python relay
   go-relay   `benchgo relay`: grpc-go UnknownServiceHandler + pass-through codec, the engine
              koord-runtime-proxy forwards with
@@ -19,6 +23,7 @@ Peers, each its own process, all in one run:
   echo-hop   a bare Python grpc.aio server answering itself (rplab.synthetic): what one
              Python server hop costs, with no upstream call
   plugin     the proxy with a no-op plugin (rplab.example_plugin --empty) on all seven hooks
+  koord-plugin  koord-runtime-proxy with the same no-op plugin on all seven hooks; startup case only
   nri        the proxy hosting NRI (--nri-socket) with one no-op NRI plugin (rplab.nri_plugin, launched
              from its plugin directory) on every NRI event; startup case only
   decode-all the proxy with --benchmark-decode-all (every message decoded and re-encoded: the
@@ -28,7 +33,11 @@ Cases (--cases picks some):
   small    Version: p50/p99 at concurrency 1, calls/s at 1, 16, 64; CPU per call in each hop process
   large    ListContainers of 4, 16, 48 MB: p50, CPU per call; RSS idle, right after, settled
            (the answer's size is asked for in the request, so even the minimal relay gets it right)
-  kubelet  a kubelet's steady state on a node with N pods (real containerd): each hop's CPU % of one core
+  kubelet  a kubelet's steady state on a node with N pods (real containerd): each hop's CPU % of one core,
+           from a Python client's schedule, and from a replay of the real kubelet v1.35's mix (one grpc-go
+           client per method, each at the kubelet's pace: calls are sparse, so each pays a hop's wake-up
+           costs, which back-to-back calls share); unfiltered ListContainers and ListPodSandbox of the N pods
+           at 5 calls/s: p50 and the hop's CPU per call
   startup  pod startup (RunPodSandbox, CreateContainer, StartContainer) and the whole lifecycle, real
            containerd: direct, proxy, proxy + no-op plugin on all seven hooks, go-relay
   docker   Docker mode against a private real dockerd with N pod-sandbox containers (a few running) and

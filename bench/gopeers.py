@@ -32,10 +32,13 @@ def build_benchgo() -> Path:
 
 def run_client(binary: Path, socket: Path, method: str, request_file: Path | None, *, concurrency: int = 1,
                seconds: float | None = None, count: int | None = None, warmup: int = 0,
-               timeout: float = KUBELET_TIMEOUT_SECONDS,
+               timeout: float = KUBELET_TIMEOUT_SECONDS, interval: float = 0.0,
                metadata: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """One benchgo client run: its JSON result (calls, errors, calls_per_s, p50_us, p99_us, ...)."""
+    """One benchgo client run: its JSON result (calls, errors, calls_per_s, p50_us, p99_us, ...).
+    `interval`: seconds each goroutine pauses after a call (sparse calls, as a kubelet makes them)."""
     argv = [str(binary), "client", "-socket", str(socket), "-method", method, "-timeout", str(timeout)]
+    if interval:
+        argv += ["-interval", str(interval)]
     if request_file is not None:
         argv += ["-request", str(request_file)]
     for key, value in (metadata or {}).items():

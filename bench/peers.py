@@ -28,6 +28,7 @@ from rplab.docker_images import build_docker_archives
 from rplab.dockerd import DockerdInstance, DockerModeProxy, check_docker_prerequisites, docker_api_ping
 from rplab.example_plugin import registration
 from rplab.images import build_and_import
+from rplab.koord_proxy import KoordProxyProcess
 from rplab.nri_plugin import install_noop
 from rplab.process import ProxyProcess
 from rplab.synthetic import list_containers_response
@@ -226,7 +227,8 @@ class Lab:
         """A relay of `kind` (proxy, aio-relay, go-relay, socat; go-proxy for HTTP) in front of `upstream`."""
         key = f"{kind} {label or upstream.name}"
         starters = {"proxy": self._proxy, "aio-relay": self._aio_relay, "go-relay": self._go_relay,
-                    "socat": self._socat, "go-proxy": self._go_proxy, "baseline": self._baseline}
+                    "socat": self._socat, "go-proxy": self._go_proxy, "baseline": self._baseline,
+                    "koord": self._koord}
         return self._once(key, lambda: starters[kind](key.replace(" ", "-"), upstream))
 
     def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning",
@@ -255,6 +257,31 @@ class Lab:
         peer = self._proxy(name, upstream, checkout=self.baseline)
         peer.name = "baseline"
         return peer
+
+    def _koord(self, name: str, upstream: Peer, hook_dir: Path | None = None) -> Peer:
+        """koordinator's koord-runtime-proxy in front of `upstream`, in a mount namespace of its own
+        (rplab.koord_proxy): the program ours replaces, built from the Go module proxy (first build ~6 min)."""
+        directory = self.base / name
+        directory.mkdir()
+        proxy = KoordProxyProcess(directory / "koord.sock", upstream.socket, hook_config_dir=hook_dir)
+        self.stack.callback(quietly, f"koord {name}", proxy.stop)
+        proxy.start(timeout=60)
+        assert proxy.pid is not None
+        self._started[f"process {name}"] = proxy
+        return Peer("koord", proxy.listen_path, proxy.pid, settled_rss(proxy.pid))
+
+    @property
+    def koord_plugin_proxy(self) -> Peer:
+        """koord-runtime-proxy in front of containerd with the same no-op plugin registered for all seven hooks."""
+        def start() -> Peer:
+            hook_dir = self.noop_registration("koord-plugin")
+            peer = self._koord("koord-plugin", self.containerd, hook_dir)
+            proxy = self._started["process koord-plugin"]
+            # It logs "update config for <path>" when it has read a registration file.
+            wait_until(lambda: "update config for" in proxy.log_tail(200), "koord plugin registration", 15)
+            peer.name = "koord-plugin"
+            return peer
+        return self._once("koord plugin proxy", start)
 
     @property
     def decode_all_proxy(self) -> Peer:
@@ -354,11 +381,15 @@ class Lab:
         """The baseline checkout's proxy with the same no-op plugin on all seven hooks."""
         return self._once("baseline plugin proxy", lambda: self._plugin_proxy("baseline-plugin", self.baseline))
 
-    def _plugin_proxy(self, name: str, checkout: Path | None, extra_args: tuple[str, ...] = ()) -> Peer:
-        socket = self.noop_plugin_socket
+    def noop_registration(self, name: str) -> Path:
+        """A hook directory of its own registering the no-op plugin for all seven hooks."""
         hook_dir = self.base / f"{name}-hooks"
         hook_dir.mkdir()
-        (hook_dir / "noop.json").write_bytes(registration(socket, list(HOOK_NAMES)))
+        (hook_dir / "noop.json").write_bytes(registration(self.noop_plugin_socket, list(HOOK_NAMES)))
+        return hook_dir
+
+    def _plugin_proxy(self, name: str, checkout: Path | None, extra_args: tuple[str, ...] = ()) -> Peer:
+        hook_dir = self.noop_registration(name)
         # Logs at info: "plugin noop.json registered" is an info line (there are no per-call ones).
         peer = self._proxy(f"{name}-proxy", self.containerd, hook_dir=hook_dir, log_level="info", checkout=checkout,
                            extra_args=extra_args)

@@ -11,20 +11,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Column order. direct: no hop; proxy: runtimeproxy; aio-relay: the minimal grpcio aio relay;
+# Column order. direct: no hop; proxy: runtimeproxy; koord: koordinator's koord-runtime-proxy (the program
+# ours replaces; it decodes and re-encodes every runtime.v1 message); aio-relay: the minimal grpcio aio relay;
 # go-relay: grpc-go raw relay (koord-runtime-proxy's engine); go-proxy: Go's httputil.ReverseProxy
 # (Docker mode's counterpart); socat: L4 byte relay; echo-hop: a bare Python grpc.aio server answering
 # itself (one Python server hop, no upstream); plugin: the proxy with a no-op plugin on all hooks;
 # plugin-notrace: the same with the decision trace off (--hook-trace-entries=0); nri: the proxy hosting NRI
 # with one no-op NRI plugin on every event; decode-all: the proxy decoding and re-encoding every message;
-# baseline, baseline-plugin: the proxy and the plugin peer of another revision (--baseline).
-PEERS = ("direct", "proxy", "baseline", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
-         "plugin-notrace", "baseline-plugin", "nri", "decode-all")
+# baseline, baseline-plugin: the proxy and the plugin peer of another revision (--baseline); koord-plugin:
+# koord-runtime-proxy with the same no-op plugin on all seven hooks.
+PEERS = ("direct", "proxy", "baseline", "koord", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
+         "plugin-notrace", "baseline-plugin", "koord-plugin", "nri", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
-RATIOS = (("proxy", "direct"), ("proxy", "aio-relay"), ("proxy", "go-relay"), ("proxy", "go-proxy"),
-          ("proxy", "baseline"))
-RATIO_HEADS = {"direct": "/direct", "aio-relay": "/aio", "go-relay": "/go", "go-proxy": "/go-http",
-               "baseline": "/base"}
+RATIOS = (("proxy", "direct"), ("proxy", "koord"), ("proxy", "aio-relay"), ("proxy", "go-relay"),
+          ("proxy", "go-proxy"), ("proxy", "baseline"))
+RATIO_HEADS = {"direct": "/direct", "koord": "/koord", "aio-relay": "/aio", "go-relay": "/go",
+               "go-proxy": "/go-http", "baseline": "/base"}
 
 
 def percentile(values: list[float], q: float) -> float:

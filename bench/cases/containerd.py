@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from bench.cases.measure import Scale, alternate, available, column
 from bench.trace_cost import traced_call_microseconds
-from bench.peers import IMAGES, RUNTIME, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
+from bench.gopeers import run_client
+from bench.peers import IMAGES, LIST_CONTAINERS, RUNTIME, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
 from bench.procfs import threads_cpu_seconds
 from bench.report import CaseReport
 from rplab.cri import CriClient, open_channel
@@ -105,6 +106,7 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
     starters: dict[str, Callable[[], Peer]] = {
         "direct": lambda: containerd,
         "proxy": lambda: lab.hop("proxy", containerd, "containerd"),
+        "koord": lambda: lab.hop("koord", containerd, "containerd"),
         "aio-relay": lambda: lab.hop("aio-relay", containerd, "containerd"),
         "go-relay": lambda: lab.hop("go-relay", containerd, "containerd"),
     }
@@ -115,6 +117,7 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
         starters["plugin-notrace"] = lambda: lab.untraced_plugin_proxy
         if lab.baseline is not None:
             starters["baseline-plugin"] = lambda: lab.baseline_plugin_proxy
+        starters["koord-plugin"] = lambda: lab.koord_plugin_proxy
         starters["nri"] = lambda: lab.nri_proxy
     return available(lab, report, starters)
 
@@ -130,16 +133,93 @@ def case_kubelet(lab: Lab, scale: Scale, report: CaseReport) -> None:
         try:
             result = alternate(peers, lambda peer: steady_state(peer, pods, scale.kubelet_seconds), 1,
                                warmup=lambda peer: steady_state(peer, pods, 2))
+            mix = kubelet_mix(pods)
+            replayed = alternate(peers, lambda peer: replay(lab, peer, mix, scale.kubelet_seconds), scale.replay_rounds,
+                                 warmup=lambda peer: replay(lab, peer, mix, 2))
+            lists = {name: alternate(peers, lambda peer, method=method: sparse_calls(lab, peer, method,
+                                                                                       scale.kubelet_seconds / 2),
+                                     scale.replay_rounds, warmup=lambda peer, method=method: sparse_calls(
+                                         lab, peer, method, 1))
+                     for name, method in (("ListContainers", LIST_CONTAINERS), ("ListPodSandbox", LIST_SANDBOXES))}
         finally:
             started = time.perf_counter()
             pods.remove(client)
             report.notes.append(f"removed them in {time.perf_counter() - started:.1f} s")
     idle = idle_cpu_percent(peers, scale.idle_seconds)
-    report.raw.update(result=result, idle_cpu_percent=idle)
-    report.row(f"kubelet steady state, {scale.pods} pods", "calls/s", column(result, "calls_per_s"))
+    report.raw.update(result=result, replay=replayed, sparse_lists=lists, idle_cpu_percent=idle)
+    report.row(f"kubelet steady state, {scale.pods} pods", "calls/s", column(result, "calls_per_s"),
+               note="the schedule of PLEG relist, status, stats and pod syncs, from a Python client")
     report.row("CPU of one core, kubelet steady state", "%", column(result, "cpu_percent"),
                note="direct: containerd's own CPU, for scale")
+    report.row(f"kubelet mix replay (Go clients), {scale.pods} pods", "calls/s", column(replayed, "calls_per_s"),
+               note="the real kubelet v1.35's mix, each method from a grpc-go client at its own pace "
+                    "(bench.cases.containerd.KUBELET_MIX)")
+    report.row("CPU of one core, kubelet mix replay", "%", column(replayed, "cpu_percent"))
+    row = report.row("CPU per call, kubelet mix replay", "us", column(replayed, "cpu_us_per_call"))
+    ratio = row.ratio("proxy", "koord")
+    if ratio is not None:
+        report.target(row, "proxy CPU under the kubelet's mix <= koord-runtime-proxy's", ratio <= 1.0, f"{ratio:.2f}x")
+    for name, measured in lists.items():
+        size = measured.get("direct", {}).get("response_bytes")
+        report.row(f"{name}, {scale.pods} pods, 5 calls/s, p50", "us", column(measured, "p50_us"),
+                   note=f"unfiltered, {size / 1024:.0f} KB answers" if size else "")
+        report.row(f"CPU per {name} call at 5 calls/s", "us", column(measured, "cpu_us_per_call"))
     report.row("CPU of one core, idle (no calls)", "%", idle)
+
+
+# The real kubelet's calls on a steady node, each method at its own pace (seconds between calls), as counted in
+# front of containerd 1.6 (kubelet v1.35.8, standalone): PLEG relists every second (ListPodSandbox, ListContainers),
+# runtime status every 5 s, Version ~8 a minute, stats every 10 s, images twice a minute; a pod's sync reads its
+# containers' status (one ContainerStatus per pod a minute here). No probes: ExecSync is a runc exec, the runtime's
+# cost, not a hop's.
+KUBELET_MIX = (("ListPodSandbox", 1.0), ("ListContainers", 1.0), ("Status", 5.0), ("Version", 7.5),
+               ("ImageFsInfo", 10.0), ("ListContainerStats", 10.0), ("ListImages", 30.0))
+POD_STATUS_PERIOD_S = 60.0
+LIST_SANDBOXES = RUNTIME + "ListPodSandbox"
+SPARSE_INTERVAL_S = 0.2
+
+
+def kubelet_mix(pods: NodePods) -> list[tuple[str, bytes, float]]:
+    """The kubelet's mix on `pods`: (method path, encoded request, seconds between its calls)."""
+    requests = {"ListPodSandbox": cri.ListPodSandboxRequest(), "ListContainers": cri.ListContainersRequest(),
+                "Status": cri.StatusRequest(), "Version": cri.VersionRequest(version="v1"),
+                "ImageFsInfo": cri.ImageFsInfoRequest(), "ListContainerStats": cri.ListContainerStatsRequest(),
+                "ListImages": cri.ListImagesRequest()}
+    mix = [((IMAGES if name in ("ImageFsInfo", "ListImages") else RUNTIME) + name,
+            requests[name].SerializeToString(), period) for name, period in KUBELET_MIX]
+    if pods.pods:
+        container_id = pods.pods[0][1]
+        mix.append((RUNTIME + "ContainerStatus", cri.ContainerStatusRequest(container_id=container_id)
+                    .SerializeToString(), POD_STATUS_PERIOD_S / len(pods.pods)))
+    return mix
+
+
+def replay(lab: Lab, peer: Peer, mix: list[tuple[str, bytes, float]], seconds: float) -> Metrics:
+    """The mix through `peer` for `seconds`, one benchgo client per method at once: the hop's CPU (its threads'
+    schedstat, ns: a window of ~1 % is too little for 10 ms ticks), calls/s and CPU per call."""
+    before, started = threads_cpu_seconds(peer.pid), time.monotonic()
+    with ThreadPoolExecutor(len(mix)) as pool:
+        runs = list(pool.map(lambda call: run_client(lab.benchgo, peer.socket, call[0], lab.request_file(call[1]),
+                                                     seconds=seconds, interval=call[2]), mix))
+    elapsed = time.monotonic() - started
+    used = threads_cpu_seconds(peer.pid) - before
+    calls = sum(int(run["calls"]) + int(run["errors"]) for run in runs)
+    return {"cpu_percent": used / elapsed * 100, "calls_per_s": calls / elapsed,
+            "cpu_us_per_call": used * 1e6 / calls if calls else float("nan"),
+            "errors": sum(int(run["errors"]) for run in runs)}
+
+
+def sparse_calls(lab: Lab, peer: Peer, method: str, seconds: float) -> Metrics:
+    """One unfiltered list method through `peer` at the kubelet's pace (SPARSE_INTERVAL_S apart): p50, answer
+    size and the hop's CPU per call (schedstat)."""
+    request = cri.ListContainersRequest().SerializeToString() if method == LIST_CONTAINERS else \
+        cri.ListPodSandboxRequest().SerializeToString()
+    before = threads_cpu_seconds(peer.pid)
+    result = run_client(lab.benchgo, peer.socket, method, lab.request_file(request), seconds=seconds,
+                        interval=SPARSE_INTERVAL_S)
+    calls = int(result["calls"]) + int(result["errors"])
+    result["cpu_us_per_call"] = (threads_cpu_seconds(peer.pid) - before) * 1e6 / calls if calls else float("nan")
+    return result
 
 
 def idle_cpu_percent(peers: list[Peer], seconds: float) -> dict[str, float | None]:

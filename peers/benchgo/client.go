@@ -140,6 +140,7 @@ type loadFlags struct {
 	concurrency   *int
 	seconds       *float64
 	count, warmup *int64
+	interval      *float64
 }
 
 func addLoadFlags(flags *flag.FlagSet) loadFlags {
@@ -148,6 +149,8 @@ func addLoadFlags(flags *flag.FlagSet) loadFlags {
 		seconds:     flags.Float64("seconds", 1, "measure this long (unless -count)"),
 		count:       flags.Int64("count", 0, "measure exactly this many calls"),
 		warmup:      flags.Int64("warmup", 0, "calls before measuring (sequential)"),
+		interval: flags.Float64("interval", 0,
+			"seconds each goroutine pauses after a call (0: none): sparse calls, as a kubelet makes them"),
 	}
 }
 
@@ -163,7 +166,8 @@ func warmUpAndMeasure(c callable, log *errorLog, load loadFlags) (result, error)
 		return result{}, fmt.Errorf("every warm-up call failed: %s", log.first())
 	}
 	cpuBefore := cpuSeconds()
-	latencies, elapsed := measure(c, concurrency, *load.seconds, *load.count)
+	pause := time.Duration(*load.interval * float64(time.Second))
+	latencies, elapsed := measure(c, concurrency, *load.seconds, *load.count, pause)
 	cpuUsed := cpuSeconds() - cpuBefore
 	out := summarize(latencies, elapsed)
 	if out.Calls > 0 {
@@ -183,8 +187,9 @@ func cpuSeconds() float64 {
 	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano()).Seconds()
 }
 
-// measure runs the goroutines until the time is up (or the count is done); successful calls' latencies.
-func measure(c callable, concurrency int, seconds float64, count int64) ([]time.Duration, time.Duration) {
+// measure runs the goroutines until the time is up (or the count is done), each pausing `pause` after
+// every call; successful calls' latencies.
+func measure(c callable, concurrency int, seconds float64, count int64, pause time.Duration) ([]time.Duration, time.Duration) {
 	perWorker := make([][]time.Duration, concurrency)
 	remaining := count
 	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
@@ -205,6 +210,9 @@ func measure(c callable, concurrency int, seconds float64, count int64) ([]time.
 				before := time.Now()
 				if c.call() {
 					perWorker[w] = append(perWorker[w], time.Since(before))
+				}
+				if pause > 0 {
+					time.Sleep(pause)
 				}
 			}
 		}(w)

@@ -5,6 +5,7 @@ tests."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,29 @@ def test_docker_node_sandboxes_look_like_cri_dockerd_ones_to_the_proxy() -> None
     assert pod_labels_of(found.labels) == {"app": "bench", "io.kubernetes.pod.name": "bench-7",
                                            "io.kubernetes.pod.namespace": "default",
                                            "io.kubernetes.pod.uid": found.name.uid}
+
+
+def test_kubelet_mix_on_110_pods_is_the_real_kubelets_pace() -> None:
+    from bench.cases.containerd import kubelet_mix
+
+    pods = NodePods([(f"pod{n}", f"ctr{n}") for n in range(110)])
+    mix = kubelet_mix(pods)
+    per_second = {method.rpartition("/")[2]: 1 / interval for method, _, interval in mix}
+    assert per_second["ListPodSandbox"] == per_second["ListContainers"] == 1.0  # PLEG relist
+    assert 4.0 <= sum(per_second.values()) <= 5.0  # ~4.7 calls/s counted at 110 pods
+    assert all(method.startswith(("/runtime.v1.RuntimeService/", "/runtime.v1.ImageService/"))
+               for method, _, _ in mix)
+
+
+def test_koord_proxy_runs_in_a_mount_namespace_with_its_hook_dir_bound(tmp_path: Path) -> None:
+    from rplab.koord_proxy import HOOK_DIR, KoordProxyProcess
+
+    proxy = KoordProxyProcess(tmp_path / "koord.sock", "/run/ctd.sock", hook_config_dir=tmp_path / "hooks",
+                              binary=Path("/bin/koord-runtime-proxy"))
+    argv = proxy.argv
+    assert argv[:4] == ["unshare", "-m", "--propagation", "private"]
+    assert str(HOOK_DIR) in argv[6] and "lowerdir=/etc" in argv[6]
+    assert argv[8:11] == [str(tmp_path / "etc-overlay" / "upper"), str(tmp_path / "etc-overlay" / "work"),
+                          str(tmp_path / "hooks")]
+    assert argv[11:] == ["/bin/koord-runtime-proxy", f"--koord-runtimeproxy-endpoint={tmp_path / 'koord.sock'}",
+                         "--remote-runtime-service-endpoint=/run/ctd.sock"]
