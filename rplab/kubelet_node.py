@@ -26,8 +26,9 @@ Even standalone the kubelet changes the host; how each change is kept off it:
 
 The kubelet owns its runtime: it stops pods it does not know (give it a runtime no other test shares).
 
-    python -m rplab.kubelet_node --endpoint SOCKET [--dir DIR]   # a node's worth of static pods (rplab.kubelet_pods)
-                                                                  # through SOCKET; prints what the kubelet saw
+    python -m rplab.kubelet_node --endpoint SOCKET [--import-images CONTAINERD_SOCKET] [--dir DIR]
+        # a node's worth of static pods (rplab.kubelet_pods) through SOCKET: prints what the kubelet saw, the
+        # figures and the host check as JSON; exit status 1 unless every pod settled and the host is as found
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import grpc
 
 from rplab.consumer_modules import KUBERNETES_VERSION
 from rplab.cri import CriClient, open_channel
+from rplab.images import BUSYBOX_IMAGE, IMAGE_CACHE, build_and_import
 from rplab.peers import peer_binary
 from rplab.registry import free_port
 
@@ -493,45 +495,32 @@ def seconds_since(start: float) -> float:
     return round(time.monotonic() - start, 1)
 
 
-@dataclass
-class TemporaryNode:
-    """``KubeletNode`` in a temporary directory removed afterwards (the CLI's)."""
-
-    endpoint: Path
-    keep: bool = False
-
-    def __enter__(self) -> KubeletNode:
-        self._directory = Path(tempfile.mkdtemp(prefix="rplab-kubelet-", dir="/tmp"))
-        self._node = KubeletNode(self.endpoint, self._directory)
-        return self._node
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.keep:
-            shutil.rmtree(self._directory, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     from rplab.kubelet_pods import run_node  # the node's worth of pods needs this module: imported here
 
     parser = argparse.ArgumentParser(prog="python -m rplab.kubelet_node", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--endpoint", type=Path, required=True, help="the CRI socket (containerd's or a proxy's)")
-    parser.add_argument("--dir", type=Path, help="the kubelet's directory (default: a temporary one, removed after)")
+    parser.add_argument("--import-images", type=Path, metavar="CONTAINERD_SOCKET",
+                        help="first import the lab's busybox and pause images (built offline) into this containerd "
+                        f"(namespace k8s.io); the pods use {BUSYBOX_IMAGE} and never pull it")
+    parser.add_argument("--dir", type=Path, help="the kubelet's directory, kept (default: a temporary one, removed)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("rplab.kubelet_node: the kubelet runs as root (sudo)", file=sys.stderr)
         return 2
-    node_dir = args.dir
+    if args.import_images is not None:
+        build_and_import(str(args.import_images), IMAGE_CACHE)
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="rplab-kubelet-", dir="/tmp"))
     try:
-        if node_dir is None:
-            with TemporaryNode(args.endpoint) as node:
-                outcome = run_node(node)
-        else:
-            node_dir.mkdir(parents=True, exist_ok=True)
-            outcome = run_node(KubeletNode(args.endpoint, node_dir))
+        directory.mkdir(parents=True, exist_ok=True)
+        outcome = run_node(KubeletNode(args.endpoint, directory))
     except KubeletNodeError as error:
         print(f"rplab.kubelet_node: {error}", file=sys.stderr)
         return 1
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
     print(json.dumps(outcome.summary(), indent=1))
     return 0 if outcome.ok() else 1
 
