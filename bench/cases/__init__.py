@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from bench.cases.containerd import case_kubelet, case_startup
 from bench.cases.docker import case_docker
 from bench.cases.idle import case_idle
+from bench.cases.kubelet_node import case_kubelet_node
 from bench.cases.measure import Scale
 from bench.cases.synthetic import case_large, case_small
 from bench.peers import Lab
@@ -28,5 +29,6 @@ CASES = {case.name: case for case in (
     Case("startup", "4. pod startup and lifecycle, real containerd", case_startup),
     Case("docker", "5. Docker mode: list, inspect, exec, real dockerd", case_docker),
     Case("idle", "6. idle (no calls): CPU with no plugins and with 500 registered", case_idle),
+    Case("kubelet-node", "7. the real kubelet with N static pods, real containerd", case_kubelet_node),
 )}
 DEFAULT_CASES = ("small", "large", "kubelet", "startup")  # docker takes ~2 more minutes: ask for it

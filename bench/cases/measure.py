@@ -23,6 +23,8 @@ class Scale:
     kubelet_seconds: float  # measured window per hop
     replay_rounds: int  # rounds of the kubelet mix replay and of the sparse list calls
     idle_seconds: float  # one window for every hop's idle CPU
+    kubelet_node_pods: int  # static pods of the real kubelet (kubelet-node case)
+    kubelet_node_seconds: float  # its measured window per hop
     lifecycles: int  # pod lifecycles per peer
     docker_containers: int  # pod-sandbox containers in the Docker case's dockerd
     docker_seconds: float  # per list or inspect run
@@ -30,10 +32,12 @@ class Scale:
 
 
 QUICK = Scale(rounds=1, seconds=0.5, warmup_seconds=0.3, large_calls={4: 4, 16: 3, 48: 2}, pods=20,
-              kubelet_seconds=5.0, replay_rounds=1, idle_seconds=3.0, lifecycles=3, docker_containers=20, docker_seconds=0.3,
+              kubelet_seconds=5.0, replay_rounds=1, idle_seconds=3.0, kubelet_node_pods=10, kubelet_node_seconds=20.0,
+              lifecycles=3, docker_containers=20, docker_seconds=0.3,
               exec_calls=4)
 FULL = Scale(rounds=5, seconds=2.0, warmup_seconds=0.5, large_calls={4: 20, 16: 10, 48: 4}, pods=110,
-             kubelet_seconds=20.0, replay_rounds=3, idle_seconds=10.0, lifecycles=15, docker_containers=100, docker_seconds=0.6,
+             kubelet_seconds=20.0, replay_rounds=3, idle_seconds=10.0, kubelet_node_pods=110,
+             kubelet_node_seconds=120.0, lifecycles=15, docker_containers=100, docker_seconds=0.6,
              exec_calls=15)
 
 

@@ -212,7 +212,11 @@ func measure(c callable, concurrency int, seconds float64, count int64, pause ti
 					perWorker[w] = append(perWorker[w], time.Since(before))
 				}
 				if pause > 0 {
-					time.Sleep(pause)
+					if count == 0 && time.Until(deadline) < pause {
+						time.Sleep(time.Until(deadline)) // a pause never outlasts the run
+					} else {
+						time.Sleep(pause)
+					}
 				}
 			}
 		}(w)
