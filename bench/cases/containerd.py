@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.cases.measure import Scale, alternate, available, column
+from bench.cases.measure import Scale, alternate, available, column, sparse_calls
 from bench.trace_cost import traced_call_microseconds
 from bench.gopeers import run_client
 from bench.peers import IMAGES, LIST_CONTAINERS, RUNTIME, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
@@ -136,11 +136,12 @@ def case_kubelet(lab: Lab, scale: Scale, report: CaseReport) -> None:
             mix = kubelet_mix(pods)
             replayed = alternate(peers, lambda peer: replay(lab, peer, mix, scale.kubelet_seconds), scale.replay_rounds,
                                  warmup=lambda peer: replay(lab, peer, mix, 2))
-            lists = {name: alternate(peers, lambda peer, method=method: sparse_calls(lab, peer, method,
-                                                                                       scale.kubelet_seconds / 2),
-                                     scale.replay_rounds, warmup=lambda peer, method=method: sparse_calls(
-                                         lab, peer, method, 1))
-                     for name, method in (("ListContainers", LIST_CONTAINERS), ("ListPodSandbox", LIST_SANDBOXES))}
+            lists = {name: alternate(peers, lambda peer, call=call: sparse_calls(lab, peer, *call,
+                                                                                   scale.kubelet_seconds / 2),
+                                     scale.replay_rounds, warmup=lambda peer, call=call: sparse_calls(
+                                         lab, peer, *call, 1))
+                     for name, call in (("ListContainers", (LIST_CONTAINERS, UNFILTERED_CONTAINERS)),
+                                        ("ListPodSandbox", (LIST_SANDBOXES, UNFILTERED_SANDBOXES)))}
         finally:
             started = time.perf_counter()
             pods.remove(client)
@@ -176,7 +177,8 @@ KUBELET_MIX = (("ListPodSandbox", 1.0), ("ListContainers", 1.0), ("Status", 5.0)
                ("ImageFsInfo", 10.0), ("ListContainerStats", 10.0), ("ListImages", 30.0))
 POD_STATUS_PERIOD_S = 60.0
 LIST_SANDBOXES = RUNTIME + "ListPodSandbox"
-SPARSE_INTERVAL_S = 0.2
+UNFILTERED_CONTAINERS = cri.ListContainersRequest().SerializeToString()
+UNFILTERED_SANDBOXES = cri.ListPodSandboxRequest().SerializeToString()
 
 
 def kubelet_mix(pods: NodePods) -> list[tuple[str, bytes, float]]:
@@ -207,19 +209,6 @@ def replay(lab: Lab, peer: Peer, mix: list[tuple[str, bytes, float]], seconds: f
     return {"cpu_percent": used / elapsed * 100, "calls_per_s": calls / elapsed,
             "cpu_us_per_call": used * 1e6 / calls if calls else float("nan"),
             "errors": sum(int(run["errors"]) for run in runs)}
-
-
-def sparse_calls(lab: Lab, peer: Peer, method: str, seconds: float) -> Metrics:
-    """One unfiltered list method through `peer` at the kubelet's pace (SPARSE_INTERVAL_S apart): p50, answer
-    size and the hop's CPU per call (schedstat)."""
-    request = cri.ListContainersRequest().SerializeToString() if method == LIST_CONTAINERS else \
-        cri.ListPodSandboxRequest().SerializeToString()
-    before = threads_cpu_seconds(peer.pid)
-    result = run_client(lab.benchgo, peer.socket, method, lab.request_file(request), seconds=seconds,
-                        interval=SPARSE_INTERVAL_S)
-    calls = int(result["calls"]) + int(result["errors"])
-    result["cpu_us_per_call"] = (threads_cpu_seconds(peer.pid) - before) * 1e6 / calls if calls else float("nan")
-    return result
 
 
 def idle_cpu_percent(peers: list[Peer], seconds: float) -> dict[str, float | None]:

@@ -7,7 +7,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bench.gopeers import run_client
 from bench.peers import Lab, Metrics, Peer
+from bench.procfs import threads_cpu_seconds
 from bench.report import CaseReport
 
 Results = dict[str, dict[str, Any]]  # per peer: medians and runs (alternate's result)
@@ -58,6 +60,23 @@ def alternate(peers: list[Peer], measure: Callable[[Peer], Metrics], rounds: int
         keys = [key for key, value in measured[0].items() if isinstance(value, (int, float))]
         result[name] = {key: statistics.median(run[key] for run in measured) for key in keys}
         result[name]["runs"] = measured
+    return result
+
+
+# A kubelet's calls come a few a second, not back to back: each one finds the hop's threads asleep and pays
+# their wake-ups, which back-to-back calls share. Sparse runs call at this pace.
+SPARSE_INTERVAL_S = 0.2
+
+
+def sparse_calls(lab: Lab, peer: Peer, method: str, request: bytes, seconds: float) -> Metrics:
+    """`method` through `peer` at the kubelet's pace (SPARSE_INTERVAL_S apart) for `seconds`: the client's figures
+    (p50, answer size) and the hop's CPU per call from its threads' schedstat (ns: ~50 calls are too few for
+    10 ms ticks)."""
+    before = threads_cpu_seconds(peer.pid)
+    result = run_client(lab.benchgo, peer.socket, method, lab.request_file(request), seconds=seconds,
+                        interval=SPARSE_INTERVAL_S)
+    calls = int(result["calls"]) + int(result["errors"])
+    result["cpu_us_per_call"] = (threads_cpu_seconds(peer.pid) - before) * 1e6 / calls if calls else float("nan")
     return result
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bench.cases.measure import Scale, alternate, available, column, row_ratio
+from bench.cases.measure import Scale, alternate, available, column, row_ratio, sparse_calls
 from bench.peers import LIST_CONTAINERS, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
 from bench.procfs import memory_mb
 from bench.report import CaseReport
@@ -22,6 +22,7 @@ HOT_PATH_CPU_LIMIT = 1.1  # proxy CPU per call over the minimal aio relay's
 RSS_SETTLED_LIMIT = 2.0  # proxy RSS after large messages (settled) over its idle RSS
 SETTLE_SECONDS = 2.0
 SETTLE_CALLS = 1000
+SPARSE_ROUNDS = 3
 
 
 def synthetic_peers(lab: Lab, report: CaseReport, with_echo: bool) -> list[Peer]:
@@ -66,6 +67,13 @@ def case_small(lab: Lab, scale: Scale, report: CaseReport) -> None:
         report.target(row, f"proxy CPU/call <= {HOT_PATH_CPU_LIMIT}x the minimal aio relay's",
                       ratio <= HOT_PATH_CPU_LIMIT, f"{ratio:.2f}x")
     report.row("RSS after the small calls", "MB", {peer.name: memory_mb(peer.pid) for peer in peers})
+    sparse = alternate(peers, lambda peer: sparse_calls(lab, peer, VERSION, VERSION_REQUEST, scale.seconds * 3),
+                       min(SPARSE_ROUNDS, scale.rounds), warmup=lambda peer: sparse_calls(lab, peer, VERSION,
+                                                                                        VERSION_REQUEST, 1))
+    report.raw["sparse"] = sparse
+    report.row("CPU per call in the hop, 5 calls/s", "us", column(sparse, "cpu_us_per_call"),
+               note="calls 0.2 s apart, as a kubelet's come: each wakes the hop's threads; echo-hop: a grpc.aio "
+                    "server answering by itself, the floor of any grpcio server")
     headroom = row_ratio(busy, "direct", "proxy", "calls_per_s")
     if headroom is not None:
         report.notes.append(f"direct (client + Go backend alone) does {headroom:.0f}x the proxy's calls/s at "
