@@ -1,6 +1,7 @@
 """runtimeproxy benchmark: the proxy beside its anchors, driven by a compiled client.
 
-    python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle]   (from the repo root)
+    python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle,kubelet-node]
+                                                                                   (from the repo root)
 
 Load side: `benchgo client` (peers/benchgo, a compiled peer built by rplab.peers; see gopeers.py):
 raw bytes, one HTTP/2 connection, N goroutines. It gets about 10x the calls/s a Python client
@@ -30,7 +31,8 @@ Peers, each its own process, all in one run:
              rejected design), at 16 MB
 
 Cases (--cases picks some):
-  small    Version: p50/p99 at concurrency 1, calls/s at 1, 16, 64; CPU per call in each hop process
+  small    Version: p50/p99 at concurrency 1, calls/s at 1, 16, 64; CPU per call in each hop process,
+           back to back and at a kubelet's pace (5 calls/s: each call wakes the hop's sleeping threads)
   large    ListContainers of 4, 16, 48 MB: p50, CPU per call; RSS idle, right after, settled
            (the answer's size is asked for in the request, so even the minimal relay gets it right)
   kubelet  a kubelet's steady state on a node with N pods (real containerd): each hop's CPU % of one core,
@@ -52,6 +54,10 @@ Cases (--cases picks some):
            --cases docker (or --cases all).
   idle     each hop's CPU % of one core over one window with no calls, all measured at once: the proxy
            (and the baseline's) with no plugins and with 500 registered plugins, the relays beside them
+  kubelet-node  the real kubelet v1.35.8 standalone (rplab.kubelet_node, peer kubelet) with N static pods
+           (110; --quick 10) on real containerd, through direct, proxy and koord in turn (the kubelet owns its
+           runtime: one at a time): each hop's CPU % of one core over one window (120 s; --quick 20 s),
+           containerd's and the kubelet's beside. About 10 minutes: not in the default set
 
 Figures are medians over the rounds; in each round every peer runs once, in turn, so drifting load
 hits all alike. CPU per call comes from utime+stime in /proc/PID/stat of the hop process (and its
