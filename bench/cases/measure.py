@@ -81,7 +81,9 @@ def sparse_calls(lab: Lab, peer: Peer, method: str, request: bytes, seconds: flo
 
 
 def column(result: Mapping[str, Mapping[str, Any]], key: str, scale: float = 1.0) -> dict[str, float | None]:
-    return {name: (metrics[key] * scale if key in metrics else None) for name, metrics in result.items()}
+    """One figure per peer; none for a peer whose every call failed (a p50 of no calls is no figure)."""
+    return {name: (metrics[key] * scale if key in metrics and metrics.get("calls", 1) else None)
+            for name, metrics in result.items()}
 
 
 def available(lab: Lab, report: CaseReport, starters: Mapping[str, Callable[[], Peer]]) -> list[Peer]:

@@ -108,7 +108,7 @@ def case_large(lab: Lab, scale: Scale, report: CaseReport) -> None:
             report.target(row, "16 MB p50 <= the Go relay's", ratio is not None and ratio <= 1.0,
                           f"{ratio:.2f}x" if ratio else "no proxy figure")
         wrong = {name: f"{sum(int(run['errors']) for run in metrics['runs'])} errors, "
-                       f"{int(metrics['response_bytes'])} bytes"
+                       f"{int(metrics['response_bytes'])} bytes{first_error(metrics)}"
                  for name, metrics in result.items()
                  if metrics["errors"] or metrics["response_bytes"] < mb * MB}
         if wrong:
@@ -117,6 +117,12 @@ def case_large(lab: Lab, scale: Scale, report: CaseReport) -> None:
             report.row("CPU per 16 MB call in the hop", "ms", column(result, "cpu_us", 1e-3),
                        note="direct: the Go backend's own")
     memory_rows(lab, peers, report)
+
+
+def first_error(metrics: Mapping[str, Any]) -> str:
+    """The first failed call's error of a peer's runs, in parentheses; empty if none failed."""
+    errors = [run["first_error"] for run in metrics["runs"] if run.get("first_error")]
+    return f" ({errors[0][:160]})" if errors else ""
 
 
 def sized_request(size: int) -> bytes:

@@ -117,3 +117,10 @@ def test_koord_proxy_runs_in_a_mount_namespace_with_its_hook_dir_bound(tmp_path:
                           str(tmp_path / "hooks")]
     assert argv[11:] == ["/bin/koord-runtime-proxy", f"--koord-runtimeproxy-endpoint={tmp_path / 'koord.sock'}",
                          "--remote-runtime-service-endpoint=/run/ctd.sock"]
+
+
+def test_a_peer_whose_every_call_failed_has_no_figure() -> None:
+    from bench.cases.measure import column
+
+    result = {"proxy": {"calls": 10, "p50_us": 900.0}, "koord": {"calls": 0, "p50_us": 0.0}, "direct": {}}
+    assert column(result, "p50_us", 1e-3) == {"proxy": 0.9, "koord": None, "direct": None}
