@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.cases.measure import Scale, alternate, available, column, sparse_calls
+from bench.cases.measure import Results, Scale, alternate, available, column, sparse_calls
 from bench.trace_cost import traced_call_microseconds
 from bench.gopeers import run_client
 from bench.peers import IMAGES, LIST_CONTAINERS, RUNTIME, VERSION, VERSION_REQUEST, Lab, Metrics, Peer
@@ -136,12 +136,9 @@ def case_kubelet(lab: Lab, scale: Scale, report: CaseReport) -> None:
             mix = kubelet_mix(pods)
             replayed = alternate(peers, lambda peer: replay(lab, peer, mix, scale.kubelet_seconds), scale.replay_rounds,
                                  warmup=lambda peer: replay(lab, peer, mix, 2))
-            lists = {name: alternate(peers, lambda peer, call=call: sparse_calls(lab, peer, *call,
-                                                                                   scale.kubelet_seconds / 2),
-                                     scale.replay_rounds, warmup=lambda peer, call=call: sparse_calls(
-                                         lab, peer, *call, 1))
-                     for name, call in (("ListContainers", (LIST_CONTAINERS, UNFILTERED_CONTAINERS)),
-                                        ("ListPodSandbox", (LIST_SANDBOXES, UNFILTERED_SANDBOXES)))}
+            lists = {method.rpartition("/")[2]: sparse_lists(lab, peers, method, request, scale)
+                     for method, request in ((LIST_CONTAINERS, UNFILTERED_CONTAINERS),
+                                             (LIST_SANDBOXES, UNFILTERED_SANDBOXES))}
         finally:
             started = time.perf_counter()
             pods.remove(client)
@@ -194,6 +191,12 @@ def kubelet_mix(pods: NodePods) -> list[tuple[str, bytes, float]]:
         mix.append((RUNTIME + "ContainerStatus", cri.ContainerStatusRequest(container_id=container_id)
                     .SerializeToString(), POD_STATUS_PERIOD_S / len(pods.pods)))
     return mix
+
+
+def sparse_lists(lab: Lab, peers: list[Peer], method: str, request: bytes, scale: Scale) -> Results:
+    """An unfiltered list of the node's pods through each peer at the kubelet's pace, alternating."""
+    return alternate(peers, lambda peer: sparse_calls(lab, peer, method, request, scale.kubelet_seconds / 2),
+                     scale.replay_rounds, warmup=lambda peer: sparse_calls(lab, peer, method, request, 1))
 
 
 def replay(lab: Lab, peer: Peer, mix: list[tuple[str, bytes, float]], seconds: float) -> Metrics:
