@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from rplab import CHECKOUT
-from rplab.release import CTL, INSTALL_DIR, PROXY
+from rplab.node_layout import CTL, INSTALL_DIR, PROXY
 
 PACKAGE = "koord-runtime-proxy"
 UNIT = CHECKOUT / "deploy" / f"{PROXY}.service"

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from rplab import CHECKOUT
+from rplab.node_layout import CTL, PROXY
 from rplab.roots import CACHE as ROOTS_CACHE, RootError, chroot_run, debian_mirror, make_root, mounted, unpack
 
 BUILD_SUITE = "bullseye"  # glibc 2.31: Ubuntu 20.04, Debian 11, RHEL 9 (2.34) and later
@@ -43,8 +44,6 @@ PYTHON_SOURCE_SUITE = "bookworm"
 PYTHON_FIX_PATCH = re.compile(r"^(CVE-|[0-9]{4}-3\.11-|relfile|shutdown-deadlock|frame_dealloc)")
 PYTHON_PREFIX = "/opt/rp-python"
 PYINSTALLER = "pyinstaller==6.22.3"
-INSTALL_DIR = "/opt/koord-runtime-proxy"
-PROXY, CTL = "koord-runtime-proxy", "runtimeproxyctl"
 # The entry of the one executable: the command its name says (runtimeproxyctl is a link to it).
 ENTRY = f"""import os, sys
 if os.path.basename(sys.argv[0]) == {CTL!r}:

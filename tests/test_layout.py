@@ -14,7 +14,8 @@ From the bottom:
 
 A unit is a subpackage (runtimeproxy.cri) or a top-level module (runtimeproxy.options). The graph is every
 module's imports read with ast (function-level imports too), plus the package __init__ modules an import
-runs. rplab is tooling, not part of the runtime, and is left out (nothing else may import it).
+runs. rplab is tooling, not part of the runtime, and is left out (nothing else may import it); its own modules
+may import each other, but without a cycle (a circle of tooling modules is one concept split in two).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import runtimeproxy
 
 PACKAGE_DIR = Path(runtimeproxy.__file__).parent
 TOOLING = "rplab"
+TOOLING_DIR = PACKAGE_DIR.parent / TOOLING
 
 LAYERS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # (layer, its units, whether its units may import each other)
@@ -159,3 +161,17 @@ def test_the_core_knows_no_transport_of_a_frontend(module: str) -> None:
     direct = set(imported_names(all_modules()[module], module))
     wrong = sorted(name for name in direct | reachable(GRAPH, module) if name.startswith(CORE_FORBIDDEN))
     assert wrong == [], f"{module} reaches {wrong}"
+
+
+def tooling_graph() -> dict[str, set[str]]:
+    """rplab module -> the rplab modules it imports (function-level imports too), the package itself left out."""
+    modules = {module_name(path): path for path in TOOLING_DIR.glob("*.py")}
+    return {name: {imported for imported in imported_names(path, name) if imported in modules} - {name, TOOLING}
+            for name, path in modules.items()}
+
+
+def test_no_cycle_among_the_tooling_modules() -> None:
+    graph = tooling_graph()
+    cycles = sorted((module, other) for module, edges in graph.items() for other in edges
+                    if module in reachable(graph, other))
+    assert cycles == [], f"rplab modules in a cycle (move what both need into a module of its own): {cycles}"

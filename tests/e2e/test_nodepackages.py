@@ -18,7 +18,7 @@ import pytest
 
 from runtimeproxy import __version__
 from rplab.nodepackages import HOOK_DIR, PACKAGE, SHARE_DIR, UNIT_DIR, build_deb, build_rpm
-from rplab.release import CTL, INSTALL_DIR, PROXY
+from rplab.node_layout import CTL, INSTALL_DIR, PROXY
 from rplab.roots import chroot_run, make_root, mounted, unpack
 
 NODE_SUITE = "bookworm"
