@@ -1,5 +1,6 @@
 """The docs site builds strictly (a broken link, anchor or page fails), the README stays a short front page whose
-blocks are the docs' own, and no page names an internal issue number."""
+blocks are the docs' own, no page names an internal issue number, and the figures the pages give of the code are
+the code's."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from markdown.extensions.toc import slugify
 
 from docskit import DOCS_DIR, README, REPO_ROOT, block_after, block_starting, doc_page
 from packagekit import NODE_INSTALL_MARKER, NODE_INSTALL_PAGE
+from runtimeproxy.cri import backend
 
 README_MAX_LINES = 200
 FIRST_PLUGIN_HEADER = "# my_plugin.py:"
@@ -66,3 +68,20 @@ def test_no_page_names_an_internal_issue_number() -> None:
         text = path.read_text()
         assert not re.search(r"(?i)\bissues?\b", text), path
         assert not re.search(r"#\d", text), path
+
+
+def seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+def test_the_backend_probe_figures_are_the_codes() -> None:
+    """The liveness probe's interval, deadline and the time to find a frozen backend, as cri.backend sets them."""
+    interval, timeout = seconds(backend.PROBE_INTERVAL_SECONDS), seconds(backend.PROBE_TIMEOUT_SECONDS)
+    found_within = seconds(backend.PROBE_INTERVAL_SECONDS
+                           + backend.PROBE_FAILURES_FOR_UNRESPONSIVE * backend.PROBE_TIMEOUT_SECONDS)
+    assert backend.PROBE_FAILURES_FOR_UNRESPONSIVE == 2  # "two misses" below
+    failure_modes = doc_page("failure-modes.md")
+    assert f"probe every {interval} ({timeout} deadline; " in failure_modes
+    assert "after two misses in a row" in failure_modes and f"`NOT_SERVING` within ~{found_within}" in failure_modes
+    index = doc_page("index.md")
+    assert f"a `Version` call every {interval}," in index and f"`NOT_SERVING` within ~{found_within}" in index
