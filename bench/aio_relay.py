@@ -1,6 +1,6 @@
 """The smallest grpcio aio relay: the floor a Python relay cannot go below.
 
-    python3 -m bench.aio_relay --listen PATH --backend PATH [--option KEY=INT ...]
+    .venv/bin/python -m bench.aio_relay --listen PATH --backend PATH [--option KEY=INT ...]
 
 One generic handler, one upstream multicallable per method path (cached), raw bytes,
 unary-unary only, nothing else: no metadata, deadline or error handling. The benchmark

@@ -1,4 +1,4 @@
-"""`python -m rplab`: a local lab on this machine, end to end.
+"""`.venv/bin/python -m rplab` (what scripts/lab.sh runs): a local lab on this machine, end to end.
 
 Starts a private containerd (offline images, temporary root), the example hook
 plugin (its own process, registered for all seven hooks) and the proxy in front of
@@ -217,7 +217,7 @@ def run_docker(base: Path, keep: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab", description=__doc__)
+    parser = argparse.ArgumentParser(prog=".venv/bin/python -m rplab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
     parser.add_argument("--conformance", action="store_true",
                         help="run critest direct, through the proxy and through the proxy + an echo plugin")
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="Docker mode: cri-dockerd -> the proxy -> a private dockerd")
     parser.add_argument("--runtime", metavar="NAME", choices=sorted(RUNTIMES),
                         help="which containerd or dockerd (a dockerd implies --docker): "
-                             + ", ".join(RUNTIMES) + "; fetched on first use (python -m rplab.runtimes list)")
+                             + ", ".join(RUNTIMES) + "; fetched on first use (.venv/bin/python -m rplab.runtimes list)")
     args = parser.parse_args(argv)
     if args.runtime:
         args.docker = args.docker or choose_runtime(args.runtime).kind == "dockerd"

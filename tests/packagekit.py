@@ -12,7 +12,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from docskit import block_after, doc_page
+from tests.docskit import block_after, doc_page  # tests/ is a plain directory: bench.binary_figures imports this too
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Outside the checkout, so nothing can import the source tree by accident.

@@ -85,3 +85,22 @@ def test_the_backend_probe_figures_are_the_codes() -> None:
     assert "after two misses in a row" in failure_modes and f"`NOT_SERVING` within ~{found_within}" in failure_modes
     index = doc_page("index.md")
     assert f"a `Version` call every {interval}," in index and f"`NOT_SERVING` within ~{found_within}" in index
+
+
+# A module of the checkout's tooling run with a Python: the system's has none of its imports (grpc, ...).
+TOOLING_COMMAND = re.compile(r"(\S*)python3? -m ((?:bench|rplab)(?:\.\w+)*)")
+
+
+def test_the_tooling_commands_name_the_checkouts_python_and_run() -> None:
+    """`python3 -m bench` fails with the system's Python (no grpc): the pages say `.venv/bin/python -m ...`,
+    run from the checkout, and each module they name answers --help so."""
+    named: set[str] = set()
+    for path in [README, *sorted(DOCS_DIR.rglob("*.md"))]:
+        for prefix, module in TOOLING_COMMAND.findall(path.read_text()):
+            assert prefix.endswith(".venv/bin/"), f"{path.name}: {prefix}python -m {module}"
+            named.add(module)
+    assert {"bench", "rplab"} <= named
+    for module in sorted(named):
+        done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "PYTHONPATH": ""})
+        assert done.returncode == 0, f"{module}: {done.stderr[-2000:]}"
