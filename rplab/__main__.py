@@ -44,7 +44,7 @@ from rplab.critest import CritestResult
 from rplab.cri import CriClient, open_channel
 from rplab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
 from rplab.images import LAB_IMAGES, build_and_import
-from rplab.example_plugin import plugin_process, registration
+from rplab.example_plugin import LAB_ARGUMENTS, plugin_process, registration
 from rplab.process import ProxyProcess
 from rplab.peers import PeerBuildError
 from rplab.runtimes import RUNTIMES, SELECTED_BY, Runtime
@@ -83,7 +83,7 @@ def lab_environment(base: Path) -> Iterator[tuple[ContainerdInstance, ProxyProce
 
 def start_plugin(stack: ExitStack, socket: Path, record: Path) -> str:
     """The example plugin as its own process, stopped with the stack."""
-    plugin = stack.enter_context(plugin_process(socket, record, "--pod-cgroup-parent", "/runtimeproxy-lab"))
+    plugin = stack.enter_context(plugin_process(socket, record, *LAB_ARGUMENTS))
     return f"pid {plugin.pid}"
 
 

@@ -121,7 +121,7 @@ def replay_lifecycle(base: Path, image_cache: Path, start_plugin: PluginStarter,
         dockerd, proxy = _dockerd_and_hooked_proxy(stack, base, image_cache, start_plugin, step)
         print(f"  replayed cri-dockerd  ->  proxy (Docker mode) {proxy.listen_path}  ->  dockerd: {dockerd.socket}")
         pod = PodShape(name="lab-pod", uid=str(uuid.uuid4()), labels={"app": "lab"}, annotations={"team": "lab"},
-                       cgroup_parent="/runtimeproxy-lab/kubepods",  # the plugin moves it up to /runtimeproxy-lab
+                       cgroup_parent="/runtimeproxy-lab/burstable",  # the plugin moves it to /runtimeproxy-lab/rplab
                        sandbox_image=PAUSE_IMAGE, image=BUSYBOX_IMAGE)
         replay = stack.enter_context(CriDockerdReplay(proxy.listen_path))
         sandbox_id = step("RunPodSandbox (create + start)", lambda: replay.run_pod_sandbox(pod))
