@@ -91,7 +91,7 @@ def _dockerd_and_hooked_proxy(stack: ExitStack, base: Path, image_cache: Path, s
 
 @contextmanager
 def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarter,
-                       step: Step) -> Iterator[tuple[DockerdInstance, CriDockerd]]:
+                       step: Step) -> Iterator[tuple[DockerdInstance, DockerModeProxy, CriDockerd]]:
     """dockerd, the example plugin, the proxy in Docker mode and cri-dockerd, stopped in reverse order."""
     with ExitStack() as stack:
         dockerd, proxy = _dockerd_and_hooked_proxy(stack, base, image_cache, start_plugin, step)
@@ -100,7 +100,7 @@ def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarte
         cri = CriDockerd(binary, base / "cridk", proxy.listen_path, PAUSE_IMAGE)
         step("start cri-dockerd (in front of the proxy)", lambda: cri.start(ready=lambda: _answers_cri(cri.socket)))
         stack.callback(cri.stop)
-        yield dockerd, cri
+        yield dockerd, proxy, cri
 
 
 def show_docker_effects(dockerd: DockerdInstance, container_id: str, pod_id: str) -> None:
