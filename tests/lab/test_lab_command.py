@@ -178,8 +178,9 @@ def test_a_kept_lab_prints_commands_that_work_as_printed_and_sigterm_removes_eve
                 time.sleep(0.1)
             time.sleep(1)  # the proxy reads the hook directory on a change notification
             # A second container in the pod the block made (its create, start and exec lines, as printed).
+            with_config = {**environment, CRICTL_CONFIG_ENV: lab.field("crictl config")}
             pod_id = subprocess.run([lab.base / "crictl", "pods", "-q"], capture_output=True, text=True, check=True,
-                                    env={**environment, CRICTL_CONFIG_ENV: lab.field("crictl config")}).stdout.split()[0]
+                                    env=with_config).stdout.split()[0]
             second = [line.replace("sh -c 'echo FROM=$FROM'", "sh -c 'echo MY_VAR=$MY_VAR'") for line in crictl
                       if " runp " not in line]
             (lab.base / "container.json").write_text((lab.base / "container.json").read_text().replace(
