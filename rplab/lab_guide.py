@@ -3,8 +3,8 @@
 The lab's directory holds what the printed commands use, so they run from there (docs/install.md, "The lab"):
 - `pod.json` and `container.json`, crictl's sample configs (CRI's JSON field names, numeric enums);
 - `crictl.yaml`, crictl's config naming the proxy's CRI socket, given to crictl by `CRI_CONFIG_FILE` (crictl's
-  own variable for `--config`): without one, every crictl call warns twice (no /etc/crictl.yaml, no runtime
-  endpoint);
+  own variable for `--config`): without one, every crictl call warns that /etc/crictl.yaml does not exist (and
+  crictl runp and create warn of a pod config without a cgroup parent: pod.json has one);
 - `crictl`, a link to the project's crictl (rplab.peers).
 It also names the proxy's hook directory (a plugin registers there with `--register`, as the README's first
 plugin does) and `runtimeproxyctl` by the path of the virtualenv the lab runs in (it is on no `PATH`).
@@ -82,9 +82,9 @@ def link_crictl(base: Path) -> str:
     return "./crictl"
 
 
-def venv_command(name: str) -> str:
-    """A console command of the package by the path of the Python running the lab (its virtualenv's bin)."""
-    installed = Path(sys.executable).parent / name
+def runtimeproxyctl() -> str:
+    """runtimeproxyctl by the path of the virtualenv the lab runs in (a lab puts nothing on PATH)."""
+    installed = Path(sys.executable).parent / "runtimeproxyctl"
     return str(installed) if installed.exists() else f"{sys.executable} -m runtimeproxy.admin.ctl"
 
 
@@ -93,7 +93,7 @@ def guide(base: Path, cri_socket: Path, proxy: ProxyProcess, client: CriClient) 
     write_crictl_samples(base, client)
     config = write_crictl_config(base, cri_socket)
     crictl = link_crictl(base)
-    ctl = venv_command("runtimeproxyctl")
+    ctl = runtimeproxyctl()
     hooks = proxy.hook_config_dir
     lines = [
         "running until Ctrl-C or SIGTERM.",
