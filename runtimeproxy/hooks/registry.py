@@ -27,7 +27,7 @@ from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.dirwatch import DirectoryWatch, WatchUnavailable
 from runtimeproxy.hooks.config import PluginConfig, PluginConfigError, is_config_name, parse_plugin_config
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.hooks.plugin import Plugin, PluginChannel
+from runtimeproxy.hooks.plugin import Plugin, PluginChannel, endpoint_problem
 from runtimeproxy.hooks.trusted_files import Gone, Signature, Unusable, not_regular, read_trusted, file_signature, stat_entry
 from runtimeproxy.trust import TrustedOwners
 
@@ -255,7 +255,7 @@ class PluginRegistry:
             return _ConfigFile(unusable.signature, None, last_good, problem)
         if previous is not None and previous.data == data:
             return replace(previous, signature=signature)  # touched, or racy: same content
-        return _parse(name, signature, data, previous)
+        return _parse(name, signature, data, previous, self.owners)
 
     def _apply(self, configs: list[PluginConfig]) -> None:
         """Install configs (in file-name order): share, keep or close endpoint channels, rebuild indexes."""
@@ -338,7 +338,8 @@ class _Changes:
             watch.close()
 
 
-def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile | None) -> _ConfigFile:
+def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile | None,
+           owners: TrustedOwners) -> _ConfigFile:
     last_good = previous.config if previous is not None else None
     try:
         config = parse_plugin_config(name, data)
@@ -349,13 +350,20 @@ def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile |
         problem = str(PluginConfigError(name, f"unexpected error: {error!r}"))
         log.exception("invalid plugin config %s", problem)
         return _ConfigFile(signature, data, last_good, problem)
-    if last_good is None:
-        log.info("plugin %s registered: %s", name, config.describe())
-    elif config != last_good:
-        log.info("plugin %s changed: %s", name, config.describe())
+    if last_good is None or config != last_good:
+        log.info("plugin %s %s: %s", name, "registered" if last_good is None else "changed", config.describe())
+        _warn_endpoint(name, config, owners)
     elif previous is not None and previous.problem is not None:
         log.info("plugin %s is valid again (unchanged): %s", name, config.describe())
     return _ConfigFile(signature, data, config, None)
+
+
+def _warn_endpoint(name: str, config: PluginConfig, owners: TrustedOwners) -> None:
+    """Registered all the same (a plugin may start after its file is written), but said at once: else the
+    first sign is a pod failing under Fail."""
+    problem = endpoint_problem(config.endpoint, owners)
+    if problem:
+        log.warning("plugin %s: %s", name, problem)
 
 
 def _gone(name: str, previous: _ConfigFile | None) -> _ConfigFile:

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
+from runtimeproxy.hooks.plugin import endpoint_problem
 from runtimeproxy.plugin.registration import POLICIES, RegistrationError, registration, write_registration
 from runtimeproxy.plugin.service import SOCKET_MODE, HookPlugin
+from runtimeproxy.trust import TrustedOwners
 
 
 def _socket(value: str) -> Path:
@@ -55,6 +57,9 @@ async def serve_until_stopped(plugin: HookPlugin, socket: Path, register: Path |
     try:
         if register is not None:
             write_registration(register, document)
+        refused = endpoint_problem(socket, TrustedOwners.with_extra())  # serving: only a path the proxy refuses
+        if refused:
+            print(f"warning: {refused}", file=sys.stderr)
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(signum, stop.set)

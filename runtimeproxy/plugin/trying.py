@@ -7,14 +7,15 @@ Each hook gets a sample request (plugin.samples) or the one in `--request` (a ho
 line of the lab example plugin's `--record` file). Per hook it prints the answer's status, and for a
 pre-hook what the proxy's own validation (hooks.validate) says and, when valid, what the proxy's own merge
 (hooks.merge) changes, field by field (hooks.changes), plus a warning when the answer drops environment
-variables. It also says whether a proxy would call the socket at all (owner, runtimeproxy.trust).
-Exit code 0: every hook answered and every answer is valid; 1: some did not; 2: usage.
+variables. It also says whether a proxy would call the socket at all (runtimeproxy.trust: a socket in /tmp is
+refused, every call PERMISSION_DENIED) and whether anything listens on it.
+Exit code 0: every hook answered and every answer is valid, and a proxy would call the socket; 1: not so;
+2: usage (bad arguments, a --request file that cannot be read or is no request of that hook).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, show
 from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE, HookPoint
 from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.hooks.plugin import endpoint_problem
 from runtimeproxy.trust import TrustedOwners
 from runtimeproxy.hooks.validate import answer_problem, printable
 from runtimeproxy.plugin import samples
@@ -121,15 +123,9 @@ def requests_to_try(args: argparse.Namespace) -> list[tuple[Hook, Message]]:
 
 
 def socket_warning(socket: Path) -> str:
-    """Why a proxy (as root, the usual case) would not call this socket, or ""."""
-    try:
-        status = socket.stat()
-    except OSError as error:
-        return f"cannot stat {socket}: {error.strerror}"
-    problem = TrustedOwners.with_extra().owner_problem(f"socket {socket}", status)
-    if problem is None:
-        return ""
-    return f"{problem}: a proxy calls it only with --runtime-hook-config-trusted-uids={status.st_uid}"
+    """Why a proxy (as root, the usual case) would fail every call to this socket, or "": one it refuses
+    (runtimeproxy.trust: the path walk a proxy makes before each call), none there, nobody listening."""
+    return endpoint_problem(socket, TrustedOwners.with_extra())
 
 
 def try_plugin(socket: Path, requests: Sequence[tuple[Hook, Message]], timeout: float) -> list[HookTrial]:
@@ -163,7 +159,7 @@ def _verdict(trial: HookTrial) -> str:
 
 def run(args: argparse.Namespace, socket: Path, out: TextIO, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> int:
     trials = try_plugin(socket, requests_to_try(args), timeout)
-    warning = socket_warning(socket) if os.path.exists(socket) else f"{socket} does not exist"
+    warning = socket_warning(socket)
     if args.output == "json":
         out.write(orjson.dumps({"endpoint": str(socket), "warning": warning,
                                 "hooks": [trial.as_dict() for trial in trials]},

@@ -131,3 +131,13 @@ def test_an_untrusted_registration_directory_is_refused_in_one_line(tmp_path: Pa
     [line] = done.stderr.splitlines()
     assert "writable by group or others" in line and "chmod go-w" in line, line
     assert not socket.exists() and not (config_dir / "p.json").exists()
+
+
+def test_serving_where_the_proxy_refuses_to_call_is_warned_at_start(tmp_path: Path) -> None:
+    shared = tmp_path / "tmp"  # as /tmp: sticky, writable by all
+    shared.mkdir()
+    shared.chmod(0o1777)
+    done = _run_plugin(tmp_path, "--socket", str(shared / "plugin.sock"), stop_after=2)
+    [line] = done.stderr.splitlines()
+    assert line.startswith("warning: the proxy refuses every call to this plugin (PERMISSION_DENIED)"), line
+    assert done.returncode == 0  # it serves all the same: try-plugin still works

@@ -160,3 +160,22 @@ def test_the_sample_pods_have_labels() -> None:
     for request in (samples.pod_request(), samples.container_request()):
         labels = request.labels if isinstance(request, hooks.PodSandboxHookRequest) else request.pod_labels
         assert labels["app"] == "sample"
+
+
+def test_a_socket_the_proxy_refuses_is_no_valid_plugin(loop_thread: LoopThread, tmp_path: Path) -> None:
+    """A plugin serving in /tmp (sticky, writable by all) answers try-plugin, but a proxy refuses every call to it
+    (PERMISSION_DENIED): said with the reason and the fix, exit 1."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    plugin = Kit()
+    loop_thread.run(plugin.start(shared / "plugin.sock"))
+    try:
+        code, out = try_plugin("--endpoint", f"unix://{shared}/plugin.sock", "--hook", "PreCreateContainer")
+    finally:
+        loop_thread.run(plugin.stop())
+    assert code == 1
+    first = out.splitlines()[0]
+    assert first.startswith("warning: the proxy refuses every call to this plugin (PERMISSION_DENIED): directory "
+                            f"{shared} holding socket {shared}/plugin.sock is writable by group or others"), first
+    assert "serve the socket in a directory only root can write (e.g. /run/NAME/plugin.sock)" in first
