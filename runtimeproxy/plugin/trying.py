@@ -16,6 +16,7 @@ Exit code 0: every hook answered and every answer is valid, and a proxy would ca
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, TextIO
 import grpc
 import orjson
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.endpoints import grpc_target
@@ -108,18 +110,54 @@ def call_hook(channel: grpc.Channel, hook: Hook, request: Message, timeout: floa
 
 
 def requests_to_try(args: argparse.Namespace) -> list[tuple[Hook, Message]]:
+    """The hooks to call and their requests; raises ValueError (one line naming the fix) for a bad --request."""
     if args.request is None:
         return [(HOOKS_BY_NAME[name], samples.sample_request(name, args.cgroup_driver))
                 for name in (args.hook or HOOK_NAMES)]
-    document = orjson.loads(args.request.read_bytes())
+    where = f"--request {args.request}"
+    try:
+        document = orjson.loads(args.request.read_bytes())
+    except orjson.JSONDecodeError as error:
+        raise ValueError(f"{where}: not JSON: {error}") from None
     if isinstance(document, dict) and set(document) == {"hook", "request"}:  # a --record line
         hooks_named, document = [document["hook"]], document["request"]
     else:
         hooks_named = args.hook
     if len(hooks_named) != 1:
         raise ValueError("--request needs exactly one --hook (the record line's hook counts)")
-    hook = HOOKS_BY_NAME[hooks_named[0]]
-    return [(hook, json_format.ParseDict(document, hook.request_type()))]
+    hook = HOOKS_BY_NAME.get(hooks_named[0])
+    if hook is None:
+        raise ValueError(f"{where}: unknown hook {hooks_named[0]!r}; the hooks: {', '.join(HOOK_NAMES)}")
+    return [(hook, parse_request(document, hook.request_type, where))]
+
+
+def parse_request(document: object, request_type: type[Message], where: str) -> Message:
+    """A hook request from JSON with the .proto's (snake_case) field names; a misspelt field is a ValueError
+    naming it, the nearest name and the fields accepted there."""
+    if not isinstance(document, dict):
+        raise ValueError(f"{where}: expected a JSON object (a {request_type.DESCRIPTOR.name}), "
+                         f"got {type(document).__name__}")
+    _check_field_names(document, request_type.DESCRIPTOR, request_type.DESCRIPTOR.name, where)
+    try:
+        return json_format.ParseDict(document, request_type())
+    except json_format.ParseError as error:
+        raise ValueError(f"{where}: {' '.join(str(error).split())}") from None
+
+
+def _check_field_names(document: dict[str, Any], descriptor: Descriptor, at: str, where: str) -> None:
+    fields = {field.name: field for field in descriptor.fields}
+    by_json_name = {field.json_name: field for field in descriptor.fields}  # camelCase: protobuf's JSON accepts it
+    for key, value in document.items():
+        field = fields.get(key) or by_json_name.get(key)
+        if field is None:
+            close = difflib.get_close_matches(key.lower(), fields, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{where}: {at} has no field {key!r}{hint}; its fields: {', '.join(fields)}")
+        is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
+        if field.message_type is not None and not is_map:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, dict):
+                    _check_field_names(item, field.message_type, f"{at}.{field.name}", where)
 
 
 def socket_warning(socket: Path) -> str:
