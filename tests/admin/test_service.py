@@ -171,7 +171,8 @@ def test_each_toggle_keeps_its_own_reason_author_and_time(
     code, out = ctl(operated, "disable", "koordlet", "--hook", "PreCreateContainer", "--reason", "cpuset bug")
     assert code == EXIT_OK
     err = capsys.readouterr().err
-    assert err.startswith("runtimeproxyctl: unchanged: the toggle of koordlet.json (all hooks) set by ")
+    assert err.startswith("runtimeproxyctl: disabled koordlet.json (PreCreateContainer) with its own toggle; the "
+                          "toggle of koordlet.json (all hooks) stays as it was, set by ")
     assert "(sudo: alice)" in err and err.rstrip().endswith(": fail policy blocks pods")
 
     _, out = ctl(operated, "status", "-o", "json")
