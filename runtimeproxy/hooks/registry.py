@@ -7,8 +7,10 @@ reached: said in one log line) the directory is polled every poll interval inste
 or after it was moved away, it is polled until it can be watched again. Scanning and reading run in a
 worker thread, never on the event loop. Each entry is judged on its own: a broken, unreadable,
 untrusted (see `trust`), oversized or non-regular entry costs one log line when its state
-changes and nothing else. Such an entry never takes a plugin down: the last good version of
-that file stays in force until it is fixed or deleted (a dangling link counts as deleted).
+changes and nothing else; a file that is empty while it is still being written (`cat > x.json` creates it,
+then writes) is judged again after a poll interval until it settles, and reported only if it stays empty. Such
+an entry never takes a plugin down: the last good version of that file stays in force until it is fixed or
+deleted (a dangling link counts as deleted).
 Channels to plugin endpoints are opened on demand (see PluginChannel).
 """
 
@@ -44,6 +46,9 @@ class _ConfigFile:
     data: bytes | None  # the content last read; None if it could not be read
     config: PluginConfig | None  # the last good version, in force
     problem: str | None  # why the content last read is not in force
+    # Empty and just modified: being written (`cat > x.json` creates it, then writes). Not reported, and
+    # re-read until it settles (signature None): then an empty file is reported like any broken one.
+    settling: bool = False
 
 
 
@@ -93,6 +98,10 @@ class PluginRegistry:
     def config_file_names(self) -> frozenset[str]:
         """Every config file of the last scan, registered or not (a toggle may name any of them)."""
         return frozenset(self._files)
+
+    def has_settling_files(self) -> bool:
+        """Whether a file looked empty while being written: it is scanned again after a poll interval."""
+        return any(state.settling for state in self._files.values())
 
     def config_problems(self) -> dict[str, str]:
         """Why a config file's current content is not in force, by file name (for status)."""
@@ -253,7 +262,7 @@ class PluginRegistry:
             if previous is None or previous.problem != problem:
                 _warn_unusable(problem, last_good)
             return _ConfigFile(unusable.signature, None, last_good, problem)
-        if previous is not None and previous.data == data:
+        if previous is not None and previous.data == data and not previous.settling:
             return replace(previous, signature=signature)  # touched, or racy: same content
         return _parse(name, signature, data, previous, self.owners)
 
@@ -292,7 +301,11 @@ class _Changes:
             if self._start_watch() and not retry:
                 return
         elif self._watch_targets() and not retry:
-            await self._changed.wait()
+            settling = self._registry.has_settling_files()
+            try:
+                await asyncio.wait_for(self._changed.wait(), self._registry.poll_interval if settling else None)
+            except asyncio.TimeoutError:
+                return  # no change, but a file that looked half-written is judged again
             self._changed.clear()
             if self._watch.gone:  # deleted or moved away: watch the path again, once it is there
                 self.close()
@@ -344,6 +357,8 @@ def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile |
     try:
         config = parse_plugin_config(name, data)
     except PluginConfigError as error:
+        if signature is None and not data.strip():  # just created or truncated: the writer is not done yet
+            return _ConfigFile(signature, data, last_good, str(error), settling=True)
         _warn_unusable(str(error), last_good)
         return _ConfigFile(signature, data, last_good, str(error))
     except Exception as error:  # noqa: BLE001 - a parser bug must not stop the other files

@@ -773,3 +773,25 @@ def test_a_registration_whose_socket_fails_every_call_is_warned_when_read_and_st
     finally:
         for sock in (serving, stale, in_tmp):
             sock.close()
+
+
+def test_a_file_being_written_is_not_called_empty_until_it_stays_empty(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cat > koordlet.json`: the shell creates the file (inotify: a change, scanned at once: empty), then cat
+    writes it. That is no broken config: only a file that stays empty once it settles is one."""
+    monkeypatch.setattr(trusted_files, "_RACY_WINDOW_NS", 300_000_000)  # "settled": unmodified for 0.3 s
+    harness.registry.poll_interval = 0.05
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        with open(harness.dir / "koordlet.json", "wb") as being_written:
+            time.sleep(0.2)  # the registry has seen it empty
+            being_written.write(KOORDLET)
+        _wait_for(lambda: harness.names() == ["koordlet.json"], timeout=10)
+        (harness.dir / "empty.json").touch()  # stays empty: said once, when it settles
+        _wait_for(lambda: any("empty.json" in line for line in messages(caplog, logging.WARNING)), timeout=10)
+        time.sleep(0.2)
+    finally:
+        harness.on_loop(task.cancel)
+    assert [line for line in messages(caplog, logging.WARNING) if "empty file" in line] == [
+        "invalid plugin config empty.json: empty file; not registered"]
