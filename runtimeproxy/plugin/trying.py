@@ -25,11 +25,10 @@ from typing import Any, TextIO
 import grpc
 import orjson
 from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, show
+from runtimeproxy.hooks.changes import FieldChange, dropped_env_names, field_changes, is_map, show
 from runtimeproxy.hooks.dispatcher import HOOK_SERVICE, INVALID_ANSWER_CODE, HookPoint
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.plugin import endpoint_problem
@@ -144,7 +143,7 @@ def parse_request(document: object, request_type: type[Message], where: str) -> 
         raise ValueError(f"{where}: {' '.join(str(error).split())}") from None
 
 
-def _check_field_names(document: dict[str, Any], descriptor: Descriptor, at: str, where: str) -> None:
+def _check_field_names(document: dict[str, Any], descriptor: Any, at: str, where: str) -> None:  # Any: upb's too
     fields = {field.name: field for field in descriptor.fields}
     by_json_name = {field.json_name: field for field in descriptor.fields}  # camelCase: protobuf's JSON accepts it
     for key, value in document.items():
@@ -153,8 +152,7 @@ def _check_field_names(document: dict[str, Any], descriptor: Descriptor, at: str
             close = difflib.get_close_matches(key.lower(), fields, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"{where}: {at} has no field {key!r}{hint}; its fields: {', '.join(fields)}")
-        is_map = field.message_type is not None and field.message_type.GetOptions().map_entry
-        if field.message_type is not None and not is_map:
+        if field.message_type is not None and not is_map(field):
             for item in value if isinstance(value, list) else [value]:
                 if isinstance(item, dict):
                     _check_field_names(item, field.message_type, f"{at}.{field.name}", where)
