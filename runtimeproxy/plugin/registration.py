@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 
+from runtimeproxy.hooks.config import is_config_name
 from runtimeproxy.options import DEFAULT_HOOK_CONFIG_DIR
 
 REGISTRATION_MODE = 0o644
@@ -43,6 +44,9 @@ class RegistrationError(Exception):
 def write_registration(path: Path, document: bytes) -> None:
     """Write a registration file atomically, mode 0644 (the proxy watches the directory), creating the
     directory if missing; raises RegistrationError."""
+    if not is_config_name(path.name):
+        raise RegistrationError(f"--register {path}: the proxy reads only files named NAME.json (not hidden); "
+                                f"name it e.g. {path.parent / 'my-plugin.json'}")
     try:
         prepare_registration_dir(path.parent)
         _write_atomically(path, document)

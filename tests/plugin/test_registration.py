@@ -141,3 +141,12 @@ def test_serving_where_the_proxy_refuses_to_call_is_warned_at_start(tmp_path: Pa
     [line] = done.stderr.splitlines()
     assert line.startswith("warning: the proxy refuses every call to this plugin (PERMISSION_DENIED)"), line
     assert done.returncode == 0  # it serves all the same: try-plugin still works
+
+
+def test_a_registration_the_proxy_would_not_read_is_refused_in_one_line(tmp_path: Path) -> None:
+    socket = tmp_path / "run" / "plugin.sock"
+    done = _run_plugin(tmp_path, "--socket", str(socket), "--register", str(tmp_path / "my-plugin.conf"))
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert "only files named NAME.json" in line and str(tmp_path / "my-plugin.json") in line, line
+    assert not socket.exists()
