@@ -1,7 +1,11 @@
-"""Parsing of unix-socket endpoints as the kubelet and koord-runtime-proxy spell them."""
+"""Parsing of unix-socket endpoints as the kubelet and koord-runtime-proxy spell them; whether one listens."""
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
+import stat
 from pathlib import Path
 
 _UNIX_PREFIXES = ("unix://", "unix:")
@@ -32,3 +36,24 @@ def parse_unix_endpoint(value: str) -> Path:
 def grpc_target(path: Path) -> str:
     """The gRPC channel target for a unix socket path."""
     return f"unix://{path}"
+
+
+def listener_problem(path: Path) -> str:
+    """Why nothing answers on the unix socket `path`, in words, or "" when something listens there (a bare
+    connect, closed at once: no call is made; a full backlog still counts as listening)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"socket {path} does not exist: nothing serves it (not started yet?)"
+    except OSError as error:
+        return f"socket {path} cannot be reached: {error.strerror or error}"
+    if not stat.S_ISSOCK(mode):
+        return f"{path} is not a socket"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
+        code = probe.connect_ex(os.fspath(path))
+    if code in (0, errno.EAGAIN, errno.EINPROGRESS):
+        return ""
+    if code == errno.ECONNREFUSED:
+        return f"nobody listens on socket {path}: a stale socket (stopped?)"
+    return f"socket {path} cannot be reached: {os.strerror(code)}"

@@ -21,6 +21,9 @@ toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
     3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
        nothing changed (for trace: no trace of that pod). A typo must not look like a disabled plugin:
        `--stage` disables a name whose file is not there yet (status shows it as staged).
+    4  status: the proxy answered, but a backend (the runtime) is not reachable; the table says why
+
+A socket that answers gRPC but not the admin API (the CRI socket, say) is one line naming the admin socket.
 
 The toggle's author is who this command runs as (and SUDO_USER), as it reports it: gRPC does
 not give the proxy the socket peer's credentials, and the socket is root-only anyway.
@@ -51,7 +54,7 @@ from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
 
 PROG = "runtimeproxyctl"
-EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NO_SUCH_PLUGIN = 0, 1, 2, 3
+EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NO_SUCH_PLUGIN, EXIT_BACKEND_DOWN = 0, 1, 2, 3, 4
 DEFAULT_TIMEOUT_SECONDS = 5.0
 ADMIN_ENDPOINT_ENV = "RUNTIMEPROXY_ADMIN_ENDPOINT"  # the admin socket, so a second proxy's need not be repeated
 OUTPUTS = ("table", "json")
@@ -159,6 +162,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         for note in answer.notes:
             print(f"{PROG}: {note}", file=sys.stderr)
         out.write(render_toggles(answer.toggles))
+    if isinstance(answer, admin.StatusResponse) and not all(backend.reachable for backend in answer.backends):
+        return EXIT_BACKEND_DOWN
     return EXIT_OK
 
 
@@ -218,6 +223,11 @@ def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         print(f"{PROG}: error: {details}", file=sys.stderr)
         return EXIT_USAGE
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        print(f"{PROG}: {socket} is not a runtimeproxy admin socket (it answers gRPC, but not the admin API: the "
+              f"CRI socket?); the admin socket is {DEFAULT_ADMIN_SOCKET} by default (the proxy's --admin-endpoint): "
+              f"pass --admin-endpoint PATH or set ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         print(f"{PROG}: cannot reach the proxy's admin socket {socket}: {code.name}: {details}", file=sys.stderr)
     else:

@@ -137,8 +137,10 @@ class Toggles:
                 notes.append(f"replaced the toggle of {previous.describe()} {previous.provenance()}")
             toggles[toggle.key] = toggle
         whole = toggles.get((name, WHOLE_PLUGIN))
-        if hooks and whole is not None:
-            notes.append(f"unchanged: the toggle of {whole.describe()} {whole.provenance()}")
+        if hooks and whole is not None:  # what changed, then what did not (its reason is not replaced)
+            set_now = ", ".join(t.describe() for t in added)
+            notes.append(f"disabled {set_now} with its own toggle; the toggle of {whole.describe()} stays as it "
+                         f"was, {whole.provenance()}")
         self._change(toggles)
         for toggle in added:
             log.warning("disabled %s on this node%s: %s", toggle.describe(), f" by {author}" if author else "",

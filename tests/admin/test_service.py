@@ -11,13 +11,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.ctl import (
-    ADMIN_ENDPOINT_ENV, EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main,
+    ADMIN_ENDPOINT_ENV, EXIT_BACKEND_DOWN, EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main,
 )
+from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
+from rplab.loop import LoopThread
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from rplab.cri import open_channel
 from rplab.synthetic import SyntheticBackend
@@ -168,7 +171,8 @@ def test_each_toggle_keeps_its_own_reason_author_and_time(
     code, out = ctl(operated, "disable", "koordlet", "--hook", "PreCreateContainer", "--reason", "cpuset bug")
     assert code == EXIT_OK
     err = capsys.readouterr().err
-    assert err.startswith("runtimeproxyctl: unchanged: the toggle of koordlet.json (all hooks) set by ")
+    assert err.startswith("runtimeproxyctl: disabled koordlet.json (PreCreateContainer) with its own toggle; the "
+                          "toggle of koordlet.json (all hooks) stays as it was, set by ")
     assert "(sudo: alice)" in err and err.rstrip().endswith(": fail policy blocks pods")
 
     _, out = ctl(operated, "status", "-o", "json")
@@ -300,13 +304,21 @@ def test_shadow_and_unshadow_are_persisted_and_shown(operated: Proxy, capsys: py
 
 
 def test_a_plugin_not_registered_yet_can_be_put_in_shadow_and_is_never_live(operated: Proxy) -> None:
-    """The new version's shadow is staged first; when its file appears it registers on trial."""
+    """The new version's shadow is staged first, and status shows it (table and json) as `disable --stage` shows
+    a staged toggle; when its file appears it registers on trial."""
     code, out = ctl(operated, "shadow", "koordlet-next", "--stage")
-    assert code == EXIT_OK and "koordlet-next.json  in shadow" in out
+    assert code == EXIT_OK and "koordlet-next.json (staged)  in shadow" in out
+    code, table = ctl(operated, "status")
+    assert code == EXIT_OK
+    assert "SHADOW SETTINGS" in table and "koordlet-next.json (staged)  in shadow" in table, table
+    _, out = ctl(operated, "status", "-o", "json")
+    (setting,) = json.loads(out)["shadow_settings"]
+    assert setting["plugin"] == "koordlet-next.json" and setting["shadow"] and setting["staged"]
     register_plugin(operated, "koordlet-next.json")
     wait_for(operated, lambda s: len(s["plugins"]) == 1)
     _, out = ctl(operated, "status", "-o", "json")
-    assert json.loads(out)["plugins"][0]["shadow"]
+    status = json.loads(out)
+    assert status["plugins"][0]["shadow"] and not status["shadow_settings"][0]["staged"]
 
 
 def test_trace_of_an_unknown_pod_exits_3_saying_why(operated: Proxy, capsys: pytest.CaptureFixture[str]) -> None:
@@ -326,3 +338,58 @@ def test_the_admin_socket_can_come_from_the_environment(
     with pytest.raises(SystemExit) as exited:
         main(["status"])
     assert exited.value.code == EXIT_USAGE and f"${ADMIN_ENDPOINT_ENV}:" in capsys.readouterr().err
+
+
+def test_status_with_an_unreachable_backend_says_why_and_exits_4(
+    start_proxy: Callable[..., Proxy], tmp_path: Path
+) -> None:
+    proxy = start_proxy(runtime_path=tmp_path / "no-containerd.sock", admin_path=tmp_path / "admin.sock")
+    out = ""
+    for _ in range(100):
+        code, out = ctl(proxy, "status", "-o", "json")
+        (backend,) = json.loads(out)["backends"]
+        if not backend["reachable"] and backend["problem"]:
+            break
+        time.sleep(0.05)
+    assert code == EXIT_BACKEND_DOWN and not backend["reachable"], out
+    assert backend["problem"] == (f"unreachable: socket {tmp_path / 'no-containerd.sock'} does not exist: nothing "
+                                  "serves it (not started yet?)"), out
+    code, table = ctl(proxy, "status")
+    assert code == EXIT_BACKEND_DOWN
+    row = next(line for line in table.splitlines() if "no-containerd.sock" in line)
+    assert "NO" in row and backend["problem"] in row, table
+
+
+def test_the_cri_socket_is_named_as_not_the_admin_socket(
+    loop_thread: LoopThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gRPC server without the admin API (containerd's CRI socket answers `unknown service`): one line naming
+    the admin socket's default and how to choose another."""
+    async def serve_nothing() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_insecure_port(f"unix://{tmp_path / 'containerd.sock'}")
+        await server.start()
+        return server
+
+    server = loop_thread.run(serve_nothing())
+    try:
+        code = main([f"--admin-endpoint={tmp_path / 'containerd.sock'}", "status"])
+    finally:
+        loop_thread.run(server.stop(0))
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and err.count("\n") == 1, err
+    assert f"{tmp_path / 'containerd.sock'} is not a runtimeproxy admin socket" in err
+    assert str(DEFAULT_ADMIN_SOCKET) in err and "--admin-endpoint" in err and ADMIN_ENDPOINT_ENV in err
+
+
+def test_status_shows_a_plugin_whose_socket_nobody_serves_as_unreachable(operated: Proxy) -> None:
+    """Registered (the plugin may start later), but said: table and json."""
+    register_plugin(operated, "koordlet.json")
+    code, out = wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    (plugin,) = json.loads(out)["plugins"]
+    nobody = operated.options.hook_config_dir / "nobody.sock"
+    assert code == EXIT_OK and plugin["enabled"]
+    assert plugin["endpoint_problem"] == (f"socket {nobody} does not exist: nothing serves it (not started yet?); "
+                                          "every call fails until the plugin serves it")
+    _, table = ctl(operated, "status")
+    assert f"  UNREACHABLE: {plugin['endpoint_problem']}" in table
