@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from machinekit import require_command
+from machinekit import require_command, skip_or_fail
 
 # The checkout's virtualenv first on PATH: `python3`, `koord-runtime-proxy`, `runtimeproxyctl` as on a node.
 VENV_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -84,8 +84,11 @@ def _group_members(group: int) -> list[int]:
 
 @contextmanager
 def private_namespace(setup: str) -> Iterator[Namespace]:
+    if os.geteuid() != 0:
+        skip_or_fail("a private mount namespace needs root (the documented commands run as root)")
     require_command("unshare", "util-linux")
     require_command("nsenter", "util-linux")
+    require_command("ip", "iproute2")
     holder = subprocess.Popen(["unshare", "--mount", "--net", "--propagation", "private", "sh", "-ec",
                                f"{setup}\necho ready\nexec sleep infinity"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
