@@ -297,8 +297,7 @@ def test_mkdocs_serve_serves_the_site(tmp_path: Path) -> None:
     (its port is 8000); stopped once it serves."""
     if not (REPO_ROOT / ".venv" / "bin" / "mkdocs").is_file():
         pytest.skip("this checkout has no .venv (scripts/setup.sh makes it)")
-    for page in ("README.md", "docs/development.md"):
-        command = doc_command(page, ".venv/bin/mkdocs serve")
+    for command in {doc_command(page, ".venv/bin/mkdocs serve") for page in ("README.md", "docs/development.md")}:
         log = tmp_path / "mkdocs.log"
         with private_namespace("ip link set lo up") as namespace:
             serve = namespace.start(f"NO_MKDOCS_2_WARNING=1 exec {command}", REPO_ROOT, log)

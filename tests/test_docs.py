@@ -25,8 +25,7 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     checkout = tmp_path / "checkout"
     shutil.copytree(REPO_ROOT, checkout, ignore=_NOT_SOURCE)
     environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    for page in ("README.md", "docs/development.md"):
-        command = doc_command(page, "mkdocs build --strict")
+    for command in {doc_command(page, "mkdocs build --strict") for page in ("README.md", "docs/development.md")}:
         shutil.rmtree(checkout / "site", ignore_errors=True)
         done = subprocess.run(["sh", "-ec", command], cwd=checkout, capture_output=True, text=True, timeout=300,
                               env=environment)
