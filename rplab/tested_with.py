@@ -138,7 +138,7 @@ def docs_page(records: dict[str, Record]) -> str:
     lines = [
         "# Tested with",
         "",
-        f"<!-- Written by `.venv/bin/python -m rplab.tested_with --docs` from the records in docs/tested-with/: "
+        f"<!-- Written by .venv/bin/python -m rplab.tested_with --docs from the records in docs/tested-with/: "
         "do not edit (tests/lab/test_tested_with.py checks it is their rendering). -->",
         "",
         "Each e2e suite (a test file) on each runtime pair, as the test runs recorded it: every pass of "

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, Queue
 
-from docskit import README, block_after, block_starting, doc_page, fenced_blocks
+from docskit import README, block_starting, doc_block, doc_page, fenced_blocks
 from machinekit import skip_or_fail
 from rplab.containerd import check_prerequisites
 from rplab.images import LAB_IMAGES
@@ -31,7 +31,6 @@ LAST_LINE = "# FROM=crictl"
 WAITING_LINE = "running until Ctrl-C or SIGTERM"
 CRICTL_HEADER = "crictl, from the lab directory"
 DOCS_LAB_DIR = "/tmp/rp-lab-…"
-DOCS_CRICTL_MARKER = "The crictl commands it prints"
 FIRST_PLUGIN_HEADER = "# my_plugin.py:"
 COMMAND_SECONDS = 60
 
@@ -150,7 +149,7 @@ def test_a_kept_lab_prints_commands_that_work_as_printed_and_sigterm_removes_eve
 
         # The crictl block, as printed and as docs/install.md shows it: no warning, FROM=crictl in the container.
         crictl = lab.commands_after(CRICTL_HEADER)
-        documented = block_after(doc_page("install.md"), DOCS_CRICTL_MARKER, "sh").splitlines()
+        documented = doc_block("docs/install.md", "lab-crictl").splitlines()
         assert [line.replace(str(lab.base), DOCS_LAB_DIR) for line in crictl] == documented
         environment = {key: value for key, value in os.environ.items() if key != CRICTL_CONFIG_ENV}
         done = run_crictl_commands(crictl, environment)
