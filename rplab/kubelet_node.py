@@ -24,7 +24,8 @@ Even standalone the kubelet changes the host; how each change is kept off it:
 - the runtime's pods: the kubelet stops its pods but leaves them to its garbage collector; ``stop()`` removes them
   through CRI (those labelled ``NODE_LABEL`` with this node's id, a label ``write_pod`` adds).
 
-The kubelet owns its runtime: it stops pods it does not know (give it a runtime no other test shares).
+The kubelet owns its runtime: it stops and removes every pod it does not know, so ``start()`` refuses a runtime that
+holds pods of others (give it a runtime no other test, and no cluster's kubelet, uses).
 
     python -m rplab.kubelet_node --endpoint SOCKET [--import-images CONTAINERD_SOCKET] [--dir DIR]
         # a node's worth of static pods (rplab.kubelet_pods) through SOCKET: prints what the kubelet saw, the
@@ -288,7 +289,9 @@ class KubeletNode:
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
-        """Make its directories and cgroups, then start it; returns once its read-only port answers /healthz."""
+        """Make its directories and cgroups, then start it; returns once its read-only port answers /healthz.
+        Refuses a runtime that holds pods of others: the kubelet would stop and remove them."""
+        self._refuse_foreign_pods()
         for directory in ("manifests", "root", "pki", "pod-logs", "volume-plugins", "sysctl"):
             (self.directory / directory).mkdir(parents=True, exist_ok=True)
         for overlaid in OVERLAID:
@@ -402,6 +405,18 @@ class KubeletNode:
         api = client.api
         selector = api.PodSandboxFilter(label_selector={NODE_LABEL: self.node_id})
         return list(client.runtime.ListPodSandbox(api.ListPodSandboxRequest(filter=selector), timeout=30).items)
+
+    def _refuse_foreign_pods(self) -> None:
+        client = self.runtime()
+        with client.channel:
+            others = [s.metadata for s in client.runtime.ListPodSandbox(client.api.ListPodSandboxRequest(),
+                                                                        timeout=30).items
+                      if s.labels.get(NODE_LABEL) != self.node_id]
+        if others:
+            names = ", ".join(f"{m.namespace}/{m.name}" for m in others[:5])
+            raise KubeletNodeError(f"the runtime at {self.endpoint} holds {len(others)} pod(s) of others ({names}): "
+                                   "the kubelet stops and removes every pod it does not know; give it a runtime of its "
+                                   "own (a private containerd, or a proxy in front of one)")
 
     def _running_sandboxes(self) -> list[Any]:
         client = self.runtime()

@@ -34,7 +34,8 @@ from typing import Any
 
 from rplab.cri import CriClient, open_channel
 from rplab.images import BUSYBOX_IMAGE
-from rplab.kubelet_node import KUBELET_VERSION, NODE_LABEL, NODE_NAME, KubeletNode, KubeletNodeError, seconds_since, wait_until
+from rplab.kubelet_node import (KUBELET_VERSION, NODE_LABEL, NODE_NAME, KubeletNode, KubeletNodeError, seconds_since,
+                                wait_until)
 from rplab.registry import free_port
 
 NAMESPACE = "rplab"
@@ -230,7 +231,8 @@ SETTLED: dict[str, PodCheck] = {
     "not-ready": lambda v: v["phase"] == "Running" and not v["ready"] and _app(v).get("state") == "running",
     "liveness-restart": lambda v: _ready(v) and _app(v).get("restartCount") == 1,
     "crash-loop": lambda v: _app(v).get("state") == "waiting:CrashLoopBackOff" and _app(v).get("restartCount") == ">=1",
-    "init-container": lambda v: _ready(v) and v["initContainers"].get("init", {}).get("state") == "terminated:Completed:0",
+    "init-container": lambda v: (_ready(v)
+                                 and v["initContainers"].get("init", {}).get("state") == "terminated:Completed:0"),
     "completes": lambda v: v["phase"] == "Succeeded",
     "guaranteed": _ready,
     "readded": _ready,
