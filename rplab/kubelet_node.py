@@ -201,12 +201,11 @@ def wait_until(condition: Callable[[], T | None], timeout: float, what: str, int
 
 @dataclass
 class KubeletNode:
-    """The kubelet, standalone, on ``endpoint`` (a CRI unix socket path), everything of it in ``directory``.
-    ``cgroup_driver``: "cgroupfs", or "systemd" on a node whose PID 1 is systemd."""
+    """The kubelet, standalone, on ``endpoint`` (a CRI unix socket path), everything of it in ``directory``, with
+    the cgroupfs driver (a node without systemd as PID 1, as these machines are)."""
 
     endpoint: Path
     directory: Path
-    cgroup_driver: str = "cgroupfs"
     binary: Path | None = None
     node_id: str = ""
     read_only_port: int = 0
@@ -248,7 +247,7 @@ class KubeletNode:
             "kind": "KubeletConfiguration",
             "staticPodPath": str(self.manifests),
             "containerRuntimeEndpoint": f"unix://{self.endpoint}",
-            "cgroupDriver": self.cgroup_driver,
+            "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.cgroup_root,
             "failSwapOn": False,
             "failCgroupV1": False,
@@ -309,10 +308,14 @@ class KubeletNode:
             self._process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                              env=environment, start_new_session=True)
         try:
-            wait_until(self._healthy, timeout, f"the kubelet's /healthz\n{self.log_tail()}")
+            wait_until(self._healthy, timeout, f"the kubelet's /healthz (its log: {self.log_path})")
         except BaseException:
             self._terminate()
             raise
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def _healthy(self) -> bool:
         if self._process is None or self._process.poll() is not None:
@@ -328,14 +331,14 @@ class KubeletNode:
         """Every static pod removed and waited for, the kubelet stopped, its pods removed from the runtime, its
         cgroups removed. Safe to call twice, or after a failed start."""
         problems = []
-        if self._process is not None and self._process.poll() is None:
+        if self.running:
             for manifest in self.manifests.glob("*.json"):
                 manifest.unlink()
             try:
                 wait_until(lambda: not self.pods() and not self._running_sandboxes(), timeout,
                            "the kubelet to stop its pods")
             except KubeletNodeError as error:
-                problems.append(str(error))
+                problems.append(str(error).split("\n")[0])
         self._terminate()
         try:
             self._remove_runtime_pods()
@@ -380,8 +383,11 @@ class KubeletNode:
 
     def pods(self) -> list[dict[str, Any]]:
         """The kubelet's pods with their status, from its read-only port's /pods."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=10) as answer:
-            return list(json.load(answer).get("items") or [])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=10) as answer:
+                return list(json.load(answer).get("items") or [])
+        except OSError as error:  # URLError is one
+            raise KubeletNodeError(f"the kubelet's /pods did not answer ({error})\n{self.log_tail()}") from error
 
     def relists(self) -> int:
         """How many times the kubelet has relisted its runtime's pods (PLEG, once a second), from its metrics."""
@@ -447,11 +453,10 @@ class KubeletNode:
                     (path / name).write_text((hierarchy / name).read_text())
 
     def has_pod_cgroup(self, uid: str) -> bool:
-        """Whether the pod's cgroup is still there: the kubelet removes it last when it has finished a pod (the
-        systemd driver's slice names carry the UID with underscores)."""
+        """Whether the pod's cgroup (``.../pod<uid>``) is still there: the kubelet removes it last when it has
+        finished a pod."""
         root = cgroup_hierarchies()[0] / self.cgroup_root.lstrip("/")
-        names = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
-        return any(any(name in directory for name in names) for directory, _, _ in os.walk(root))
+        return any(directory.endswith(f"/pod{uid}") for directory, _, _ in os.walk(root))
 
     def _remove_cgroup_root(self) -> list[str]:
         """Removes the cgroupRoot tree in every hierarchy, deepest first (retrying while runc tidies up)."""
@@ -474,7 +479,8 @@ class KubeletNode:
 
     def written_sysctls(self) -> dict[str, str]:
         """The sysctls the kubelet set (in its namespace's masks) that differ from the host's."""
-        assert self.host_before is not None
+        if self.host_before is None:
+            return {}
         written = {name: self._sysctl_mask(name).read_text().strip() for name in SYSCTLS}
         return {name: value for name, value in written.items() if value != self.host_before.sysctls[name]}
 
@@ -541,4 +547,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run as rplab.kubelet_node, the module rplab.kubelet_pods imports: one KubeletNodeError class, not two.
+    from rplab import kubelet_node
+
+    raise SystemExit(kubelet_node.main())

@@ -285,8 +285,8 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
     the pods are settled, before they are stopped."""
     outcome = NodeOutcome()
     manifests = node_pods(ports or NodePorts.free())
-    node.start()
     try:
+        node.start()
         for manifest in manifests:
             node.write_pod(manifest)
         wait_until(lambda: _settled_view(node, list(READY_PODS)), SETTLE_TIMEOUT_SECONDS,
@@ -303,7 +303,8 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
             while_settled(node)
     except KubeletNodeError as error:
         outcome.problems.append(str(error))
-        outcome.kubelet = outcome.kubelet or kubelet_view(node.pod_names())
+        if not outcome.kubelet and node.running:
+            outcome.kubelet = kubelet_view(node.pod_names())
     finally:
         stopping = time.monotonic()
         try:
