@@ -16,7 +16,8 @@ Even standalone the kubelet changes the host; how each change is kept off it:
   writes whatever its flags (``/var/lib/kubelet/device-plugins``, ``/var/log/containers``): it runs in a mount
   namespace of its own (``unshare -m``), where each sysctl file is a file of ours bind-mounted over it and
   ``/var/lib`` and ``/var/log`` are overlays whose upper layers are ours. All of it ends with the process; what it
-  wrote is in ``written_sysctls()`` and under ``directory/overlay``.
+  wrote is in ``written_sysctls()`` and under ``directory/overlay``. (A sysctl found changed on the host all the
+  same is written back by ``stop()``, which reports it.)
 - iptables chains: its PATH has no ``iptables``.
 - cgroups: a private ``cgroupRoot`` made first in every hierarchy and removed last (the kubelet deletes pod cgroups
   it does not know inside its tree: it never gets the suite's).
@@ -345,8 +346,21 @@ class KubeletNode:
         except grpc.RpcError as error:
             problems.append(f"removing the node's pods from the runtime: {error.code().name} {error.details()}")
         problems += self._remove_cgroup_root()
+        problems += self._restore_sysctls()
         if problems:
             raise KubeletNodeError("; ".join(problems) + f"\n{self.log_tail()}")
+
+    def _restore_sysctls(self) -> list[str]:
+        """Writes back any sysctl that differs from the host's before ``start()`` (its namespace's masks keep the
+        kubelet's writes off the host: a difference is a bug, or another program's doing, and is reported)."""
+        if self.host_before is None:
+            return []
+        restored = []
+        for name, value in read_sysctls().items():
+            if value != self.host_before.sysctls[name]:
+                (Path("/proc/sys") / name).write_text(self.host_before.sysctls[name])
+                restored.append(f"sysctl {name} was {value} on the host: restored to {self.host_before.sysctls[name]}")
+        return restored
 
     def _terminate(self) -> None:
         process, self._process = self._process, None
