@@ -36,8 +36,10 @@ holds pods of others (give it a runtime no other test, and no cluster's kubelet,
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,7 +222,10 @@ class KubeletNode:
             if self.directory.is_relative_to(overlaid):
                 raise KubeletNodeError(f"{self.directory} is under {overlaid}, which the kubelet sees as an overlay "
                                        "of its own: give it a directory elsewhere (e.g. under /tmp)")
-        self.node_id = self.node_id or self.directory.name
+        # The directory's name (as much of it as a label value takes) and a digest of its path: two nodes in
+        # directories of the same name (two tests, two helpers) never share a cgroupRoot or a pod label.
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", self.directory.name)[:40].strip("-_.") or "node"
+        self.node_id = self.node_id or f"{name}-{hashlib.sha256(bytes(self.directory)).hexdigest()[:6]}"
 
     # -- paths -----------------------------------------------------------------------------------------------
 
