@@ -1,0 +1,360 @@
+"""koordinator's own koord-runtime-proxy v1.8.0 as the differential reference: the program this proxy replaces, run
+beside it (rplab.koord_proxy: in its private mount namespace, with a private plugin directory).
+
+The same hook plugin (the example plugin, recording every request it receives and answering with edits: an env
+var, annotations, CPU shares and a memory limit, the pod's cgroup parent, a memory limit on updates) is registered
+the same way with both proxies, and the same pod lives are driven through each against the same containerd:
+crictl's, and the kubelet's own CRI client's (rplab.kubelet). What each plugin received (which hooks, every field
+of every request) and what the pod and its container ended up with (the OCI spec: env, resources, cgroups path;
+the pod's and the container's labels and annotations) are compared leaf by leaf (rplab.koord_differential).
+
+Every difference is either made equal or is a row of DIFFERENCES, with why and the test that shows it; each test
+fails on a difference the table does not list and on a listed difference that is gone. docs/differences.md's
+table is this table (``test_the_differences_page_lists_exactly_what_the_tests_saw``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rplab.containerd import ContainerdInstance
+from rplab.cri import CriClient, open_channel
+from rplab.differential import unexplained
+from rplab.example_plugin import ExamplePlugin, ExampleSettings, registration
+from rplab.images import BUSYBOX_IMAGE
+from rplab.koord_differential import HookedRun, differences, request_view
+from rplab.koord_proxy import KoordProxyProcess
+from rplab.kubelet import BINARY_ENV_IN_CONTAINER, run_lifecycle
+from rplab.loop import LoopThread
+from rplab.peers import PeerBuildError, peer_binary
+from rplab.process import ProxyProcess
+from runtimeproxy.hooks.names import HOOK_NAMES
+
+from docskit import doc_page, table_rows
+from machinekit import skip_or_fail
+from test_crictl import HOST_NETWORK, container_config, crictl_on, write_json
+
+MiB = 1024 * 1024
+POD_PARENT = "/rp-koord-diff"  # the pods' cgroup parent as the drivers send it
+HOOKED_PARENT = f"{POD_PARENT}/hooked"  # where the plugin moves them
+SETTINGS = ExampleSettings(pod_cgroup_parent=HOOKED_PARENT, update_memory_limit_in_bytes=96 * MiB)
+REGISTRATION = "10-example.json"
+REFERENCE, OURS = "koord-runtime-proxy", "runtimeproxy"
+_serial = itertools.count()
+POD_PREFIX = "koord-diff-"  # every pod's name starts so: "koord-diff-<n>-<proxy>"
+
+
+@dataclass(frozen=True)
+class Known:
+    """A difference the tests saw: the row of docs/differences.md (what, why, the tests that show it) and the view
+    paths it accounts for (``*`` matches any part of a path)."""
+
+    difference: str
+    why: str
+    tests: tuple[str, ...]
+    paths: tuple[str, ...]
+    # Shows on some runs only (the Go proxy's map order): never reported as gone.
+    sometimes: bool = False
+
+
+CRICTL = "test_a_crictl_pod_life_through_both"
+KUBELET = "test_the_kubelet_clients_pod_life_through_both"
+RESTART = "test_a_proxy_restarted_between_create_and_start"
+V1ALPHA2 = "test_a_v1alpha2_pod_life_through_both"
+BINARY_ENV = "test_an_env_value_that_is_not_utf8"
+LIVES = (CRICTL, KUBELET, RESTART)
+# koord-runtime-proxy (the reference) vs this proxy: what differs, and why. docs/differences.md's table is this one,
+# row for row: edit both.
+DIFFERENCES: tuple[Known, ...] = (
+    Known("A container of a pod that PreRunPodSandbox moved to another cgroup parent is created in its pod's "
+          "cgroup, and container hooks get that parent. The Go proxy creates it under the parent the kubelet sent, "
+          "outside its pod's cgroup, and tells the hooks that parent.",
+          "A container belongs in its pod's cgroup: pod-level limits and koordlet's QoS placement act there. The Go "
+          "proxy takes the parent from the create request's sandbox config, which still holds the kubelet's.",
+          LIVES, ("*Container*.pod_cgroup_parent", "*.runtimeSpec.linux.cgroupsPath")),
+    Known("Hooks get the pod's resources as the kubelet sends them in the sandbox config (`resources` of pod hooks, "
+          "`pod_resources` of container hooks); the Go proxy leaves both empty.",
+          "The protocol has the fields and koordlet reads them; the Go proxy never fills them.",
+          (KUBELET, BINARY_ENV), ("PreRunPodSandbox.resources.*", "PostStopPodSandbox.resources.*",
+                                  "*.pod_resources.*")),
+    Known("After UpdateContainerResources, hooks show the container's swap limit as containerd set it (a new memory "
+          "limit without swap sets swap to that limit); the Go proxy shows none.",
+          "Plugins see the container as it is, not the kubelet's sparse update laid over the create request.",
+          LIVES, ("PreUpdateContainerResources.container_resources.memory_swap_limit_in_bytes",
+                  "PostStopContainer.container_resources.memory_swap_limit_in_bytes")),
+    Known("The container's env keeps the kubelet's order, the plugins' new variables after it; the Go proxy writes "
+          "it in Go map order, different from one create to the next.",
+          "A stable order keeps a container's OCI spec the same from one create to the next.",
+          LIVES, ("*.config.envs", "*.runtimeSpec.process.env", "*[ExecSync[env]].answer.stdout"), sometimes=True),
+    Known("After a proxy restart, hooks for a container created before it still carry its env, resources and cgroup "
+          "parent (read back from containerd's verbose status); the Go proxy rebuilds its store from List calls "
+          "and sends none of them, nor the pod's cgroup parent in PostStopPodSandbox.",
+          "A plugin acting on a container must not lose what it knows of it because the proxy restarted.",
+          (RESTART,), ("*Container*.container_envs.*", "*Container*.container_resources.*",
+                       "*Container*.pod_cgroup_parent", "PostStopPodSandbox.cgroup_parent")),
+    Known("After a proxy restart, a plugin's PreUpdateContainerResources answer still lands; the Go proxy drops "
+          "it, and the container keeps the kubelet's values.",
+          "The Go proxy merges the answer into the resources it recorded, and after a restart it recorded none.",
+          (RESTART,), ("container.info.runtimeSpec.linux.resources.memory.*",
+                       "container.status.resources.linux.memory*")),
+    Known("Hooks run on CRI runtime.v1alpha2 calls as on runtime.v1 ones; the Go proxy passes runtime.v1alpha2 "
+          "through untouched: no hook is called and no plugin edit lands.",
+          "Kubelets before 1.26 speak runtime.v1alpha2 to containerd 1.6; the Go proxy's hooks are for "
+          "runtime.v1 only.",
+          (V1ALPHA2,), ("hooks", "Pre*", "Post*", "container.*", "pod.*")),
+    Known("A container env value that is not UTF-8 (kubelets on cri-api 0.34.9, 0.35.6, 0.36.2 and later send env "
+          "values as bytes) reaches containerd as the kubelet sent it; the Go proxy (cri-api 0.35.2: a string) "
+          "fails CreateContainer with INTERNAL `string field contains invalid UTF-8`, and the pod lives on "
+          "without its container.",
+          "The proxy relays the kubelet's bytes; containerd accepts the value (its JSON OCI spec shows each bad "
+          "byte as U+FFFD), so the kubelet's pod starts as it does without a proxy.",
+          (BINARY_ENV,), ("hooks", "P*Container*", "[*", "binary_env.*")),
+)
+
+
+def report(found: dict[str, tuple[Any, Any]], paths: list[str]) -> str:
+    return "\n".join(f"{path}\n    {REFERENCE}: {json.dumps(found[path][0])[:300]}\n    {OURS}: "
+                     f"{json.dumps(found[path][1])[:300]}" for path in paths)
+
+
+def check_against_the_table(test: str, reference: HookedRun, ours: HookedRun) -> None:
+    """Every difference of the two runs is a row of DIFFERENCES for ``test``, and each such row still shows."""
+    found = differences(reference, ours)
+    rows = [known for known in DIFFERENCES if test in known.tests]
+    new, _ = unexplained(found, [path for known in rows for path in known.paths])
+    assert not new, f"new differences (fix the proxy, or add to DIFFERENCES with a reason):\n{report(found, new)}"
+    gone = [known.difference for known in rows
+            if not known.sometimes and unexplained(found, known.paths)[1] == list(known.paths)]
+    assert not gone, f"differences gone (remove them from DIFFERENCES and docs/differences.md): {gone}"
+
+
+# -- the two proxies, each with its own example plugin ------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One proxy in front of the lab's containerd, with its own example plugin registered as REGISTRATION."""
+
+    name: str
+    proxy: ProxyProcess
+    plugin: ExamplePlugin
+
+    @property
+    def registered_line(self) -> str:
+        if isinstance(self.proxy, KoordProxyProcess):
+            return self.proxy.registered_line(REGISTRATION)
+        return f"plugin {REGISTRATION} registered"
+
+    def start(self) -> None:
+        """Start the proxy and wait until it has read the plugin's registration."""
+        seen = self.proxy.log_count(self.registered_line)
+        self.proxy.start()
+        self.proxy.wait_for_log(self.registered_line, seen + 1)
+
+    def restart(self) -> None:
+        assert self.proxy.stop() == 0, self.proxy.log_tail()
+        self.start()
+
+    def requests_since(self, mark: int) -> list[tuple[str, dict[str, Any]]]:
+        return [(entry.hook, request_view(entry.request)) for entry in self.plugin.seen[mark:]]
+
+
+@pytest.fixture(scope="module")
+def koord_binary() -> Path:
+    try:
+        return peer_binary(REFERENCE)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build koordinator's koord-runtime-proxy: {error}")
+        raise
+
+
+def side_of(name: str, proxy: ProxyProcess, loop: LoopThread) -> Side:
+    plugin = ExamplePlugin(SETTINGS)
+    socket = proxy.listen_path.parent / "plugin.sock"
+    loop.run(plugin.start(socket))
+    proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
+    (proxy.hook_config_dir / REGISTRATION).write_bytes(registration(socket, list(HOOK_NAMES), "Fail"))
+    side = Side(name, proxy, plugin)
+    side.start()
+    return side
+
+
+@pytest.fixture(scope="module")
+def sides(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread,
+          koord_binary: Path) -> Iterator[dict[str, Side]]:
+    """koord-runtime-proxy and this proxy in front of the lab's containerd, each with its plugin."""
+    made: dict[str, Side] = {}
+    try:
+        koord = KoordProxyProcess(workdir / "koord" / "koord.sock", containerd.address, binary=koord_binary)
+        made[REFERENCE] = side_of(REFERENCE, koord, loop_thread)
+        made[OURS] = side_of(OURS, ProxyProcess(workdir / "koord-ours" / "rp.sock", containerd.address), loop_thread)
+        yield made
+    finally:
+        for side in made.values():
+            code = side.proxy.stop()
+            loop_thread.run(side.plugin.stop())
+            assert code == 0, side.proxy.log_tail()
+        remove_pods_left(containerd)
+        remove_cgroup_parents()
+
+
+def remove_pods_left(containerd: ContainerdInstance) -> None:
+    """This module's pods a failed test left behind (every driver removes its own), directly."""
+    client = CriClient(open_channel(containerd.address))
+    pods = client.runtime.ListPodSandbox(client.api.ListPodSandboxRequest(), timeout=30).items
+    client.discard_pods(pod.id for pod in pods if pod.metadata.name.startswith(POD_PREFIX))
+    client.channel.close()
+
+
+def remove_cgroup_parents() -> None:
+    """The pods' cgroup parents outlive them (cgroup v1 leaves the empty directories)."""
+    for parent in (HOOKED_PARENT, POD_PARENT):
+        for directory in Path("/sys/fs/cgroup").glob(f"*{parent}"):
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+
+
+# -- the drivers ------------------------------------------------------------------------------------------------
+
+
+def crictl_life(crictl_binary: Path, side: Side, base: Path, restart: bool = False) -> HookedRun:
+    """A pod with one container through ``side``'s proxy, with crictl: run, create, (the proxy restarted,) start,
+    update, inspect, stop, remove. The view: what the plugin received, and crictl's inspect of the pod and the
+    container while running (after the update)."""
+    crictl = crictl_on(crictl_binary, side.proxy.listen_path)
+    name = f"{POD_PREFIX}{next(_serial)}-{side.name}"
+    base.mkdir(parents=True, exist_ok=True)
+    mark = len(side.plugin.seen)
+    pod = write_json(base / f"{name}.json", {
+        "metadata": {"name": name, "namespace": "koord-diff", "uid": f"uid-{name}"},
+        "log_directory": str(base / name), "labels": {"app": "koord-diff"}, "annotations": {"note": "pod"},
+        "linux": {"cgroup_parent": POD_PARENT, "security_context": {"namespace_options": HOST_NETWORK}}})
+    container = container_config(base, name, BUSYBOX_IMAGE, ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
+                                 envs=[{"key": "KEEP", "value": "me"}], labels={"tier": "app"},
+                                 annotations={"note": "container"},
+                                 linux={"resources": {"cpu_shares": 256, "memory_limit_in_bytes": 64 * MiB}})
+    pod_id = crictl("runp", pod).strip()
+    container_id = crictl("create", pod_id, container, pod).strip()
+    if restart:
+        side.restart()
+    crictl("start", container_id)
+    crictl("update", "--cpu-share", "300", "--memory", str(80 * MiB), container_id)
+    state = {"container": inspected(json.loads(crictl("inspect", container_id))),
+             "pod": inspected(json.loads(crictl("inspectp", pod_id)))}
+    crictl("stop", container_id)
+    crictl("stopp", pod_id)
+    crictl("rm", container_id)
+    crictl("rmp", pod_id)
+    tokens = {pod_id: "<pod-id>", container_id: "<container-id>", name: "<pod-name>", str(base): "<base>"}
+    return HookedRun(side.requests_since(mark), state, tokens)
+
+
+CRICTL_TIMES = ("createdAt", "startedAt", "finishedAt")
+
+
+def inspected(document: dict[str, Any]) -> dict[str, Any]:
+    """crictl's inspect of a pod or container without what differs by nature (its times)."""
+    status = {key: value for key, value in document["status"].items() if key not in CRICTL_TIMES}
+    return {"status": status, "info": document.get("info", {})}
+
+
+def kubelet_life(side: Side, base: Path, binary_env: bool = False) -> HookedRun:
+    """The kubelet's CRI client's pod life (rplab.kubelet) through ``side``'s proxy: its document (every step's
+    answer, the OCI spec running and resized, normalised by the peer) and what the plugin received."""
+    name = f"{POD_PREFIX}{next(_serial)}-{side.name}"
+    mark = len(side.plugin.seen)
+    life = run_lifecycle(side.proxy.listen_path, base / name, pod_name=name, binary_env=binary_env,
+                         extra_args=[f"-cgroup-parent={POD_PARENT}"])
+    state = {f"{step['step']}[{step.get('label', '')}]": {key: value for key, value in step.items()
+                                                          if key not in ("step", "label")} for step in life.steps}
+    state["binary_env"] = life.binary_env
+    tokens = {name: "<pod-name>", f"uid-{name}": "<pod-uid>", str(base / name): "<log-dir>"}
+    return HookedRun(side.requests_since(mark), state, tokens)
+
+
+
+def v1alpha2_life(side: Side, base: Path) -> HookedRun:
+    """A pod with one container through ``side``'s proxy over CRI runtime.v1alpha2 (what kubelets before 1.26
+    speak; containerd 1.6 serves it): run, create, start, update, stop, remove. The view: what the plugin received,
+    and the running container's env, resources and cgroups path, and the pod's annotations."""
+    client = CriClient(open_channel(side.proxy.listen_path), "v1alpha2")
+    name = f"{POD_PREFIX}{next(_serial)}-{side.name}"
+    mark = len(side.plugin.seen)
+    pod_config = client.pod_config(name, base / name, uid=f"uid-{name}", labels={"app": "koord-diff"},
+                                   cgroup_parent=POD_PARENT)
+    pod_id = client.run_pod(pod_config)
+    try:
+        container_id = client.create_container(pod_id, client.container_config("app", envs={"KEEP": "me"}), pod_config)
+        client.start_container(container_id)
+        client.runtime.UpdateContainerResources(client.api.UpdateContainerResourcesRequest(
+            container_id=container_id, linux=client.api.LinuxContainerResources(memory_limit_in_bytes=80 * MiB)))
+        spec = json.loads(client.container_status(container_id, verbose=True).info["info"])["runtimeSpec"]
+        state = {"container": {"env": spec["process"]["env"], "resources": spec["linux"]["resources"],
+                               "cgroupsPath": spec["linux"]["cgroupsPath"],
+                               "annotations": dict(client.container_status(container_id).status.annotations)},
+                 "pod": {"annotations": dict(client.pod_status(pod_id).status.annotations)}}
+        client.stop_container(container_id)
+    finally:
+        client.discard_pods([pod_id])
+        client.channel.close()
+    tokens = {pod_id: "<pod-id>", container_id: "<container-id>", name: "<pod-name>"}
+    return HookedRun(side.requests_since(mark), state, tokens)
+
+
+# -- the tests ----------------------------------------------------------------------------------------------------
+
+
+def test_a_crictl_pod_life_through_both(
+        sides: dict[str, Side], crictl_binary: Path, workdir: Path) -> None:
+    runs = {name: crictl_life(crictl_binary, side, workdir / "koord-crictl") for name, side in sides.items()}
+    assert runs[REFERENCE].hooks() == runs[OURS].hooks()
+    check_against_the_table(CRICTL, runs[REFERENCE], runs[OURS])
+
+
+def test_the_kubelet_clients_pod_life_through_both(
+        sides: dict[str, Side], kubelet_client: Path, workdir: Path) -> None:
+    runs = {name: kubelet_life(side, workdir / "koord-kubelet") for name, side in sides.items()}
+    check_against_the_table(KUBELET, runs[REFERENCE], runs[OURS])
+
+
+def test_a_proxy_restarted_between_create_and_start(
+        sides: dict[str, Side], crictl_binary: Path, workdir: Path) -> None:
+    runs = {name: crictl_life(crictl_binary, side, workdir / "koord-restart", restart=True)
+            for name, side in sides.items()}
+    check_against_the_table(RESTART, runs[REFERENCE], runs[OURS])
+
+
+def test_a_v1alpha2_pod_life_through_both(sides: dict[str, Side], workdir: Path) -> None:
+    runs = {name: v1alpha2_life(side, workdir / "koord-v1alpha2") for name, side in sides.items()}
+    check_against_the_table(V1ALPHA2, runs[REFERENCE], runs[OURS])
+
+
+def test_an_env_value_that_is_not_utf8(sides: dict[str, Side], kubelet_client: Path, workdir: Path) -> None:
+    runs = {name: kubelet_life(side, workdir / "koord-binary-env", binary_env=True) for name, side in sides.items()}
+    check_against_the_table(BINARY_ENV, runs[REFERENCE], runs[OURS])
+    koord_create, our_create = (run.state["CreateContainer[]"] for run in (runs[REFERENCE], runs[OURS]))
+    assert "invalid UTF-8" in koord_create["error"]["message"] and "error" not in our_create
+    assert runs[OURS].state["binary_env"]["in_container_hex"] == BINARY_ENV_IN_CONTAINER.hex()
+
+
+# -- the page ------------------------------------------------------------------------------------------------------
+
+PAGE_HEADING = "## What the tests saw"
+
+
+def test_the_differences_page_lists_exactly_what_the_tests_saw() -> None:
+    """docs/differences.md's table is DIFFERENCES, row for row: what differs, why, the test that shows it."""
+    rows = table_rows(doc_page("differences.md"), PAGE_HEADING)
+    assert rows == [[known.difference, known.why, ", ".join(f"`{test}`" for test in known.tests)]
+                    for known in DIFFERENCES]
+    tests = {name for name in globals() if name.startswith("test_")}
+    assert {test for known in DIFFERENCES for test in known.tests} <= tests
