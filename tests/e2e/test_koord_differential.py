@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from google.rpc import status_pb2
 
 from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
-from rplab.differential import unexplained
+from rplab.differential import outcome_of, unexplained
 from rplab.example_plugin import ExamplePlugin, ExampleSettings, registration
 from rplab.images import BUSYBOX_IMAGE
 from rplab.koord_differential import HookedRun, differences, request_view
@@ -69,6 +73,9 @@ KUBELET = "test_the_kubelet_clients_pod_life_through_both"
 RESTART = "test_a_proxy_restarted_between_create_and_start"
 V1ALPHA2 = "test_a_v1alpha2_pod_life_through_both"
 BINARY_ENV = "test_an_env_value_that_is_not_utf8"
+REFUSED = "test_calls_containerd_refuses"
+TWO = "test_two_plugins_on_every_hook"
+FAILING_PLUGIN = "test_a_plugin_failing_under_policy_fail"
 LIVES = (CRICTL, KUBELET, RESTART)
 # koord-runtime-proxy (the reference) vs this proxy: what differs, and why. docs/differences.md's table is this one,
 # row for row: edit both.
@@ -78,7 +85,7 @@ DIFFERENCES: tuple[Known, ...] = (
           "outside its pod's cgroup, and tells the hooks that parent.",
           "A container belongs in its pod's cgroup: pod-level limits and koordlet's QoS placement act there. The Go "
           "proxy takes the parent from the create request's sandbox config, which still holds the kubelet's.",
-          LIVES, ("*Container*.pod_cgroup_parent", "*.runtimeSpec.linux.cgroupsPath")),
+          (*LIVES, REFUSED), ("*Container*.pod_cgroup_parent", "*.runtimeSpec.linux.cgroupsPath")),
     Known("Hooks get the pod's resources as the kubelet sends them in the sandbox config (`resources` of pod hooks, "
           "`pod_resources` of container hooks); the Go proxy leaves both empty.",
           "The protocol has the fields and koordlet reads them; the Go proxy never fills them.",
@@ -116,6 +123,28 @@ DIFFERENCES: tuple[Known, ...] = (
           "The proxy relays the kubelet's bytes; containerd accepts the value (its JSON OCI spec shows each bad "
           "byte as U+FFFD), so the kubelet's pod starts as it does without a proxy.",
           (BINARY_ENV,), ("hooks", "P*Container*", "[*", "binary_env.*")),
+    Known("Post-hooks follow only calls containerd carried out; the Go proxy calls them after a refused call too "
+          "(PostStartContainer after a StartContainer that failed).",
+          "A post-hook tells the plugin what happened, and a container whose start failed has not started.",
+          (REFUSED,), ("hooks", "PostStartContainer.*", "PostStartContainer#2.*")),
+    Known("A container stays known until RemoveContainer: StopContainer of a container already stopped calls "
+          "PostStopContainer again, StartContainer or UpdateContainerResources of an exited one call their "
+          "pre-hooks. The Go proxy forgets a container at its first StopContainer (even one that fails) and calls "
+          "no hook for it after.",
+          "containerd keeps the container until it is removed, and a stop retried after one that failed must still "
+          "reach the plugins.",
+          (REFUSED,), ("hooks", "PreStartContainer#3.*", "PreUpdateContainerResources.*", "PostStopContainer#2.*")),
+    Known("All plugins registered for a hook are called, chained in file-name order, each seeing what the ones "
+          "before it left; the Go proxy calls one of them (the first its map gives), so one plugin's edits land.",
+          "Several plugins can share a node (koordlet and another resource manager); the chain and its collision "
+          "reports are described in [Hook plugins](plugins.md).",
+          (TWO,), ("plugins called per hook.*", "plugin envs in the container")),
+    Known("A plugin failing a pre-hook under policy Fail fails the CRI call with the plugin's own status code, a "
+          "message naming the hook, the plugin file and its endpoint, and a `google.rpc.ErrorInfo` in the status "
+          "details; the Go proxy answers UNKNOWN `hook server err: ...`, without details. Neither creates anything.",
+          "The kubelet's events and logs then say which plugin refused what, and a client can tell a plugin's "
+          "refusal from the runtime's.",
+          (FAILING_PLUGIN,), ("RunPodSandbox.code", "RunPodSandbox.message", "RunPodSandbox.status details")),
 )
 
 
@@ -135,28 +164,33 @@ def check_against_the_table(test: str, reference: HookedRun, ours: HookedRun) ->
     assert not gone, f"differences gone (remove them from DIFFERENCES and docs/differences.md): {gone}"
 
 
-# -- the two proxies, each with its own example plugin ------------------------------------------------------------
+# -- the two proxies, each with its own example plugins ------------------------------------------------------------
 
 
 @dataclass
 class Side:
-    """One proxy in front of the lab's containerd, with its own example plugin registered as REGISTRATION."""
+    """One proxy in front of the lab's containerd, with its own example plugins, by registration file name (the
+    first is ``plugin``, REGISTRATION in most tests)."""
 
     name: str
     proxy: ProxyProcess
-    plugin: ExamplePlugin
+    plugins: dict[str, ExamplePlugin]
 
     @property
-    def registered_line(self) -> str:
+    def plugin(self) -> ExamplePlugin:
+        return next(iter(self.plugins.values()))
+
+    def registered_line(self, registration_name: str) -> str:
         if isinstance(self.proxy, KoordProxyProcess):
-            return self.proxy.registered_line(REGISTRATION)
-        return f"plugin {REGISTRATION} registered"
+            return self.proxy.registered_line(registration_name)
+        return f"plugin {registration_name} registered"
 
     def start(self) -> None:
-        """Start the proxy and wait until it has read the plugin's registration."""
-        seen = self.proxy.log_count(self.registered_line)
+        """Start the proxy and wait until it has read every plugin's registration."""
+        seen = {name: self.proxy.log_count(self.registered_line(name)) for name in self.plugins}
         self.proxy.start()
-        self.proxy.wait_for_log(self.registered_line, seen + 1)
+        for name, times in seen.items():
+            self.proxy.wait_for_log(self.registered_line(name), times + 1)
 
     def restart(self) -> None:
         assert self.proxy.stop() == 0, self.proxy.log_tail()
@@ -175,34 +209,49 @@ def koord_binary() -> Path:
         raise
 
 
-def side_of(name: str, proxy: ProxyProcess, loop: LoopThread) -> Side:
-    plugin = ExamplePlugin(SETTINGS)
-    socket = proxy.listen_path.parent / "plugin.sock"
-    loop.run(plugin.start(socket))
+# What a side's plugins are: registration file name -> (settings, failure policy).
+Plugins = dict[str, tuple[ExampleSettings, str]]
+ONE_PLUGIN: Plugins = {REGISTRATION: (SETTINGS, "Fail")}
+
+
+def side_of(name: str, proxy: ProxyProcess, plugins: Plugins, loop: LoopThread) -> Side:
+    side = Side(name, proxy, {})
     proxy.hook_config_dir.mkdir(parents=True, exist_ok=True)
-    (proxy.hook_config_dir / REGISTRATION).write_bytes(registration(socket, list(HOOK_NAMES), "Fail"))
-    side = Side(name, proxy, plugin)
+    for index, (registration_name, (settings, policy)) in enumerate(plugins.items()):
+        plugin = side.plugins[registration_name] = ExamplePlugin(settings)
+        socket = proxy.listen_path.parent / f"plugin{index}.sock"
+        loop.run(plugin.start(socket))
+        (proxy.hook_config_dir / registration_name).write_bytes(registration(socket, list(HOOK_NAMES), policy))
     side.start()
     return side
+
+
+@contextmanager
+def both_proxies(base: Path, containerd: ContainerdInstance, loop: LoopThread, koord_binary: Path,
+                 plugins: Plugins) -> Iterator[dict[str, Side]]:
+    """koord-runtime-proxy and this proxy in front of the lab's containerd, each with its own ``plugins``."""
+    made: dict[str, Side] = {}
+    try:
+        koord = KoordProxyProcess(base / "koord" / "koord.sock", containerd.address, binary=koord_binary)
+        made[REFERENCE] = side_of(REFERENCE, koord, plugins, loop)
+        made[OURS] = side_of(OURS, ProxyProcess(base / "ours" / "rp.sock", containerd.address), plugins, loop)
+        yield made
+    finally:
+        for side in made.values():
+            code = side.proxy.stop()
+            for plugin in side.plugins.values():
+                loop.run(plugin.stop())
+            assert code == 0, side.proxy.log_tail()
+        remove_pods_left(containerd)
+        remove_cgroup_parents()
 
 
 @pytest.fixture(scope="module")
 def sides(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread,
           koord_binary: Path) -> Iterator[dict[str, Side]]:
-    """koord-runtime-proxy and this proxy in front of the lab's containerd, each with its plugin."""
-    made: dict[str, Side] = {}
-    try:
-        koord = KoordProxyProcess(workdir / "koord" / "koord.sock", containerd.address, binary=koord_binary)
-        made[REFERENCE] = side_of(REFERENCE, koord, loop_thread)
-        made[OURS] = side_of(OURS, ProxyProcess(workdir / "koord-ours" / "rp.sock", containerd.address), loop_thread)
+    """Both proxies, each with the example plugin on every hook (policy Fail)."""
+    with both_proxies(workdir / "koord-diff", containerd, loop_thread, koord_binary, ONE_PLUGIN) as made:
         yield made
-    finally:
-        for side in made.values():
-            code = side.proxy.stop()
-            loop_thread.run(side.plugin.stop())
-            assert code == 0, side.proxy.log_tail()
-        remove_pods_left(containerd)
-        remove_cgroup_parents()
 
 
 def remove_pods_left(containerd: ContainerdInstance) -> None:
@@ -310,6 +359,40 @@ def v1alpha2_life(side: Side, base: Path) -> HookedRun:
     return HookedRun(side.requests_since(mark), state, tokens)
 
 
+def refused_calls_life(side: Side, base: Path) -> HookedRun:
+    """Calls containerd refuses, through ``side``'s proxy: a container whose command does not exist (its start
+    fails), and a container started, stopped, then started again and resized (refused or not: containerd's
+    answer). The view: what the plugin received, and every call's answer or error."""
+    client = CriClient(open_channel(side.proxy.listen_path))
+    name = f"{POD_PREFIX}{next(_serial)}-{side.name}"
+    mark = len(side.plugin.seen)
+    pod_config = client.pod_config(name, base / name, uid=f"uid-{name}", cgroup_parent=POD_PARENT)
+    pod_id = client.run_pod(pod_config)
+    calls: dict[str, Any] = {}
+    tokens = {pod_id: "<pod-id>", name: "<pod-name>"}
+    try:
+        broken = client.create_container(pod_id, client.container_config("broken", command=["/no/such/program"]),
+                                         pod_config)
+        stopped = client.create_container(pod_id, client.container_config("stopped"), pod_config)
+        tokens.update({broken: "<broken-id>", stopped: "<stopped-id>"})
+        api, runtime = client.api, client.runtime
+        calls["StartContainer[no such program]"] = outcome_of(lambda: runtime.StartContainer(
+            api.StartContainerRequest(container_id=broken), timeout=60))
+        client.start_container(stopped)
+        client.stop_container(stopped)
+        calls["StartContainer[exited]"] = outcome_of(lambda: runtime.StartContainer(
+            api.StartContainerRequest(container_id=stopped), timeout=60))
+        calls["UpdateContainerResources[exited]"] = outcome_of(lambda: runtime.UpdateContainerResources(
+            api.UpdateContainerResourcesRequest(container_id=stopped, linux=api.LinuxContainerResources(
+                memory_limit_in_bytes=80 * MiB)), timeout=60))
+        calls["StopContainer[exited]"] = outcome_of(lambda: runtime.StopContainer(
+            api.StopContainerRequest(container_id=stopped), timeout=60))
+    finally:
+        client.discard_pods([pod_id])
+        client.channel.close()
+    return HookedRun(side.requests_since(mark), {"calls": calls}, tokens)
+
+
 # -- the tests ----------------------------------------------------------------------------------------------------
 
 
@@ -344,6 +427,55 @@ def test_an_env_value_that_is_not_utf8(sides: dict[str, Side], kubelet_client: P
     koord_create, our_create = (run.state["CreateContainer[]"] for run in (runs[REFERENCE], runs[OURS]))
     assert "invalid UTF-8" in koord_create["error"]["message"] and "error" not in our_create
     assert runs[OURS].state["binary_env"]["in_container_hex"] == BINARY_ENV_IN_CONTAINER.hex()
+
+
+def test_calls_containerd_refuses(sides: dict[str, Side], workdir: Path) -> None:
+    runs = {name: refused_calls_life(side, workdir / "koord-refused") for name, side in sides.items()}
+    check_against_the_table(REFUSED, runs[REFERENCE], runs[OURS])
+
+
+TWO_PLUGINS: Plugins = {"10-first.json": (ExampleSettings(envs={"FIRST": "1"}), "Fail"),
+                        "20-second.json": (ExampleSettings(envs={"SECOND": "2"}), "Fail")}
+PLUGIN_ENVS = ("FIRST=1", "SECOND=2")
+
+
+def test_two_plugins_on_every_hook(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread,
+                                   koord_binary: Path, crictl_binary: Path) -> None:
+    runs = {}
+    with both_proxies(workdir / "koord-two", containerd, loop_thread, koord_binary, TWO_PLUGINS) as made:
+        for name, side in made.items():
+            life = crictl_life(crictl_binary, side, workdir / "koord-two" / "pods")
+            called = Counter(entry.hook for plugin in side.plugins.values() for entry in plugin.seen)
+            env = life.state["container"]["info"]["runtimeSpec"]["process"]["env"]
+            runs[name] = HookedRun([], {"plugins called per hook": dict(called),
+                                        "plugin envs in the container": sum(item in env for item in PLUGIN_ENVS)})
+    check_against_the_table(TWO, runs[REFERENCE], runs[OURS])
+
+
+FAILING: Plugins = {REGISTRATION: (ExampleSettings(fail_with=grpc.StatusCode.RESOURCE_EXHAUSTED), "Fail")}
+ERROR_DETAILS = "grpc-status-details-bin"
+
+
+def test_a_plugin_failing_under_policy_fail(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread,
+                                            koord_binary: Path) -> None:
+    runs = {}
+    with both_proxies(workdir / "koord-failing", containerd, loop_thread, koord_binary, FAILING) as made:
+        for name, side in made.items():
+            client = CriClient(open_channel(side.proxy.listen_path))
+            pod_name = f"{POD_PREFIX}{next(_serial)}-{name}"
+            config = client.pod_config(pod_name, workdir / "koord-failing" / pod_name)
+            with pytest.raises(grpc.RpcError) as refused:
+                client.run_pod(config)
+            error = refused.value
+            details = dict(error.trailing_metadata() or ()).get(ERROR_DETAILS)  # type: ignore[attr-defined]
+            runs[name] = HookedRun([], {"RunPodSandbox": {
+                "code": error.code().name, "message": error.details(),  # type: ignore[attr-defined]
+                "status details": [item.type_url for item in status_pb2.Status.FromString(details or b"").details],
+                "pods created": [pod.metadata.name for pod in client.runtime.ListPodSandbox(
+                    client.api.ListPodSandboxRequest(), timeout=30).items if pod.metadata.name == pod_name]}},
+                {str(side.proxy.listen_path.parent): "<proxy-dir>"})
+            client.channel.close()
+    check_against_the_table(FAILING_PLUGIN, runs[REFERENCE], runs[OURS])
 
 
 # -- the page ------------------------------------------------------------------------------------------------------
