@@ -40,6 +40,7 @@ from rplab.loop import LoopThread
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY, DEFAULT_SKIP_LABEL_VALUE
 
 from docskit import doc_page, table_rows
 from machinekit import skip_or_fail
@@ -75,6 +76,7 @@ V1ALPHA2 = "test_a_v1alpha2_pod_life_through_both"
 BINARY_ENV = "test_an_env_value_that_is_not_utf8"
 REFUSED = "test_calls_containerd_refuses"
 TWO = "test_two_plugins_on_every_hook"
+SKIPPED = "test_a_pod_with_the_skip_label"
 FAILING_PLUGIN = "test_a_plugin_failing_under_policy_fail"
 LIVES = (CRICTL, KUBELET, RESTART)
 # koord-runtime-proxy (the reference) vs this proxy: what differs, and why. docs/differences.md's table is this one,
@@ -275,7 +277,8 @@ def remove_cgroup_parents() -> None:
 # -- the drivers ------------------------------------------------------------------------------------------------
 
 
-def crictl_life(crictl_binary: Path, side: Side, base: Path, restart: bool = False) -> HookedRun:
+def crictl_life(crictl_binary: Path, side: Side, base: Path, restart: bool = False,
+                labels: dict[str, str] | None = None) -> HookedRun:
     """A pod with one container through ``side``'s proxy, with crictl: run, create, (the proxy restarted,) start,
     update, inspect, stop, remove. The view: what the plugin received, and crictl's inspect of the pod and the
     container while running (after the update)."""
@@ -285,7 +288,8 @@ def crictl_life(crictl_binary: Path, side: Side, base: Path, restart: bool = Fal
     mark = len(side.plugin.seen)
     pod = write_json(base / f"{name}.json", {
         "metadata": {"name": name, "namespace": "koord-diff", "uid": f"uid-{name}"},
-        "log_directory": str(base / name), "labels": {"app": "koord-diff"}, "annotations": {"note": "pod"},
+        "log_directory": str(base / name), "labels": {"app": "koord-diff", **(labels or {})},
+        "annotations": {"note": "pod"},
         "linux": {"cgroup_parent": POD_PARENT, "security_context": {"namespace_options": HOST_NETWORK}}})
     container = container_config(base, name, BUSYBOX_IMAGE, ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
                                  envs=[{"key": "KEEP", "value": "me"}], labels={"tier": "app"},
@@ -434,6 +438,14 @@ def test_calls_containerd_refuses(sides: dict[str, Side], workdir: Path) -> None
     check_against_the_table(REFUSED, runs[REFERENCE], runs[OURS])
 
 
+def test_a_pod_with_the_skip_label(sides: dict[str, Side], crictl_binary: Path, workdir: Path) -> None:
+    """Both proxies spare a pod with koordinator's skip label (the same default key and value) every hook."""
+    skip = {DEFAULT_SKIP_LABEL_KEY: DEFAULT_SKIP_LABEL_VALUE}
+    runs = {name: crictl_life(crictl_binary, side, workdir / "koord-skip", labels=skip) for name, side in sides.items()}
+    assert runs[REFERENCE].hooks() == runs[OURS].hooks() == []
+    check_against_the_table(SKIPPED, runs[REFERENCE], runs[OURS])
+
+
 TWO_PLUGINS: Plugins = {"10-first.json": (ExampleSettings(envs={"FIRST": "1"}), "Fail"),
                         "20-second.json": (ExampleSettings(envs={"SECOND": "2"}), "Fail")}
 PLUGIN_ENVS = ("FIRST=1", "SECOND=2")
@@ -467,9 +479,9 @@ def test_a_plugin_failing_under_policy_fail(containerd: ContainerdInstance, work
             with pytest.raises(grpc.RpcError) as refused:
                 client.run_pod(config)
             error = refused.value
-            details = dict(error.trailing_metadata() or ()).get(ERROR_DETAILS)  # type: ignore[attr-defined]
+            details = dict(error.trailing_metadata() or ()).get(ERROR_DETAILS)
             runs[name] = HookedRun([], {"RunPodSandbox": {
-                "code": error.code().name, "message": error.details(),  # type: ignore[attr-defined]
+                "code": error.code().name, "message": error.details(),
                 "status details": [item.type_url for item in status_pb2.Status.FromString(details or b"").details],
                 "pods created": [pod.metadata.name for pod in client.runtime.ListPodSandbox(
                     client.api.ListPodSandboxRequest(), timeout=30).items if pod.metadata.name == pod_name]}},
