@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 from google.rpc import status_pb2
 
 from rplab.containerd import ContainerdInstance
@@ -42,6 +43,7 @@ from rplab.loop import LoopThread
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY, DEFAULT_SKIP_LABEL_VALUE
 
 from docskit import doc_page, table_rows
@@ -79,6 +81,7 @@ BINARY_ENV = "test_an_env_value_that_is_not_utf8"
 REFUSED = "test_calls_containerd_refuses"
 TWO = "test_two_plugins_on_every_hook"
 SKIPPED = "test_a_pod_with_the_skip_label"
+SPARSE_ANSWER = "test_a_sparse_answer"
 FAILING_PLUGIN = "test_a_plugin_failing_under_policy_fail"
 LIVES = (CRICTL, KUBELET, RESTART)
 # koord-runtime-proxy (the reference) vs this proxy: what differs, and why. docs/differences.md's table is this one,
@@ -93,12 +96,12 @@ DIFFERENCES: tuple[Known, ...] = (
     Known("Hooks get the pod's resources as the kubelet sends them in the sandbox config (`resources` of pod hooks, "
           "`pod_resources` of container hooks); the Go proxy leaves both empty.",
           "The protocol has the fields and koordlet reads them; the Go proxy never fills them.",
-          (KUBELET, BINARY_ENV), ("PreRunPodSandbox.resources.*", "PostStopPodSandbox.resources.*",
+          (KUBELET, BINARY_ENV, SPARSE_ANSWER), ("PreRunPodSandbox.resources.*", "PostStopPodSandbox.resources.*",
                                   "*.pod_resources.*")),
     Known("After UpdateContainerResources, hooks show the container's swap limit as containerd set it (a new memory "
           "limit without swap sets swap to that limit); the Go proxy shows none.",
           "Plugins see the container as it is, not the kubelet's sparse update laid over the create request.",
-          LIVES, ("PreUpdateContainerResources.container_resources.memory_swap_limit_in_bytes",
+          (*LIVES, SPARSE_ANSWER), ("PreUpdateContainerResources.container_resources.memory_swap_limit_in_bytes",
                   "PostStopContainer.container_resources.memory_swap_limit_in_bytes")),
     Known("The container's env keeps the kubelet's order, the plugins' new variables after it; the Go proxy writes "
           "it in Go map order, different from one create to the next.",
@@ -446,6 +449,30 @@ def test_a_pod_with_the_skip_label(sides: dict[str, Side], crictl_binary: Path, 
     runs = {name: crictl_life(crictl_binary, side, workdir / "koord-skip", labels=skip) for name, side in sides.items()}
     assert runs[REFERENCE].hooks() == runs[OURS].hooks() == []
     check_against_the_table(SKIPPED, runs[REFERENCE], runs[OURS])
+
+
+def sparse_create_answer(request: Message, context: Any) -> hooks.ContainerResourceHookResponse:
+    """Only what the plugin changes, nothing echoed: CPU shares and one env variable."""
+    return hooks.ContainerResourceHookResponse(container_resources=hooks.LinuxContainerResources(cpu_shares=512),
+                                               container_envs={"SPARSE": "yes"})
+
+
+SPARSE: Plugins = {REGISTRATION: (ExampleSettings(answers={"PreCreateContainer": sparse_create_answer}, empty=True),
+                                  "Fail")}
+
+
+def test_a_sparse_answer(containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread,
+                         koord_binary: Path, kubelet_client: Path) -> None:
+    """A plugin answering PreCreateContainer with only what it changes (not the koordlet-style echo), through the
+    kubelet client's pod life."""
+    with both_proxies(workdir / "koord-sparse", containerd, loop_thread, koord_binary, SPARSE) as made:
+        runs = {name: kubelet_life(side, workdir / "koord-sparse" / "pods") for name, side in made.items()}
+    check_against_the_table(SPARSE_ANSWER, runs[REFERENCE], runs[OURS])
+    # The protocol's merge, alike in both: a non-empty env replaces the kubelet's, resources are taken as answered
+    # (oom_score_adj 0 too: proto3 cannot tell it from unset; plugins echo, as koordlet does).
+    spec = runs[OURS].state["ContainerStatus[running, verbose: the OCI spec]"]["answer"]["info"]["info"]["runtimeSpec"]
+    assert [item for item in spec["process"]["env"] if item.startswith(("SPARSE", "KUBERNETES"))] == ["SPARSE=yes"]
+    assert spec["process"].get("oomScoreAdj", 0) == 0 and spec["linux"]["resources"]["cpu"]["shares"] == 512
 
 
 TWO_PLUGINS: Plugins = {"10-first.json": (ExampleSettings(envs={"FIRST": "1"}), "Fail"),
