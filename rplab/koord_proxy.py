@@ -8,11 +8,15 @@ there an overlay over ``/etc`` (upper and work directories in the peer's own dir
 creating anything on the host, and the peer's own hook directory is bind-mounted onto it. The namespace and its
 mounts end with the process: nothing is left on the host. It serves CRI runtime.v1 only (v1alpha2 and the image
 service pass through untouched) and has no health service: it is ready when a Version call through it answers.
+
+    python -m rplab.koord_proxy --runtime CONTAINERD_SOCKET --socket PATH [--hook-dir DIR]   # until Ctrl-C
 """
 
 from __future__ import annotations
 
+import argparse
 import shutil
+import signal
 from pathlib import Path
 
 import grpc
@@ -70,3 +74,34 @@ class KoordProxyProcess(ProxyProcess):
     def registered_line(name: str) -> str:
         """What its log says when it has read the registration file ``name``."""
         return f"{REGISTERED}{HOOK_DIR / name} "
+
+
+def host_traces() -> list[str]:
+    """What of the peer would show on the host: ``/etc/runtime``, and mounts of its namespace (none, once it ended)."""
+    found = [str(HOOK_DIR.parent)] if HOOK_DIR.parent.exists() else []
+    with open("/proc/self/mountinfo") as mounts:
+        found += [line.strip() for line in mounts if "koord-etc" in line or str(HOOK_DIR) in line]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rplab.koord_proxy", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtime", required=True, help="the CRI socket it forwards to (containerd's)")
+    parser.add_argument("--socket", required=True, type=Path, help="the socket it listens on")
+    parser.add_argument("--hook-dir", type=Path, help="its plugin registrations (default: hookserver.d beside --socket)")
+    args = parser.parse_args(argv)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # for sigwait below
+    proxy = KoordProxyProcess(args.socket, args.runtime, hook_config_dir=args.hook_dir)
+    proxy.start()
+    print(f"{PEER} on {proxy.listen_path} in front of {args.runtime}; registrations in {proxy.hook_config_dir}; "
+          f"log {proxy.log_path}", flush=True)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        code = proxy.stop()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -37,7 +37,7 @@ from rplab.differential import outcome_of, unexplained
 from rplab.example_plugin import ExamplePlugin, ExampleSettings, registration
 from rplab.images import BUSYBOX_IMAGE
 from rplab.koord_differential import HookedRun, differences, request_view
-from rplab.koord_proxy import KoordProxyProcess
+from rplab.koord_proxy import KoordProxyProcess, host_traces
 from rplab.kubelet import BINARY_ENV_IN_CONTAINER, run_lifecycle
 from rplab.loop import LoopThread
 from rplab.peers import PeerBuildError, peer_binary
@@ -517,6 +517,20 @@ def test_a_plugin_failing_under_policy_fail(containerd: ContainerdInstance, work
                 {str(side.proxy.listen_path.parent): "<proxy-dir>"})
             client.channel.close()
     check_against_the_table(FAILING_PLUGIN, runs[REFERENCE], runs[OURS])
+
+
+def test_koordinators_proxy_reads_the_tests_directory_and_leaves_the_host_as_it_found_it(
+        containerd: ContainerdInstance, workdir: Path, koord_binary: Path) -> None:
+    before = host_traces()
+    proxy = KoordProxyProcess(workdir / "koord-host" / "koord.sock", containerd.address, binary=koord_binary)
+    proxy.start()
+    try:
+        (proxy.hook_config_dir / "10-x.json").write_bytes(registration(workdir / "none.sock", ["PreRunPodSandbox"]))
+        proxy.wait_for_log(proxy.registered_line("10-x.json"))  # its /etc/runtime/hookserver.d is our directory
+        assert host_traces() == before
+    finally:
+        assert proxy.stop() == 0, proxy.log_tail()
+    assert host_traces() == before
 
 
 # -- the page ------------------------------------------------------------------------------------------------------
