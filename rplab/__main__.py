@@ -43,7 +43,7 @@ from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.critest import CritestResult
 from rplab.cri import CriClient, open_channel
 from rplab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
-from rplab.images import LAB_IMAGES, build_and_import
+from rplab.images import IMAGE_CACHE, LAB_IMAGES, build_and_import
 from rplab.example_plugin import plugin_process, registration
 from rplab.process import ProxyProcess
 from rplab.peers import PeerBuildError
@@ -52,7 +52,6 @@ from rplab.tools import find_tool, missing_tool_message
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 T = TypeVar("T")
-IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"
 
 
 def step(label: str, action: Callable[[], T]) -> T:

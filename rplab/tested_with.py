@@ -2,7 +2,8 @@
 
 Every pytest run of e2e tests with ``RUNTIMEPROXY_TESTED_WITH=1`` (scripts/test.sh sets it) writes one record (``tested-with-<containerd>-<dockerd>.json`` in the report
 directory, by tests/e2e/conftest.py): the runtimes the run selected (rplab.runtimes) and, per suite (test file),
-how many tests passed, failed and were skipped. ``python -m rplab.tested_with`` folds the records there into one
+how many tests passed, failed and were skipped, and the kubelet's version when a suite ran the real kubelet
+(rplab.kubelet_node). ``python -m rplab.tested_with`` folds the records there into one
 Markdown table (``tested-with.md``, also printed): a row per suite, a column per runtime pair. scripts/test.sh
 runs it after its passes.
 """
@@ -15,10 +16,13 @@ from collections import Counter
 from pathlib import Path
 
 from rplab.conformance import report_dir
+from rplab.consumer_modules import KUBERNETES_VERSION as KUBELET_VERSION
 from rplab.runtimes import selected
 
 TESTED_WITH_ENV = "RUNTIMEPROXY_TESTED_WITH"
 RECORD_GLOB = "tested-with-*.json"
+# Suites that run a real kubelet process: a record of a run with one of them names the kubelet's version.
+KUBELET_SUITES = ("test_kubelet.py",)
 TABLE_NAME = "tested-with.md"
 OUTCOMES = ("passed", "failed", "skipped")
 # An item's outcome over its phases: a failure anywhere wins, then a skip.
@@ -35,10 +39,13 @@ def run_record(outcomes: dict[str, str]) -> dict[str, object]:
     for nodeid, outcome in outcomes.items():
         suites.setdefault(Path(nodeid.split("::", 1)[0]).name, Counter())[outcome] += 1
     runtimes = [selected(kind) for kind in ("containerd", "dockerd")]
-    return {
+    record: dict[str, object] = {
         "runtimes": [{"name": r.name, "kind": r.kind, "version": r.version} for r in runtimes],
         "suites": {name: dict(counts) for name, counts in sorted(suites.items())},
     }
+    if any(suite in suites for suite in KUBELET_SUITES):
+        record["kubelet"] = KUBELET_VERSION
+    return record
 
 
 def record_path(record: dict[str, object], directory: Path) -> Path:
@@ -54,6 +61,8 @@ def write_record(outcomes: dict[str, str], directory: Path | None = None) -> Pat
     if path.exists():
         earlier = json.loads(path.read_text())
         record["suites"] = dict(sorted((earlier["suites"] | record["suites"]).items()))  # type: ignore[operator]
+        if "kubelet" in earlier:
+            record.setdefault("kubelet", earlier["kubelet"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rplab import runtimes
+from rplab.kubelet_node import KUBELET_VERSION
 from rplab.tested_with import main, merged_outcome, write_record
 
 
@@ -46,3 +47,12 @@ def test_a_later_run_on_the_same_runtimes_adds_its_suites(tmp_path: Path, monkey
     path = write_record({"tests/e2e/test_cgroup_v2.py::a": "passed"}, tmp_path)
     assert json.loads(path.read_text())["suites"] == {"test_cgroup_v2.py": {"passed": 1},
                                                       "test_hooks.py": {"passed": 1}}
+
+
+def test_a_run_of_the_kubelet_suite_records_the_kubelet_version(tmp_path: Path) -> None:
+    path = write_record({"tests/e2e/test_kubelet.py::a": "passed"}, tmp_path)
+    assert json.loads(path.read_text())["kubelet"] == KUBELET_VERSION
+    again = write_record({"tests/e2e/test_hooks.py::a": "passed"}, tmp_path)  # a later run on the same runtimes
+    assert json.loads(again.read_text())["kubelet"] == KUBELET_VERSION
+    assert "kubelet" not in json.loads(write_record({"tests/e2e/test_hooks.py::a": "passed"},
+                                                    tmp_path / "other").read_text())
