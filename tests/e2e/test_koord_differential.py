@@ -31,7 +31,7 @@ import pytest
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
-from rplab.containerd import ContainerdInstance
+from rplab.containerd import ContainerdInstance, lab_containerd
 from rplab.cri import CriClient, open_channel
 from rplab.differential import outcome_of, unexplained
 from rplab.example_plugin import ExamplePlugin, ExampleSettings, registration
@@ -39,6 +39,9 @@ from rplab.images import BUSYBOX_IMAGE
 from rplab.koord_differential import HookedRun, differences, request_view
 from rplab.koord_proxy import KoordProxyProcess, host_traces
 from rplab.kubelet import BINARY_ENV_IN_CONTAINER, run_lifecycle
+from rplab.kubelet_node import PEER as KUBELET_PEER
+from rplab.kubelet_node import KubeletNode, wait_until
+from rplab.kubelet_pods import TIME_KEYS, UID_KEYS, NodePorts, kubelet_view, node_pods, runtime_view
 from rplab.loop import LoopThread
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
@@ -47,7 +50,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY, DEFAULT_SKIP_LABEL_VALUE
 
 from docskit import doc_page, table_rows
-from machinekit import skip_or_fail
+from machinekit import IMAGE_CACHE, skip_or_fail
 from test_crictl import HOST_NETWORK, container_config, crictl_on, write_json
 
 MiB = 1024 * 1024
@@ -82,6 +85,7 @@ REFUSED = "test_calls_containerd_refuses"
 TWO = "test_two_plugins_on_every_hook"
 SKIPPED = "test_a_pod_with_the_skip_label"
 SPARSE_ANSWER = "test_a_sparse_answer"
+KUBELET_NODE = "test_the_kubelets_static_pods_through_both"
 FAILING_PLUGIN = "test_a_plugin_failing_under_policy_fail"
 LIVES = (CRICTL, KUBELET, RESTART)
 # koord-runtime-proxy (the reference) vs this proxy: what differs, and why. docs/differences.md's table is this one,
@@ -96,8 +100,8 @@ DIFFERENCES: tuple[Known, ...] = (
     Known("Hooks get the pod's resources as the kubelet sends them in the sandbox config (`resources` of pod hooks, "
           "`pod_resources` of container hooks); the Go proxy leaves both empty.",
           "The protocol has the fields and koordlet reads them; the Go proxy never fills them.",
-          (KUBELET, BINARY_ENV, SPARSE_ANSWER), ("PreRunPodSandbox.resources.*", "PostStopPodSandbox.resources.*",
-                                  "*.pod_resources.*")),
+          (KUBELET, BINARY_ENV, SPARSE_ANSWER, KUBELET_NODE),
+          ("*PreRunPodSandbox.resources.*", "*PostStopPodSandbox.resources.*", "*.pod_resources.*")),
     Known("After UpdateContainerResources, hooks show the container's swap limit as containerd set it (a new memory "
           "limit without swap sets swap to that limit); the Go proxy shows none.",
           "Plugins see the container as it is, not the kubelet's sparse update laid over the create request.",
@@ -130,6 +134,18 @@ DIFFERENCES: tuple[Known, ...] = (
           "The proxy relays the kubelet's bytes; containerd accepts the value (its JSON OCI spec shows each bad "
           "byte as U+FFFD), so the kubelet's pod starts as it does without a proxy.",
           (BINARY_ENV,), ("hooks", "P*Container*", "[*", "binary_env.*")),
+    Known("A plugin raising a container's memory limit raises its swap limit with it (kubelets since 1.28 send a "
+          "swap limit equal to the memory limit: no swap); the Go proxy keeps the kubelet's swap limit, now below the "
+          "memory limit, and runc refuses to start the container (`memory.memsw.limit_in_bytes`): the pod "
+          "crash-loops.",
+          "On cgroup v1 the swap limit is memory plus swap: the proxy keeps what the kubelet asked for (no swap stays "
+          "no swap) whatever memory limit the plugins set.",
+          (KUBELET_NODE,), ("OCI specs[guaranteed*].resources.memory.swap", "kubelet.guaranteed.*",
+                            "runtime.guaranteed.*", "guaranteed *")),
+    Known("The kubelet stops a pod's sandbox more than once, and each StopPodSandbox calls PostStopPodSandbox; the "
+          "Go proxy calls it on the first only (it forgets the pod there).",
+          "A pod is known until RemovePodSandbox, as its containers are until RemoveContainer.",
+          (KUBELET_NODE,), ("* hook calls.PostStopPodSandbox",), sometimes=True),
     Known("Post-hooks follow only calls containerd carried out; the Go proxy calls them after a refused call too "
           "(PostStartContainer after a StartContainer that failed).",
           "A post-hook tells the plugin what happened, and a container whose start failed has not started.",
@@ -531,6 +547,99 @@ def test_koordinators_proxy_reads_the_tests_directory_and_leaves_the_host_as_it_
     finally:
         assert proxy.stop() == 0, proxy.log_tail()
     assert host_traces() == before
+
+
+# The real kubelet (rplab.kubelet_node) as the driver: two of its node's static pods, through each proxy in turn, on
+# a containerd of their own (the kubelet stops every pod it does not know).
+NODE_PODS = ("exec-probes", "guaranteed")
+KUBELET_PLUGIN: Plugins = {REGISTRATION: (ExampleSettings(), "Fail")}  # no cgroup move: the kubelet owns its tree
+
+
+@pytest.fixture(scope="module")
+def kubelet_runtime(workdir: Path) -> Iterator[ContainerdInstance]:
+    with lab_containerd(workdir / "koord-kubelet-ctd", IMAGE_CACHE) as instance:
+        yield instance
+
+
+def kubelet_node_life(side: Side, base: Path, kubelet_binary: Path) -> HookedRun:
+    """The kubelet with NODE_PODS through ``side``'s proxy, from start to stop. The view: per pod, the hooks in the
+    order first called and each one's first request, how often each was called, and what the kubelet and the
+    runtime showed while the pods were Ready (rplab.kubelet_pods' views), the containers' OCI specs."""
+    node = KubeletNode(side.proxy.listen_path, base / f"node-{side.name}", binary=kubelet_binary,
+                       node_id=f"kd{next(_serial)}")
+    mark = len(side.plugin.seen)
+    state: dict[str, Any] = {}
+    node.start()
+    try:
+        for manifest in node_pods(NodePorts.free()):
+            if manifest["metadata"]["name"] in NODE_PODS:
+                node.write_pod(manifest)
+        wait_until(lambda: settled(kubelet_view(node.pod_names())), 90, "the pods Ready or failing", interval=0.2)
+        state["kubelet"] = kubelet_view(node.pod_names())
+        state["runtime"] = runtime_view(node)
+        state["OCI specs"] = container_specs(node)
+        tokens = node_tokens(node)
+    finally:
+        node.stop()
+    assert node.host_changes() == []
+    requests = side.requests_since(mark)
+    tokens.update(HookedRun(requests, {}).all_tokens())
+    for pod in NODE_PODS:
+        mine = [(hook, request) for hook, request in requests if request["pod_meta"]["name"].startswith(pod)]
+        state[f"{pod} hook calls"] = dict(Counter(hook for hook, _ in mine))
+        firsts = dict(reversed(mine))  # each hook's first request
+        state[f"{pod} hooks"] = list(dict.fromkeys(hook for hook, _ in mine))
+        state.update({f"{pod} {hook}": request for hook, request in firsts.items()})
+    return HookedRun([], state, tokens)
+
+
+def node_tokens(node: KubeletNode) -> dict[str, str]:
+    """What a node's run chose: its id, its pods' uids, when the kubelet saw them, their sandboxes' IDs."""
+    tokens = {node.node_id: "<node>"}
+    for pod in node.pods():
+        metadata = pod["metadata"]
+        tokens[metadata["uid"]] = "<uid>"
+        tokens.update({value: "<uid or time>" for key, value in metadata["annotations"].items()
+                       if key in UID_KEYS + TIME_KEYS})
+    client = node.runtime()
+    with client.channel:
+        tokens.update({sandbox.id: "<pod-id>" for sandbox in node.sandboxes(client)})
+    return tokens
+
+
+def settled(view: dict[str, Any]) -> bool:
+    """Every pod of NODE_PODS Ready, or with a container that failed (its start refused, or it exited)."""
+    def failed(container: dict[str, Any]) -> bool:
+        return container["lastState"].startswith("terminated") or container["state"].startswith("waiting:Crash")
+    return all(pod in view and (view[pod]["ready"] or any(map(failed, view[pod]["containers"].values())))
+               for pod in NODE_PODS)
+
+
+def container_specs(node: KubeletNode) -> dict[str, Any]:
+    """The running containers' OCI specs (env, resources, cgroups path, annotations), by pod/container."""
+    client = node.runtime()
+    with client.channel:
+        specs = {}
+        for sandbox in node.sandboxes(client):
+            for container_id in client.container_ids(sandbox.id):
+                status = client.container_status(container_id, verbose=True)
+                spec = json.loads(status.info["info"])["runtimeSpec"]
+                name = f"{sandbox.metadata.name}/{status.status.metadata.name}"
+                specs[name] = {"env": spec["process"]["env"], "resources": spec["linux"]["resources"],
+                               "cgroupsPath": spec["linux"]["cgroupsPath"], "annotations": spec.get("annotations", {})}
+        return specs
+
+
+def test_the_kubelets_static_pods_through_both(kubelet_runtime: ContainerdInstance, workdir: Path,
+                                                loop_thread: LoopThread, koord_binary: Path) -> None:
+    try:
+        kubelet_binary = peer_binary(KUBELET_PEER)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build the kubelet: {error}")
+    base = workdir / "koord-kubelet-node"
+    with both_proxies(base, kubelet_runtime, loop_thread, koord_binary, KUBELET_PLUGIN) as made:
+        runs = {name: kubelet_node_life(side, base, kubelet_binary) for name, side in made.items()}
+    check_against_the_table(KUBELET_NODE, runs[REFERENCE], runs[OURS])
 
 
 # -- the page ------------------------------------------------------------------------------------------------------
