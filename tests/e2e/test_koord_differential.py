@@ -134,12 +134,12 @@ DIFFERENCES: tuple[Known, ...] = (
           "The proxy relays the kubelet's bytes; containerd accepts the value (its JSON OCI spec shows each bad "
           "byte as U+FFFD), so the kubelet's pod starts as it does without a proxy.",
           (BINARY_ENV,), ("hooks", "P*Container*", "[*", "binary_env.*")),
-    Known("A plugin raising a container's memory limit raises its swap limit with it (kubelets since 1.28 send a "
-          "swap limit equal to the memory limit: no swap); the Go proxy keeps the kubelet's swap limit, now below the "
-          "memory limit, and runc refuses to start the container (`memory.memsw.limit_in_bytes`): the pod "
-          "crash-loops.",
-          "On cgroup v1 the swap limit is memory plus swap: the proxy keeps what the kubelet asked for (no swap stays "
-          "no swap) whatever memory limit the plugins set.",
+    Known("A plugin raising a container's memory limit raises its swap limit with it (on cgroup v1, kubelets since "
+          "1.28 send a swap limit equal to the memory limit: no swap); the Go proxy keeps the kubelet's swap limit, "
+          "now below the memory limit, and runc refuses to start the container (`memory.memsw.limit_in_bytes`): the "
+          "pod crash-loops.",
+          "The swap limit is memory plus swap: the proxy keeps what the kubelet asked for (no swap stays no swap) "
+          "whatever memory limit the plugins set.",
           (KUBELET_NODE,), ("OCI specs[guaranteed*].resources.memory.swap", "kubelet.guaranteed.*",
                             "runtime.guaranteed.*", "guaranteed *")),
     Known("The kubelet stops a pod's sandbox more than once, and each StopPodSandbox calls PostStopPodSandbox; the "
