@@ -1,15 +1,16 @@
 """koordinator's own koord-runtime-proxy v1.8.0 as the differential reference: the program this proxy replaces, run
 beside it (rplab.koord_proxy: in its private mount namespace, with a private plugin directory).
 
-The same hook plugin (the example plugin, recording every request it receives and answering with edits: an env
-var, annotations, CPU shares and a memory limit, the pod's cgroup parent, a memory limit on updates) is registered
-the same way with both proxies, and the same pod lives are driven through each against the same containerd:
-crictl's, the kubelet's own CRI client's (rplab.kubelet; once with an env value that is not UTF-8), one over
-runtime.v1alpha2, one with each proxy restarted between create and start, a pod with the skip label, calls
-containerd refuses; then two plugins on every hook, and a plugin failing under policy Fail. What each plugin received
-(which hooks, every field of every request) and what the pod and its container ended up with (the OCI spec: env,
-resources, cgroups path; the pod's and the container's labels and annotations; every call's answer) are compared
-leaf by leaf (rplab.koord_differential).
+The same hook plugin (the example plugin, recording every request it receives and answering with edits: an env var,
+annotations, CPU shares and a memory limit, the pod's cgroup parent, a memory limit on updates) is registered the
+same way with both proxies, and the same pod lives are driven through each against the same containerd: the
+kubelet's own (rplab.kubelet_node: v1.35.8 standalone with two static pods, on a containerd of its own), crictl's,
+the kubelet's CRI client's (rplab.kubelet; once with an env value that is not UTF-8), one over runtime.v1alpha2, one
+with each proxy restarted between create and start, a pod with the skip label, calls containerd refuses; then a
+plugin answering with only what it changes, two plugins on every hook, and a plugin failing under policy Fail. What
+each plugin received (which hooks, every field of every request) and what the pod and its container ended up with
+(the OCI spec: env, resources, cgroups path; the pod's and the container's labels and annotations; every call's
+answer) are compared leaf by leaf (rplab.koord_differential).
 
 Every difference is either made equal or is a row of DIFFERENCES, with why and the tests that show it; each test
 fails on a difference the table does not list for it and on a listed difference that is gone. docs/differences.md's
