@@ -78,22 +78,25 @@ class ProxyProcess:
         return self._proc.poll() if self._proc else None
 
     def wait_until_listening(self, timeout: float, wait_serving: bool = True) -> None:
-        """Until health answers (SERVING, if asked: the backend is connected too)."""
+        """Until it answers as ready (``ready``)."""
         deadline = time.monotonic() + timeout
         with open_channel(self.listen_path) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if self._proc is not None and self._proc.poll() is not None:
                     raise ProxyProcessError(f"proxy exited with {self._proc.returncode}:\n{self.log_tail()}")
                 try:
-                    status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-                    if not wait_serving or status == health_pb2.HealthCheckResponse.SERVING:
+                    if self.ready(channel, wait_serving):
                         return
                 except grpc.RpcError:
                     pass
                 if time.monotonic() > deadline:
                     raise ProxyProcessError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
                 time.sleep(0.05)
+
+    def ready(self, channel: grpc.Channel, wait_serving: bool) -> bool:
+        """Health answers (SERVING, if asked: the backend is connected too); an RPC error is "not yet"."""
+        status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status
+        return not wait_serving or status == health_pb2.HealthCheckResponse.SERVING
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait; returns the exit code (kills it if it does not exit in time)."""
