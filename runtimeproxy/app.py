@@ -13,6 +13,7 @@ allocation), so the parts that bring it in are imported where the process starts
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import socket
 import time
@@ -27,12 +28,12 @@ from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import (SOCKET_MODE, SocketInUseError, SocketLock, claim_socket_path, lock_socket_path,
                                    release_socket, restrict_socket)
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.report import FrontendReport
 
 if TYPE_CHECKING:
     from runtimeproxy.admin.operator import OperatorEndpoints
     from runtimeproxy.hooks.service import HookService
     from runtimeproxy.nri.host import NriHost
+    from runtimeproxy.report import FrontendReport
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +102,6 @@ class Proxy:
         self.nri: NriHost | None = None
 
     async def start(self) -> None:
-        from runtimeproxy.admin.operator import OperatorEndpoints
-        from runtimeproxy.admin.status import ProxyParts
         from runtimeproxy.hooks.service import HookService
 
         options = self.options
@@ -120,6 +119,14 @@ class Proxy:
             self._socket_inode = restrict_socket(options.listen_path)
         if options.nri_socket is not None:
             await self._start_nri(options.nri_socket)
+        # Imported once the proxy socket serves, off the loop so that the first calls are answered meanwhile (the
+        # admin API and prometheus_client are a fifth of the start).
+        await asyncio.to_thread(importlib.import_module, "runtimeproxy.admin.operator")
+        if options.metrics_address:
+            await asyncio.to_thread(importlib.import_module, "runtimeproxy.admin.metrics")
+        from runtimeproxy.admin.operator import OperatorEndpoints
+        from runtimeproxy.admin.status import ProxyParts
+
         self.operator = OperatorEndpoints(options, ProxyParts(frontend.report, self.hook_service, started, options),
                                           self._inherited)
         await self.operator.start()

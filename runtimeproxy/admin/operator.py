@@ -10,7 +10,6 @@ import logging
 
 from runtimeproxy.activation import InheritedSockets
 from runtimeproxy.admin.http import HttpEndpoint
-from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics
 from runtimeproxy.admin.service import AdminServer
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.options import ProxyOptions
@@ -25,6 +24,8 @@ class OperatorEndpoints:
         self.admin = AdminServer(options.admin_path, parts, inherited) if options.admin_path else None
         self.http: HttpEndpoint | None = None
         if options.metrics_address:
+            from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics  # prometheus_client: only when on
+
             metrics = ProxyMetrics(parts)
             self.http = HttpEndpoint(options.metrics_address, {
                 "/metrics": lambda: (200, CONTENT_TYPE, metrics.exposition()),
