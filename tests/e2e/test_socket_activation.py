@@ -116,6 +116,8 @@ class CallingClient:
         self._client = CriClient(self._channel)
         self.calls = 0
         self.failures: Counter[str] = Counter()
+        self.failing_since: float | None = None  # the first failure
+        self.failing_for = 0.0  # from the first failure to the latest
         self.slowest = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._call, name="calling-client")
@@ -129,6 +131,8 @@ class CallingClient:
                 self._client.runtime.Version(request, timeout=CALL_TIMEOUT_SECONDS)
             except grpc.RpcError as error:
                 self.failures[error.code().name] += 1  # type: ignore[attr-defined]
+                self.failing_since = self.failing_since or time.monotonic()
+                self.failing_for = time.monotonic() - self.failing_since
                 time.sleep(0.01)  # the kubelet's callers retry on their own periods; don't spin
             self.calls += 1
             self.slowest = max(self.slowest, time.monotonic() - started)
@@ -169,6 +173,6 @@ def test_an_upgrade_with_socket_activation_refuses_no_call(
         activation.close()
     without = upgrade_under_calls(base, synthetic_process[0], None)
     for name, client in (("with socket activation", with_activation), ("without", without)):
-        print(f"{name}: {client.calls} calls, failed {sum(client.failures.values())} "
-              f"{dict(client.failures)}, slowest {client.slowest:.2f}s")
+        print(f"{name}: {client.calls} calls, failed {sum(client.failures.values())} {dict(client.failures)} "
+              f"over {client.failing_for:.2f}s, slowest call {client.slowest:.2f}s")
     assert with_activation.calls > 0 and not with_activation.failures
