@@ -47,9 +47,11 @@ class PassedSocket:
 
     def bound_path(self) -> str | None:
         """The path the socket is bound to; None if it is not a unix socket (or not a socket at all)."""
+        copy = os.dup(self.fd)  # the passed fd itself stays unowned until a role takes it
         try:
-            sock = socket.socket(fileno=os.dup(self.fd))
+            sock = socket.socket(fileno=copy)
         except OSError:
+            os.close(copy)
             return None
         try:
             if sock.family != socket.AF_UNIX:

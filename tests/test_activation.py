@@ -122,3 +122,10 @@ def test_an_fd_that_is_no_socket_is_refused(socket_dir: Path) -> None:
         passed = InheritedSockets([PassedSocket(not_a_socket.fileno(), "cri")])
         with pytest.raises(ActivationError, match="is not a socket"):
             passed.take(path, "cri", MODE)
+
+
+def test_looking_at_a_passed_fd_that_is_no_socket_leaks_nothing(socket_dir: Path) -> None:
+    with open(os.devnull) as not_a_socket:
+        before = len(os.listdir("/proc/self/fd"))
+        assert PassedSocket(not_a_socket.fileno(), "cri").bound_path() is None
+        assert len(os.listdir("/proc/self/fd")) == before
