@@ -129,3 +129,12 @@ def test_looking_at_a_passed_fd_that_is_no_socket_leaks_nothing(socket_dir: Path
         before = len(os.listdir("/proc/self/fd"))
         assert PassedSocket(not_a_socket.fileno(), "cri").bound_path() is None
         assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_path_through_a_link_is_the_same_place_as_systemd_writes_run_for_var_run(
+        socket_dir: Path, opened: list[socket.socket]) -> None:
+    (socket_dir.parent / "var-run").symlink_to(socket_dir)  # as /var/run -> /run
+    passed = InheritedSockets([PassedSocket(listening(opened, socket_dir / "rp.sock"), "koord-runtime-proxy")])
+    taken = passed.take(socket_dir.parent / "var-run" / "rp.sock", "cri", MODE)
+    assert taken is not None
+    taken.detach()
