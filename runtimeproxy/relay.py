@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.listener import listen_backlog, restrictive_umask
+from runtimeproxy.listener import KEEP_SOCKET_FILE, listen_backlog, restrictive_umask
 
 if TYPE_CHECKING:
     import grpc.aio
@@ -102,7 +102,8 @@ class SocketRelay:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self._accepted, sock=self._inherited, backlog=listen_backlog())
+        self._server = await loop.create_unix_server(self._accepted, sock=self._inherited, backlog=listen_backlog(),
+                                                     **KEEP_SOCKET_FILE)
 
     def _accepted(self) -> _Side:
         client = _Side()

@@ -22,7 +22,7 @@ from runtimeproxy.docker.report import DockerReport
 from runtimeproxy.docker.requests import DockerRequestRecorder
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.listener import bind_unix_socket, listen_backlog
+from runtimeproxy.listener import KEEP_SOCKET_FILE, bind_unix_socket, listen_backlog
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,8 @@ class DockerFrontend:
             self._hook_service.start_rebuild()
         # dockerd's backlog (somaxconn), not asyncio's 100: a burst of cri-dockerd dials must not meet EAGAIN.
         sock = inherited if inherited is not None else bind_unix_socket(self.options.listen_path)[0]
-        self._server = await asyncio.start_unix_server(self._serve_client, sock=sock, backlog=listen_backlog())
+        self._server = await asyncio.start_unix_server(self._serve_client, sock=sock, backlog=listen_backlog(),
+                                                       **KEEP_SOCKET_FILE)
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
