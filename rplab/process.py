@@ -2,6 +2,7 @@
 
 By default it is this interpreter's `python -m runtimeproxy`; `command` names another build of the same
 command line (an installed wheel's `koord-runtime-proxy`, the single-file binary, a command in a chroot).
+`activation` starts it on listening sockets held by the caller, as a .socket unit does (rplab.activation).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rplab.activation import ActivationSockets
 from rplab.cri import open_channel
 
 
@@ -34,6 +36,7 @@ class ProxyProcess:
         extra_args: list[str] | None = None,
         command: list[str] | None = None,
         cwd: Path | None = None,
+        activation: ActivationSockets | None = None,
     ) -> None:
         self.listen_path = listen_path
         self.runtime_path = str(runtime_path)
@@ -43,6 +46,7 @@ class ProxyProcess:
         self.extra_args = extra_args or []
         self.command = command or [sys.executable, "-m", "runtimeproxy"]
         self.cwd = cwd
+        self.activation = activation
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,8 +74,13 @@ class ProxyProcess:
     def spawn(self) -> None:
         """Start the process without waiting for it to listen."""
         self.hook_config_dir.mkdir(parents=True, exist_ok=True)
+        argv, environment, pass_fds = self.argv, None, ()
+        if self.activation is not None:
+            argv = self.activation.launch_argv(argv)
+            environment, pass_fds = self.activation.launch_environment(), self.activation.pass_fds
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
+            self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=environment,
+                                          pass_fds=pass_fds)
 
     def returncode(self) -> int | None:
         """The exit code once the process has exited; None while it runs (or was never started)."""
