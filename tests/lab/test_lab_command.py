@@ -27,6 +27,8 @@ from rplab.lab_guide import CGROUP_HIERARCHY, CRICTL_CONFIG_ENV
 from rplab.peers import peer_binary
 
 READY_WAIT_SECONDS = 120.0
+# A kept lab stops its pods, plugin, proxy and containerd: seconds when idle, over a minute on a loaded machine.
+STOP_WAIT_SECONDS = 180.0
 LAST_LINE = "# FROM=crictl"
 WAITING_LINE = "running until Ctrl-C or SIGTERM"
 CRICTL_HEADER = "crictl, from the lab directory"
@@ -84,7 +86,7 @@ class KeptLab:
     def stop(self, signum: int) -> str:
         """Send `signum`; the rest of the output once the lab has exited (0)."""
         self.process.send_signal(signum)
-        assert self.process.wait(60) == 0
+        assert self.process.wait(STOP_WAIT_SECONDS) == 0
         rest = []
         while (line := self.output_lines.get(timeout=10)) is not None:
             rest.append(line)
@@ -116,7 +118,7 @@ def kept_lab(before_exec: Callable[[], object] | None = None, ready: str = LAST_
         if lab.poll() is None:  # a failed test: let the lab clean up still (a kill would leave its pods running)
             lab.terminate()
             try:
-                lab.wait(60)
+                lab.wait(STOP_WAIT_SECONDS)
             except subprocess.TimeoutExpired:
                 lab.kill()
                 lab.wait(10)
