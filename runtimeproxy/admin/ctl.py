@@ -37,7 +37,7 @@ import pwd
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 import grpc
 import orjson
@@ -52,39 +52,28 @@ from runtimeproxy.admin.render import render_shadows, render_status, render_togg
 from runtimeproxy.hooks.extra import EVENT_NAMES
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
+from runtimeproxy.usage import EXIT_USAGE, OneLineParser, unix_endpoint
 
 PROG = "runtimeproxyctl"
-EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NO_SUCH_PLUGIN, EXIT_BACKEND_DOWN = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_UNREACHABLE, EXIT_NO_SUCH_PLUGIN, EXIT_BACKEND_DOWN = 0, 1, 3, 4  # and usage's EXIT_USAGE, 2
 DEFAULT_TIMEOUT_SECONDS = 5.0
 ADMIN_ENDPOINT_ENV = "RUNTIMEPROXY_ADMIN_ENDPOINT"  # the admin socket, so a second proxy's need not be repeated
 OUTPUTS = ("table", "json")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _endpoint(value: str) -> Path:
-    try:
-        return parse_unix_endpoint(value)
-    except EndpointError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     # Common options are accepted before and after the command (`status -o json`).
-    common = _Parser(add_help=False)
-    common.add_argument("--admin-endpoint", type=_endpoint, default=argparse.SUPPRESS, metavar="PATH",
+    common = OneLineParser(add_help=False)
+    common.add_argument("--admin-endpoint", type=unix_endpoint, default=argparse.SUPPRESS, metavar="PATH",
                         help=f"the proxy's admin socket (default: ${ADMIN_ENDPOINT_ENV}, else {DEFAULT_ADMIN_SOCKET})")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="table (default) or json")
     common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
                         help=f"per request (default: {DEFAULT_TIMEOUT_SECONDS:g})")
-    parser = _Parser(prog=PROG, parents=[common], allow_abbrev=False,
+    parser = OneLineParser(prog=PROG, parents=[common], allow_abbrev=False,
                      description="Inspect a running runtimeproxy and toggle its hook plugins on this node.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
     commands.add_parser("status", parents=[common], help="version, backends, plugins and their calls, toggles")
     for name, verb in (("disable", "turn off"), ("enable", "turn on again")):
         command = commands.add_parser(name, parents=[common], help=f"{verb} a plugin, some of its hooks, or all")
@@ -169,9 +158,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 def _try_plugin(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        socket = parse_unix_endpoint(args.endpoint)
-        return trying.run(args, socket, out, args.timeout)
-    except (EndpointError, ValueError, OSError) as error:  # a bad endpoint or --request file
+        return trying.run(args, args.endpoint, out, args.timeout)
+    except ValueError as error:  # a bad --request file
         print(f"{PROG}: error: try-plugin: {error}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -1,0 +1,46 @@
+"""What a command says about a user's mistake: one line that names the fix, never a usage dump or an errno.
+
+`OneLineParser` is argparse's parser whose usage errors are `PROG: error: MESSAGE (see --help)`, exit code 2
+(koord-runtime-proxy, runtimeproxyctl, a kit plugin's command line, the lab's tools). `flag_problem` is the line
+for a flag whose value the process could not use once parsed (a directory it cannot create, an address it
+cannot bind): the flag, its value, the system's reason without its `[Errno N]`, and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import NoReturn
+
+from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
+
+EXIT_USAGE = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage dump: operators read this in a unit's log.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def unix_endpoint(value: str) -> Path:
+    """An argument type: a unix socket's path, given as a path or unix:///path."""
+    try:
+        return parse_unix_endpoint(value)
+    except EndpointError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def os_reason(error: OSError) -> str:
+    """`Read-only file system: '/x'` for `[Errno 30] Read-only file system: '/x'` (asyncio's bind errors too)."""
+    if not error.errno:
+        return str(error)
+    reason = os.strerror(error.errno)
+    return f"{reason}: {str(error.filename)!r}" if error.filename else reason
+
+
+def flag_problem(flag: str, value: object, error: OSError, fix: str) -> str:
+    """`--state-dir /x/y: Read-only file system: '/x'; FIX` (the file named once if it is the value)."""
+    reason = os.strerror(error.errno) if error.errno and str(error.filename) == str(value) else os_reason(error)
+    return f"{flag} {value}: {reason}; {fix}"
