@@ -25,6 +25,7 @@ from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import SocketInUseError, SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.report import FrontendReport
+from runtimeproxy.usage import naming_flag, socket_fix
 
 if TYPE_CHECKING:
     from runtimeproxy.admin.operator import OperatorEndpoints
@@ -94,7 +95,9 @@ class Proxy:
 
         options = self.options
         started = time.monotonic()
-        self._socket_lock = claim_socket_path(options.listen_path)  # held until stop(): one proxy per socket
+        flag = "--koord-runtimeproxy-endpoint"
+        with naming_flag(flag, options.listen_path, socket_fix(flag)):
+            self._socket_lock = claim_socket_path(options.listen_path)  # held until stop(): one proxy per socket
         self.hook_service = HookService(options)
         await self.hook_service.start()
         frontend = self.frontend = self._frontend_factory(options, self.hook_service)
@@ -127,7 +130,8 @@ class Proxy:
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
                                   trace=service.trace, gate=service.sync_gate)
         try:
-            await host.start()
+            with naming_flag("--nri-socket", socket_path, socket_fix("--nri-socket")):
+                await host.start()
         except SocketInUseError as error:
             raise SocketInUseError(f"{error}. {NRI_SOCKET_TAKEN_ADVICE}") from None
         service.extra = host

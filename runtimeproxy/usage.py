@@ -3,19 +3,26 @@
 `OneLineParser` is argparse's parser whose usage errors are `PROG: error: MESSAGE (see --help)`, exit code 2
 (koord-runtime-proxy, runtimeproxyctl, a kit plugin's command line, the lab's tools). `flag_problem` is the line
 for a flag whose value the process could not use once parsed (a directory it cannot create, an address it
-cannot bind): the flag, its value, the system's reason without its `[Errno N]`, and the fix.
+cannot bind): the flag, its value, the system's reason without its `[Errno N]`, and the fix; `naming_flag`
+turns a step's OSError into a `FlagError` with that line (the proxy's "cannot start: ..." line).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
 from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 
 EXIT_USAGE = 2
+
+
+class FlagError(RuntimeError):
+    """A flag's value the process cannot use; the message is flag_problem's line."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -44,3 +51,16 @@ def flag_problem(flag: str, value: object, error: OSError, fix: str) -> str:
     """`--state-dir /x/y: Read-only file system: '/x'; FIX` (the file named once if it is the value)."""
     reason = os.strerror(error.errno) if error.errno and str(error.filename) == str(value) else os_reason(error)
     return f"{flag} {value}: {reason}; {fix}"
+
+
+def socket_fix(flag: str) -> str:
+    return f"give {flag} a socket path in a directory this user may create and write"
+
+
+@contextmanager
+def naming_flag(flag: str, value: object, fix: str) -> Iterator[None]:
+    """Raise a step's OSError as a FlagError naming the flag it came from and the fix."""
+    try:
+        yield
+    except OSError as error:
+        raise FlagError(flag_problem(flag, value, error, fix)) from None

@@ -167,3 +167,34 @@ def test_an_admin_lock_planted_as_a_link_costs_only_the_admin_api(tmp_path: Path
     assert target.read_text() == "precious\n"
     assert proxy.stop() == 0, proxy.log_tail()
     assert _leftovers(proxy.admin_path.parent) == [lock]
+
+
+@pytest.mark.parametrize("flag", ["--state-dir", "--koord-runtimeproxy-endpoint", "--nri-socket"])
+def test_a_path_the_proxy_cannot_create_is_one_line_naming_the_flag_and_the_fix(tmp_path: Path, flag: str) -> None:
+    """A state directory or socket beneath a file (as beneath a read-only mount): `cannot start: FLAG PATH: reason;
+    give FLAG ...`, exit 1, no errno."""
+    (tmp_path / "a-file").write_text("")
+    beneath = tmp_path / "a-file" / ("state" if flag == "--state-dir" else "x.sock")
+    proxy = _proxy(tmp_path, "Containerd", listen_dir=beneath.parent if flag == "--koord-runtimeproxy-endpoint"
+                   else None)
+    if flag == "--koord-runtimeproxy-endpoint":
+        beneath = proxy.listen_path
+    else:
+        proxy.extra_args.append(f"{flag}={beneath}")
+    code, log = _failed_start(proxy)
+    line = next(line for line in log.splitlines() if "ERROR" in line)
+    assert code == 1 and "[Errno" not in log, log
+    assert f"cannot start: {flag} {beneath}: Not a directory" in line and f"; give {flag} a " in line, line
+
+
+def test_an_admin_socket_the_proxy_cannot_create_names_the_flag_the_fix_and_how_to_turn_it_off(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    proxy = _proxy(tmp_path, "Containerd", admin_dir=tmp_path / "a-file")
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert proxy.stop() == 0, proxy.log_tail()
+    [line] = [line for line in proxy.log_path.read_text().splitlines() if "ERROR" in line]
+    assert (f"admin API not available (runtimeproxyctl will not work): --admin-endpoint {proxy.admin_path}: "
+            "Not a directory") in line and "(--admin-endpoint= turns it off)" in line, line

@@ -239,6 +239,8 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     assert second.operator is not None
     assert second.operator.admin is None and second.operator.http is None
     assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    assert (f"metrics endpoint not available: --metrics-bind-address 127.0.0.1:{taken_port}: Address already in use; "
+            "give an address of this host and a port nothing else listens on") in caplog.text, caplog.text
     (started,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listening on {second.options.listen_path}")]
     assert "admin API" not in started and "metrics on" not in started  # only what really listens
     with open_channel(second.options.listen_path) as channel:
