@@ -198,3 +198,15 @@ def test_an_admin_socket_the_proxy_cannot_create_names_the_flag_the_fix_and_how_
     [line] = [line for line in proxy.log_path.read_text().splitlines() if "ERROR" in line]
     assert (f"admin API not available (runtimeproxyctl will not work): --admin-endpoint {proxy.admin_path}: "
             "Not a directory") in line and "(--admin-endpoint= turns it off)" in line, line
+
+
+def test_a_world_writable_config_directory_is_warned_at_start_with_the_fix(tmp_path: Path) -> None:
+    proxy = _proxy(tmp_path, "Containerd")
+    proxy.hook_config_dir.mkdir()
+    proxy.hook_config_dir.chmod(0o777)
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert proxy.stop() == 0, proxy.log_tail()
+    [line] = [line for line in proxy.log_path.read_text().splitlines() if "not trusted" in line]
+    assert " WARNING " in line and "writable by group or others (mode 0777)" in line, line
+    assert line.endswith(f"no file in it is used until: chmod go-w {proxy.hook_config_dir}"), line

@@ -273,6 +273,7 @@ def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: 
     _, out = wait_for(operated, lambda s: s["plugin_config_dir_problem"] != "")
     problem = json.loads(out)["plugin_config_dir_problem"]
     assert problem.startswith("not trusted:") and "writable" in problem, problem
+    assert problem.endswith(f"no file in it is used until: chmod go-w {config_dir}"), problem
     code, table = ctl(operated, "status")
     assert code == EXIT_OK and f"config directory problem: {problem}" in table
 
