@@ -25,7 +25,7 @@ from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import SocketInUseError, SocketLock, claim_socket_path, release_socket, restrict_socket
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.report import FrontendReport
-from runtimeproxy.usage import naming_flag, socket_fix
+from runtimeproxy.usage import naming_flag, socket_fix, taken_socket_problem
 
 if TYPE_CHECKING:
     from runtimeproxy.admin.operator import OperatorEndpoints
@@ -96,8 +96,11 @@ class Proxy:
         options = self.options
         started = time.monotonic()
         flag = "--koord-runtimeproxy-endpoint"
-        with naming_flag(flag, options.listen_path, socket_fix(flag)):
-            self._socket_lock = claim_socket_path(options.listen_path)  # held until stop(): one proxy per socket
+        try:
+            with naming_flag(flag, options.listen_path, socket_fix(flag)):
+                self._socket_lock = claim_socket_path(options.listen_path)  # held until stop(): one proxy per socket
+        except SocketInUseError as error:
+            raise SocketInUseError(taken_socket_problem(flag, error)) from None
         self.hook_service = HookService(options)
         await self.hook_service.start()
         frontend = self.frontend = self._frontend_factory(options, self.hook_service)

@@ -41,20 +41,26 @@ def unix_endpoint(value: str) -> Path:
 
 def os_reason(error: OSError) -> str:
     """`Read-only file system: '/x'` for `[Errno 30] Read-only file system: '/x'` (asyncio's bind errors too)."""
-    if not error.errno:
-        return str(error)
+    if not error.errno or error.errno < 0:  # socket.gaierror's are getaddrinfo's own codes
+        return error.strerror or str(error)
     reason = os.strerror(error.errno)
     return f"{reason}: {str(error.filename)!r}" if error.filename else reason
 
 
 def flag_problem(flag: str, value: object, error: OSError, fix: str) -> str:
     """`--state-dir /x/y: Read-only file system: '/x'; FIX` (the file named once if it is the value)."""
-    reason = os.strerror(error.errno) if error.errno and str(error.filename) == str(value) else os_reason(error)
+    named_once = error.errno and error.errno > 0 and str(error.filename) == str(value)
+    reason = os.strerror(error.errno) if named_once else os_reason(error)
     return f"{flag} {value}: {reason}; {fix}"
 
 
 def socket_fix(flag: str) -> str:
     return f"give {flag} a socket path in a directory this user may create and write"
+
+
+def taken_socket_problem(flag: str, error: Exception) -> str:
+    """A socket path another process serves, or that is no socket (listener.SocketInUseError's message)."""
+    return f"{flag}: {error}; give {flag} a path no other process serves"
 
 
 @contextmanager

@@ -95,6 +95,9 @@ def test_a_refused_second_proxy_leaves_the_first_ones_sockets_and_locks(tmp_path
     second = _proxy(tmp_path / "second", mode, listen_dir=first.listen_path.parent)
     code, log = _failed_start(second)  # its failed start must not remove what the first one holds
     assert code == 1 and "served by another running process" in log
+    assert (f"ERROR runtimeproxy.app: --koord-runtimeproxy-endpoint: {first.listen_path} is served by another "
+            "running process") in log and log.rstrip().endswith(
+                "; give --koord-runtimeproxy-endpoint a path no other process serves"), log
     names = [path.name for path in _leftovers(first.listen_path.parent, first.admin_path.parent)]
     assert names == ["admin.sock", "admin.sock.lock", "rp.sock", "rp.sock.lock", "state"]
     assert (first.listen_path.parent / "state" / "toggles.json.lock").is_file()  # the first one's state lock

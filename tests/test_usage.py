@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import socket
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def test_an_os_error_is_said_without_its_errno() -> None:
     assert os_reason(OSError(errno.EADDRINUSE, "error while attempting to bind on address ('::', 1): address "
                              "already in use")) == "Address already in use"
     assert os_reason(OSError("no errno")) == "no errno"
+    assert os_reason(socket.gaierror(socket.EAI_NONAME, "Name or service not known")) == "Name or service not known"
 
 
 def test_a_flag_problem_names_the_file_once_when_it_is_the_value() -> None:

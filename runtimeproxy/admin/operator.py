@@ -13,7 +13,8 @@ from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics
 from runtimeproxy.admin.service import AdminServer
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.usage import naming_flag, socket_fix
+from runtimeproxy.listener import SocketInUseError
+from runtimeproxy.usage import naming_flag, socket_fix, taken_socket_problem
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ class OperatorEndpoints:
                 with naming_flag("--admin-endpoint", self.admin.path,
                                  f"{socket_fix('--admin-endpoint')} (--admin-endpoint= turns it off)"):
                     await self.admin.start()
+            except SocketInUseError as error:
+                log.error("admin API not available (runtimeproxyctl will not work): %s",
+                          taken_socket_problem("--admin-endpoint", error))
+                self.admin = None
             except RuntimeError as error:
                 log.error("admin API not available (runtimeproxyctl will not work): %s", error)
                 self.admin = None

@@ -209,8 +209,12 @@ class PluginRegistry:
         try:
             with os.scandir(self.config_dir) as entries:
                 names = [entry.name for entry in entries if is_config_name(entry.name)]
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             self._set_dir_state("missing")
+            return []
+        except NotADirectoryError:  # the path, or a directory on it, is a file
+            self._set_dir_state("not a directory; no plugins until it is one (give --runtime-hook-config-dir a "
+                                "directory)")
             return []
         except OSError as error:
             # Keep what is registered: an unreadable directory is not an empty one.

@@ -239,6 +239,9 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     assert second.operator is not None
     assert second.operator.admin is None and second.operator.http is None
     assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    assert (f"admin API not available (runtimeproxyctl will not work): --admin-endpoint: "
+            f"{operated.options.admin_path} is served by another running process") in caplog.text, caplog.text
+    assert "; give --admin-endpoint a path no other process serves" in caplog.text
     assert (f"metrics endpoint not available: --metrics-bind-address 127.0.0.1:{taken_port}: Address already in use; "
             "give an address of this host and a port nothing else listens on") in caplog.text, caplog.text
     (started,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listening on {second.options.listen_path}")]

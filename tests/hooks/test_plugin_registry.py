@@ -740,6 +740,19 @@ def test_an_untrusted_directory_is_warned_once_with_the_fix_even_empty(
         caplog, logging.INFO)
 
 
+def test_a_config_directory_that_is_a_file_is_said_so_with_the_flag(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not "does not exist": it does, as a file (a --runtime-hook-config-dir naming a config file, say)."""
+    a_file = tmp_path / "koordlet.json"
+    a_file.write_text("{}")
+    registry = registry_module.PluginRegistry(a_file)
+    registry.refresh()
+    problem = "not a directory; no plugins until it is one (give --runtime-hook-config-dir a directory)"
+    assert messages(caplog, logging.WARNING) == [f"plugin config directory {a_file} is {problem}"]
+    assert registry.directory_problem() == f"is {problem}"
+
+
 def test_a_directory_of_an_untrusted_owner_names_the_owner_fix(harness: Harness) -> None:
     os.chown(harness.dir, NOBODY, NOBODY)
     harness.refresh()
