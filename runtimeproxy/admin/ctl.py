@@ -16,8 +16,10 @@ Human tables by default, `-o json` for machines; notes about a change (nothing t
 toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
 
     0  ok (also an `enable` that found nothing to enable: the plugin is on, as asked)
-    1  the proxy could not be reached, or refused (one line naming the socket)
-    2  usage: bad arguments, an unknown hook name (for an NRI plugin: NRI event name), a missing --reason
+    1  the proxy could not be reached, or refused (one line naming the socket; where nothing listens: why, and
+       the fix)
+    2  usage: bad arguments, an unknown hook name (for an NRI plugin: NRI event name), a missing --reason, a
+       try-plugin --request file that cannot be read or is no request (one line: runtimeproxy.usage)
     3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
        nothing changed (for trace: no trace of that pod). A typo must not look like a disabled plugin:
        `--stage` disables a name whose file is not there yet (status shows it as staged).
@@ -45,7 +47,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from runtimeproxy import __version__
-from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
+from runtimeproxy.endpoints import EndpointError, grpc_target, listener_problem, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 from runtimeproxy.admin.render import render_shadows, render_status, render_toggles, render_trace
@@ -216,7 +218,11 @@ def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
               f"CRI socket?); the admin socket is {DEFAULT_ADMIN_SOCKET} by default (the proxy's --admin-endpoint): "
               f"pass --admin-endpoint PATH or set ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    unanswered = listener_problem(socket) if code is grpc.StatusCode.UNAVAILABLE else ""
+    if unanswered:  # the usual mistake: no proxy running, or another socket than its --admin-endpoint
+        print(f"{PROG}: cannot reach the proxy's admin socket: {unanswered}; start the proxy, or name its admin "
+              f"socket (the proxy's --admin-endpoint): --admin-endpoint PATH or ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
+    elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         print(f"{PROG}: cannot reach the proxy's admin socket {socket}: {code.name}: {details}", file=sys.stderr)
     else:
         print(f"{PROG}: the proxy at {socket} refused: {code.name}: {details}", file=sys.stderr)

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import re
+import socket as sockets
 import stat
 import time
 from collections.abc import Callable
@@ -217,6 +218,18 @@ def test_an_absent_proxy_exits_1_naming_the_socket(tmp_path: Path, capsys: pytes
     assert main([f"--admin-endpoint={socket}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(socket) in err
+    assert err == (f"runtimeproxyctl: cannot reach the proxy's admin socket: socket {socket} does not exist: nothing "
+                   "serves it (not started yet?); start the proxy, or name its admin socket (the proxy's "
+                   f"--admin-endpoint): --admin-endpoint PATH or ${ADMIN_ENDPOINT_ENV}\n")
+
+
+def test_a_stale_admin_socket_says_so_and_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "stale.sock"
+    with sockets.socket(sockets.AF_UNIX) as stale:
+        stale.bind(str(path))  # bound, never listening: what a killed proxy leaves
+        assert main([f"--admin-endpoint={path}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"nobody listens on socket {path}: a stale socket (stopped?); start the proxy" in err
 
 
 def test_operator_endpoints_are_off_unless_configured(proxy: Proxy) -> None:
