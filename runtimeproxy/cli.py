@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from runtimeproxy import __version__, app
 from runtimeproxy.admin.http import BindAddressError, parse_bind_address
 from runtimeproxy.klogflags import KlogSettings, add_klog_flags, klog_settings
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
-from runtimeproxy.usage import OneLineParser, unix_endpoint
+from runtimeproxy.usage import OneLineParser, flag_problem, unix_endpoint
 from runtimeproxy.options import (
     DEFAULT_ADMIN_SOCKET,
     DEFAULT_DOCKER_SOCKET,
@@ -236,6 +237,12 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
 def main(argv: Sequence[str] | None = None) -> int:
     command_line = parse_command_line(argv)
     options, klog = command_line.options, command_line.klog
-    configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
+    try:
+        configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
+    except OSError as error:  # no log yet: stderr, as a usage error, but a start that failed (1)
+        print(f"{PROG}: cannot start: " + flag_problem(
+            "-log_file/-log_dir", klog.log_file, error, "give a file (-log_file) or directory (-log_dir) this user may "
+            "create and write, or log to stderr (drop -logtostderr=false)"), file=sys.stderr)
+        return 1
     # argv None: the process's own command line, which may be re-executed (not an embedding caller's).
     return app.run(options, own_process=argv is None, warnings=klog.warnings)
