@@ -49,8 +49,10 @@ def os_reason(error: OSError) -> str:
 
 def flag_problem(flag: str, value: object, error: OSError, fix: str) -> str:
     """`--state-dir /x/y: Read-only file system: '/x'; FIX` (the file named once if it is the value)."""
-    named_once = error.errno and error.errno > 0 and str(error.filename) == str(value)
-    reason = os.strerror(error.errno) if named_once else os_reason(error)
+    if error.errno is not None and error.errno > 0 and str(error.filename) == str(value):
+        reason = os.strerror(error.errno)
+    else:
+        reason = os_reason(error)
     return f"{flag} {value}: {reason}; {fix}"
 
 
