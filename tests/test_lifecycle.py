@@ -9,12 +9,15 @@ the socket's lock was taken.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from machinekit import require_command, skip_or_fail
 from rplab.process import ProxyProcess
 from runtimeproxy.listener import lock_path_for
 
@@ -213,3 +216,22 @@ def test_a_world_writable_config_directory_is_warned_at_start_with_the_fix(tmp_p
     [line] = [line for line in proxy.log_path.read_text().splitlines() if "not trusted" in line]
     assert " WARNING " in line and "writable by group or others (mode 0777)" in line, line
     assert line.endswith(f"no file in it is used until: chmod go-w {proxy.hook_config_dir}"), line
+
+
+def test_a_read_only_state_dir_names_the_flag_and_the_fix(tmp_path: Path) -> None:
+    """The mistake as made: a --state-dir on a read-only file system (a read-only tmpfs in a private mount namespace,
+    gone with the proxy)."""
+    if os.geteuid() != 0:
+        skip_or_fail("needs root for a private mount namespace")
+    unshare = require_command("unshare", "util-linux")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    proxy = _proxy(tmp_path, "Containerd")
+    proxy.extra_args.append(f"--state-dir={read_only / 'state'}")
+    command = f"mount -t tmpfs -o ro tmpfs {read_only} && exec {shlex.join(proxy.argv)}"
+    done = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", command],
+                          capture_output=True, text=True, timeout=60)
+    [line] = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert done.returncode == 1, done.stderr
+    assert line.endswith(f"cannot start: --state-dir {read_only / 'state'}: Read-only file system; give --state-dir a "
+                         "directory this user may create and write (the proxy keeps its plugin toggles there)"), line
