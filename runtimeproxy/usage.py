@@ -10,6 +10,7 @@ turns a step's OSError into a `FlagError` with that line (the proxy's "cannot st
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,17 @@ def unix_endpoint(value: str) -> Path:
         return parse_unix_endpoint(value)
     except EndpointError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def positive_seconds(value: str) -> float:
+    """An argument type: a timeout, a finite number of seconds above 0 (0 or less would time out at once)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds above 0, e.g. 2")
+    return seconds
 
 
 def os_reason(error: OSError) -> str:

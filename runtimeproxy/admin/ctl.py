@@ -54,7 +54,7 @@ from runtimeproxy.admin.render import render_shadows, render_status, render_togg
 from runtimeproxy.hooks.extra import EVENT_NAMES
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
-from runtimeproxy.usage import EXIT_USAGE, OneLineParser, unix_endpoint
+from runtimeproxy.usage import EXIT_USAGE, OneLineParser, positive_seconds, unix_endpoint
 
 PROG = "runtimeproxyctl"
 EXIT_OK, EXIT_UNREACHABLE, EXIT_NO_SUCH_PLUGIN, EXIT_BACKEND_DOWN = 0, 1, 3, 4  # and usage's EXIT_USAGE, 2
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"the proxy's admin socket (default: ${ADMIN_ENDPOINT_ENV}, else {DEFAULT_ADMIN_SOCKET})")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="table (default) or json")
-    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
+    common.add_argument("--timeout", type=positive_seconds, default=argparse.SUPPRESS, metavar="SECONDS",
                         help=f"per request (default: {DEFAULT_TIMEOUT_SECONDS:g})")
     parser = OneLineParser(prog=PROG, parents=[common], allow_abbrev=False,
                      description="Inspect a running runtimeproxy and toggle its hook plugins on this node.")
@@ -218,11 +218,12 @@ def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
               f"CRI socket?); the admin socket is {DEFAULT_ADMIN_SOCKET} by default (the proxy's --admin-endpoint): "
               f"pass --admin-endpoint PATH or set ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    unanswered = listener_problem(socket) if code is grpc.StatusCode.UNAVAILABLE else ""
+    unreached = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    unanswered = listener_problem(socket) if unreached else ""
     if unanswered:  # the usual mistake: no proxy running, or another socket than its --admin-endpoint
         print(f"{PROG}: cannot reach the proxy's admin socket: {unanswered}; start the proxy, or name its admin "
               f"socket (the proxy's --admin-endpoint): --admin-endpoint PATH or ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
-    elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    elif unreached:
         print(f"{PROG}: cannot reach the proxy's admin socket {socket}: {code.name}: {details}", file=sys.stderr)
     else:
         print(f"{PROG}: the proxy at {socket} refused: {code.name}: {details}", file=sys.stderr)

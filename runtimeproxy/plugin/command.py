@@ -22,7 +22,7 @@ from runtimeproxy.hooks.plugin import endpoint_problem
 from runtimeproxy.plugin.registration import POLICIES, RegistrationError, registration, write_registration
 from runtimeproxy.plugin.service import SOCKET_MODE, HookPlugin
 from runtimeproxy.trust import TrustedOwners
-from runtimeproxy.usage import OneLineParser, unix_endpoint
+from runtimeproxy.usage import OneLineParser, positive_seconds, unix_endpoint
 
 
 def _octal_mode(value: str) -> int:
@@ -46,7 +46,7 @@ def build_parser(prog: str | None = None, description: str | None = None) -> arg
     parser.add_argument("--print-registration", action="store_true",
                         help="print the registration JSON and exit")
     parser.add_argument("--failure-policy", choices=POLICIES, default="Ignore")
-    parser.add_argument("--timeout-seconds", type=float, metavar="S", help="per call (the proxy's default: 5)")
+    parser.add_argument("--timeout-seconds", type=positive_seconds, metavar="S", help="per call (the proxy's default: 5)")
     parser.add_argument("--shadow", action="store_true",
                         help="register on trial: called, answers traced, never applied (promote: runtimeproxyctl unshadow)")
     parser.add_argument("--socket-mode", type=_octal_mode, default=SOCKET_MODE, metavar="OCTAL",

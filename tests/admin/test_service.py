@@ -116,6 +116,16 @@ def test_bad_requests_exit_2_with_one_line(operated: Proxy, capsys: pytest.Captu
     assert exited.value.code == EXIT_USAGE
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_a_timeout_of_no_time_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not DEADLINE_EXCEEDED from a proxy that was never asked (exit 1, as if unreachable)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--admin-endpoint=/run/none.sock", f"--timeout={value}", "status"])
+    assert exited.value.code == EXIT_USAGE
+    assert capsys.readouterr().err == (f"runtimeproxyctl: error: argument --timeout: {value!r} is not a number of "
+                                       "seconds above 0, e.g. 2 (see --help)\n")
+
+
 def test_a_typo_is_refused_with_a_did_you_mean_and_changes_nothing(
     operated: Proxy, capsys: pytest.CaptureFixture[str]
 ) -> None:
