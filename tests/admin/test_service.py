@@ -116,6 +116,21 @@ def test_bad_requests_exit_2_with_one_line(operated: Proxy, capsys: pytest.Captu
     assert exited.value.code == EXIT_USAGE
 
 
+def test_a_toggle_state_that_cannot_be_written_is_one_line_without_an_errno(
+    operated: Proxy, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: bool(s["plugins"]))
+    state = operated.options.state_dir / STATE_FILE_NAME
+    state.mkdir(parents=True)  # the file's place taken (as root, a mode would not stop the write)
+    code, _ = ctl(operated, "disable", "koordlet", "--reason", "x")
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and err.count("\n") == 1 and "[Errno" not in err, err
+    assert f"cannot write the toggle state {state}: Is a directory" in err and err.endswith("; nothing changed\n"), err
+    [logged] = [record.getMessage() for record in caplog.records if "cannot persist" in record.getMessage()]
+    assert "Is a directory" in logged and "[Errno" not in logged, logged
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
 def test_a_timeout_of_no_time_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Not DEADLINE_EXCEEDED from a proxy that was never asked (exit 1, as if unreachable)."""
