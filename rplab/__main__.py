@@ -42,7 +42,7 @@ from rplab.containerd import ContainerdInstance, check_prerequisites
 from rplab.critest import CritestResult
 from rplab.cri import CriClient, open_channel
 from rplab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
-from rplab.images import build_and_import
+from rplab.images import IMAGE_CACHE, LAB_IMAGES, build_and_import
 from rplab.lab_guide import CGROUP_HIERARCHY, guide, pod_cgroup_parent
 from rplab.example_plugin import LAB_ARGUMENTS, plugin_process, registration
 from rplab.process import ProxyProcess
@@ -53,7 +53,6 @@ from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.usage import OneLineParser
 
 T = TypeVar("T")
-IMAGE_CACHE = Path.home() / ".cache" / "runtimeproxy" / "images"
 
 
 def step(label: str, action: Callable[[], T]) -> T:

@@ -32,6 +32,8 @@ from pathlib import Path
 PAUSE_IMAGE = "localhost/runtimeproxy/pause:1.0"
 BUSYBOX_IMAGE = "localhost/runtimeproxy/busybox:1.0"
 LAB_IMAGES = (PAUSE_IMAGE, BUSYBOX_IMAGE)
+# Where the built archives are kept between runs.
+IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
 
 # Namespace that the CRI plugin reads images from.
 CRI_NAMESPACE = "k8s.io"

@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtimeproxy import __version__, app
-from runtimeproxy.admin.http import BindAddressError, parse_bind_address
+from runtimeproxy import __version__
+from runtimeproxy.allocator import reexec_with_huge_pages
+from runtimeproxy.endpoints import BindAddressError, parse_bind_address
 from runtimeproxy.klogflags import KlogSettings, add_klog_flags, klog_settings
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.usage import OneLineParser, flag_problem, unix_endpoint
@@ -237,6 +238,10 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
 def main(argv: Sequence[str] | None = None) -> int:
     command_line = parse_command_line(argv)
     options, klog = command_line.options, command_line.klog
+    if argv is None and options.backend_mode != "Docker":
+        # The process's own command line (not an embedding caller's), re-executed with huge pages (CRI mode, as
+        # app.tune_allocator) before the heavy imports, which the new image would pay again.
+        reexec_with_huge_pages()
     try:
         configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
     except OSError as error:  # no log yet: stderr, as a usage error, but a start that failed (1)
@@ -244,5 +249,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "-log_file/-log_dir", klog.log_file, error, "give a file (-log_file) or directory (-log_dir) this user may "
             "create and write, or log to stderr (drop -logtostderr=false)"), file=sys.stderr)
         return 1
-    # argv None: the process's own command line, which may be re-executed (not an embedding caller's).
+    from runtimeproxy import app  # asyncio, the frontends: after the re-exec
+
     return app.run(options, own_process=argv is None, warnings=klog.warnings)

@@ -1,4 +1,7 @@
-"""Parsing of unix-socket endpoints as the kubelet and koord-runtime-proxy spell them; whether one listens."""
+"""Parsing of endpoints as the kubelet and koord-runtime-proxy spell them (unix sockets, the metrics' host:port);
+whether a unix socket listens.
+
+Imported by the command line before the allocator's re-exec: nothing heavy (no asyncio) here."""
 
 from __future__ import annotations
 
@@ -57,3 +60,15 @@ def listener_problem(path: Path) -> str:
     if code == errno.ECONNREFUSED:
         return f"nobody listens on socket {path}: a stale socket (stopped?)"
     return f"socket {path} cannot be reached: {os.strerror(code)}"
+
+
+class BindAddressError(ValueError):
+    """A --metrics-bind-address that is not host:port."""
+
+
+def parse_bind_address(value: str) -> tuple[str, int]:
+    """"host:port" (IPv6 in brackets) -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BindAddressError(f"{value!r} is not host:port (e.g. 127.0.0.1:9318)")
+    return host.strip("[]") or "0.0.0.0", int(port)

@@ -143,3 +143,15 @@ def block_starting(text: str, first_line: str, language: str) -> str:
     """The one ```language block whose first line starts with first_line."""
     [block] = [block for block in fenced_blocks(text, language) if block.startswith(first_line)]
     return block
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The cells of each row of the first table after the line ``heading`` (its header and rule left out)."""
+    lines = text[text.index(f"\n{heading}\n"):].splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows

@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from rplab.images import IMAGE_CACHE  # noqa: F401  (the tests import it from here)
 from rplab.peers import PeerBuildError
 from rplab.tools import find_tool, missing_tool_message
 
 REQUIRE_E2E_ENV = "RUNTIMEPROXY_REQUIRE_E2E"
 # Set by a CI that installed cri-dockerd: then a missing one fails instead of skipping.
 REQUIRE_CLIENTS_ENV = "RUNTIMEPROXY_REQUIRE_CLIENTS"
-# Offline lab images, built once and reused across runs.
-IMAGE_CACHE = Path(os.environ.get("RUNTIMEPROXY_IMAGE_CACHE", Path.home() / ".cache" / "runtimeproxy" / "images"))
 
 
 def skip_or_fail(reason: str) -> None:

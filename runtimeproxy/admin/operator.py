@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 
+from runtimeproxy.activation import InheritedSockets
 from runtimeproxy.admin.http import HttpEndpoint
-from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics
 from runtimeproxy.admin.service import AdminServer
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.options import ProxyOptions
@@ -20,11 +20,14 @@ log = logging.getLogger(__name__)
 
 
 class OperatorEndpoints:
-    def __init__(self, options: ProxyOptions, parts: ProxyParts) -> None:
+    def __init__(self, options: ProxyOptions, parts: ProxyParts, inherited: InheritedSockets | None = None) -> None:
+        """`inherited`: the sockets systemd passed; the admin socket takes the one meant for it."""
         self.parts = parts
-        self.admin = AdminServer(options.admin_path, parts) if options.admin_path else None
+        self.admin = AdminServer(options.admin_path, parts, inherited) if options.admin_path else None
         self.http: HttpEndpoint | None = None
         if options.metrics_address:
+            from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics  # prometheus_client: only when on
+
             metrics = ProxyMetrics(parts)
             self.http = HttpEndpoint(options.metrics_address, {
                 "/metrics": lambda: (200, CONTENT_TYPE, metrics.exposition()),

@@ -10,7 +10,8 @@ import pytest
 
 TOOLS = ["rplab", "rplab.runtimes", "rplab.example_plugin", "rplab.tested_with", "rplab.consumer_modules",
          "rplab.peers", "rplab.kubelet", "rplab.guest", "rplab.release", "rplab.roots", "rplab.nri_plugin",
-         "rplab.synthetic", "bench.run", "bench.aio_relay", "bench.binary_figures"]
+         "rplab.synthetic", "rplab.koord_proxy", "rplab.kubelet_pods", "bench.run", "bench.aio_relay",
+         "bench.binary_figures"]
 
 
 @pytest.mark.parametrize("name", TOOLS)
