@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
+from runtimeproxy.usage import OneLineParser
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
@@ -63,7 +64,7 @@ async def serve(listen: Path, backend: Path, extra: list[tuple[str, int]]) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--listen", type=Path, required=True)
     parser.add_argument("--backend", type=Path, required=True)
     parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=INT")

@@ -17,7 +17,6 @@ A measuring tool, not a test: nothing here asserts a time.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import statistics
@@ -33,6 +32,7 @@ from rplab import CHECKOUT
 from rplab.node_layout import CTL, PROXY
 from rplab.process import ProxyProcess
 from tests.packagekit import PACKAGE_WORKDIR, installed_wheel  # tests/ is a plain directory: a namespace package
+from runtimeproxy.usage import OneLineParser
 
 REPO_ROOT = CHECKOUT
 
@@ -127,7 +127,7 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", type=Path, help="a built bundle directory (default: build one)")
     parser.add_argument("--runs", type=int, default=5, help="runs per start-time figure (median)")
     args = parser.parse_args()

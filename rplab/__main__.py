@@ -21,7 +21,6 @@ dockerd (see rplab/docker_lab.py); without cri-dockerd it replays cri-dockerd's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -51,6 +50,7 @@ from rplab.peers import PeerBuildError
 from rplab.runtimes import RUNTIMES, SELECTED_BY, Runtime
 from rplab.tools import find_tool, missing_tool_message
 from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.usage import OneLineParser
 
 T = TypeVar("T")
 
@@ -203,7 +203,7 @@ def run_docker(base: Path, keep: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=".venv/bin/python -m rplab", description=__doc__)
+    parser = OneLineParser(prog=".venv/bin/python -m rplab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
     parser.add_argument("--conformance", action="store_true",
                         help="run critest direct, through the proxy and through the proxy + an echo plugin")

@@ -50,6 +50,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugin import HookPlugin, serve_until_stopped
 from runtimeproxy.plugin import echoed, registration  # noqa: F401  (re-exported: tests and the lab use them from here)
 from runtimeproxy.plugin.service import Context, Hook
+from runtimeproxy.usage import OneLineParser
 
 SLICE = ".slice"
 ANNOTATION = "example.runtimeproxy.koordinator.sh/hooked"
@@ -228,8 +229,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.example_plugin", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.example_plugin", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--cpu-shares", type=int, default=512)
     parser.add_argument("--memory-limit", type=int, default=128 * 1024 * 1024)

@@ -24,6 +24,7 @@ import grpc
 from rplab.cri import CriClient
 from rplab.peers import peer_binary
 from rplab.process import ProxyProcess, ProxyProcessError
+from runtimeproxy.usage import OneLineParser
 
 PEER = "koord-runtime-proxy"
 HOOK_DIR = Path("/etc/runtime/hookserver.d")  # koordinator's, hard-coded
@@ -85,8 +86,8 @@ def host_traces() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.koord_proxy", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.koord_proxy", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runtime", required=True, help="the CRI socket it forwards to (containerd's)")
     parser.add_argument("--socket", required=True, type=Path, help="the socket it listens on")
     parser.add_argument("--hook-dir", type=Path, help="its plugin registrations (default: hookserver.d beside --socket)")

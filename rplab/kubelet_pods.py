@@ -47,6 +47,7 @@ from rplab.images import BUSYBOX_IMAGE, IMAGE_CACHE, build_and_import
 from rplab.kubelet_node import (KUBELET_VERSION, NODE_LABEL, NODE_NAME, KubeletNode, KubeletNodeError, seconds_since,
                                 wait_until)
 from rplab.registry import free_port
+from runtimeproxy.usage import OneLineParser
 
 NAMESPACE = "rplab"
 CRASH_LOOPING = {("crash-loop", "app")}  # (pod, container) whose restartCount the views give as ">=1"
@@ -366,8 +367,8 @@ def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: Node
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.kubelet_pods", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.kubelet_pods", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--endpoint", type=Path, required=True, help="the CRI socket (containerd's or a proxy's)")
     parser.add_argument("--import-images", type=Path, metavar="CONTAINERD_SOCKET",
                         help="first import the lab's busybox and pause images (built offline) into this containerd "

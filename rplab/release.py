@@ -32,6 +32,7 @@ from pathlib import Path
 from rplab import CHECKOUT
 from rplab.node_layout import CTL, PROXY
 from rplab.roots import CACHE as ROOTS_CACHE, RootError, chroot_run, debian_mirror, make_root, mounted, unpack
+from runtimeproxy.usage import OneLineParser
 
 BUILD_SUITE = "bullseye"  # glibc 2.31: Ubuntu 20.04, Debian 11, RHEL 9 (2.34) and later
 BUILD_PACKAGES = ("gcc", "make", "libc6-dev", "libssl-dev", "zlib1g-dev", "libffi-dev", "libbz2-dev",
@@ -192,8 +193,8 @@ def _run(argv: list[str], cwd: Path | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.release", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.release", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheel", type=Path, help="the wheel to freeze (default: built from this checkout)")
     parser.add_argument("--out", type=Path, default=CHECKOUT / "dist")
     parser.add_argument("--packages", action="store_true", help="also build the .deb and .rpm (rplab.nodepackages)")

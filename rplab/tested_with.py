@@ -32,6 +32,7 @@ from rplab import CHECKOUT
 from rplab.conformance import report_dir
 from rplab.consumer_modules import KUBERNETES_VERSION as KUBELET_VERSION
 from rplab.runtimes import selected
+from runtimeproxy.usage import OneLineParser
 
 TESTED_WITH_ENV = "RUNTIMEPROXY_TESTED_WITH"
 CI_SOURCE = "scripts/test.sh"  # the value scripts/test.sh gives TESTED_WITH_ENV; any other is a run by hand
@@ -181,8 +182,8 @@ def write_docs(source: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.tested_with", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.tested_with", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=None, help="report directory (default: $RUNTIMEPROXY_REPORT_DIR "
                         "or <repo>/reports)")
     parser.add_argument("--docs", action="store_true", help="commit the records into docs/tested-with/ and write "

@@ -28,6 +28,7 @@ from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import (SOCKET_MODE, SocketInUseError, SocketLock, claim_socket_path, lock_socket_path,
                                    release_socket, restrict_socket)
 from runtimeproxy.options import ProxyOptions
+from runtimeproxy.usage import naming_flag, socket_fix, taken_socket_problem
 
 if TYPE_CHECKING:
     from runtimeproxy.admin.operator import OperatorEndpoints
@@ -107,9 +108,14 @@ class Proxy:
         options = self.options
         started = time.monotonic()
         inherited = self._inherited.take(options.listen_path, frontend_role(options), SOCKET_MODE)
-        # Held until stop(): one proxy per socket. A passed socket's file is systemd's: locked, never removed.
-        self._socket_lock = (claim_socket_path(options.listen_path) if inherited is None
-                             else lock_socket_path(options.listen_path))
+        flag = "--koord-runtimeproxy-endpoint"
+        try:
+            with naming_flag(flag, options.listen_path, socket_fix(flag)):
+                # Held until stop(): one proxy per socket. A passed socket's file is systemd's: locked, never removed.
+                self._socket_lock = (claim_socket_path(options.listen_path) if inherited is None
+                                     else lock_socket_path(options.listen_path))
+        except SocketInUseError as error:
+            raise SocketInUseError(taken_socket_problem(flag, error)) from None
         self._socket_file_is_ours = inherited is None
         self.hook_service = HookService(options)
         await self.hook_service.start()
@@ -156,7 +162,8 @@ class Proxy:
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
                                   trace=service.trace, gate=service.sync_gate)
         try:
-            await host.start()
+            with naming_flag("--nri-socket", socket_path, socket_fix("--nri-socket")):
+                await host.start()
         except SocketInUseError as error:
             raise SocketInUseError(f"{error}. {NRI_SOCKET_TAKEN_ADVICE}") from None
         service.extra = host

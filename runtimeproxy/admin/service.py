@@ -32,6 +32,7 @@ from runtimeproxy.activation import InheritedSockets
 from runtimeproxy.listener import SocketLock, claim_socket_path, lock_socket_path, release_socket
 from runtimeproxy.relay import GrpcListenSocket
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
+from runtimeproxy.usage import os_reason
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +128,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except OSError as error:
             path = self._parts.hooks.toggles.state_path
-            log.error("cannot persist %s to %s: %s; nothing changed", what, path, error)
+            log.error("cannot persist %s to %s: %s; nothing changed", what, path, os_reason(error))
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
+                                f"cannot write the toggle state {path}: {os_reason(error)}; nothing changed")
 
     async def _check_known(self, plugin: str) -> None:
         """A name must be a config file the proxy knows, or have a toggle already (to enable it):

@@ -81,6 +81,8 @@ class PluginRegistry:
         self._by_hook: dict[str, tuple[Plugin, ...]] = {}
         self._dir_state: str | None = None
         self._dir_problem: str | None = None
+        self._dir_fix = ""  # what makes the directory trusted again, when _dir_problem says it is not
+        self._dir_trust_logged = False
         self._closed = False
         # Scans are numbered as they start; a scan that finishes after a newer one was installed is stale.
         self._scans_started = 0
@@ -113,7 +115,9 @@ class PluginRegistry:
             return "does not exist; no plugins until it does"
         if self._dir_state not in (None, "present"):
             return f"is {self._dir_state}"
-        return f"{self._dir_problem}; no file in it is used" if self._dir_problem else ""
+        if not self._dir_problem:
+            return ""
+        return f"{self._dir_problem}; no file in it is used" + (f" until: {self._dir_fix}" if self._dir_fix else "")
 
     async def reload(self) -> bool:
         """Scan the directory once off the event loop; True if the plugins changed."""
@@ -171,9 +175,11 @@ class PluginRegistry:
         names = self._list_config_names()
         if names is None:
             return None
-        dir_problem = self._directory_problem()
+        dir_problem, self._dir_fix = self._directory_problem()
         # A change of the directory's trust re-judges every file, unchanged or not.
         trust_changed, self._dir_problem = dir_problem != self._dir_problem, dir_problem
+        if trust_changed:
+            self._log_directory_trust(dir_problem)
         files: dict[str, _ConfigFile] = {}
         for name in names:
             previous = self._files.get(name)
@@ -203,8 +209,12 @@ class PluginRegistry:
         try:
             with os.scandir(self.config_dir) as entries:
                 names = [entry.name for entry in entries if is_config_name(entry.name)]
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             self._set_dir_state("missing")
+            return []
+        except NotADirectoryError:  # the path, or a directory on it, is a file
+            self._set_dir_state("not a directory; no plugins until it is one (give --runtime-hook-config-dir a "
+                                "directory)")
             return []
         except OSError as error:
             # Keep what is registered: an unreadable directory is not an empty one.
@@ -215,13 +225,27 @@ class PluginRegistry:
         names.sort(key=os.fsencode)
         return names
 
-    def _directory_problem(self) -> str | None:
+    def _directory_problem(self) -> tuple[str | None, str]:
+        """Why no file of the directory is trusted, or None; and the fix, if one command is it."""
         try:
             status = os.stat(self.config_dir)
         except OSError as error:
-            return f"its directory cannot be checked: {error.strerror or error}"
+            return f"its directory cannot be checked: {error.strerror or error}", ""
         problem = self.owners.file_problem(f"directory {self.config_dir}", status)
-        return None if problem is None else f"not trusted: {problem}"
+        if problem is None:
+            return None, ""
+        if status.st_uid in self.owners.uids:
+            return f"not trusted: {problem}", f"chmod go-w {self.config_dir}"
+        return f"not trusted: {problem}", (f"chown root {self.config_dir}, or add uid {status.st_uid} to "
+                                           "--runtime-hook-config-trusted-uids")
+
+    def _log_directory_trust(self, problem: str | None) -> None:
+        """Once per change, also for an empty directory (its files' own lines say the rest)."""
+        if problem is not None and self._dir_state == "present":
+            log.warning("plugin configs %s", self.directory_problem())
+        elif problem is None and self._dir_state == "present" and self._dir_trust_logged:
+            log.info("plugin config directory %s is trusted again; its files are read", self.config_dir)
+        self._dir_trust_logged = problem is not None and self._dir_state == "present"
 
     def _set_dir_state(self, state: str) -> None:
         previous, self._dir_state = self._dir_state, state

@@ -39,6 +39,7 @@ from runtimeproxy.hooks.toggle_words import (
     extra_toggle_name, hook_names, in_order, is_extra, plugin_file_name, scope_names, scope_word, scopes_named,
     toggle_scopes, unknown_plugin,
 )
+from runtimeproxy.usage import os_reason
 
 __all__ = [  # the words and the persisted decisions, for callers that know the toggles as one thing
     "ALL_PLUGINS", "EXTRA_PREFIX", "STATE_FILE_NAME", "WHOLE_PLUGIN", "ShadowSetting", "Toggle", "ToggleError",
@@ -202,7 +203,7 @@ class Toggles:
         except FileNotFoundError:
             return
         except OSError as error:
-            log.error("cannot read toggle state %s: %s; starting with no toggles", self.state_path, error)
+            log.error("cannot read toggle state %s: %s; starting with no toggles", self.state_path, os_reason(error))
             return
         try:
             toggles = decode(data)

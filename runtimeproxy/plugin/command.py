@@ -5,7 +5,8 @@
     python3 my_plugin.py --socket /run/my-plugin/plugin.sock --print-registration
 
 `main(plugin)` parses these; `serve_until_stopped` is the same without argument parsing. A socket or
-registration that cannot be set up is one line on stderr naming the fix, exit code 1, and no socket left behind.
+registration that cannot be set up is one line on stderr naming the fix, exit code 1, and no socket left behind;
+a bad argument is one line naming --help, exit code 2 (runtimeproxy.usage).
 """
 
 from __future__ import annotations
@@ -17,23 +18,26 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
 from runtimeproxy.hooks.plugin import endpoint_problem
 from runtimeproxy.plugin.registration import POLICIES, RegistrationError, registration, write_registration
 from runtimeproxy.plugin.service import SOCKET_MODE, HookPlugin
 from runtimeproxy.trust import TrustedOwners
+from runtimeproxy.usage import OneLineParser, positive_seconds, unix_endpoint
 
 
-def _socket(value: str) -> Path:
+def _octal_mode(value: str) -> int:
     try:
-        return parse_unix_endpoint(value)
-    except EndpointError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a permission mode in octal, e.g. 0660")
+    return mode
 
 
 def build_parser(prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--socket", type=_socket, required=True, metavar="PATH",
+    parser = OneLineParser(prog=prog, description=description)
+    parser.add_argument("--socket", type=unix_endpoint, required=True, metavar="PATH",
                         help="unix socket to serve on (a path or unix:///path)")
     parser.add_argument("--register", type=Path, metavar="FILE",
                         help="write the registration JSON here once serving: a NAME.json in the directory the proxy watches (its "
@@ -42,10 +46,10 @@ def build_parser(prog: str | None = None, description: str | None = None) -> arg
     parser.add_argument("--print-registration", action="store_true",
                         help="print the registration JSON and exit")
     parser.add_argument("--failure-policy", choices=POLICIES, default="Ignore")
-    parser.add_argument("--timeout-seconds", type=float, metavar="S", help="per call (the proxy's default: 5)")
+    parser.add_argument("--timeout-seconds", type=positive_seconds, metavar="S", help="per call (the proxy's default: 5)")
     parser.add_argument("--shadow", action="store_true",
                         help="register on trial: called, answers traced, never applied (promote: runtimeproxyctl unshadow)")
-    parser.add_argument("--socket-mode", type=lambda text: int(text, 8), default=SOCKET_MODE, metavar="OCTAL",
+    parser.add_argument("--socket-mode", type=_octal_mode, default=SOCKET_MODE, metavar="OCTAL",
                         help=f"the socket's permissions (default {SOCKET_MODE:04o})")
     return parser
 

@@ -37,9 +37,11 @@ from runtimeproxy.hooks.validate import answer_problem, printable
 from runtimeproxy.plugin import samples
 from runtimeproxy.plugin.service import HOOKS_BY_NAME, Hook
 from runtimeproxy.hooks import dispatcher
+from runtimeproxy.usage import flag_problem, unix_endpoint
 
 EXIT_OK, EXIT_PROBLEM = 0, 1
 DEFAULT_TIMEOUT_SECONDS = 5.0
+EXAMPLE_REQUEST = "docs/examples/try-plugin-request.json"  # what the plugin guide shows
 # Any: each point has its own request and response types.
 _POINTS: dict[str, HookPoint[Any, Any]] = {point.name: point for point in (
     dispatcher.PRE_RUN_POD_SANDBOX, dispatcher.PRE_CREATE_CONTAINER, dispatcher.PRE_START_CONTAINER,
@@ -70,7 +72,7 @@ class HookTrial:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint", required=True, metavar="SOCKET",
+    parser.add_argument("--endpoint", required=True, type=unix_endpoint, metavar="SOCKET",
                         help="the plugin's socket: a path or unix:///path")
     parser.add_argument("--hook", action="append", default=[], metavar="HOOK", choices=HOOK_NAMES,
                         help=f"only this hook (repeatable; default: all): {', '.join(HOOK_NAMES)}")
@@ -116,6 +118,9 @@ def requests_to_try(args: argparse.Namespace) -> list[tuple[Hook, Message]]:
     where = f"--request {args.request}"
     try:
         document = orjson.loads(args.request.read_bytes())
+    except OSError as error:
+        raise ValueError(flag_problem("--request", args.request, error, f"give a file holding a hook request as JSON "
+                                      f"(e.g. {EXAMPLE_REQUEST} of a checkout)")) from None
     except orjson.JSONDecodeError as error:
         raise ValueError(f"{where}: not JSON: {error}") from None
     if isinstance(document, dict) and set(document) == {"hook", "request"}:  # a --record line

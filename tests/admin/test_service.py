@@ -6,6 +6,7 @@ import io
 import json
 import logging
 import re
+import socket as sockets
 import stat
 import time
 from collections.abc import Callable
@@ -115,6 +116,31 @@ def test_bad_requests_exit_2_with_one_line(operated: Proxy, capsys: pytest.Captu
     assert exited.value.code == EXIT_USAGE
 
 
+def test_a_toggle_state_that_cannot_be_written_is_one_line_without_an_errno(
+    operated: Proxy, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: bool(s["plugins"]))
+    state = operated.options.state_dir / STATE_FILE_NAME
+    state.mkdir(parents=True)  # the file's place taken (as root, a mode would not stop the write)
+    code, _ = ctl(operated, "disable", "koordlet", "--reason", "x")
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and err.count("\n") == 1 and "[Errno" not in err, err
+    assert f"cannot write the toggle state {state}: Is a directory" in err and err.endswith("; nothing changed\n"), err
+    [logged] = [record.getMessage() for record in caplog.records if "cannot persist" in record.getMessage()]
+    assert "Is a directory" in logged and "[Errno" not in logged, logged
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_a_timeout_of_no_time_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not DEADLINE_EXCEEDED from a proxy that was never asked (exit 1, as if unreachable)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--admin-endpoint=/run/none.sock", f"--timeout={value}", "status"])
+    assert exited.value.code == EXIT_USAGE
+    assert capsys.readouterr().err == (f"runtimeproxyctl: error: argument --timeout: {value!r} is not a number of "
+                                       "seconds above 0, e.g. 2 (see --help)\n")
+
+
 def test_a_typo_is_refused_with_a_did_you_mean_and_changes_nothing(
     operated: Proxy, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -217,6 +243,18 @@ def test_an_absent_proxy_exits_1_naming_the_socket(tmp_path: Path, capsys: pytes
     assert main([f"--admin-endpoint={socket}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(socket) in err
+    assert err == (f"runtimeproxyctl: cannot reach the proxy's admin socket: socket {socket} does not exist: nothing "
+                   "serves it (not started yet?); start the proxy, or name its admin socket (the proxy's "
+                   f"--admin-endpoint): --admin-endpoint PATH or ${ADMIN_ENDPOINT_ENV}\n")
+
+
+def test_a_stale_admin_socket_says_so_and_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "stale.sock"
+    with sockets.socket(sockets.AF_UNIX) as stale:
+        stale.bind(str(path))  # bound, never listening: what a killed proxy leaves
+        assert main([f"--admin-endpoint={path}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"nobody listens on socket {path}: a stale socket (stopped?); start the proxy" in err
 
 
 def test_operator_endpoints_are_off_unless_configured(proxy: Proxy) -> None:
@@ -239,6 +277,11 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     assert second.operator is not None
     assert second.operator.admin is None and second.operator.http is None
     assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    assert (f"admin API not available (runtimeproxyctl will not work): --admin-endpoint: "
+            f"{operated.options.admin_path} is served by another running process") in caplog.text, caplog.text
+    assert "; give --admin-endpoint a path no other process serves" in caplog.text
+    assert (f"metrics endpoint not available: --metrics-bind-address 127.0.0.1:{taken_port}: Address already in use; "
+            "give an address of this host and a port nothing else listens on") in caplog.text, caplog.text
     (started,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listening on {second.options.listen_path}")]
     assert "admin API" not in started and "metrics on" not in started  # only what really listens
     with open_channel(second.options.listen_path) as channel:
@@ -271,6 +314,7 @@ def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: 
     _, out = wait_for(operated, lambda s: s["plugin_config_dir_problem"] != "")
     problem = json.loads(out)["plugin_config_dir_problem"]
     assert problem.startswith("not trusted:") and "writable" in problem, problem
+    assert problem.endswith(f"no file in it is used until: chmod go-w {config_dir}"), problem
     code, table = ctl(operated, "status")
     assert code == EXIT_OK and f"config directory problem: {problem}" in table
 

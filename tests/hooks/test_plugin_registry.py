@@ -713,12 +713,52 @@ def test_a_writable_directory_registers_nothing_new(harness: Harness, caplog: py
     assert harness.names() == ["old.json"]
     problem = f"not trusted: directory {harness.dir} is writable by group or others (mode 0777)"
     assert messages(caplog, logging.WARNING) == [
+        f"plugin configs {problem}; no file in it is used until: chmod go-w {harness.dir}",
         f"invalid plugin config new.json: {problem}; not registered",
         f"invalid plugin config old.json: {problem}; its last good version stays in force",
     ]
     os.chmod(harness.dir, 0o755)
     assert harness.refresh() is True
     assert harness.names() == ["new.json", "old.json"]
+
+
+def test_an_untrusted_directory_is_warned_once_with_the_fix_even_empty(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 0777 directory with no file in it yet: nothing else would say that the proxy will ignore what comes."""
+    os.chmod(harness.dir, 0o777)
+    harness.refresh()
+    harness.refresh()
+    problem = (f"not trusted: directory {harness.dir} is writable by group or others (mode 0777); no file in it is "
+               f"used until: chmod go-w {harness.dir}")
+    assert messages(caplog, logging.WARNING) == [f"plugin configs {problem}"]
+    assert harness.registry.directory_problem() == problem
+    os.chmod(harness.dir, 0o755)
+    harness.refresh()
+    assert harness.registry.directory_problem() == ""
+    assert f"plugin config directory {harness.dir} is trusted again; its files are read" in messages(
+        caplog, logging.INFO)
+
+
+def test_a_config_directory_that_is_a_file_is_said_so_with_the_flag(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not "does not exist": it does, as a file (a --runtime-hook-config-dir naming a config file, say)."""
+    a_file = tmp_path / "koordlet.json"
+    a_file.write_text("{}")
+    registry = registry_module.PluginRegistry(a_file)
+    registry.refresh()
+    problem = "not a directory; no plugins until it is one (give --runtime-hook-config-dir a directory)"
+    assert messages(caplog, logging.WARNING) == [f"plugin config directory {a_file} is {problem}"]
+    assert registry.directory_problem() == f"is {problem}"
+
+
+def test_a_directory_of_an_untrusted_owner_names_the_owner_fix(harness: Harness) -> None:
+    os.chown(harness.dir, NOBODY, NOBODY)
+    harness.refresh()
+    assert harness.registry.directory_problem().endswith(
+        f"no file in it is used until: chown root {harness.dir}, or add uid {NOBODY} to "
+        "--runtime-hook-config-trusted-uids")
 
 
 def test_a_file_that_becomes_untrusted_keeps_the_version_read_while_trusted(

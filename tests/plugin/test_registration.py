@@ -150,3 +150,21 @@ def test_a_registration_the_proxy_would_not_read_is_refused_in_one_line(tmp_path
     [line] = done.stderr.splitlines()
     assert "only files named NAME.json" in line and str(tmp_path / "my-plugin.json") in line, line
     assert not socket.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "the following arguments are required: --socket"),
+    (("--socket", "/run/p.sock", "--failure-policy", "Bogus"), "argument --failure-policy: invalid choice: 'Bogus'"),
+    (("--socket", "/run/p.sock", "--socket-mode", "99x"), "'99x' is not a permission mode in octal, e.g. 0660"),
+    (("--socket", "tcp://127.0.0.1:1"), "argument --socket: 'tcp://127.0.0.1:1': only unix sockets"),
+    # a timeout the proxy would refuse in the registration file, said before anything is registered
+    (("--socket", "/run/p.sock", "--timeout-seconds", "0"), "'0' is not a number of seconds above 0"),
+])
+def test_a_bad_argument_is_one_line_naming_help_with_the_usage_exit_code(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    """As runtimeproxyctl says it (runtimeproxy.usage), not argparse's usage dump."""
+    done = _run_plugin(tmp_path, *args)
+    assert done.returncode == 2
+    [line] = done.stderr.splitlines()
+    assert line.startswith("my_plugin.py: error: ") and line.endswith(" (see --help)") and message in line, line

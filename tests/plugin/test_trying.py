@@ -213,3 +213,22 @@ def test_a_record_line_naming_an_unknown_hook_is_a_usage_error(tmp_path: Path,
     assert try_plugin("--endpoint", str(tmp_path / "none.sock"), "--request", str(tmp_path / "r.json"))[0] == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown hook 'PreCreate'; the hooks: PreRunPodSandbox," in err
+
+
+@pytest.mark.parametrize("name", ["missing.json", "."])
+def test_a_request_file_that_cannot_be_read_is_one_line_naming_it_and_the_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    request = tmp_path / name
+    code, out = try_plugin("--endpoint", str(tmp_path / "none.sock"), "--request", str(request))
+    err = capsys.readouterr().err
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "[Errno" not in err, err
+    assert err.startswith(f"runtimeproxyctl: error: try-plugin: --request {request}: "), err
+    assert "a hook request as JSON (e.g. docs/examples/try-plugin-request.json" in err, err
+
+
+def test_a_bad_endpoint_is_a_usage_error_naming_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        try_plugin("--endpoint", "tcp://127.0.0.1:1")
+    assert exited.value.code == 2
