@@ -38,7 +38,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -54,6 +53,7 @@ import grpc
 from rplab.consumer_modules import KUBERNETES_VERSION
 from rplab.cri import CriClient, open_channel
 from rplab.peers import peer_binary
+from rplab.process import end_process
 from rplab.registry import free_port
 
 PEER = "kubelet"
@@ -363,14 +363,8 @@ class KubeletNode:
 
     def _terminate(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        if process is not None:
+            end_process(process, 15)
 
     def __enter__(self) -> KubeletNode:
         self.start()

@@ -25,6 +25,21 @@ class ProxyProcessError(RuntimeError):
     pass
 
 
+def end_process(process: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float,
+                signum: int = signal.SIGTERM) -> bool:
+    """`signum`, then up to `timeout` seconds for the process to exit; killed if it did not (False then)."""
+    if process.poll() is not None:
+        return True
+    process.send_signal(signum)
+    try:
+        process.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+        return False
+
+
 class ProxyProcess:
     def __init__(
         self,
@@ -112,14 +127,8 @@ class ProxyProcess:
         proc, self._proc = self._proc, None
         if proc is None:
             return 0
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-                raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
+        if not end_process(proc, timeout):
+            raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
         return proc.returncode
 
     def log_count(self, text: str) -> int:
