@@ -41,7 +41,7 @@ fi
 # it runs in the first pass.)
 second_pass=(tests/e2e/test_differential.py tests/e2e/test_hooks.py tests/e2e/test_swap.py tests/e2e/test_nri.py
   tests/e2e/test_answers.py tests/e2e/test_post_hooks.py tests/e2e/test_crictl.py tests/e2e/test_cri_client.py
-  tests/e2e/test_nri_stub.py tests/e2e/test_critest.py tests/e2e/test_kubelet.py
+  tests/e2e/test_nri_stub.py tests/e2e/test_critest.py tests/e2e/test_real_kubelet.py
   tests/e2e/test_docker_replay.py tests/e2e/test_docker_cli.py tests/e2e/test_nri_docker.py)
 if [ $# -eq 0 ] && [ "${RUNTIMEPROXY_SECOND_PASS:-1}" != 0 ]; then
   read -r containerd dockerd < <("$python" -m rplab.runtimes newest)

@@ -176,3 +176,13 @@ def test_no_cycle_among_the_tooling_modules() -> None:
     cycles = sorted((module, other) for module, edges in graph.items() for other in edges
                     if module in reachable(graph, other))
     assert cycles == [], f"rplab modules in a cycle (move what both need into a module of its own): {cycles}"
+
+
+def test_no_two_test_modules_share_a_basename() -> None:
+    """tests/ and its folders are plain directories on sys.path (rootdir-relative imports): two test modules of one
+    basename make the whole suite's collection fail, or one silently shadow the other."""
+    tests_dir = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests_dir)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -1,5 +1,5 @@
 """The standalone kubelet's fixture without a kubelet: its configuration, its mount namespace's script, the PATH it
-gets, its manifests, and the host check's verdicts (tests/e2e/test_kubelet.py runs the real one)."""
+gets, its manifests, and the host check's verdicts (tests/e2e/test_real_kubelet.py runs the real one)."""
 
 from __future__ import annotations
 

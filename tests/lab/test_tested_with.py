@@ -107,7 +107,7 @@ def test_docs_writes_the_records_and_the_page_and_takes_any_suite(
 
 
 def test_a_run_of_the_kubelet_suite_records_the_kubelet_version(tmp_path: Path) -> None:
-    path = write_record({"tests/e2e/test_kubelet.py::a": "passed"}, tmp_path)
+    path = write_record({"tests/e2e/test_real_kubelet.py::a": "passed"}, tmp_path)
     assert json.loads(path.read_text())["kubelet"] == KUBELET_VERSION
     again = write_record({"tests/e2e/test_hooks.py::a": "passed"}, tmp_path)  # a later run on the same runtimes
     assert json.loads(again.read_text())["kubelet"] == KUBELET_VERSION
