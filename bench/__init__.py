@@ -1,6 +1,6 @@
 """runtimeproxy benchmark: the proxy beside its anchors, driven by a compiled client.
 
-    python3 -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle,kubelet-node]
+    .venv/bin/python -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle,kubelet-node]
                                                                                    (from the repo root)
 
 Load side: `benchgo client` (peers/benchgo, a compiled peer built by rplab.peers; see gopeers.py):
@@ -72,5 +72,5 @@ run goes on.
 The package: peers (the processes; Lab starts each on first use), cases (one module per family of cases, and
 measure: how long, how often, and the one way peers are compared), report (rows, targets, the table, the JSON),
 machine (what the run ran on), run (the command). gopeers, procfs, docker_node and aio_relay are their helpers;
-binary_figures is a separate tool (`python3 -m bench.binary_figures`).
+binary_figures is a separate tool (`.venv/bin/python -m bench.binary_figures`).
 """

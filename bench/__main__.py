@@ -1,4 +1,4 @@
-"""`python3 -m bench`: the benchmark (bench/run.py)."""
+"""`.venv/bin/python -m bench`: the benchmark (bench/run.py)."""
 
 from bench.run import main
 

@@ -1,6 +1,6 @@
 """The smallest grpcio aio relay: the floor a Python relay cannot go below.
 
-    python3 -m bench.aio_relay --listen PATH --backend PATH [--option KEY=INT ...]
+    .venv/bin/python -m bench.aio_relay --listen PATH --backend PATH [--option KEY=INT ...]
 
 One generic handler, one upstream multicallable per method path (cached), raw bytes,
 unary-unary only, nothing else: no metadata, deadline or error handling. The benchmark
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
+from runtimeproxy.usage import OneLineParser
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
@@ -63,7 +64,7 @@ async def serve(listen: Path, backend: Path, extra: list[tuple[str, int]]) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--listen", type=Path, required=True)
     parser.add_argument("--backend", type=Path, required=True)
     parser.add_argument("--option", type=parse_option, action="append", default=[], metavar="KEY=INT")

@@ -1,6 +1,6 @@
 """Figures for docs/performance.md, "The release bundle": the release bundle against the installed wheel.
 
-    python3 -m bench.binary_figures [--bundle DIR] [--runs N]   (from the repo root)
+    .venv/bin/python -m bench.binary_figures [--bundle DIR] [--runs N]   (from the repo root)
 
 Builds the bundle with rplab.release (unless --bundle names one) and the wheel's virtualenv with
 tests/packagekit.installed_wheel(), then prints:
@@ -17,7 +17,6 @@ A measuring tool, not a test: nothing here asserts a time.
 
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import statistics
@@ -30,12 +29,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rplab import CHECKOUT
+from rplab.node_layout import CTL, PROXY
 from rplab.process import ProxyProcess
 from tests.packagekit import PACKAGE_WORKDIR, installed_wheel  # tests/ is a plain directory: a namespace package
+from runtimeproxy.usage import OneLineParser
 
 REPO_ROOT = CHECKOUT
 
-PROXY, CTL = "koord-runtime-proxy", "runtimeproxyctl"
 # Installed into every venv, never imported by the proxy.
 VENV_TOOLING = ("pip", "setuptools", "_distutils_hack", "pkg_resources", "distutils-precedence.pth")
 GLIBC_VERSION = re.compile(r"\bGLIBC_(\d+)\.(\d+)(?:\.(\d+))?\b")
@@ -127,7 +127,7 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", type=Path, help="a built bundle directory (default: build one)")
     parser.add_argument("--runs", type=int, default=5, help="runs per start-time figure (median)")
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""The benchmark command (`python3 -m bench`): parse the options, run the cases against one Lab, print the table,
+"""The benchmark command (`.venv/bin/python -m bench`): parse the options, run the cases against one Lab, print the table,
 write the JSON; every process and temporary directory is removed at the end, also on failure or Ctrl-C."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from bench.cases.measure import FULL, QUICK, Scale, short
 from bench.machine import machine_info
 from bench.peers import BENCH_DIR, REPO, Lab
 from bench.report import CaseReport, header_lines, render, render_markdown, write_json
+from runtimeproxy.usage import OneLineParser
 
 DEFAULT_JSON = BENCH_DIR / "results" / "latest.json"
 
@@ -42,8 +43,8 @@ def run_case(case: Case, lab: Lab, scale: Scale) -> CaseReport:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m bench", description=bench.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=".venv/bin/python -m bench", description=bench.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short runs: the whole thing in about 1.5 minutes")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results (%(default)s)")
     parser.add_argument("--markdown", action="store_true", help="also print the rows as one markdown table")

@@ -1,10 +1,10 @@
 """The lab: the project's tooling, kept out of the runtime package (and so out of the wheel).
 
 Offline OCI images, private containerd / dockerd / registry / CNI, the example plugin (the one fake plugin
-server of tests, lab and bench), a synthetic backend, the lab command (`python3 -m rplab`), conformance,
+server of tests, lab and bench), a synthetic backend, the lab command (`.venv/bin/python -m rplab`), conformance,
 the cri-dockerd replay, a streaming client and differential helpers. Shared by the tests, `scripts/lab.sh`
 and bench/. It runs from a checkout: the repository root must be on sys.path (it is, from the root, for
-`python3 -m ...` and pytest); the runtime package never imports it.
+`.venv/bin/python -m ...` and pytest); the runtime package never imports it.
 """
 
 from pathlib import Path

@@ -1,10 +1,11 @@
-"""`python -m rplab`: a local lab on this machine, end to end.
+"""`.venv/bin/python -m rplab` (what scripts/lab.sh runs): a local lab on this machine, end to end.
 
 Starts a private containerd (offline images, temporary root), the example hook
 plugin (its own process, registered for all seven hooks) and the proxy in front of
 containerd; drives a pod lifecycle through the proxy, printing every step and what
 the plugin changed; then removes everything. `--keep` leaves it all running until
-Ctrl-C, for crictl & co.
+Ctrl-C or SIGTERM (a background job too), for crictl & co., printing every path and command
+to use it (rplab.lab_guide).
 
 `--conformance` instead builds the offline world the CRI conformance suite expects
 (local registry with critest's images, CNI bridge) and runs critest direct, through
@@ -20,7 +21,6 @@ dockerd (see rplab/docker_lab.py); without cri-dockerd it replays cri-dockerd's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -28,13 +28,12 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import TypeVar
-
-from google.protobuf import json_format
 
 from rplab.conformance import (
     ConformanceLab, conformance_prerequisites, conformance_verdict, report_dir, run_conformance,
@@ -44,12 +43,14 @@ from rplab.critest import CritestResult
 from rplab.cri import CriClient, open_channel
 from rplab.docker_lab import docker_environment, docker_lab_problem, replay_lifecycle, show_docker_effects
 from rplab.images import IMAGE_CACHE, LAB_IMAGES, build_and_import
-from rplab.example_plugin import plugin_process, registration
+from rplab.lab_guide import CGROUP_HIERARCHY, guide, pod_cgroup_parent
+from rplab.example_plugin import LAB_ARGUMENTS, plugin_process, registration
 from rplab.process import ProxyProcess
 from rplab.peers import PeerBuildError
 from rplab.runtimes import RUNTIMES, SELECTED_BY, Runtime
 from rplab.tools import find_tool, missing_tool_message
 from runtimeproxy.hooks.names import HOOK_NAMES
+from runtimeproxy.usage import OneLineParser
 
 T = TypeVar("T")
 
@@ -82,7 +83,7 @@ def lab_environment(base: Path) -> Iterator[tuple[ContainerdInstance, ProxyProce
 
 def start_plugin(stack: ExitStack, socket: Path, record: Path) -> str:
     """The example plugin as its own process, stopped with the stack."""
-    plugin = stack.enter_context(plugin_process(socket, record, "--pod-cgroup-parent", "/runtimeproxy-lab"))
+    plugin = stack.enter_context(plugin_process(socket, record, *LAB_ARGUMENTS))
     return f"pid {plugin.pid}"
 
 
@@ -97,7 +98,9 @@ def show_plugin_effects(client: CriClient, container_id: str, pod_id: str) -> No
 
 
 def pod_lifecycle(client: CriClient, log_dir: Path, show_effects: Callable[[str, str], None]) -> None:
-    pod_config = client.pod_config("lab-pod", log_dir, labels={"app": "lab"})
+    uid = str(uuid.uuid4())
+    pod_config = client.pod_config("lab-pod", log_dir, labels={"app": "lab"}, uid=uid,
+                                   cgroup_parent=pod_cgroup_parent(uid))
     version = step("Version", lambda: client.runtime.Version(client.api.VersionRequest(), timeout=10))
     print(f"    runtime: {version.runtime_name} {version.runtime_version} (CRI {version.runtime_api_version})")
     pod_id = step("RunPodSandbox", lambda: client.run_pod(pod_config))
@@ -145,43 +148,27 @@ def print_plugin_requests(base: Path) -> None:
         print(f"  {json.loads(line)['hook']}")
 
 
-def write_crictl_samples(base: Path, client: CriClient) -> tuple[Path, Path]:
-    """A pod and a container config as crictl reads them (CRI's JSON field names, numeric enums)."""
-    pod = client.pod_config("demo", base / "pod-logs" / "demo", labels={"app": "demo"}, uid="demo-uid-1")
-    container = client.container_config("demo", envs={"FROM": "crictl"})
-    paths = base / "pod.json", base / "container.json"
-    for path, message in zip(paths, (pod, container)):
-        document = json_format.MessageToDict(message, preserving_proto_field_name=True, use_integers_for_enums=True)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-    return paths
-
-
-def built_crictl() -> str:
-    """The project's crictl (rplab.peers), or plain ``crictl`` when it cannot be built here."""
-    try:
-        return str(find_tool("crictl"))
-    except PeerBuildError as error:
-        print(f"lab: {error}", file=sys.stderr)
-        return "crictl"
-
-
-def wait_until_stopped(cri_socket: Path, admin_socket: Path | None, base: Path) -> None:
-    """--keep: say what is running and how to use it, then wait for Ctrl-C or SIGTERM."""
-    with open_channel(cri_socket) as channel:
-        pod_json, container_json = write_crictl_samples(base, CriClient(channel))
-    crictl = f"{built_crictl()} --runtime-endpoint unix://{cri_socket} --image-endpoint unix://{cri_socket}"
-    print(f"running until Ctrl-C or SIGTERM. CRI socket: {cri_socket}"
-          + (f"; admin socket: {admin_socket} (runtimeproxyctl --admin-endpoint {admin_socket} status)"
-             if admin_socket else ""))
-    print(f"images: {', '.join(LAB_IMAGES)}")
-    print(f"try:  {crictl} runp {pod_json}")
-    print(f"      {crictl} create POD_ID {container_json} {pod_json}")
-    print(f"      {crictl} start CONTAINER_ID; {crictl} ps -a")
-    try:
+def wait_until_stopped(base: Path, cri_socket: Path, proxy: ProxyProcess) -> None:
+    """--keep: say what is running and every command to use it (rplab.lab_guide), then wait for Ctrl-C or SIGTERM."""
+    try:  # from here on, an interrupt is the end a kept lab waits for
+        with open_channel(cri_socket) as channel:
+            print(guide(base, cri_socket, proxy, CriClient(channel)), flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
+
+
+def remove_lab_cgroups() -> None:
+    """The lab's pods' cgroup parents outlive them (runc removes a container's own cgroup; cgroup v1 leaves the
+    empty directories above it): remove what is left of the lab's hierarchy, deepest first."""
+    for top in Path("/sys/fs/cgroup").glob(f"*/{CGROUP_HIERARCHY}"):
+        directories = [top, *(path for path in top.rglob("*") if path.is_dir())]
+        for directory in sorted(directories, key=lambda path: len(path.parts), reverse=True):
+            try:
+                directory.rmdir()
+            except OSError:
+                pass  # still in use
 
 
 def run_containerd(base: Path, keep: bool) -> None:
@@ -193,7 +180,7 @@ def run_containerd(base: Path, keep: bool) -> None:
             pod_lifecycle(client, base / "pod-logs", lambda cid, pid: show_plugin_effects(client, cid, pid))
         print_plugin_requests(base)
         if keep:
-            wait_until_stopped(proxy.listen_path, proxy.admin_path, base)
+            wait_until_stopped(base, proxy.listen_path, proxy)
 
 
 def run_docker(base: Path, keep: bool) -> None:
@@ -203,7 +190,7 @@ def run_docker(base: Path, keep: bool) -> None:
         replay_lifecycle(base, IMAGE_CACHE, start_plugin, step)
         print_plugin_requests(base)
         return
-    with docker_environment(base, IMAGE_CACHE, start_plugin, step) as (dockerd, cri):
+    with docker_environment(base, IMAGE_CACHE, start_plugin, step) as (dockerd, proxy, cri):
         print(f"  cri-dockerd: {cri.socket}  ->  proxy (Docker mode)  ->  dockerd: {dockerd.socket}")
         print("pod lifecycle through cri-dockerd and the proxy:")
         (base / "pod-logs" / "app").mkdir(parents=True)  # cri-dockerd links logs there; containerd creates it
@@ -212,11 +199,11 @@ def run_docker(base: Path, keep: bool) -> None:
                           lambda cid, pid: show_docker_effects(dockerd, cid, pid))
         print_plugin_requests(base)
         if keep:
-            wait_until_stopped(cri.socket, None, base)
+            wait_until_stopped(base, cri.socket, proxy)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab", description=__doc__)
+    parser = OneLineParser(prog=".venv/bin/python -m rplab", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep containerd and the proxy running until Ctrl-C")
     parser.add_argument("--conformance", action="store_true",
                         help="run critest direct, through the proxy and through the proxy + an echo plugin")
@@ -224,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="Docker mode: cri-dockerd -> the proxy -> a private dockerd")
     parser.add_argument("--runtime", metavar="NAME", choices=sorted(RUNTIMES),
                         help="which containerd or dockerd (a dockerd implies --docker): "
-                             + ", ".join(RUNTIMES) + "; fetched on first use (python -m rplab.runtimes list)")
+                             + ", ".join(RUNTIMES) + "; fetched on first use (.venv/bin/python -m rplab.runtimes list)")
     args = parser.parse_args(argv)
     if args.runtime:
         args.docker = args.docker or choose_runtime(args.runtime).kind == "dockerd"
@@ -232,7 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"lab: cannot run here: {problem}", file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up as Ctrl-C does
+    # Ctrl-C and SIGTERM clean up alike, in the foreground and in the background: a shell starts a `&` job with
+    # SIGINT ignored, and Python then leaves it so.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     base = Path(tempfile.mkdtemp(prefix="rp-lab-", dir="/tmp"))
     try:
         if args.conformance:
@@ -248,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         print("lab interrupted: everything stopped and removed")
         return 130
     finally:
+        remove_lab_cgroups()
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rplab.gotoolchain import GoToolchainError, go_toolchain
+from runtimeproxy.usage import OneLineParser
 
 PEERS_DIR = Path(__file__).resolve().parent.parent / "peers"
 GO_TIMEOUT_SECONDS = 1800
@@ -161,8 +162,8 @@ def is_as_generated(go: Path, module: ConsumerModule) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.consumer_modules", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.consumer_modules", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     generating = commands.add_parser("generate", help="write peers/NAME/go.mod and go.sum")
     generating.add_argument("names", nargs="+", choices=sorted(MODULES))

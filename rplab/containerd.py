@@ -28,6 +28,7 @@ from types import TracebackType
 
 from rplab.cri import CriClient, open_channel
 from rplab.images import CRI_NAMESPACE, PAUSE_IMAGE, build_and_import, find_busybox, shared_libraries
+from rplab.process import end_process
 from rplab.runtimes import Runtime, selected
 
 DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
@@ -383,14 +384,8 @@ oom_score = 0
 
     def _terminate(self, timeout: float) -> None:
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5.0)
+        if proc is not None:
+            end_process(proc, timeout)
 
     def __enter__(self) -> ContainerdInstance:
         self.start()

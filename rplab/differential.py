@@ -9,11 +9,17 @@ Two runs of the same sequence create different objects, so before comparing, ``n
 side's own tokens (the IDs it was given, the names it chose) by placeholders and masks the paths that differ
 by nature (timestamps, pids, counters). A mask replaces a value by ``"<masked>"`` rather than dropping it:
 a field present on one side only is still a difference.
+
+Two runs of another kind (what a plugin saw over a pod's life: rplab.nri_differential, rplab.koord_differential)
+compare as *views*: ``placeheld`` puts placeholders for the tokens each run chose and masks times and pids,
+``leaf_differences`` lists every leaf where two views differ by path, and ``unexplained`` checks those paths against
+a test's table of known differences both ways.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +31,7 @@ from google.protobuf.message import Message
 
 Outcome = dict[str, Any]
 MASKED = "<masked>"
+ABSENT = "<absent>"  # a leaf one view has and the other has not
 INFO_MAP = "info"  # containerd's verbose answers: {"info": "<JSON document>"}
 
 
@@ -185,3 +192,58 @@ def differing_paths(expected: Any, got: Any, path: str = "") -> list[str]:
         return [line for index, (a, b) in enumerate(zip(expected, got))
                 for line in differing_paths(a, b, f"{path}.{index}")]
     return [] if expected == got else [f"{path.lstrip('.') or '<top>'}: {expected!r} != {got!r}"]
+
+
+# -- views: two runs' plain data, compared leaf by leaf against a table of known differences ------------------------
+
+TIME_FIELDS = frozenset({"created_at", "started_at", "finished_at"})
+PID_FIELDS = frozenset({"pid"})
+_PROC_PID = re.compile(r"/proc/\d+/")
+
+
+def placeheld(value: Any, tokens: Mapping[str, str], key: str = "") -> Any:
+    """``value`` with each token (an ID or directory a run chose) replaced by its placeholder (the longest first: a
+    root may hold an ID), times and pids masked (``<time>``, ``<pid>``, ``/proc/<pid>/``)."""
+    if isinstance(value, dict):
+        return {k: placeheld(v, tokens, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [placeheld(v, tokens) for v in value]
+    if key in TIME_FIELDS and value:
+        return "<time>"
+    if key in PID_FIELDS and value:
+        return "<pid>"
+    if isinstance(value, str):
+        for token in sorted(tokens, key=len, reverse=True):
+            value = value.replace(token, tokens[token])
+        return _PROC_PID.sub("/proc/<pid>/", value)
+    return value
+
+
+def _segment(key: str) -> str:
+    return f"[{key}]" if re.search(r"[.\[\]*/]", key) else f".{key}"
+
+
+def leaves(value: Any, path: str = "") -> dict[str, Any]:
+    """Every leaf by path; an empty message or map has none (as protobuf, absent and empty mean the same).
+    A list is one leaf; a map key with a dot, bracket, star or slash is one ``[segment]``."""
+    if isinstance(value, dict):
+        return {leaf: item for key, sub in value.items()
+                for leaf, item in leaves(sub, path + _segment(str(key))).items()}
+    return {path.lstrip("."): value}
+
+
+def leaf_differences(reference: Any, other: Any) -> dict[str, tuple[Any, Any]]:
+    """``{path: (reference's value, other's value)}`` for every leaf where two views differ."""
+    mine, theirs = leaves(reference), leaves(other)
+    return {path: (mine.get(path, ABSENT), theirs.get(path, ABSENT))
+            for path in sorted(set(mine) | set(theirs)) if mine.get(path, ABSENT) != theirs.get(path, ABSENT)}
+
+
+def unexplained(found: Iterable[str], table: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Paths no table entry names (a pattern: ``*`` matches any part of a path), and table entries no path matches
+    any more (a difference that disappeared: the table must lose it)."""
+    paths = list(found)
+    patterns = {pattern: re.compile(".*".join(map(re.escape, pattern.split("*")))) for pattern in table}
+    new = [path for path in paths if not any(regex.fullmatch(path) for regex in patterns.values())]
+    gone = [pattern for pattern, regex in patterns.items() if not any(regex.fullmatch(path) for path in paths)]
+    return new, gone

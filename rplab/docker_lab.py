@@ -91,7 +91,7 @@ def _dockerd_and_hooked_proxy(stack: ExitStack, base: Path, image_cache: Path, s
 
 @contextmanager
 def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarter,
-                       step: Step) -> Iterator[tuple[DockerdInstance, CriDockerd]]:
+                       step: Step) -> Iterator[tuple[DockerdInstance, DockerModeProxy, CriDockerd]]:
     """dockerd, the example plugin, the proxy in Docker mode and cri-dockerd, stopped in reverse order."""
     with ExitStack() as stack:
         dockerd, proxy = _dockerd_and_hooked_proxy(stack, base, image_cache, start_plugin, step)
@@ -100,7 +100,7 @@ def docker_environment(base: Path, image_cache: Path, start_plugin: PluginStarte
         cri = CriDockerd(binary, base / "cridk", proxy.listen_path, PAUSE_IMAGE)
         step("start cri-dockerd (in front of the proxy)", lambda: cri.start(ready=lambda: _answers_cri(cri.socket)))
         stack.callback(cri.stop)
-        yield dockerd, cri
+        yield dockerd, proxy, cri
 
 
 def show_docker_effects(dockerd: DockerdInstance, container_id: str, pod_id: str) -> None:
@@ -121,7 +121,7 @@ def replay_lifecycle(base: Path, image_cache: Path, start_plugin: PluginStarter,
         dockerd, proxy = _dockerd_and_hooked_proxy(stack, base, image_cache, start_plugin, step)
         print(f"  replayed cri-dockerd  ->  proxy (Docker mode) {proxy.listen_path}  ->  dockerd: {dockerd.socket}")
         pod = PodShape(name="lab-pod", uid=str(uuid.uuid4()), labels={"app": "lab"}, annotations={"team": "lab"},
-                       cgroup_parent="/runtimeproxy-lab/kubepods",  # the plugin moves it up to /runtimeproxy-lab
+                       cgroup_parent="/runtimeproxy-lab/burstable",  # the plugin moves it to /runtimeproxy-lab/rplab
                        sandbox_image=PAUSE_IMAGE, image=BUSYBOX_IMAGE)
         replay = stack.enter_context(CriDockerdReplay(proxy.listen_path))
         sandbox_id = step("RunPodSandbox (create + start)", lambda: replay.run_pod_sandbox(pod))

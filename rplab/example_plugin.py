@@ -1,7 +1,8 @@
 """The example hook plugin: what koordlet does, in miniature; the one fake plugin server of tests, lab and bench.
 
 Like koordlet it echoes each request back with a few edits:
-- PreRunPodSandbox: adds an annotation; sets the pod's cgroup parent if configured.
+- PreRunPodSandbox: adds an annotation; moves the pod into a cgroup sub-tree of its own hierarchy if configured
+  (``--pod-cgroup-subtree NAME``, what the lab runs: ``subtree_parent``), or sets the parent it is given.
 - PreCreateContainer: sets CPU shares and a memory limit, adds an env var and an annotation.
 - PreUpdateContainerResources: adds the annotation (keeps the requested resources, or sets a memory limit).
 - every other hook: no change.
@@ -44,12 +45,17 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from rplab import CHECKOUT
+from runtimeproxy.hooks.validate import cgroup_hierarchy
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.plugin import HookPlugin, serve_until_stopped
 from runtimeproxy.plugin import echoed, registration  # noqa: F401  (re-exported: tests and the lab use them from here)
 from runtimeproxy.plugin.service import Context, Hook
+from runtimeproxy.usage import OneLineParser
 
+SLICE = ".slice"
 ANNOTATION = "example.runtimeproxy.koordinator.sh/hooked"
+# The lab's plugin: every pod moved into the cgroup sub-tree "rplab" of its own hierarchy (`kubepods` on a node).
+LAB_ARGUMENTS = ("--pod-cgroup-subtree", "rplab")
 PROCESS_START_TIMEOUT_SECONDS = 30.0
 
 # A scripted answer: (request, context) -> the response to send as it is (or an awaitable of it).
@@ -61,7 +67,8 @@ class ExampleSettings:
     cpu_shares: int = 512
     memory_limit_in_bytes: int = 128 * 1024 * 1024
     envs: dict[str, str] = field(default_factory=lambda: {"EXAMPLE_PLUGIN": "hello"})
-    pod_cgroup_parent: str = ""
+    pod_cgroup_parent: str = ""  # this parent for every pod, as it is
+    pod_cgroup_subtree: str = ""  # else: every pod moved into the sub-tree of this name (subtree_parent)
     # PreUpdateContainerResources: 0 echoes the resources; else sets this memory limit, as koordlet does
     # (echoing swap: the proxy's merge makes swap follow).
     update_memory_limit_in_bytes: int = 0
@@ -129,8 +136,10 @@ class ExamplePlugin(HookPlugin):
     def pre_run_pod_sandbox(self, request: hooks.PodSandboxHookRequest) -> hooks.PodSandboxHookResponse | None:
         if self.settings.echo:
             return None
-        return hooks.PodSandboxHookResponse(annotations={ANNOTATION: "PreRunPodSandbox"},
-                                            cgroup_parent=self.settings.pod_cgroup_parent)
+        parent = self.settings.pod_cgroup_parent
+        if not parent and self.settings.pod_cgroup_subtree:
+            parent = subtree_parent(request.cgroup_parent, self.settings.pod_cgroup_subtree)
+        return hooks.PodSandboxHookResponse(annotations={ANNOTATION: "PreRunPodSandbox"}, cgroup_parent=parent)
 
     def pre_create_container(
         self, request: hooks.ContainerResourceHookRequest
@@ -154,6 +163,25 @@ class ExamplePlugin(HookPlugin):
             container_resources=hooks.LinuxContainerResources(
                 memory_limit_in_bytes=self.settings.update_memory_limit_in_bytes),
         )
+
+
+def subtree_parent(current: str, name: str) -> str:
+    """The pod's cgroup parent moved into the sub-tree ``name`` (no '-': systemd nests slices by it) of its own
+    top-level hierarchy, keeping the pod's own cgroup, as a resource manager moves the pods it manages into a tree
+    of its own. The proxy refuses a parent outside the pod's hierarchy or its cgroup driver (hooks.validate):
+    cgroupfs "/kubepods/burstable/pod<uid>" -> "/kubepods/<name>/pod<uid>"; the systemd driver's
+    "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice" ->
+    "/kubepods.slice/kubepods-<name>.slice/kubepods-<name>-pod<uid>.slice"; a pod without a parent (the
+    runtime's default: the lab's own pods) -> "/<name>"."""
+    if not current:
+        return f"/{name}"
+    top = cgroup_hierarchy(current)
+    last = current.rsplit("/", 1)[-1]
+    if last.endswith(SLICE):
+        pod = last[: -len(SLICE)].rsplit("-", 1)[-1]
+        tree = f"{top}-{name}"
+        return f"/{top}{SLICE}/{tree}{SLICE}" + (f"/{tree}-{pod}{SLICE}" if pod.startswith("pod") else "")
+    return f"/{top}/{name}" + (f"/{last}" if last.startswith("pod") else "")
 
 
 class ScriptedPlugin(ExamplePlugin):
@@ -188,7 +216,8 @@ def plugin_process(socket_path: Path, record: Path | None = None, *args: str) ->
 async def _serve(args: argparse.Namespace) -> None:
     settings = ExampleSettings(cpu_shares=args.cpu_shares, memory_limit_in_bytes=args.memory_limit,
                                envs=dict(item.split("=", 1) for item in args.env) or ExampleSettings().envs,
-                               pod_cgroup_parent=args.pod_cgroup_parent, echo=args.echo, empty=args.empty)
+                               pod_cgroup_parent=args.pod_cgroup_parent, pod_cgroup_subtree=args.pod_cgroup_subtree,
+                               echo=args.echo, empty=args.empty)
     plugin = ExamplePlugin(settings, args.record, keep_seen=False)
     if args.counts is not None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, plugin.write_counts, args.counts)
@@ -200,13 +229,15 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.example_plugin", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.example_plugin", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--socket", type=Path, required=True)
     parser.add_argument("--cpu-shares", type=int, default=512)
     parser.add_argument("--memory-limit", type=int, default=128 * 1024 * 1024)
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--pod-cgroup-parent", default="")
+    parser.add_argument("--pod-cgroup-parent", default="", help="every pod's new cgroup parent, as it is")
+    parser.add_argument("--pod-cgroup-subtree", default="", metavar="NAME",
+                        help="move every pod into the cgroup sub-tree NAME of its own hierarchy (the lab's: rplab)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--echo", action="store_true", help="echo every request back unchanged (no edits)")
     mode.add_argument("--empty", action="store_true", help="answer every hook with an empty response (no-op)")

@@ -40,6 +40,7 @@ from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
 from rplab.images import build_image_tars, import_images
 from rplab.runtimes import runtime_named
+from runtimeproxy.usage import OneLineParser
 
 CACHE = Path(os.environ.get("RUNTIMEPROXY_GUEST_CACHE", Path.home() / ".cache" / "runtimeproxy" / "guest"))
 SUITE = "bookworm"
@@ -504,8 +505,8 @@ def running_guest(base: Path, image_cache: Path, cache: Path = CACHE, fresh_ids:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.guest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.guest", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["boot"])
     parser.add_argument("--images", type=Path, default=Path.home() / ".cache" / "runtimeproxy" / "images")
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ from typing import Any
 from rplab.differential import differing_paths
 from rplab.images import BUSYBOX_IMAGE
 from rplab.peers import peer_binary
+from runtimeproxy.usage import OneLineParser
 
 PEER = "crilifecycle"
 RUN_TIMEOUT_SECONDS = 300
@@ -120,8 +121,8 @@ def run_lifecycle(endpoint: str | Path, log_dir: Path, *, pod_name: str, streami
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.kubelet", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.kubelet", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--endpoint", required=True, help="a CRI socket (containerd's, or the proxy's)")
     parser.add_argument("--log-dir", required=True, type=Path, help="the pod's log directory")
     parser.add_argument("--pod-name", default="crilifecycle")

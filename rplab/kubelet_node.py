@@ -16,7 +16,8 @@ Even standalone the kubelet changes the host; how each change is kept off it:
   writes whatever its flags (``/var/lib/kubelet/device-plugins``, ``/var/log/containers``): it runs in a mount
   namespace of its own (``unshare -m``), where each sysctl file is a file of ours bind-mounted over it and
   ``/var/lib`` and ``/var/log`` are overlays whose upper layers are ours. All of it ends with the process; what it
-  wrote is in ``written_sysctls()`` and under ``directory/overlay``.
+  wrote is in ``written_sysctls()`` and under ``directory/overlay``. (A sysctl found changed on the host all the
+  same is written back by ``stop()``, which reports it.)
 - iptables chains: its PATH has no ``iptables``.
 - cgroups: a private ``cgroupRoot`` made first in every hierarchy and removed last (the kubelet deletes pod cgroups
   it does not know inside its tree: it never gets the suite's).
@@ -24,23 +25,20 @@ Even standalone the kubelet changes the host; how each change is kept off it:
 - the runtime's pods: the kubelet stops its pods but leaves them to its garbage collector; ``stop()`` removes them
   through CRI (those labelled ``NODE_LABEL`` with this node's id, a label ``write_pod`` adds).
 
-The kubelet owns its runtime: it stops pods it does not know (give it a runtime no other test shares).
+The kubelet owns its runtime: it stops and removes every pod it does not know, so ``start()`` refuses a runtime that
+holds pods of others (give it a runtime no other test, and no cluster's kubelet, uses).
 
-    python -m rplab.kubelet_node --endpoint SOCKET [--import-images CONTAINERD_SOCKET] [--dir DIR]
-        # a node's worth of static pods (rplab.kubelet_pods) through SOCKET: prints what the kubelet saw, the
-        # figures and the host check as JSON; exit status 1 unless every pod settled and the host is as found
+Its command line, a node's worth of static pods through a given socket, is rplab.kubelet_pods's.
 """
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -54,8 +52,8 @@ import grpc
 
 from rplab.consumer_modules import KUBERNETES_VERSION
 from rplab.cri import CriClient, open_channel
-from rplab.images import BUSYBOX_IMAGE, IMAGE_CACHE, build_and_import
 from rplab.peers import peer_binary
+from rplab.process import end_process
 from rplab.registry import free_port
 
 PEER = "kubelet"
@@ -200,12 +198,11 @@ def wait_until(condition: Callable[[], T | None], timeout: float, what: str, int
 
 @dataclass
 class KubeletNode:
-    """The kubelet, standalone, on ``endpoint`` (a CRI unix socket path), everything of it in ``directory``.
-    ``cgroup_driver``: "cgroupfs", or "systemd" on a node whose PID 1 is systemd."""
+    """The kubelet, standalone, on ``endpoint`` (a CRI unix socket path), everything of it in ``directory``, with
+    the cgroupfs driver (a node without systemd as PID 1, as these machines are)."""
 
     endpoint: Path
     directory: Path
-    cgroup_driver: str = "cgroupfs"
     binary: Path | None = None
     node_id: str = ""
     read_only_port: int = 0
@@ -219,7 +216,10 @@ class KubeletNode:
             if self.directory.is_relative_to(overlaid):
                 raise KubeletNodeError(f"{self.directory} is under {overlaid}, which the kubelet sees as an overlay "
                                        "of its own: give it a directory elsewhere (e.g. under /tmp)")
-        self.node_id = self.node_id or self.directory.name
+        # The directory's name (as much of it as a label value takes) and a digest of its path: two nodes in
+        # directories of the same name (two tests, two helpers) never share a cgroupRoot or a pod label.
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", self.directory.name)[:40].strip("-_.") or "node"
+        self.node_id = self.node_id or f"{name}-{hashlib.sha256(bytes(self.directory)).hexdigest()[:6]}"
 
     # -- paths -----------------------------------------------------------------------------------------------
 
@@ -247,7 +247,7 @@ class KubeletNode:
             "kind": "KubeletConfiguration",
             "staticPodPath": str(self.manifests),
             "containerRuntimeEndpoint": f"unix://{self.endpoint}",
-            "cgroupDriver": self.cgroup_driver,
+            "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.cgroup_root,
             "failSwapOn": False,
             "failCgroupV1": False,
@@ -288,7 +288,9 @@ class KubeletNode:
     # -- lifecycle -------------------------------------------------------------------------------------------
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
-        """Make its directories and cgroups, then start it; returns once its read-only port answers /healthz."""
+        """Make its directories and cgroups, then start it; returns once its read-only port answers /healthz.
+        Refuses a runtime that holds pods of others: the kubelet would stop and remove them."""
+        self._refuse_foreign_pods()
         for directory in ("manifests", "root", "pki", "pod-logs", "volume-plugins", "sysctl"):
             (self.directory / directory).mkdir(parents=True, exist_ok=True)
         for overlaid in OVERLAID:
@@ -306,10 +308,14 @@ class KubeletNode:
             self._process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                              env=environment, start_new_session=True)
         try:
-            wait_until(self._healthy, timeout, f"the kubelet's /healthz\n{self.log_tail()}")
+            wait_until(self._healthy, timeout, f"the kubelet's /healthz (its log: {self.log_path})")
         except BaseException:
             self._terminate()
             raise
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     def _healthy(self) -> bool:
         if self._process is None or self._process.poll() is not None:
@@ -325,33 +331,40 @@ class KubeletNode:
         """Every static pod removed and waited for, the kubelet stopped, its pods removed from the runtime, its
         cgroups removed. Safe to call twice, or after a failed start."""
         problems = []
-        if self._process is not None and self._process.poll() is None:
+        if self.running:
             for manifest in self.manifests.glob("*.json"):
                 manifest.unlink()
             try:
                 wait_until(lambda: not self.pods() and not self._running_sandboxes(), timeout,
                            "the kubelet to stop its pods")
             except KubeletNodeError as error:
-                problems.append(str(error))
+                problems.append(str(error).split("\n")[0])
         self._terminate()
         try:
             self._remove_runtime_pods()
         except grpc.RpcError as error:
             problems.append(f"removing the node's pods from the runtime: {error.code().name} {error.details()}")
         problems += self._remove_cgroup_root()
+        problems += self._restore_sysctls()
         if problems:
             raise KubeletNodeError("; ".join(problems) + f"\n{self.log_tail()}")
 
+    def _restore_sysctls(self) -> list[str]:
+        """Writes back any sysctl that differs from the host's before ``start()`` (its namespace's masks keep the
+        kubelet's writes off the host: a difference is a bug, or another program's doing, and is reported)."""
+        if self.host_before is None:
+            return []
+        restored = []
+        for name, value in read_sysctls().items():
+            if value != self.host_before.sysctls[name]:
+                (Path("/proc/sys") / name).write_text(self.host_before.sysctls[name])
+                restored.append(f"sysctl {name} was {value} on the host: restored to {self.host_before.sysctls[name]}")
+        return restored
+
     def _terminate(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        if process is not None:
+            end_process(process, 15)
 
     def __enter__(self) -> KubeletNode:
         self.start()
@@ -377,8 +390,11 @@ class KubeletNode:
 
     def pods(self) -> list[dict[str, Any]]:
         """The kubelet's pods with their status, from its read-only port's /pods."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=10) as answer:
-            return list(json.load(answer).get("items") or [])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=10) as answer:
+                return list(json.load(answer).get("items") or [])
+        except OSError as error:  # URLError is one
+            raise KubeletNodeError(f"the kubelet's /pods did not answer ({error})\n{self.log_tail()}") from error
 
     def relists(self) -> int:
         """How many times the kubelet has relisted its runtime's pods (PLEG, once a second), from its metrics."""
@@ -402,6 +418,18 @@ class KubeletNode:
         api = client.api
         selector = api.PodSandboxFilter(label_selector={NODE_LABEL: self.node_id})
         return list(client.runtime.ListPodSandbox(api.ListPodSandboxRequest(filter=selector), timeout=30).items)
+
+    def _refuse_foreign_pods(self) -> None:
+        client = self.runtime()
+        with client.channel:
+            others = [s.metadata for s in client.runtime.ListPodSandbox(client.api.ListPodSandboxRequest(),
+                                                                        timeout=30).items
+                      if s.labels.get(NODE_LABEL) != self.node_id]
+        if others:
+            names = ", ".join(f"{m.namespace}/{m.name}" for m in others[:5])
+            raise KubeletNodeError(f"the runtime at {self.endpoint} holds {len(others)} pod(s) of others ({names}): "
+                                   "the kubelet stops and removes every pod it does not know; give it a runtime of its "
+                                   "own (a private containerd, or a proxy in front of one)")
 
     def _running_sandboxes(self) -> list[Any]:
         client = self.runtime()
@@ -432,11 +460,10 @@ class KubeletNode:
                     (path / name).write_text((hierarchy / name).read_text())
 
     def has_pod_cgroup(self, uid: str) -> bool:
-        """Whether the pod's cgroup is still there: the kubelet removes it last when it has finished a pod (the
-        systemd driver's slice names carry the UID with underscores)."""
+        """Whether the pod's cgroup (``.../pod<uid>``) is still there: the kubelet removes it last when it has
+        finished a pod."""
         root = cgroup_hierarchies()[0] / self.cgroup_root.lstrip("/")
-        names = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
-        return any(any(name in directory for name in names) for directory, _, _ in os.walk(root))
+        return any(directory.endswith(f"/pod{uid}") for directory, _, _ in os.walk(root))
 
     def _remove_cgroup_root(self) -> list[str]:
         """Removes the cgroupRoot tree in every hierarchy, deepest first (retrying while runc tidies up)."""
@@ -459,7 +486,8 @@ class KubeletNode:
 
     def written_sysctls(self) -> dict[str, str]:
         """The sysctls the kubelet set (in its namespace's masks) that differ from the host's."""
-        assert self.host_before is not None
+        if self.host_before is None:
+            return {}
         written = {name: self._sysctl_mask(name).read_text().strip() for name in SYSCTLS}
         return {name: value for name, value in written.items() if value != self.host_before.sysctls[name]}
 
@@ -493,37 +521,3 @@ def _remove_tree(root: Path) -> bool:
 
 def seconds_since(start: float) -> float:
     return round(time.monotonic() - start, 1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rplab.kubelet_pods import run_node  # the node's worth of pods needs this module: imported here
-
-    parser = argparse.ArgumentParser(prog="python -m rplab.kubelet_node", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--endpoint", type=Path, required=True, help="the CRI socket (containerd's or a proxy's)")
-    parser.add_argument("--import-images", type=Path, metavar="CONTAINERD_SOCKET",
-                        help="first import the lab's busybox and pause images (built offline) into this containerd "
-                        f"(namespace k8s.io); the pods use {BUSYBOX_IMAGE} and never pull it")
-    parser.add_argument("--dir", type=Path, help="the kubelet's directory, kept (default: a temporary one, removed)")
-    args = parser.parse_args(argv)
-    if os.geteuid() != 0:
-        print("rplab.kubelet_node: the kubelet runs as root (sudo)", file=sys.stderr)
-        return 2
-    if args.import_images is not None:
-        build_and_import(str(args.import_images), IMAGE_CACHE)
-    directory = args.dir or Path(tempfile.mkdtemp(prefix="rplab-kubelet-", dir="/tmp"))
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        outcome = run_node(KubeletNode(args.endpoint, directory))
-    except KubeletNodeError as error:
-        print(f"rplab.kubelet_node: {error}", file=sys.stderr)
-        return 1
-    finally:
-        if args.dir is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    print(json.dumps(outcome.summary(), indent=1))
-    return 0 if outcome.ok() else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -22,10 +22,20 @@ normalised, so two runs compare with ``==``:
   (a crash-looping container's as ">=1": how often it crashed depends on the clock), state and last state;
 - ``runtime_view``: from CRI (ListPodSandbox, ListContainers), per pod its newest sandbox's state, labels and
   annotations, and per container (the newest attempt of each name) its state, labels and annotations.
+
+    python -m rplab.kubelet_pods --endpoint SOCKET [--import-images CONTAINERD_SOCKET] [--dir DIR]
+        # the pods through SOCKET: prints what the kubelet saw, the figures and the host check as JSON;
+        # exit status 1 unless every pod settled and the host is as found
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,9 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from rplab.cri import CriClient, open_channel
-from rplab.images import BUSYBOX_IMAGE
-from rplab.kubelet_node import KUBELET_VERSION, NODE_LABEL, NODE_NAME, KubeletNode, KubeletNodeError, seconds_since, wait_until
+from rplab.images import BUSYBOX_IMAGE, IMAGE_CACHE, build_and_import
+from rplab.kubelet_node import (KUBELET_VERSION, NODE_LABEL, NODE_NAME, KubeletNode, KubeletNodeError, seconds_since,
+                                wait_until)
 from rplab.registry import free_port
+from runtimeproxy.usage import OneLineParser
 
 NAMESPACE = "rplab"
 CRASH_LOOPING = {("crash-loop", "app")}  # (pod, container) whose restartCount the views give as ">=1"
@@ -230,7 +242,8 @@ SETTLED: dict[str, PodCheck] = {
     "not-ready": lambda v: v["phase"] == "Running" and not v["ready"] and _app(v).get("state") == "running",
     "liveness-restart": lambda v: _ready(v) and _app(v).get("restartCount") == 1,
     "crash-loop": lambda v: _app(v).get("state") == "waiting:CrashLoopBackOff" and _app(v).get("restartCount") == ">=1",
-    "init-container": lambda v: _ready(v) and v["initContainers"].get("init", {}).get("state") == "terminated:Completed:0",
+    "init-container": lambda v: (_ready(v)
+                                 and v["initContainers"].get("init", {}).get("state") == "terminated:Completed:0"),
     "completes": lambda v: v["phase"] == "Succeeded",
     "guaranteed": _ready,
     "readded": _ready,
@@ -283,8 +296,8 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
     the pods are settled, before they are stopped."""
     outcome = NodeOutcome()
     manifests = node_pods(ports or NodePorts.free())
-    node.start()
     try:
+        node.start()
         for manifest in manifests:
             node.write_pod(manifest)
         wait_until(lambda: _settled_view(node, list(READY_PODS)), SETTLE_TIMEOUT_SECONDS,
@@ -301,7 +314,8 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
             while_settled(node)
     except KubeletNodeError as error:
         outcome.problems.append(str(error))
-        outcome.kubelet = outcome.kubelet or kubelet_view(node.pod_names())
+        if not outcome.kubelet and node.running:
+            outcome.kubelet = kubelet_view(node.pod_names())
     finally:
         stopping = time.monotonic()
         try:
@@ -350,3 +364,35 @@ def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: Node
     node.write_pod(manifest)
     wait_until(lambda: _settled_view(node, [name]), SETTLE_TIMEOUT_SECONDS, f"{name} Ready again", interval=0.2)
     outcome.figures["pod re-added, Ready"] = seconds_since(readding)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m rplab.kubelet_pods", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--endpoint", type=Path, required=True, help="the CRI socket (containerd's or a proxy's)")
+    parser.add_argument("--import-images", type=Path, metavar="CONTAINERD_SOCKET",
+                        help="first import the lab's busybox and pause images (built offline) into this containerd "
+                        f"(namespace k8s.io); the pods use {BUSYBOX_IMAGE} and never pull it")
+    parser.add_argument("--dir", type=Path, help="the kubelet's directory, kept (default: a temporary one, removed)")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("rplab.kubelet_pods: the kubelet runs as root (sudo)", file=sys.stderr)
+        return 2
+    if args.import_images is not None:
+        build_and_import(str(args.import_images), IMAGE_CACHE)
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="rplab-kubelet-", dir="/tmp"))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        outcome = run_node(KubeletNode(args.endpoint, directory))
+    except KubeletNodeError as error:
+        print(f"rplab.kubelet_pods: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+    print(json.dumps(outcome.summary(), indent=1))
+    return 0 if outcome.ok() else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,17 +1,20 @@
-"""The node packages: a .deb and an .rpm holding the release bundle, the systemd unit, a kubelet drop-in (shipped
+"""The node packages: a .deb and an .rpm holding the release bundle, the systemd units, a kubelet drop-in (shipped
 disabled) and the hook directory, built with dpkg-deb and rpmbuild (Debian's `rpm`) as node agents ship theirs.
 
 Contents (the same in both):
   /opt/koord-runtime-proxy/bin/            the bundle (rplab.release): koord-runtime-proxy, runtimeproxyctl, _internal
   /usr/bin/koord-runtime-proxy, /usr/bin/runtimeproxyctl     links into it, so both are on PATH
   /usr/lib/systemd/system/koord-runtime-proxy.service        deploy/koord-runtime-proxy.service
+  /usr/lib/systemd/system/koord-runtime-proxy{,-admin}.socket  deploy/'s: its CRI and admin sockets, held by systemd
   /usr/share/koord-runtime-proxy/kubelet-runtime-endpoint.conf   the kubelet drop-in, to copy into
                                            /etc/systemd/system/kubelet.service.d/ to switch the kubelet over
   /etc/runtime/hookserver.d/               the hook directory; the operator's files in it are never the package's
 
 The maintainer scripts only reload systemd where it runs, restart a running proxy on upgrade and stop the service
 on removal: installing does not start or enable it (the kubelet must be pointed at it first), and nothing the
-operator wrote is touched.
+operator wrote is touched. The sockets come with the service (its Wants= and Also=): an enabled service gets them
+enabled on upgrade too (from a version without them), and the restart that follows is the last to refuse a call:
+from then on systemd holds the sockets across every restart.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import tempfile
 from pathlib import Path
 
 from rplab import CHECKOUT
-from rplab.release import CTL, INSTALL_DIR, PROXY
+from rplab.node_layout import CTL, INSTALL_DIR, PROXY
 
 PACKAGE = "koord-runtime-proxy"
 UNIT = CHECKOUT / "deploy" / f"{PROXY}.service"
+SOCKET_UNITS = (CHECKOUT / "deploy" / f"{PROXY}.socket", CHECKOUT / "deploy" / f"{PROXY}-admin.socket")
+SOCKET_NAMES = " ".join(unit.name for unit in SOCKET_UNITS)
 KUBELET_DROPIN = CHECKOUT / "deploy" / "kubelet-runtime-endpoint.conf"
 HOOK_DIR = "/etc/runtime/hookserver.d"
 UNIT_DIR = "/usr/lib/systemd/system"  # where packages put units, on Debian and RPM distributions alike
@@ -34,20 +39,29 @@ SHARE_DIR = f"/usr/share/{PACKAGE}"
 DEB_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 SYSTEMD_RUNNING = "[ -d /run/systemd/system ]"
+# An enabled service gets its sockets enabled (an upgrade from a version without them); a running one is restarted
+# on the new bundle (the restart starts the sockets it wants first). A first install starts and enables nothing.
+# (rpm runs the new package's %post but the old one's %postun: the enabling goes in %post.)
+ENABLE_SOCKETS = (f"    if systemctl is-enabled --quiet {PACKAGE}.service; then systemctl enable {SOCKET_NAMES} >/dev/null 2>&1"
+                  " || true; fi")
+RESTART_SERVICE = f"    if systemctl is-active --quiet {PACKAGE}.service; then systemctl restart {PACKAGE}.service || true; fi"
+STOP_SERVICE = f"""  systemctl stop {PACKAGE}.service {SOCKET_NAMES} || true
+  systemctl disable {PACKAGE}.service {SOCKET_NAMES} >/dev/null 2>&1 || true"""
 MAINTAINER_SCRIPTS = {
     "postinst": f"""#!/bin/sh
 set -e
 if [ "$1" = configure ] && {SYSTEMD_RUNNING}; then
   systemctl daemon-reload || true
-  # An upgrade restarts a running proxy on the new bundle; a first install starts nothing.
-  if [ -n "$2" ] && systemctl is-active --quiet {PACKAGE}.service; then systemctl restart {PACKAGE}.service || true; fi
+  if [ -n "$2" ]; then
+{ENABLE_SOCKETS}
+{RESTART_SERVICE}
+  fi
 fi
 """,
     "prerm": f"""#!/bin/sh
 set -e
 if [ "$1" = remove ] && {SYSTEMD_RUNNING}; then
-  systemctl stop {PACKAGE}.service || true
-  systemctl disable {PACKAGE}.service >/dev/null 2>&1 || true
+{STOP_SERVICE}
 fi
 """,
     "postrm": f"""#!/bin/sh
@@ -76,7 +90,8 @@ def stage(bundle: Path, staging: Path) -> None:
     usr_bin.mkdir(parents=True)
     for name in (PROXY, CTL):
         (usr_bin / name).symlink_to(f"{INSTALL_DIR}/bin/{name}")
-    _install(UNIT, staging / UNIT_DIR.lstrip("/") / UNIT.name)
+    for unit in (UNIT, *SOCKET_UNITS):
+        _install(unit, staging / UNIT_DIR.lstrip("/") / unit.name)
     _install(KUBELET_DROPIN, staging / SHARE_DIR.lstrip("/") / KUBELET_DROPIN.name)
     (staging / HOOK_DIR.lstrip("/")).mkdir(parents=True)
 
@@ -126,22 +141,28 @@ cp -a {staging}/. %{{buildroot}}/
 /usr/bin/{PROXY}
 /usr/bin/{CTL}
 {UNIT_DIR}/{UNIT.name}
-{SHARE_DIR}
+{"".join(f"{UNIT_DIR}/{unit.name}{chr(10)}" for unit in SOCKET_UNITS)}{SHARE_DIR}
 %dir {HOOK_DIR}
 
 %post
-if {SYSTEMD_RUNNING}; then systemctl daemon-reload || true; fi
+if {SYSTEMD_RUNNING}; then
+  systemctl daemon-reload || true
+  if [ "$1" -ge 2 ]; then
+{ENABLE_SOCKETS}
+  fi
+fi
 
 %preun
 if [ "$1" -eq 0 ] && {SYSTEMD_RUNNING}; then
-  systemctl stop {PACKAGE}.service || true
-  systemctl disable {PACKAGE}.service >/dev/null 2>&1 || true
+{STOP_SERVICE}
 fi
 
 %postun
 if {SYSTEMD_RUNNING}; then
   systemctl daemon-reload || true
-  if [ "$1" -ge 1 ] && systemctl is-active --quiet {PACKAGE}.service; then systemctl restart {PACKAGE}.service || true; fi
+  if [ "$1" -ge 1 ]; then
+{RESTART_SERVICE}
+  fi
 fi
 """
 

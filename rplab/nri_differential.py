@@ -13,19 +13,17 @@ annotation key is one segment), with both values: what a test's table of known d
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ABSENT = "<absent>"
+from rplab.differential import ABSENT, leaf_differences, placeheld
+from rplab.differential import unexplained  # noqa: F401  (re-exported: the tests use it from here)
+
 SPEC_VIEWS = {"OCI spec (running)": ("ContainerStatus", "running"),
               "OCI spec (resized)": ("ContainerStatus", "resized")}
 # The plugin's records under these keys are the messages it got; the other keys repeat parts of them.
 FULL_FIELDS = {"pod_full": "pod", "container_full": "container", "resources_full": "resources"}
-TIME_FIELDS = frozenset({"created_at", "started_at", "finished_at"})
-PID_FIELDS = frozenset({"pid"})
-_PROC_PID = re.compile(r"/proc/\d+/")
 
 
 @dataclass(frozen=True)
@@ -60,22 +58,6 @@ class NriRun:
         return found
 
 
-def _masked(value: Any, tokens: Mapping[str, str], key: str = "") -> Any:
-    if isinstance(value, dict):
-        return {k: _masked(v, tokens, k) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_masked(v, tokens) for v in value]
-    if key in TIME_FIELDS and value:
-        return "<time>"
-    if key in PID_FIELDS and value:
-        return "<pid>"
-    if isinstance(value, str):
-        for token in sorted(tokens, key=len, reverse=True):  # a root may hold an ID: the longest first
-            value = value.replace(token, tokens[token])
-        return _PROC_PID.sub("/proc/<pid>/", value)
-    return value
-
-
 def _event_view(record: Mapping[str, Any]) -> dict[str, Any]:
     if record["event"] == "Configure":  # the runtime's name and version: by nature
         return {"config": record.get("config", "")}
@@ -107,41 +89,17 @@ def observed(run: NriRun) -> dict[str, Any]:
     views: dict[str, Any] = {"events": run.events(), "events of other pods": run.other_events()}
     for record in filter(run.followed, run.records):
         if record["event"] == "Synchronize":
-            views.update(_masked(_synchronized(record), tokens))
+            views.update(placeheld(_synchronized(record), tokens))
             continue
         name, n = record["event"], 2
         while name in views:
             name, n = f"{record['event']}#{n}", n + 1
-        views[name] = _masked(_event_view(record), tokens)
+        views[name] = placeheld(_event_view(record), tokens)
     for view, (step, label) in SPEC_VIEWS.items():
-        views[view] = _masked(_spec(run.lifecycle, step, label), tokens)
+        views[view] = placeheld(_spec(run.lifecycle, step, label), tokens)
     return views
-
-
-def _segment(key: str) -> str:
-    return f"[{key}]" if re.search(r"[.\[\]*/]", key) else f".{key}"
-
-
-def _leaves(value: Any, path: str = "") -> dict[str, Any]:
-    """Every leaf by path; an empty message or map has none (as protobuf, absent and empty mean the same)."""
-    if isinstance(value, dict):
-        return {leaf: item for key, sub in value.items()
-                for leaf, item in _leaves(sub, path + _segment(str(key))).items()}
-    return {path.lstrip("."): value}
 
 
 def differences(reference: NriRun, other: NriRun) -> dict[str, tuple[Any, Any]]:
     """``{path: (reference's value, other's value)}`` for every leaf where the two runs' views differ."""
-    mine, theirs = _leaves(observed(reference)), _leaves(observed(other))
-    return {path: (mine.get(path, ABSENT), theirs.get(path, ABSENT))
-            for path in sorted(set(mine) | set(theirs)) if mine.get(path, ABSENT) != theirs.get(path, ABSENT)}
-
-
-def unexplained(found: Iterable[str], table: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """Paths no table entry names (a pattern: ``*`` matches any part of a path), and table entries no path matches
-    any more (a difference that disappeared: the table must lose it)."""
-    paths = list(found)
-    patterns = {pattern: re.compile(".*".join(map(re.escape, pattern.split("*")))) for pattern in table}
-    new = [path for path in paths if not any(regex.fullmatch(path) for regex in patterns.values())]
-    gone = [pattern for pattern, regex in patterns.items() if not any(regex.fullmatch(path) for path in paths)]
-    return new, gone
+    return leaf_differences(observed(reference), observed(other))

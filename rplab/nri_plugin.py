@@ -12,7 +12,6 @@ answers.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import socket
@@ -29,6 +28,7 @@ from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.session import PLUGIN_SERVICE, RUNTIME_SERVICE
 from runtimeproxy.nri.ttrpc import Endpoint
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
+from runtimeproxy.usage import OneLineParser
 
 
 @dataclass
@@ -193,7 +193,7 @@ async def _serve_noop(socket_path: Path | None, name: str, index: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m rplab.nri_plugin", description="a no-op NRI plugin on every event")
+    parser = OneLineParser(prog="python -m rplab.nri_plugin", description="a no-op NRI plugin on every event")
     parser.add_argument("--socket", type=Path, help="the runtime's NRI socket (default: launched, fd from the env)")
     parser.add_argument("--name", default="noop")
     parser.add_argument("--index", default="10")

@@ -9,7 +9,6 @@ nothing. ``python -m rplab.peers`` builds them all (scripts/setup.sh runs it).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from rplab.consumer_modules import MODULES
 from rplab.gotoolchain import BUILD_TIMEOUT_SECONDS, GoToolchainError, go_toolchain
+from runtimeproxy.usage import OneLineParser
 
 MODULE = Path(__file__).resolve().parent.parent / "peers"
 CACHE = Path(os.environ.get("RUNTIMEPROXY_PEERS_CACHE", Path.home() / ".cache" / "runtimeproxy" / "peers"))
@@ -137,7 +137,7 @@ def peer_binary(name: str, cache: Path = CACHE) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.peers", description=__doc__)
+    parser = OneLineParser(prog="python -m rplab.peers", description=__doc__)
     parser.add_argument("names", nargs="*", help="peers to build (all when none is named)")
     args = parser.parse_args(argv)
     try:

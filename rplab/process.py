@@ -2,6 +2,7 @@
 
 By default it is this interpreter's `python -m runtimeproxy`; `command` names another build of the same
 command line (an installed wheel's `koord-runtime-proxy`, the single-file binary, a command in a chroot).
+`activation` starts it on listening sockets held by the caller, as a .socket unit does (rplab.activation).
 """
 
 from __future__ import annotations
@@ -16,11 +17,27 @@ from types import TracebackType
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rplab.activation import ActivationSockets
 from rplab.cri import open_channel
 
 
 class ProxyProcessError(RuntimeError):
     pass
+
+
+def end_process(process: subprocess.Popen[str] | subprocess.Popen[bytes], timeout: float,
+                signum: int = signal.SIGTERM) -> bool:
+    """`signum`, then up to `timeout` seconds for the process to exit; killed if it did not (False then)."""
+    if process.poll() is not None:
+        return True
+    process.send_signal(signum)
+    try:
+        process.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+        return False
 
 
 class ProxyProcess:
@@ -34,6 +51,7 @@ class ProxyProcess:
         extra_args: list[str] | None = None,
         command: list[str] | None = None,
         cwd: Path | None = None,
+        activation: ActivationSockets | None = None,
     ) -> None:
         self.listen_path = listen_path
         self.runtime_path = str(runtime_path)
@@ -43,6 +61,7 @@ class ProxyProcess:
         self.extra_args = extra_args or []
         self.command = command or [sys.executable, "-m", "runtimeproxy"]
         self.cwd = cwd
+        self.activation = activation
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -70,24 +89,27 @@ class ProxyProcess:
     def spawn(self) -> None:
         """Start the process without waiting for it to listen."""
         self.hook_config_dir.mkdir(parents=True, exist_ok=True)
+        argv, environment, pass_fds = self.argv, None, ()
+        if self.activation is not None:
+            argv = self.activation.launch_argv(argv)
+            environment, pass_fds = self.activation.launch_environment(), self.activation.pass_fds
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd)
+            self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=environment,
+                                          pass_fds=pass_fds)
 
     def returncode(self) -> int | None:
         """The exit code once the process has exited; None while it runs (or was never started)."""
         return self._proc.poll() if self._proc else None
 
     def wait_until_listening(self, timeout: float, wait_serving: bool = True) -> None:
-        """Until health answers (SERVING, if asked: the backend is connected too)."""
+        """Until it answers as ready (``ready``)."""
         deadline = time.monotonic() + timeout
         with open_channel(self.listen_path) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 if self._proc is not None and self._proc.poll() is not None:
                     raise ProxyProcessError(f"proxy exited with {self._proc.returncode}:\n{self.log_tail()}")
                 try:
-                    status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
-                    if not wait_serving or status == health_pb2.HealthCheckResponse.SERVING:
+                    if self.ready(channel, wait_serving):
                         return
                 except grpc.RpcError:
                     pass
@@ -95,19 +117,18 @@ class ProxyProcess:
                     raise ProxyProcessError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
                 time.sleep(0.05)
 
+    def ready(self, channel: grpc.Channel, wait_serving: bool) -> bool:
+        """Health answers (SERVING, if asked: the backend is connected too); an RPC error is "not yet"."""
+        status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1).status
+        return not wait_serving or status == health_pb2.HealthCheckResponse.SERVING
+
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait; returns the exit code (kills it if it does not exit in time)."""
         proc, self._proc = self._proc, None
         if proc is None:
             return 0
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-                raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
+        if not end_process(proc, timeout):
+            raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
         return proc.returncode
 
     def log_count(self, text: str) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 
 from rplab.images import MEDIA_MANIFEST, ImageBlobs, sha256_digest
+from rplab.process import end_process
 
 REGISTRY_HOST = "127.0.0.1"
 REGISTRY_START_TIMEOUT_SECONDS = 20.0
@@ -102,13 +103,8 @@ class LocalRegistry:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        if proc is not None:
+            end_process(proc, 10)
 
     def __enter__(self) -> LocalRegistry:
         self.start()

@@ -30,7 +30,9 @@ import tempfile
 from pathlib import Path
 
 from rplab import CHECKOUT
+from rplab.node_layout import CTL, PROXY
 from rplab.roots import CACHE as ROOTS_CACHE, RootError, chroot_run, debian_mirror, make_root, mounted, unpack
+from runtimeproxy.usage import OneLineParser
 
 BUILD_SUITE = "bullseye"  # glibc 2.31: Ubuntu 20.04, Debian 11, RHEL 9 (2.34) and later
 BUILD_PACKAGES = ("gcc", "make", "libc6-dev", "libssl-dev", "zlib1g-dev", "libffi-dev", "libbz2-dev",
@@ -43,8 +45,6 @@ PYTHON_SOURCE_SUITE = "bookworm"
 PYTHON_FIX_PATCH = re.compile(r"^(CVE-|[0-9]{4}-3\.11-|relfile|shutdown-deadlock|frame_dealloc)")
 PYTHON_PREFIX = "/opt/rp-python"
 PYINSTALLER = "pyinstaller==6.22.3"
-INSTALL_DIR = "/opt/koord-runtime-proxy"
-PROXY, CTL = "koord-runtime-proxy", "runtimeproxyctl"
 # The entry of the one executable: the command its name says (runtimeproxyctl is a link to it).
 ENTRY = f"""import os, sys
 if os.path.basename(sys.argv[0]) == {CTL!r}:
@@ -193,8 +193,8 @@ def _run(argv: list[str], cwd: Path | None = None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.release", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.release", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheel", type=Path, help="the wheel to freeze (default: built from this checkout)")
     parser.add_argument("--out", type=Path, default=CHECKOUT / "dist")
     parser.add_argument("--packages", action="store_true", help="also build the .deb and .rpm (rplab.nodepackages)")

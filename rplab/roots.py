@@ -20,6 +20,7 @@ import tarfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from runtimeproxy.usage import OneLineParser
 
 CACHE = Path(os.environ.get("RUNTIMEPROXY_ROOTS_CACHE", Path.home() / ".cache" / "runtimeproxy" / "roots"))
 APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -139,8 +140,8 @@ def chroot_run(root: Path, argv: Sequence[str], *, timeout: float = 600,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.roots", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.roots", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("make", help="make (or find) a root's tarball and print its path")
     make.add_argument("suite", choices=sorted(GLIBC))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rplab.gotoolchain import go_toolchain
+from runtimeproxy.usage import OneLineParser
 
 CACHE = Path(os.environ.get("RUNTIMEPROXY_RUNTIMES_CACHE", Path.home() / ".cache" / "runtimeproxy" / "runtimes"))
 CONTAINERD_ENV = "RUNTIMEPROXY_RUNTIME"
@@ -290,8 +291,8 @@ def _go_install(go: GoInstall, cache: Path) -> None:
 # -- command line ----------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rplab.runtimes", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="python -m rplab.runtimes", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="fetch runtimes into the cache (all when none is named)")
     fetch.add_argument("names", nargs="*", metavar="NAME", help=", ".join(RUNTIMES))

@@ -220,9 +220,9 @@ async def _serve(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m rplab.synthetic --socket PATH`: the benchmark's instant backend."""
-    import argparse
+    from runtimeproxy.usage import OneLineParser
 
-    parser = argparse.ArgumentParser(prog="python -m rplab.synthetic")
+    parser = OneLineParser(prog="python -m rplab.synthetic")
     parser.add_argument("--socket", type=Path, required=True)
     asyncio.run(_serve(parser.parse_args(argv).socket))
     return 0

@@ -21,9 +21,7 @@ process start, so the command re-executes itself once with them (reexec_with_hug
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
-import ctypes.util
 import functools
 import gc
 import logging
@@ -68,6 +66,8 @@ class _MallInfo2(ctypes.Structure):
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
     try:
+        import ctypes.util  # off the command line's path to the re-exec
+
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
         return None
@@ -125,6 +125,8 @@ class IdleTrimmer:
 
     async def run(self) -> None:
         """Look every interval until cancelled (a counter read while nothing happens)."""
+        import asyncio  # the command line imports this module before its re-exec: asyncio waits for the new image
+
         while True:
             await asyncio.sleep(self.interval)
             self.look()

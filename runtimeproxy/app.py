@@ -13,7 +13,9 @@ allocation), so the parts that bring it in are imported where the process starts
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
@@ -21,15 +23,18 @@ from typing import TYPE_CHECKING, Protocol
 from pathlib import Path
 
 from runtimeproxy.allocator import IdleTrimmer, reexec_with_huge_pages, tune_for_large_messages
+from runtimeproxy.activation import ActivationError, InheritedSockets
 from runtimeproxy.lifecycle import run_until_signalled
-from runtimeproxy.listener import SocketInUseError, SocketLock, claim_socket_path, release_socket, restrict_socket
+from runtimeproxy.listener import (SOCKET_MODE, SocketInUseError, SocketLock, claim_socket_path, lock_socket_path,
+                                   release_socket, restrict_socket)
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.report import FrontendReport
+from runtimeproxy.usage import naming_flag, socket_fix, taken_socket_problem
 
 if TYPE_CHECKING:
     from runtimeproxy.admin.operator import OperatorEndpoints
     from runtimeproxy.hooks.service import HookService
     from runtimeproxy.nri.host import NriHost
+    from runtimeproxy.report import FrontendReport
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +58,8 @@ class Frontend(Protocol):
 
     def describe(self) -> str: ...  # the start-up line's first part: "listening on <socket>; <its backends>"
 
-    async def start(self) -> None: ...  # serve on options.listen_path, already claimed
+    async def start(self, inherited: socket.socket | None) -> None: ...  # serve on options.listen_path, already
+    # claimed, or on the socket systemd passed for it
 
     async def stop(self, grace: float) -> None: ...  # stop accepting; in-flight calls get `grace` seconds
 
@@ -61,6 +67,11 @@ class Frontend(Protocol):
 
 
 FrontendFactory = Callable[[ProxyOptions, "HookService"], Frontend]
+
+
+def frontend_role(options: ProxyOptions) -> str:
+    """The name a .socket unit gives the proxy socket (FileDescriptorName=): `cri`, or `docker` in Docker mode."""
+    return "docker" if options.backend_mode == "Docker" else "cri"
 
 
 def frontend_for(options: ProxyOptions) -> FrontendFactory:
@@ -75,35 +86,59 @@ def frontend_for(options: ProxyOptions) -> FrontendFactory:
 class Proxy:
     """One running proxy: its socket and lock, hook service, frontend, operator endpoints and idle trim."""
 
-    def __init__(self, options: ProxyOptions, frontend: FrontendFactory | None = None) -> None:
-        """`frontend` replaces the one options choose (tests of a frontend's seam)."""
+    def __init__(self, options: ProxyOptions, frontend: FrontendFactory | None = None,
+                 inherited: InheritedSockets | None = None) -> None:
+        """`frontend` replaces the one options choose (tests of a frontend's seam); `inherited`: the sockets
+        systemd passed (socket activation), taken by the roles they are meant for."""
         self.options = options
+        self._inherited = inherited or InheritedSockets.none()
         self._frontend_factory = frontend or frontend_for(options)
         self.hook_service: HookService | None = None
         self.frontend: Frontend | None = None
         self.operator: OperatorEndpoints | None = None
         self._socket_lock: SocketLock | None = None
         self._socket_inode: int | None = None
+        self._socket_file_is_ours = False
         self._trimmer: asyncio.Task[None] | None = None
         self.nri: NriHost | None = None
 
     async def start(self) -> None:
-        from runtimeproxy.admin.operator import OperatorEndpoints
-        from runtimeproxy.admin.status import ProxyParts
         from runtimeproxy.hooks.service import HookService
 
         options = self.options
         started = time.monotonic()
-        self._socket_lock = claim_socket_path(options.listen_path)  # held until stop(): one proxy per socket
+        inherited = self._inherited.take(options.listen_path, frontend_role(options), SOCKET_MODE)
+        flag = "--koord-runtimeproxy-endpoint"
+        try:
+            with naming_flag(flag, options.listen_path, socket_fix(flag)):
+                # Held until stop(): one proxy per socket. A passed socket's file is systemd's: locked, never removed.
+                self._socket_lock = (claim_socket_path(options.listen_path) if inherited is None
+                                     else lock_socket_path(options.listen_path))
+        except SocketInUseError as error:
+            raise SocketInUseError(taken_socket_problem(flag, error)) from None
+        self._socket_file_is_ours = inherited is None
         self.hook_service = HookService(options)
         await self.hook_service.start()
         frontend = self.frontend = self._frontend_factory(options, self.hook_service)
-        await frontend.start()
-        self._socket_inode = restrict_socket(options.listen_path)
+        await frontend.start(inherited)
+        if inherited is None:
+            self._socket_inode = restrict_socket(options.listen_path)
         if options.nri_socket is not None:
             await self._start_nri(options.nri_socket)
-        self.operator = OperatorEndpoints(options, ProxyParts(frontend.report, self.hook_service, started, options))
+        # Imported once the proxy socket serves, off the loop so that the first calls are answered meanwhile (the
+        # admin API and prometheus_client are a fifth of the start).
+        await asyncio.to_thread(importlib.import_module, "runtimeproxy.admin.operator")
+        if options.metrics_address:
+            await asyncio.to_thread(importlib.import_module, "runtimeproxy.admin.metrics")
+        from runtimeproxy.admin.operator import OperatorEndpoints
+        from runtimeproxy.admin.status import ProxyParts
+
+        self.operator = OperatorEndpoints(options, ProxyParts(frontend.report, self.hook_service, started, options),
+                                          self._inherited)
         await self.operator.start()
+        if self._inherited:
+            log.warning("systemd passed sockets no part of the proxy serves (left alone): %s",
+                        self._inherited.describe_untaken())
         trimmer = IdleTrimmer(lambda: frontend.calls_started)
         self._trimmer = asyncio.create_task(trimmer.run(), name="idle-trimmer")
         log.info("%s; plugin configs in %s (%d plugins)%s", frontend.describe(), options.hook_config_dir,
@@ -127,7 +162,8 @@ class Proxy:
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
                                   trace=service.trace, gate=service.sync_gate)
         try:
-            await host.start()
+            with naming_flag("--nri-socket", socket_path, socket_fix("--nri-socket")):
+                await host.start()
         except SocketInUseError as error:
             raise SocketInUseError(f"{error}. {NRI_SOCKET_TAKEN_ADVICE}") from None
         service.extra = host
@@ -152,8 +188,9 @@ class Proxy:
         if self.operator is not None:
             await self.operator.stop()
             self.operator = None
-        if self._socket_lock is not None:  # only a socket we claimed is ours to remove
-            release_socket(self.options.listen_path, self._socket_inode)
+        if self._socket_lock is not None:
+            if self._socket_file_is_ours:  # a socket systemd passed stays for the next process
+                release_socket(self.options.listen_path, self._socket_inode)
             self._socket_inode = None
             self._socket_lock.release()
             self._socket_lock = None
@@ -183,9 +220,9 @@ def loop_factory(options: ProxyOptions) -> Callable[[], asyncio.AbstractEventLoo
     return docker_loop_factory()
 
 
-async def serve(options: ProxyOptions) -> None:
+async def serve(options: ProxyOptions, inherited: InheritedSockets | None = None) -> None:
     """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
-    await run_until_signalled(Proxy(options), options.shutdown_grace_seconds)
+    await run_until_signalled(Proxy(options, inherited=inherited), options.shutdown_grace_seconds)
 
 
 def run(options: ProxyOptions, own_process: bool, warnings: Iterable[str] = ()) -> int:
@@ -194,9 +231,10 @@ def run(options: ProxyOptions, own_process: bool, warnings: Iterable[str] = ()) 
     for warning in warnings:  # after the re-exec: once
         log.warning("%s", warning)
     try:
+        inherited = InheritedSockets.from_environment()  # before any child is started: they must not see it
         with asyncio.Runner(loop_factory=loop_factory(options)) as runner:
-            runner.run(serve(options))
-    except SocketInUseError as error:
+            runner.run(serve(options, inherited))
+    except (SocketInUseError, ActivationError) as error:
         log.error("%s", error)
         return 1
     except (OSError, RuntimeError) as error:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
-from runtimeproxy import __version__, app
-from runtimeproxy.admin.http import BindAddressError, parse_bind_address
-from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
+from runtimeproxy import __version__
+from runtimeproxy.allocator import reexec_with_huge_pages
+from runtimeproxy.endpoints import BindAddressError, parse_bind_address
 from runtimeproxy.klogflags import KlogSettings, add_klog_flags, klog_settings
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
+from runtimeproxy.usage import OneLineParser, flag_problem, unix_endpoint
 from runtimeproxy.options import (
     DEFAULT_ADMIN_SOCKET,
     DEFAULT_DOCKER_SOCKET,
@@ -41,22 +42,9 @@ BACKEND_MODES = ("Containerd", "Docker")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, not argparse's usage dump: operators read this in a unit's log.
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _endpoint(value: str) -> Path:
-    try:
-        return parse_unix_endpoint(value)
-    except EndpointError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def _endpoint_or_off(value: str) -> Path | None:
     """A socket path, or None for an empty value (that endpoint off)."""
-    return _endpoint(value) if value else None
+    return unix_endpoint(value) if value else None
 
 
 def _choice(choices: Sequence[str]) -> Callable[[str], str]:
@@ -106,18 +94,18 @@ def _flag(parser: argparse.ArgumentParser, name: str, **kwargs: object) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         allow_abbrev=False,
         description="Transparent CRI proxy between the kubelet and containerd that runs "
         "resource-management hook plugins on pod and container lifecycle calls.",
     )
-    _flag(parser, "koord-runtimeproxy-endpoint", type=_endpoint, default=DEFAULT_PROXY_SOCKET,
+    _flag(parser, "koord-runtimeproxy-endpoint", type=unix_endpoint, default=DEFAULT_PROXY_SOCKET,
           metavar="PATH", help="unix socket the proxy serves CRI on (default: %(default)s)")
-    _flag(parser, "remote-runtime-service-endpoint", type=_endpoint, default=None,
+    _flag(parser, "remote-runtime-service-endpoint", type=unix_endpoint, default=None,
           metavar="PATH", help="backend runtime socket, a path or unix:///path (default: "
           f"{DEFAULT_RUNTIME_SOCKET}; {DEFAULT_DOCKER_SOCKET} in Docker mode)")
-    _flag(parser, "remote-image-service-endpoint", type=_endpoint, default=None,
+    _flag(parser, "remote-image-service-endpoint", type=unix_endpoint, default=None,
           metavar="PATH", help="backend image service socket (default: the runtime endpoint)")
     _flag(parser, "backend-runtime-mode", type=_choice(BACKEND_MODES), default="Containerd",
           metavar="MODE", help="Containerd or Docker (default: %(default)s)")
@@ -187,7 +175,7 @@ def _nri_flags(parser: argparse.ArgumentParser) -> None:
     """Hosting NRI plugins (runtimeproxy.nri): off unless asked for."""
     _flag(parser, "enable-nri", action="store_true",
           help=f"host NRI plugins on {DEFAULT_NRI_SOCKET} (NRI's own socket; see --nri-socket)")
-    _flag(parser, "nri-socket", type=_endpoint, default=None, metavar="PATH",
+    _flag(parser, "nri-socket", type=unix_endpoint, default=None, metavar="PATH",
           help="host NRI plugins on this unix socket (implies --enable-nri; refused if a live NRI server, "
           "e.g. a containerd with NRI on, holds it)")
     _flag(parser, "nri-registration-timeout", type=_positive_float, default=DEFAULT_NRI_REGISTRATION_TIMEOUT,
@@ -250,6 +238,17 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
 def main(argv: Sequence[str] | None = None) -> int:
     command_line = parse_command_line(argv)
     options, klog = command_line.options, command_line.klog
-    configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
-    # argv None: the process's own command line, which may be re-executed (not an embedding caller's).
+    if argv is None and options.backend_mode != "Docker":
+        # The process's own command line (not an embedding caller's), re-executed with huge pages (CRI mode, as
+        # app.tune_allocator) before the heavy imports, which the new image would pay again.
+        reexec_with_huge_pages()
+    try:
+        configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
+    except OSError as error:  # no log yet: stderr, as a usage error, but a start that failed (1)
+        print(f"{PROG}: cannot start: " + flag_problem(
+            "-log_file/-log_dir", klog.log_file, error, "give a file (-log_file) or directory (-log_dir) this user may "
+            "create and write, or log to stderr (drop -logtostderr=false)"), file=sys.stderr)
+        return 1
+    from runtimeproxy import app  # asyncio, the frontends: after the re-exec
+
     return app.run(options, own_process=argv is None, warnings=klog.warnings)

@@ -29,9 +29,11 @@ import fcntl
 import os
 import socket
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from runtimeproxy.trust import TrustedOwners
 
@@ -45,6 +47,11 @@ SOCKET_DIR_MODE = 0o755
 # terminal planted there is never waited on or adopted before fstat() refuses it.
 _LOCK_OPEN_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
                     | os.O_CLOEXEC)
+
+
+# For asyncio's unix servers: Python 3.13's remove their socket file when they close (cleanup_socket), which would
+# take a socket systemd passed from the next process. The proxy removes its own sockets itself (release_socket).
+KEEP_SOCKET_FILE: dict[str, Any] = {"cleanup_socket": False} if sys.version_info >= (3, 13) else {}
 
 
 class SocketInUseError(RuntimeError):

@@ -12,7 +12,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from docskit import block_after, doc_page
+from tests.docskit import doc_block  # tests/ is a plain directory: bench.binary_figures imports this too
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Outside the checkout, so nothing can import the source tree by accident.
@@ -66,15 +66,15 @@ def installed_wheel() -> Path:
 
 
 # The node install of docs/install.md, run as written (tests/test_packaging.py, tests/e2e/test_debian_roots.py):
-# the block after this marker.
-NODE_INSTALL_PAGE = "install.md"
-NODE_INSTALL_MARKER = "<!-- node-install:"
+# the block it marks `<!-- run: node-install -->`.
+NODE_INSTALL_PAGE = "docs/install.md"
+NODE_INSTALL_ID = "node-install"
 NODE_INSTALL_PREFIX = "/opt/koord-runtime-proxy"
 
 
 def node_install_block() -> list[str]:
     """The shell lines of the docs' node install block."""
-    return block_after(doc_page(NODE_INSTALL_PAGE), NODE_INSTALL_MARKER, "sh").splitlines()
+    return doc_block(NODE_INSTALL_PAGE, NODE_INSTALL_ID).splitlines()
 
 
 def node_install_lines() -> list[str]:

@@ -120,6 +120,17 @@ def test_klog_log_file_is_used_only_with_logtostderr_false_as_klog_does(tmp_path
     assert (both.log_file, both.also_stderr) == (tmp_path / LOG_DIR_FILE_NAME, True)
 
 
+@pytest.mark.parametrize("flag", ["-log_file", "-log_dir"])
+def test_a_log_file_that_cannot_be_created_is_one_line_naming_the_flag(tmp_path: Path, flag: str) -> None:
+    """Not a traceback: the log is not set up yet, so the line goes to stderr; a start that failed, exit 1."""
+    (tmp_path / "a-file").write_text("")
+    result = _run_cli("-logtostderr=false", f"{flag}={tmp_path / 'a-file' / 'sub'}")
+    assert result.returncode == 1 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"koord-runtime-proxy: cannot start: -log_file/-log_dir {tmp_path / 'a-file' / 'sub'}")
+    assert "[Errno" not in line and line.endswith("or log to stderr (drop -logtostderr=false)"), line
+
+
 def test_klog_flags_without_meaning_here_get_one_warning() -> None:
     (warning,) = parse_command_line(["-vmodule=server=4", "--skip_headers", "-v=2"]).klog.warnings
     assert "-vmodule, -skip_headers" in warning and "no effect here" in warning

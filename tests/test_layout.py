@@ -4,7 +4,7 @@ From the bottom:
   root        the package's __init__ (its version; every import of a submodule runs it), importing nothing
   generated   runtimeproxy.pb (protoc's modules)
   shared      small modules every layer may use: endpoints, options, listener, trust, logformat, allocator,
-              klogflags, lifecycle; they may use each other, without a cycle
+              klogflags, lifecycle, activation, relay, usage; they may use each other, without a cycle
   core        runtimeproxy.hooks: the hook core, which knows no frontend
   seam        runtimeproxy.report (what a frontend tells the operator pieces) and call_tally (its counters)
   kits        runtimeproxy.plugin (writing a hook plugin), runtimeproxy.nri (NRI's protocol); peers
@@ -14,7 +14,8 @@ From the bottom:
 
 A unit is a subpackage (runtimeproxy.cri) or a top-level module (runtimeproxy.options). The graph is every
 module's imports read with ast (function-level imports too), plus the package __init__ modules an import
-runs. rplab is tooling, not part of the runtime, and is left out (nothing else may import it).
+runs. rplab is tooling, not part of the runtime, and is left out (nothing else may import it); its own modules
+may import each other, but without a cycle (a circle of tooling modules is one concept split in two).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import runtimeproxy
 
 PACKAGE_DIR = Path(runtimeproxy.__file__).parent
 TOOLING = "rplab"
+TOOLING_DIR = PACKAGE_DIR.parent / TOOLING
 
 LAYERS: tuple[tuple[str, frozenset[str], bool], ...] = (
     # (layer, its units, whether its units may import each other)
@@ -37,7 +39,8 @@ LAYERS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("shared", frozenset({
         "runtimeproxy.endpoints", "runtimeproxy.options", "runtimeproxy.listener",
         "runtimeproxy.trust", "runtimeproxy.logformat", "runtimeproxy.allocator", "runtimeproxy.klogflags",
-        "runtimeproxy.lifecycle", "runtimeproxy.gotext",
+        "runtimeproxy.lifecycle", "runtimeproxy.gotext", "runtimeproxy.activation", "runtimeproxy.relay",
+        "runtimeproxy.usage",
     }), True),
     ("core", frozenset({"runtimeproxy.hooks"}), False),
     ("seam", frozenset({"runtimeproxy.report", "runtimeproxy.call_tally"}), True),
@@ -159,3 +162,27 @@ def test_the_core_knows_no_transport_of_a_frontend(module: str) -> None:
     direct = set(imported_names(all_modules()[module], module))
     wrong = sorted(name for name in direct | reachable(GRAPH, module) if name.startswith(CORE_FORBIDDEN))
     assert wrong == [], f"{module} reaches {wrong}"
+
+
+def tooling_graph() -> dict[str, set[str]]:
+    """rplab module -> the rplab modules it imports (function-level imports too), the package itself left out."""
+    modules = {module_name(path): path for path in TOOLING_DIR.glob("*.py")}
+    return {name: {imported for imported in imported_names(path, name) if imported in modules} - {name, TOOLING}
+            for name, path in modules.items()}
+
+
+def test_no_cycle_among_the_tooling_modules() -> None:
+    graph = tooling_graph()
+    cycles = sorted((module, other) for module, edges in graph.items() for other in edges
+                    if module in reachable(graph, other))
+    assert cycles == [], f"rplab modules in a cycle (move what both need into a module of its own): {cycles}"
+
+
+def test_no_two_test_modules_share_a_basename() -> None:
+    """tests/ and its folders are plain directories on sys.path (rootdir-relative imports): two test modules of one
+    basename make the whole suite's collection fail, or one silently shadow the other."""
+    tests_dir = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests_dir.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests_dir)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

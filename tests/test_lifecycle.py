@@ -9,12 +9,15 @@ the socket's lock was taken.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from machinekit import require_command, skip_or_fail
 from rplab.process import ProxyProcess
 from runtimeproxy.listener import lock_path_for
 
@@ -95,6 +98,9 @@ def test_a_refused_second_proxy_leaves_the_first_ones_sockets_and_locks(tmp_path
     second = _proxy(tmp_path / "second", mode, listen_dir=first.listen_path.parent)
     code, log = _failed_start(second)  # its failed start must not remove what the first one holds
     assert code == 1 and "served by another running process" in log
+    assert (f"ERROR runtimeproxy.app: --koord-runtimeproxy-endpoint: {first.listen_path} is served by another "
+            "running process") in log and log.rstrip().endswith(
+                "; give --koord-runtimeproxy-endpoint a path no other process serves"), log
     names = [path.name for path in _leftovers(first.listen_path.parent, first.admin_path.parent)]
     assert names == ["admin.sock", "admin.sock.lock", "rp.sock", "rp.sock.lock", "state"]
     assert (first.listen_path.parent / "state" / "toggles.json.lock").is_file()  # the first one's state lock
@@ -167,3 +173,65 @@ def test_an_admin_lock_planted_as_a_link_costs_only_the_admin_api(tmp_path: Path
     assert target.read_text() == "precious\n"
     assert proxy.stop() == 0, proxy.log_tail()
     assert _leftovers(proxy.admin_path.parent) == [lock]
+
+
+@pytest.mark.parametrize("flag", ["--state-dir", "--koord-runtimeproxy-endpoint", "--nri-socket"])
+def test_a_path_the_proxy_cannot_create_is_one_line_naming_the_flag_and_the_fix(tmp_path: Path, flag: str) -> None:
+    """A state directory or socket beneath a file (as beneath a read-only mount): `cannot start: FLAG PATH: reason;
+    give FLAG ...`, exit 1, no errno."""
+    (tmp_path / "a-file").write_text("")
+    beneath = tmp_path / "a-file" / ("state" if flag == "--state-dir" else "x.sock")
+    proxy = _proxy(tmp_path, "Containerd", listen_dir=beneath.parent if flag == "--koord-runtimeproxy-endpoint"
+                   else None)
+    if flag == "--koord-runtimeproxy-endpoint":
+        beneath = proxy.listen_path
+    else:
+        proxy.extra_args.append(f"{flag}={beneath}")
+    code, log = _failed_start(proxy)
+    line = next(line for line in log.splitlines() if "ERROR" in line)
+    assert code == 1 and "[Errno" not in log, log
+    assert f"cannot start: {flag} {beneath}: Not a directory" in line and f"; give {flag} a " in line, line
+
+
+def test_an_admin_socket_the_proxy_cannot_create_names_the_flag_the_fix_and_how_to_turn_it_off(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    proxy = _proxy(tmp_path, "Containerd", admin_dir=tmp_path / "a-file")
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert proxy.stop() == 0, proxy.log_tail()
+    [line] = [line for line in proxy.log_path.read_text().splitlines() if "ERROR" in line]
+    assert (f"admin API not available (runtimeproxyctl will not work): --admin-endpoint {proxy.admin_path}: "
+            "Not a directory") in line and "(--admin-endpoint= turns it off)" in line, line
+
+
+def test_a_world_writable_config_directory_is_warned_at_start_with_the_fix(tmp_path: Path) -> None:
+    proxy = _proxy(tmp_path, "Containerd")
+    proxy.hook_config_dir.mkdir()
+    proxy.hook_config_dir.chmod(0o777)
+    proxy.spawn()
+    _wait_listening(proxy)
+    assert proxy.stop() == 0, proxy.log_tail()
+    [line] = [line for line in proxy.log_path.read_text().splitlines() if "not trusted" in line]
+    assert " WARNING " in line and "writable by group or others (mode 0777)" in line, line
+    assert line.endswith(f"no file in it is used until: chmod go-w {proxy.hook_config_dir}"), line
+
+
+def test_a_read_only_state_dir_names_the_flag_and_the_fix(tmp_path: Path) -> None:
+    """The mistake as made: a --state-dir on a read-only file system (a read-only tmpfs in a private mount namespace,
+    gone with the proxy)."""
+    if os.geteuid() != 0:
+        skip_or_fail("needs root for a private mount namespace")
+    unshare = require_command("unshare", "util-linux")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    proxy = _proxy(tmp_path, "Containerd")
+    proxy.extra_args.append(f"--state-dir={read_only / 'state'}")
+    command = f"mount -t tmpfs -o ro tmpfs {read_only} && exec {shlex.join(proxy.argv)}"
+    done = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c", command],
+                          capture_output=True, text=True, timeout=60)
+    [line] = [line for line in done.stderr.splitlines() if "ERROR" in line]
+    assert done.returncode == 1, done.stderr
+    assert line.endswith(f"cannot start: --state-dir {read_only / 'state'}: Read-only file system; give --state-dir a "
+                         "directory this user may create and write (the proxy keeps its plugin toggles there)"), line

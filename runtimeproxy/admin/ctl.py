@@ -16,11 +16,16 @@ Human tables by default, `-o json` for machines; notes about a change (nothing t
 toggle replaced, still off by `disable --all`) go to stderr. Exit codes:
 
     0  ok (also an `enable` that found nothing to enable: the plugin is on, as asked)
-    1  the proxy could not be reached, or refused (one line naming the socket)
-    2  usage: bad arguments, an unknown hook name (for an NRI plugin: NRI event name), a missing --reason
+    1  the proxy could not be reached, or refused (one line naming the socket; where nothing listens: why, and
+       the fix)
+    2  usage: bad arguments, an unknown hook name (for an NRI plugin: NRI event name), a missing --reason, a
+       try-plugin --request file that cannot be read or is no request (one line: runtimeproxy.usage)
     3  no such plugin: the name is no config file of the proxy's (nor, for enable, a toggle's);
        nothing changed (for trace: no trace of that pod). A typo must not look like a disabled plugin:
        `--stage` disables a name whose file is not there yet (status shows it as staged).
+    4  status: the proxy answered, but a backend (the runtime) is not reachable; the table says why
+
+A socket that answers gRPC but not the admin API (the CRI socket, say) is one line naming the admin socket.
 
 The toggle's author is who this command runs as (and SUDO_USER), as it reports it: gRPC does
 not give the proxy the socket peer's credentials, and the socket is root-only anyway.
@@ -34,7 +39,7 @@ import pwd
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TextIO
 
 import grpc
 import orjson
@@ -42,46 +47,35 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from runtimeproxy import __version__
-from runtimeproxy.endpoints import EndpointError, grpc_target, parse_unix_endpoint
+from runtimeproxy.endpoints import EndpointError, grpc_target, listener_problem, parse_unix_endpoint
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 from runtimeproxy.admin.render import render_shadows, render_status, render_toggles, render_trace
 from runtimeproxy.hooks.extra import EVENT_NAMES
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
+from runtimeproxy.usage import EXIT_USAGE, OneLineParser, positive_seconds, unix_endpoint
 
 PROG = "runtimeproxyctl"
-EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NO_SUCH_PLUGIN = 0, 1, 2, 3
+EXIT_OK, EXIT_UNREACHABLE, EXIT_NO_SUCH_PLUGIN, EXIT_BACKEND_DOWN = 0, 1, 3, 4  # and usage's EXIT_USAGE, 2
 DEFAULT_TIMEOUT_SECONDS = 5.0
 ADMIN_ENDPOINT_ENV = "RUNTIMEPROXY_ADMIN_ENDPOINT"  # the admin socket, so a second proxy's need not be repeated
 OUTPUTS = ("table", "json")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _endpoint(value: str) -> Path:
-    try:
-        return parse_unix_endpoint(value)
-    except EndpointError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     # Common options are accepted before and after the command (`status -o json`).
-    common = _Parser(add_help=False)
-    common.add_argument("--admin-endpoint", type=_endpoint, default=argparse.SUPPRESS, metavar="PATH",
+    common = OneLineParser(add_help=False)
+    common.add_argument("--admin-endpoint", type=unix_endpoint, default=argparse.SUPPRESS, metavar="PATH",
                         help=f"the proxy's admin socket (default: ${ADMIN_ENDPOINT_ENV}, else {DEFAULT_ADMIN_SOCKET})")
     common.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                         help="table (default) or json")
-    common.add_argument("--timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
+    common.add_argument("--timeout", type=positive_seconds, default=argparse.SUPPRESS, metavar="SECONDS",
                         help=f"per request (default: {DEFAULT_TIMEOUT_SECONDS:g})")
-    parser = _Parser(prog=PROG, parents=[common], allow_abbrev=False,
+    parser = OneLineParser(prog=PROG, parents=[common], allow_abbrev=False,
                      description="Inspect a running runtimeproxy and toggle its hook plugins on this node.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
     commands.add_parser("status", parents=[common], help="version, backends, plugins and their calls, toggles")
     for name, verb in (("disable", "turn off"), ("enable", "turn on again")):
         command = commands.add_parser(name, parents=[common], help=f"{verb} a plugin, some of its hooks, or all")
@@ -159,14 +153,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         for note in answer.notes:
             print(f"{PROG}: {note}", file=sys.stderr)
         out.write(render_toggles(answer.toggles))
+    if isinstance(answer, admin.StatusResponse) and not all(backend.reachable for backend in answer.backends):
+        return EXIT_BACKEND_DOWN
     return EXIT_OK
 
 
 def _try_plugin(args: argparse.Namespace, out: TextIO) -> int:
     try:
-        socket = parse_unix_endpoint(args.endpoint)
-        return trying.run(args, socket, out, args.timeout)
-    except (EndpointError, ValueError, OSError) as error:  # a bad endpoint or --request file
+        return trying.run(args, args.endpoint, out, args.timeout)
+    except ValueError as error:  # a bad --request file
         print(f"{PROG}: error: try-plugin: {error}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -218,7 +213,17 @@ def _report_failure(error: grpc.RpcError, args: argparse.Namespace) -> int:
     if code is grpc.StatusCode.INVALID_ARGUMENT:
         print(f"{PROG}: error: {details}", file=sys.stderr)
         return EXIT_USAGE
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        print(f"{PROG}: {socket} is not a runtimeproxy admin socket (it answers gRPC, but not the admin API: the "
+              f"CRI socket?); the admin socket is {DEFAULT_ADMIN_SOCKET} by default (the proxy's --admin-endpoint): "
+              f"pass --admin-endpoint PATH or set ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    unreached = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    unanswered = listener_problem(socket) if unreached else ""
+    if unanswered:  # the usual mistake: no proxy running, or another socket than its --admin-endpoint
+        print(f"{PROG}: cannot reach the proxy's admin socket: {unanswered}; start the proxy, or name its admin "
+              f"socket (the proxy's --admin-endpoint): --admin-endpoint PATH or ${ADMIN_ENDPOINT_ENV}", file=sys.stderr)
+    elif unreached:
         print(f"{PROG}: cannot reach the proxy's admin socket {socket}: {code.name}: {details}", file=sys.stderr)
     else:
         print(f"{PROG}: the proxy at {socket} refused: {code.name}: {details}", file=sys.stderr)

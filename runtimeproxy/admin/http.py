@@ -12,6 +12,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from runtimeproxy.endpoints import parse_bind_address
+
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_SECONDS = 5.0
@@ -19,18 +21,6 @@ MAX_REQUEST_HEAD_BYTES = 8192
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 Page = Callable[[], tuple[int, str, bytes]]  # -> (status, content type, body)
-
-
-class BindAddressError(ValueError):
-    pass
-
-
-def parse_bind_address(value: str) -> tuple[str, int]:
-    """"host:port" (IPv6 in brackets) -> (host, port)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise BindAddressError(f"{value!r} is not host:port (e.g. 127.0.0.1:9318)")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 class HttpEndpoint:

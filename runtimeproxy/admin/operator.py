@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import logging
 
+from runtimeproxy.activation import InheritedSockets
 from runtimeproxy.admin.http import HttpEndpoint
-from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics
 from runtimeproxy.admin.service import AdminServer
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.options import ProxyOptions
+from runtimeproxy.listener import SocketInUseError
+from runtimeproxy.usage import naming_flag, socket_fix, taken_socket_problem
 
 log = logging.getLogger(__name__)
 
 
 class OperatorEndpoints:
-    def __init__(self, options: ProxyOptions, parts: ProxyParts) -> None:
+    def __init__(self, options: ProxyOptions, parts: ProxyParts, inherited: InheritedSockets | None = None) -> None:
+        """`inherited`: the sockets systemd passed; the admin socket takes the one meant for it."""
         self.parts = parts
-        self.admin = AdminServer(options.admin_path, parts) if options.admin_path else None
+        self.admin = AdminServer(options.admin_path, parts, inherited) if options.admin_path else None
         self.http: HttpEndpoint | None = None
         if options.metrics_address:
+            from runtimeproxy.admin.metrics import CONTENT_TYPE, ProxyMetrics  # prometheus_client: only when on
+
             metrics = ProxyMetrics(parts)
             self.http = HttpEndpoint(options.metrics_address, {
                 "/metrics": lambda: (200, CONTENT_TYPE, metrics.exposition()),
@@ -41,15 +46,24 @@ class OperatorEndpoints:
     async def start(self) -> None:
         if self.admin is not None:
             try:
-                await self.admin.start()
-            except (OSError, RuntimeError) as error:
+                with naming_flag("--admin-endpoint", self.admin.path,
+                                 f"{socket_fix('--admin-endpoint')} (--admin-endpoint= turns it off)"):
+                    await self.admin.start()
+            except SocketInUseError as error:
+                log.error("admin API not available (runtimeproxyctl will not work): %s",
+                          taken_socket_problem("--admin-endpoint", error))
+                self.admin = None
+            except RuntimeError as error:
                 log.error("admin API not available (runtimeproxyctl will not work): %s", error)
                 self.admin = None
         if self.http is not None:
             try:
-                await self.http.start()
-            except OSError as error:
-                log.error("metrics endpoint %s:%d not available: %s", self.http.host, self.http.port, error)
+                with naming_flag("--metrics-bind-address", f"{self.http.host}:{self.http.port}",
+                                 "give an address of this host and a port nothing else listens on "
+                                 "(--metrics-bind-address= turns it off)"):
+                    await self.http.start()
+            except RuntimeError as error:
+                log.error("metrics endpoint not available: %s", error)
                 self.http = None
 
     def summary(self) -> str:

@@ -20,10 +20,14 @@ def render_status(status: admin.StatusResponse) -> str:
         lines.append(f"serving {status.backend_mode} mode on {status.listen_endpoint}; admin {status.admin_endpoint}; "
                      f"state {status.state_dir or '(in memory)'}; metrics {status.metrics_address or 'off'}")
     lines += ["", "BACKENDS"]
-    lines += _table(["ROLE", "ENDPOINT", "REACHABLE", "RUNTIME"], [
-        [b.role, b.endpoint, "yes" if b.reachable else "NO",
-         f"{b.runtime_name} {b.runtime_version}".strip() or "-"] for b in status.backends
-    ])
+    rows = [[b.role, b.endpoint, "yes" if b.reachable else "NO", f"{b.runtime_name} {b.runtime_version}".strip() or "-"]
+            for b in status.backends]
+    header = ["ROLE", "ENDPOINT", "REACHABLE", "RUNTIME"]
+    if any(b.problem for b in status.backends):
+        header.append("PROBLEM")
+        for row, b in zip(rows, status.backends):
+            row.append(b.problem or "-")
+    lines += _table(header, rows)
     lines += ["", f"PLUGINS  (configs in {status.plugin_config_dir})"]
     if status.plugin_config_dir_problem:
         lines.append(f"config directory problem: {status.plugin_config_dir_problem}")
@@ -39,6 +43,8 @@ def render_status(status: admin.StatusResponse) -> str:
             lines += _nri_plugin_lines(nri_plugin)
     lines += ["", f"STORE  pods {status.store.pods}, containers {status.store.containers}", "", "TOGGLES"]
     lines.append(render_toggles(status.toggles).rstrip("\n"))
+    if status.shadow_settings:
+        lines += ["", "SHADOW SETTINGS", render_shadows(status.shadow_settings).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -78,6 +84,8 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
     if plugin.endpoint:
         lines.append(f"  endpoint {plugin.endpoint}, policy {plugin.failure_policy}, "
                      f"timeout {plugin.timeout_seconds:g}s")
+    if plugin.endpoint_problem:
+        lines.append(f"  UNREACHABLE: {plugin.endpoint_problem}")
     if plugin.config_problem:
         lines.append(f"  config problem: {plugin.config_problem}")
     lines += [f"  config: {warning}" for warning in plugin.config_warnings]
@@ -87,9 +95,12 @@ def _plugin_lines(plugin: admin.PluginStatus) -> list[str]:
 def render_shadows(settings: Sequence[admin.ShadowSetting]) -> str:
     if not settings:
         return "(no shadow settings: each plugin is in shadow as its config file says)\n"
-    rows = [[s.plugin, "in shadow" if s.shadow else "promoted (applied)", _when(s.since_unix_seconds),
-             s.author or "-"] for s in settings]
-    return "\n".join(_table(["PLUGIN", "STATE", "SINCE", "BY"], rows)) + "\n"
+    rows = [[f"{s.plugin} (staged)" if s.staged else s.plugin, "in shadow" if s.shadow else "promoted (applied)",
+             _when(s.since_unix_seconds), s.author or "-"] for s in settings]
+    lines = _table(["PLUGIN", "STATE", "SINCE", "BY"], rows)
+    if any(s.staged for s in settings):
+        lines.append("(staged: no plugin of that name is registered or attached; the setting applies when one is)")
+    return "\n".join(lines) + "\n"
 
 
 def render_trace(trace: admin.TraceResponse) -> str:

@@ -24,13 +24,15 @@ from grpc_reflection.v1alpha import reflection
 
 from runtimeproxy.admin.status import ProxyParts, shadow_messages, status, toggle_messages
 from runtimeproxy.admin.trace import not_traced, trace_response
-from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.toggles import (
     ALL_PLUGINS, EXTRA_PREFIX, ToggleError, UnknownPlugin, extra_toggle_name, plugin_file_name, scopes_named,
     unknown_plugin,
 )
-from runtimeproxy.listener import SocketLock, claim_socket_path, release_socket, restrictive_umask
+from runtimeproxy.activation import InheritedSockets
+from runtimeproxy.listener import SocketLock, claim_socket_path, lock_socket_path, release_socket
+from runtimeproxy.relay import GrpcListenSocket
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
+from runtimeproxy.usage import os_reason
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +128,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except OSError as error:
             path = self._parts.hooks.toggles.state_path
-            log.error("cannot persist %s to %s: %s; nothing changed", what, path, error)
+            log.error("cannot persist %s to %s: %s; nothing changed", what, path, os_reason(error))
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                                f"cannot write the toggle state {path}: {error.strerror or error}; nothing changed")
+                                f"cannot write the toggle state {path}: {os_reason(error)}; nothing changed")
 
     async def _check_known(self, plugin: str) -> None:
         """A name must be a config file the proxy knows, or have a toggle already (to enable it):
@@ -152,42 +154,54 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 class AdminServer:
     """Owns the admin socket, its lock file (`<socket>.lock`, like the main socket's) and its gRPC server."""
 
-    def __init__(self, path: Path, parts: ProxyParts) -> None:
+    def __init__(self, path: Path, parts: ProxyParts, inherited: InheritedSockets | None = None) -> None:
         self.path = path
         self._parts = parts
+        self._inherited = inherited or InheritedSockets.none()
+        self._listen: GrpcListenSocket | None = None
         self._server: grpc.aio.Server | None = None
         self._inode: int | None = None
         self._lock: SocketLock | None = None
+        self._file_is_ours = False
 
     async def start(self) -> None:
-        self._lock = claim_socket_path(self.path)  # held until stop(): one admin API per socket
+        inherited = self._inherited.take(self.path, "admin", ADMIN_SOCKET_MODE)
+        # Held until stop(): one admin API per socket. A passed socket's file is systemd's: locked, never removed.
+        self._lock = claim_socket_path(self.path) if inherited is None else lock_socket_path(self.path)
+        self._file_is_ours = inherited is None
+        self._listen = GrpcListenSocket(self.path, ADMIN_SOCKET_MODE, inherited)
         try:
-            await self._serve()
+            await self._serve(self._listen)
         except BaseException:
             await self.stop()  # a failed start gives the socket and its lock back
             raise
         log.debug("admin API (runtimeproxyctl) on %s", self.path)  # the start-up line stays one line
 
-    async def _serve(self) -> None:
+    async def _serve(self, listen: GrpcListenSocket) -> None:
         server = grpc.aio.server()
         admin_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self._parts), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection([ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-        with restrictive_umask(ADMIN_SOCKET_MODE):  # the window between bind and chmod
-            if not server.add_insecure_port(grpc_target(self.path)):
-                raise RuntimeError(f"cannot listen on {self.path}")
+        listen.bind(server)
         await server.start()
         self._server = server
-        os.chmod(self.path, ADMIN_SOCKET_MODE)
-        self._inode = os.stat(self.path).st_ino
+        await listen.start()
+        if not listen.inherited:
+            self._inode = os.stat(self.path).st_ino
 
     async def stop(self) -> None:
+        if self._listen is not None:
+            await self._listen.stop_accepting()
         if self._server is not None:
             await self._server.stop(0.5)
             self._server = None
-        if self._lock is not None:  # only a socket we claimed is ours to remove
-            release_socket(self.path, self._inode)
+        if self._listen is not None:
+            self._listen.release()
+            self._listen = None
+        if self._lock is not None:
+            if self._file_is_ours:  # a socket systemd passed stays for the next process
+                release_socket(self.path, self._inode)
             self._inode = None
             self._lock.release()
             self._lock = None

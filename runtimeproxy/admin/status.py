@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass
 
 from runtimeproxy import __version__
+from runtimeproxy.endpoints import EndpointError, listener_problem, parse_unix_endpoint
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle, scope_names
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.hooks.config import PluginConfig
+from runtimeproxy.hooks.plugin import endpoint_problem
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.report import BackendProblem, FrontendReport
 
@@ -50,6 +52,7 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
         plugin_config_dir=str(hooks.registry.config_dir),
         plugin_config_dir_problem=hooks.registry.directory_problem(),
         nri_plugins=nri_plugin_statuses(hooks),
+        shadow_settings=shadow_messages(hooks),
         **own_endpoints(parts.options),
     )
 
@@ -64,11 +67,23 @@ def own_endpoints(options: ProxyOptions | None) -> dict[str, str]:
 
 
 async def backend_statuses(report: FrontendReport) -> list[admin.BackendStatus]:
+    problems = {(backend.role, backend.endpoint): backend.problem for backend in report.backend_problems()}
     return [
         admin.BackendStatus(role=backend.role, endpoint=backend.endpoint, reachable=backend.reachable,
-                            runtime_name=backend.runtime_name, runtime_version=backend.runtime_version)
+                            runtime_name=backend.runtime_name, runtime_version=backend.runtime_version,
+                            problem="" if backend.reachable else
+                            _backend_problem(backend.endpoint, problems.get((backend.role, backend.endpoint))))
         for backend in await report.backend_statuses()
     ]
+
+
+def _backend_problem(endpoint: str, health: str | None) -> str:
+    """What readiness says (unreachable, not answering), and why when nothing listens on its socket."""
+    try:
+        unanswered = listener_problem(parse_unix_endpoint(endpoint))
+    except EndpointError:
+        unanswered = ""
+    return ": ".join(part for part in (health or "not answering", unanswered) if part)
 
 
 def plugin_statuses(hooks: HookService) -> list[admin.PluginStatus]:
@@ -90,6 +105,7 @@ def _plugin_status(
         answer.disabled_reason = "no valid config"
         return answer
     answer.endpoint = f"unix://{config.endpoint}"
+    answer.endpoint_problem = endpoint_problem(config.endpoint, hooks.registry.owners)
     answer.failure_policy = config.failure_policy.value
     answer.timeout_seconds = config.timeout_seconds
     answer.hooks.extend(config.ordered_hooks)
@@ -145,8 +161,13 @@ def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
     return answers
 
 
+def _present_names(hooks: HookService) -> frozenset[str]:
+    """What a toggle or shadow setting may name now: config files, attached NRI plugins (else it is staged)."""
+    return hooks.registry.config_file_names() | {plugin.toggle_name for plugin in hooks.extra.statuses()}
+
+
 def toggle_messages(hooks: HookService) -> list[admin.Toggle]:
-    present = hooks.registry.config_file_names() | {plugin.toggle_name for plugin in hooks.extra.statuses()}
+    present = _present_names(hooks)
     return [toggle_message(toggle, staged=toggle.plugin not in present and toggle.plugin != ALL_PLUGINS)
             for toggle in hooks.toggles.active]
 
@@ -164,5 +185,7 @@ def toggle_message(toggle: Toggle, staged: bool = False) -> admin.Toggle:
 
 
 def shadow_messages(hooks: HookService) -> list[admin.ShadowSetting]:
+    present = _present_names(hooks)
     return [admin.ShadowSetting(plugin=s.plugin, shadow=s.shadow, since_unix_seconds=s.since_unix_seconds,
-                                author=s.author) for s in hooks.toggles.shadow_settings]
+                                author=s.author, staged=s.plugin not in present)
+            for s in hooks.toggles.shadow_settings]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Mapping
 
 import grpc
@@ -16,8 +17,7 @@ from grpc_reflection.v1alpha import reflection
 
 from runtimeproxy.cri.backend import Backend, BackendChannel, BackendHealth
 from runtimeproxy.cri.calls import CriCallRecorder
-from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.listener import restrictive_umask
+from runtimeproxy.listener import SOCKET_MODE
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.cri.hooks import CriHooks
 from runtimeproxy.cri.runtime import CriRuntime
@@ -26,6 +26,7 @@ from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
+from runtimeproxy.relay import GrpcListenSocket
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class CriFrontend:
         self.report = CriReport(self.backend, self._backend_health,
                                 CriCallRecorder() if options.metrics_address else None)
         self._server: grpc.aio.Server | None = None
+        self._listen: GrpcListenSocket | None = None
         self._handler: CriProxyHandler | None = None
         self._watchers: list[asyncio.Task[None]] = []
 
@@ -157,7 +159,8 @@ class CriFrontend:
         return (f"listening on {self.options.listen_path}; runtime backend {self.backend.runtime.target}; "
                 f"image backend {self.backend.image.target}")
 
-    async def start(self) -> None:
+    async def start(self, inherited: socket.socket | None = None) -> None:
+        """Serve on options.listen_path (claimed by app), or on the socket systemd passed for it."""
         options, hook_service = self.options, self._hook_service
         cri_hooks = CriHooks(hook_service, CriRuntime(self.backend))
         hook_service.start_rebuild()
@@ -174,11 +177,11 @@ class CriFrontend:
             self.backend, cri_method_table(), cri_hooks.interceptors(), options.decode_all, self.report.calls,
         )
         server.add_generic_rpc_handlers((self._handler,))
-        with restrictive_umask():  # the window between bind and the proxy's chmod (Proxy.start)
-            if not server.add_insecure_port(grpc_target(options.listen_path)):
-                raise RuntimeError(f"cannot listen on {options.listen_path}")
+        self._listen = GrpcListenSocket(options.listen_path, SOCKET_MODE, inherited)
+        self._listen.bind(server)
         await server.start()
         self._server = server
+        await self._listen.start()
 
         reporter = HealthReporter(self._health, self.backend, self._backend_health)
         await reporter.set_all_not_serving()
@@ -194,10 +197,15 @@ class CriFrontend:
 
     async def stop(self, grace: float) -> None:
         """Stop accepting and give in-flight calls `grace` seconds."""
+        if self._listen is not None:
+            await self._listen.stop_accepting()
         if self._server is not None:
             await self._health.enter_graceful_shutdown()
             await self._server.stop(grace)
             self._server = None
+        if self._listen is not None:
+            self._listen.release()
+            self._listen = None
         for task in self._watchers:
             task.cancel()
         await asyncio.gather(*self._watchers, return_exceptions=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 
 from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.eventloop import running_loop_name
@@ -21,7 +22,7 @@ from runtimeproxy.docker.report import DockerReport
 from runtimeproxy.docker.requests import DockerRequestRecorder
 from runtimeproxy.docker.upstream import ReachabilityLog
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.listener import bind_unix_socket, listen_backlog
+from runtimeproxy.listener import KEEP_SOCKET_FILE, bind_unix_socket, listen_backlog
 from runtimeproxy.options import ProxyOptions
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,14 @@ class DockerFrontend:
         return (f"Docker mode: listening on {self.options.listen_path}; dockerd at unix://{self.options.runtime_path}; "
                 f"event loop: {running_loop_name()}")
 
-    async def start(self) -> None:
+    async def start(self, inherited: socket.socket | None = None) -> None:
+        """Serve on options.listen_path (claimed by app), or on the socket systemd passed for it."""
         if self._hooked:
             self._hook_service.start_rebuild()
         # dockerd's backlog (somaxconn), not asyncio's 100: a burst of cri-dockerd dials must not meet EAGAIN.
-        sock, _ = bind_unix_socket(self.options.listen_path)
-        self._server = await asyncio.start_unix_server(self._serve_client, sock=sock, backlog=listen_backlog())
+        sock = inherited if inherited is not None else bind_unix_socket(self.options.listen_path)[0]
+        self._server = await asyncio.start_unix_server(self._serve_client, sock=sock, backlog=listen_backlog(),
+                                                       **KEEP_SOCKET_FILE)
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -60,7 +60,7 @@ def field_changes(before: Message, after: Message, prefix: str = "") -> list[Fie
                            or before.HasField(field.name) == after.HasField(field.name)):
             continue  # compared in C: most fields of an answer are echoed (a trace walks every answer)
         name = prefix + field.name
-        if _is_map(field):
+        if is_map(field):
             changes += _map_changes(name, old, new)
         elif field.is_repeated:
             changes.append(FieldChange(name, list(old), list(new)))
@@ -82,7 +82,7 @@ def dropped_env_names(request_envs: Mapping[str, str], answered_envs: Mapping[st
     return sorted(name for name in request_envs if name not in answered_envs)
 
 
-def _is_map(field: FieldDescriptor | Any) -> bool:  # Any: upb's descriptor class, which has no public name
+def is_map(field: FieldDescriptor | Any) -> bool:  # Any: upb's descriptor class, which has no public name
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 

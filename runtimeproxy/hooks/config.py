@@ -6,7 +6,6 @@ Unknown keys are warnings with a did-you-mean, never errors (koordinator's Go co
 
 from __future__ import annotations
 
-import difflib
 import enum
 import logging
 import math
@@ -105,6 +104,7 @@ def unknown_key_warnings(keys: Iterable[str]) -> tuple[str, ...]:
     by_folded = {_fold_key(key): key for key in sorted(_KNOWN_KEYS)}
     warnings = []
     for key in sorted(set(keys) - _KNOWN_KEYS):
+        import difflib  # only for a typo's suggestion: kept off the start path
         close = difflib.get_close_matches(_fold_key(key), by_folded, n=1, cutoff=0.6)
         hint = f" (did you mean {_quote(by_folded[close[0]])}?)" if close else ""
         warnings.append(f"unknown key {_quote(key)}{hint}; ignored")

@@ -1,5 +1,7 @@
 """One registered plugin: its config and the gRPC channel to its endpoint, opened on demand once the
-socket's path is trusted (see runtimeproxy.trust), dropped when the plugin is unreachable."""
+socket's path is trusted (see runtimeproxy.trust), dropped when the plugin is unreachable.
+`endpoint_problem` says why calls to an endpoint would fail right now (the registry's log when a file is read,
+status, try-plugin)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import grpc
 
-from runtimeproxy.endpoints import grpc_target
+from runtimeproxy.endpoints import grpc_target, listener_problem
 from runtimeproxy.hooks.config import FailurePolicy, PluginConfig
 from runtimeproxy.hooks.validate import printable
 from runtimeproxy.trust import TrustedOwners
@@ -124,6 +126,22 @@ class PluginChannel:
     def _drop_current(self) -> None:
         if self._channel is not None:
             self.drop(self._channel)
+
+
+def endpoint_problem(endpoint: Path, owners: TrustedOwners) -> str:
+    """Why every call to the plugin socket `endpoint` would fail now, one line naming the fix, or "": a path
+    the proxy refuses to call (runtimeproxy.trust), no socket there, or nobody listening on it (a bare
+    connect, closed at once: no call is made)."""
+    try:
+        untrusted = owners.socket_path_problem(endpoint)
+    except OSError as error:
+        return f"socket {endpoint} cannot be reached: {error.strerror or error}"
+    if untrusted is not None:
+        return (f"the proxy refuses every call to this plugin (PERMISSION_DENIED): {untrusted}; serve the socket in a "
+                "directory only root can write (e.g. /run/NAME/plugin.sock), owned by root or a uid of the proxy's "
+                "--runtime-hook-config-trusted-uids")
+    unanswered = listener_problem(endpoint)
+    return f"{unanswered}; every call fails until the plugin serves it" if unanswered else ""
 
 
 def plugin_channel_options(max_message_bytes: int) -> list[tuple[str, int]]:

@@ -7,8 +7,10 @@ reached: said in one log line) the directory is polled every poll interval inste
 or after it was moved away, it is polled until it can be watched again. Scanning and reading run in a
 worker thread, never on the event loop. Each entry is judged on its own: a broken, unreadable,
 untrusted (see `trust`), oversized or non-regular entry costs one log line when its state
-changes and nothing else. Such an entry never takes a plugin down: the last good version of
-that file stays in force until it is fixed or deleted (a dangling link counts as deleted).
+changes and nothing else; a file that is empty while it is still being written (`cat > x.json` creates it,
+then writes) is judged again after a poll interval until it settles, and reported only if it stays empty. Such
+an entry never takes a plugin down: the last good version of that file stays in force until it is fixed or
+deleted (a dangling link counts as deleted).
 Channels to plugin endpoints are opened on demand (see PluginChannel).
 """
 
@@ -27,7 +29,7 @@ from runtimeproxy.endpoints import grpc_target
 from runtimeproxy.hooks.dirwatch import DirectoryWatch, WatchUnavailable
 from runtimeproxy.hooks.config import PluginConfig, PluginConfigError, is_config_name, parse_plugin_config
 from runtimeproxy.hooks.names import HOOK_NAMES
-from runtimeproxy.hooks.plugin import Plugin, PluginChannel
+from runtimeproxy.hooks.plugin import Plugin, PluginChannel, endpoint_problem
 from runtimeproxy.hooks.trusted_files import Gone, Signature, Unusable, not_regular, read_trusted, file_signature, stat_entry
 from runtimeproxy.trust import TrustedOwners
 
@@ -44,6 +46,9 @@ class _ConfigFile:
     data: bytes | None  # the content last read; None if it could not be read
     config: PluginConfig | None  # the last good version, in force
     problem: str | None  # why the content last read is not in force
+    # Empty and just modified: being written (`cat > x.json` creates it, then writes). Not reported, and
+    # re-read until it settles (signature None): then an empty file is reported like any broken one.
+    settling: bool = False
 
 
 
@@ -76,6 +81,8 @@ class PluginRegistry:
         self._by_hook: dict[str, tuple[Plugin, ...]] = {}
         self._dir_state: str | None = None
         self._dir_problem: str | None = None
+        self._dir_fix = ""  # what makes the directory trusted again, when _dir_problem says it is not
+        self._dir_trust_logged = False
         self._closed = False
         # Scans are numbered as they start; a scan that finishes after a newer one was installed is stale.
         self._scans_started = 0
@@ -94,6 +101,10 @@ class PluginRegistry:
         """Every config file of the last scan, registered or not (a toggle may name any of them)."""
         return frozenset(self._files)
 
+    def has_settling_files(self) -> bool:
+        """Whether a file looked empty while being written: it is scanned again after a poll interval."""
+        return any(state.settling for state in self._files.values())
+
     def config_problems(self) -> dict[str, str]:
         """Why a config file's current content is not in force, by file name (for status)."""
         return {name: state.problem for name, state in self._files.items() if state.problem}
@@ -104,7 +115,9 @@ class PluginRegistry:
             return "does not exist; no plugins until it does"
         if self._dir_state not in (None, "present"):
             return f"is {self._dir_state}"
-        return f"{self._dir_problem}; no file in it is used" if self._dir_problem else ""
+        if not self._dir_problem:
+            return ""
+        return f"{self._dir_problem}; no file in it is used" + (f" until: {self._dir_fix}" if self._dir_fix else "")
 
     async def reload(self) -> bool:
         """Scan the directory once off the event loop; True if the plugins changed."""
@@ -162,9 +175,11 @@ class PluginRegistry:
         names = self._list_config_names()
         if names is None:
             return None
-        dir_problem = self._directory_problem()
+        dir_problem, self._dir_fix = self._directory_problem()
         # A change of the directory's trust re-judges every file, unchanged or not.
         trust_changed, self._dir_problem = dir_problem != self._dir_problem, dir_problem
+        if trust_changed:
+            self._log_directory_trust(dir_problem)
         files: dict[str, _ConfigFile] = {}
         for name in names:
             previous = self._files.get(name)
@@ -194,8 +209,12 @@ class PluginRegistry:
         try:
             with os.scandir(self.config_dir) as entries:
                 names = [entry.name for entry in entries if is_config_name(entry.name)]
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             self._set_dir_state("missing")
+            return []
+        except NotADirectoryError:  # the path, or a directory on it, is a file
+            self._set_dir_state("not a directory; no plugins until it is one (give --runtime-hook-config-dir a "
+                                "directory)")
             return []
         except OSError as error:
             # Keep what is registered: an unreadable directory is not an empty one.
@@ -206,13 +225,27 @@ class PluginRegistry:
         names.sort(key=os.fsencode)
         return names
 
-    def _directory_problem(self) -> str | None:
+    def _directory_problem(self) -> tuple[str | None, str]:
+        """Why no file of the directory is trusted, or None; and the fix, if one command is it."""
         try:
             status = os.stat(self.config_dir)
         except OSError as error:
-            return f"its directory cannot be checked: {error.strerror or error}"
+            return f"its directory cannot be checked: {error.strerror or error}", ""
         problem = self.owners.file_problem(f"directory {self.config_dir}", status)
-        return None if problem is None else f"not trusted: {problem}"
+        if problem is None:
+            return None, ""
+        if status.st_uid in self.owners.uids:
+            return f"not trusted: {problem}", f"chmod go-w {self.config_dir}"
+        return f"not trusted: {problem}", (f"chown root {self.config_dir}, or add uid {status.st_uid} to "
+                                           "--runtime-hook-config-trusted-uids")
+
+    def _log_directory_trust(self, problem: str | None) -> None:
+        """Once per change, also for an empty directory (its files' own lines say the rest)."""
+        if problem is not None and self._dir_state == "present":
+            log.warning("plugin configs %s", self.directory_problem())
+        elif problem is None and self._dir_state == "present" and self._dir_trust_logged:
+            log.info("plugin config directory %s is trusted again; its files are read", self.config_dir)
+        self._dir_trust_logged = problem is not None and self._dir_state == "present"
 
     def _set_dir_state(self, state: str) -> None:
         previous, self._dir_state = self._dir_state, state
@@ -253,9 +286,9 @@ class PluginRegistry:
             if previous is None or previous.problem != problem:
                 _warn_unusable(problem, last_good)
             return _ConfigFile(unusable.signature, None, last_good, problem)
-        if previous is not None and previous.data == data:
+        if previous is not None and previous.data == data and not previous.settling:
             return replace(previous, signature=signature)  # touched, or racy: same content
-        return _parse(name, signature, data, previous)
+        return _parse(name, signature, data, previous, self.owners)
 
     def _apply(self, configs: list[PluginConfig]) -> None:
         """Install configs (in file-name order): share, keep or close endpoint channels, rebuild indexes."""
@@ -292,7 +325,11 @@ class _Changes:
             if self._start_watch() and not retry:
                 return
         elif self._watch_targets() and not retry:
-            await self._changed.wait()
+            settling = self._registry.has_settling_files()
+            try:
+                await asyncio.wait_for(self._changed.wait(), self._registry.poll_interval if settling else None)
+            except asyncio.TimeoutError:
+                return  # no change, but a file that looked half-written is judged again
             self._changed.clear()
             if self._watch.gone:  # deleted or moved away: watch the path again, once it is there
                 self.close()
@@ -338,24 +375,34 @@ class _Changes:
             watch.close()
 
 
-def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile | None) -> _ConfigFile:
+def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile | None,
+           owners: TrustedOwners) -> _ConfigFile:
     last_good = previous.config if previous is not None else None
     try:
         config = parse_plugin_config(name, data)
     except PluginConfigError as error:
+        if signature is None and not data.strip():  # just created or truncated: the writer is not done yet
+            return _ConfigFile(signature, data, last_good, str(error), settling=True)
         _warn_unusable(str(error), last_good)
         return _ConfigFile(signature, data, last_good, str(error))
     except Exception as error:  # noqa: BLE001 - a parser bug must not stop the other files
         problem = str(PluginConfigError(name, f"unexpected error: {error!r}"))
         log.exception("invalid plugin config %s", problem)
         return _ConfigFile(signature, data, last_good, problem)
-    if last_good is None:
-        log.info("plugin %s registered: %s", name, config.describe())
-    elif config != last_good:
-        log.info("plugin %s changed: %s", name, config.describe())
+    if last_good is None or config != last_good:
+        log.info("plugin %s %s: %s", name, "registered" if last_good is None else "changed", config.describe())
+        _warn_endpoint(name, config, owners)
     elif previous is not None and previous.problem is not None:
         log.info("plugin %s is valid again (unchanged): %s", name, config.describe())
     return _ConfigFile(signature, data, config, None)
+
+
+def _warn_endpoint(name: str, config: PluginConfig, owners: TrustedOwners) -> None:
+    """Registered all the same (a plugin may start after its file is written), but said at once: else the
+    first sign is a pod failing under Fail."""
+    problem = endpoint_problem(config.endpoint, owners)
+    if problem:
+        log.warning("plugin %s: %s", name, problem)
 
 
 def _gone(name: str, previous: _ConfigFile | None) -> _ConfigFile:

@@ -32,6 +32,7 @@ from runtimeproxy.hooks.toggles import STATE_FILE_NAME, Toggles
 from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.listener import SocketInUseError, SocketLock, lock_socket_path
 from runtimeproxy.options import ProxyOptions
+from runtimeproxy.usage import naming_flag
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,10 @@ def claim_state_dir(state_dir: Path | None) -> SocketLock | None:
     """
     if state_dir is None:
         return None
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        return lock_socket_path(state_dir / STATE_FILE_NAME, in_use="belongs to another running proxy")
+        with naming_flag("--state-dir", state_dir, "give --state-dir a directory this user may create and write "
+                         "(the proxy keeps its plugin toggles there)"):
+            state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return lock_socket_path(state_dir / STATE_FILE_NAME, in_use="belongs to another running proxy")
     except SocketInUseError as error:
         raise SocketInUseError(f"{error}; give each proxy its own --state-dir") from None

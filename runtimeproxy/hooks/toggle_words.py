@@ -11,7 +11,6 @@ hooks.toggles'.
 from __future__ import annotations
 
 import datetime
-import difflib
 import re
 from collections.abc import Collection
 
@@ -95,6 +94,7 @@ def not_a_scope(plugin: str, name: str) -> str:
     else:
         message = f"unknown {kind_of(plugin).scope_noun} {name!r} (known: {', '.join(valid)})"
     folded = {scope.casefold(): scope for scope in valid}
+    import difflib  # only for a typo's suggestion: kept off the start path
     close = difflib.get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.6)
     return message + (f"; did you mean {folded[close[0]]}?" if close else "")
 
@@ -132,6 +132,7 @@ def unknown_plugin(typed: str, registered: Collection[str], directory_problem: s
     message = f"no plugin {typed} is registered (registered: {shown})"
     # Compared without the suffix every name shares, which would make any two names look close.
     stems = sorted(name.removesuffix(CONFIG_SUFFIX) for name in set(names) | set(toggled) - {ALL_PLUGINS})
+    import difflib  # only for a typo's suggestion: kept off the start path
     close = difflib.get_close_matches(plugin_file_name(typed).removesuffix(CONFIG_SUFFIX), stems, n=1, cutoff=0.6)
     if close:
         suggestion = close[0] + CONFIG_SUFFIX if typed.endswith(CONFIG_SUFFIX) else close[0]

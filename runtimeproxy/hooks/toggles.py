@@ -39,6 +39,7 @@ from runtimeproxy.hooks.toggle_words import (
     extra_toggle_name, hook_names, in_order, is_extra, plugin_file_name, scope_names, scope_word, scopes_named,
     toggle_scopes, unknown_plugin,
 )
+from runtimeproxy.usage import os_reason
 
 __all__ = [  # the words and the persisted decisions, for callers that know the toggles as one thing
     "ALL_PLUGINS", "EXTRA_PREFIX", "STATE_FILE_NAME", "WHOLE_PLUGIN", "ShadowSetting", "Toggle", "ToggleError",
@@ -137,8 +138,10 @@ class Toggles:
                 notes.append(f"replaced the toggle of {previous.describe()} {previous.provenance()}")
             toggles[toggle.key] = toggle
         whole = toggles.get((name, WHOLE_PLUGIN))
-        if hooks and whole is not None:
-            notes.append(f"unchanged: the toggle of {whole.describe()} {whole.provenance()}")
+        if hooks and whole is not None:  # what changed, then what did not (its reason is not replaced)
+            set_now = ", ".join(t.describe() for t in added)
+            notes.append(f"disabled {set_now} with its own toggle; the toggle of {whole.describe()} stays as it "
+                         f"was, {whole.provenance()}")
         self._change(toggles)
         for toggle in added:
             log.warning("disabled %s on this node%s: %s", toggle.describe(), f" by {author}" if author else "",
@@ -200,7 +203,7 @@ class Toggles:
         except FileNotFoundError:
             return
         except OSError as error:
-            log.error("cannot read toggle state %s: %s; starting with no toggles", self.state_path, error)
+            log.error("cannot read toggle state %s: %s; starting with no toggles", self.state_path, os_reason(error))
             return
         try:
             toggles = decode(data)

@@ -72,6 +72,7 @@ from runtimeproxy.nri.ttrpc import TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.trust import TrustedOwners
+from runtimeproxy.usage import os_reason
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class NriHost:
             try:
                 process = LaunchedProcess.spawn(plugin_file)
             except OSError as error:
-                log.warning("NRI: cannot launch plugin %s: %s", plugin_file.path, error)
+                log.warning("NRI: cannot launch plugin %s: %s", plugin_file.path, os_reason(error))
                 continue
             self._launched.append(process)
             self._watch(self._start_launched(process), f"nri-launch-{plugin_file.plugin_id}")

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runtimeproxy.trust import TrustedOwners
+from runtimeproxy.usage import flag_problem, os_reason
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,10 @@ def discover(plugin_dir: Path, config_dir: Path | None, owners: TrustedOwners) -
         entries = sorted(os.scandir(plugin_dir), key=lambda entry: entry.name)
     except FileNotFoundError:
         return []
+    except OSError as error:
+        log.warning("NRI: launching no plugin: %s", flag_problem(
+            "--nri-plugin-path", plugin_dir, error, "give it a directory of NRI plugins (--nri-plugin-path= for none)"))
+        return []
     found: list[PluginFile] = []
     for entry in entries:
         path = Path(entry.path)
@@ -115,7 +120,7 @@ def discover(plugin_dir: Path, config_dir: Path | None, owners: TrustedOwners) -
                 continue
             found.append(PluginFile(path, *parsed, plugin_config(config_dir, *parsed, owners)))
         except OSError as error:
-            log.warning("NRI: not launching %s: %s", path, error)
+            log.warning("NRI: not launching %s: %s", path, os_reason(error))
     return found
 
 

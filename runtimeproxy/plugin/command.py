@@ -4,7 +4,9 @@
         --register /etc/runtime/hookserver.d/my-plugin.json [--failure-policy Fail] [--timeout-seconds 2] [--shadow]
     python3 my_plugin.py --socket /run/my-plugin/plugin.sock --print-registration
 
-`main(plugin)` parses these; `serve_until_stopped` is the same without argument parsing.
+`main(plugin)` parses these; `serve_until_stopped` is the same without argument parsing. A socket or
+registration that cannot be set up is one line on stderr naming the fix, exit code 1, and no socket left behind;
+a bad argument is one line naming --help, exit code 2 (runtimeproxy.usage).
 """
 
 from __future__ import annotations
@@ -16,31 +18,38 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runtimeproxy.endpoints import EndpointError, parse_unix_endpoint
-from runtimeproxy.plugin.registration import POLICIES, registration, write_registration
+from runtimeproxy.hooks.plugin import endpoint_problem
+from runtimeproxy.plugin.registration import POLICIES, RegistrationError, registration, write_registration
 from runtimeproxy.plugin.service import SOCKET_MODE, HookPlugin
+from runtimeproxy.trust import TrustedOwners
+from runtimeproxy.usage import OneLineParser, positive_seconds, unix_endpoint
 
 
-def _socket(value: str) -> Path:
+def _octal_mode(value: str) -> int:
     try:
-        return parse_unix_endpoint(value)
-    except EndpointError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a permission mode in octal, e.g. 0660")
+    return mode
 
 
 def build_parser(prog: str | None = None, description: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--socket", type=_socket, required=True, metavar="PATH",
+    parser = OneLineParser(prog=prog, description=description)
+    parser.add_argument("--socket", type=unix_endpoint, required=True, metavar="PATH",
                         help="unix socket to serve on (a path or unix:///path)")
     parser.add_argument("--register", type=Path, metavar="FILE",
-                        help="write the registration JSON here once serving, e.g. /etc/runtime/hookserver.d/NAME.json")
+                        help="write the registration JSON here once serving: a NAME.json in the directory the proxy watches (its "
+                             "--runtime-hook-config-dir, /etc/runtime/hookserver.d by default; created 0755 if "
+                             "missing)")
     parser.add_argument("--print-registration", action="store_true",
                         help="print the registration JSON and exit")
     parser.add_argument("--failure-policy", choices=POLICIES, default="Ignore")
-    parser.add_argument("--timeout-seconds", type=float, metavar="S", help="per call (the proxy's default: 5)")
+    parser.add_argument("--timeout-seconds", type=positive_seconds, metavar="S", help="per call (the proxy's default: 5)")
     parser.add_argument("--shadow", action="store_true",
                         help="register on trial: called, answers traced, never applied (promote: runtimeproxyctl unshadow)")
-    parser.add_argument("--socket-mode", type=lambda text: int(text, 8), default=SOCKET_MODE, metavar="OCTAL",
+    parser.add_argument("--socket-mode", type=_octal_mode, default=SOCKET_MODE, metavar="OCTAL",
                         help=f"the socket's permissions (default {SOCKET_MODE:04o})")
     return parser
 
@@ -49,12 +58,15 @@ async def serve_until_stopped(plugin: HookPlugin, socket: Path, register: Path |
                               document: bytes = b"", mode: int = SOCKET_MODE) -> None:
     """Serve until SIGTERM or SIGINT; the registration is written only once the socket answers."""
     await plugin.start(socket, mode)
-    if register is not None:
-        write_registration(register, document)
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     try:
+        if register is not None:
+            write_registration(register, document)
+        refused = endpoint_problem(socket, TrustedOwners.with_extra())  # serving: only a path the proxy refuses
+        if refused:
+            print(f"warning: {refused}", file=sys.stderr)
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         await stop.wait()
     finally:
         await plugin.stop()
@@ -68,5 +80,13 @@ def main(plugin: HookPlugin, argv: Sequence[str] | None = None, description: str
     if args.print_registration:
         sys.stdout.write(document.decode() + "\n")
         return 0
-    asyncio.run(serve_until_stopped(plugin, args.socket, args.register, document, args.socket_mode))
+    try:
+        asyncio.run(serve_until_stopped(plugin, args.socket, args.register, document, args.socket_mode))
+    except RegistrationError as error:
+        print(f"{sys.argv[0]}: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # the socket's directory, or a file in the socket's place
+        print(f"{sys.argv[0]}: error: cannot serve on --socket {args.socket}: {error.strerror or error}; "
+              "pick a socket path in a directory this user may create or write", file=sys.stderr)
+        return 1
     return 0

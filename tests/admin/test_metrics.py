@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from adminkit import http_get, promtool_check
-from runtimeproxy.admin.http import parse_bind_address
+from runtimeproxy.endpoints import parse_bind_address
 from rplab.cri import open_channel
 from rplab.synthetic import EVENT_COUNT_KEY
 from runtimeproxy.app import Proxy

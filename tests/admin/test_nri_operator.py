@@ -156,7 +156,7 @@ def test_a_staged_shadow_puts_an_nri_plugin_on_trial_from_its_first_attach(
     assert proxy.nri is not None
     assert ctl(proxy, "shadow", "nri:20-next")[0] == 3  # not attached: a typo is not a shadow
     code, out = ctl(proxy, "shadow", "nri:20-next", "--stage")
-    assert code == EXIT_OK and "nri:20-next  in shadow" in out, out
+    assert code == EXIT_OK and "nri:20-next (staged)  in shadow" in out, out
     later = NriPlugin(name="next", index="20", events=event_mask(nri.RUN_POD_SANDBOX))
     loop_thread.run(later.connect(tmp_path / "nri.sock"))
     deadline = time.monotonic() + 10

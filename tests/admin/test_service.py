@@ -6,18 +6,22 @@ import io
 import json
 import logging
 import re
+import socket as sockets
 import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.ctl import (
-    ADMIN_ENDPOINT_ENV, EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main,
+    ADMIN_ENDPOINT_ENV, EXIT_BACKEND_DOWN, EXIT_NO_SUCH_PLUGIN, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, author, main,
 )
+from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
+from rplab.loop import LoopThread
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from rplab.cri import open_channel
 from rplab.synthetic import SyntheticBackend
@@ -112,6 +116,31 @@ def test_bad_requests_exit_2_with_one_line(operated: Proxy, capsys: pytest.Captu
     assert exited.value.code == EXIT_USAGE
 
 
+def test_a_toggle_state_that_cannot_be_written_is_one_line_without_an_errno(
+    operated: Proxy, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    register_plugin(operated, "koordlet.json")
+    wait_for(operated, lambda s: bool(s["plugins"]))
+    state = operated.options.state_dir / STATE_FILE_NAME
+    state.mkdir(parents=True)  # the file's place taken (as root, a mode would not stop the write)
+    code, _ = ctl(operated, "disable", "koordlet", "--reason", "x")
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and err.count("\n") == 1 and "[Errno" not in err, err
+    assert f"cannot write the toggle state {state}: Is a directory" in err and err.endswith("; nothing changed\n"), err
+    [logged] = [record.getMessage() for record in caplog.records if "cannot persist" in record.getMessage()]
+    assert "Is a directory" in logged and "[Errno" not in logged, logged
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "soon"])
+def test_a_timeout_of_no_time_is_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not DEADLINE_EXCEEDED from a proxy that was never asked (exit 1, as if unreachable)."""
+    with pytest.raises(SystemExit) as exited:
+        main(["--admin-endpoint=/run/none.sock", f"--timeout={value}", "status"])
+    assert exited.value.code == EXIT_USAGE
+    assert capsys.readouterr().err == (f"runtimeproxyctl: error: argument --timeout: {value!r} is not a number of "
+                                       "seconds above 0, e.g. 2 (see --help)\n")
+
+
 def test_a_typo_is_refused_with_a_did_you_mean_and_changes_nothing(
     operated: Proxy, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,7 +197,8 @@ def test_each_toggle_keeps_its_own_reason_author_and_time(
     code, out = ctl(operated, "disable", "koordlet", "--hook", "PreCreateContainer", "--reason", "cpuset bug")
     assert code == EXIT_OK
     err = capsys.readouterr().err
-    assert err.startswith("runtimeproxyctl: unchanged: the toggle of koordlet.json (all hooks) set by ")
+    assert err.startswith("runtimeproxyctl: disabled koordlet.json (PreCreateContainer) with its own toggle; the "
+                          "toggle of koordlet.json (all hooks) stays as it was, set by ")
     assert "(sudo: alice)" in err and err.rstrip().endswith(": fail policy blocks pods")
 
     _, out = ctl(operated, "status", "-o", "json")
@@ -213,6 +243,18 @@ def test_an_absent_proxy_exits_1_naming_the_socket(tmp_path: Path, capsys: pytes
     assert main([f"--admin-endpoint={socket}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(socket) in err
+    assert err == (f"runtimeproxyctl: cannot reach the proxy's admin socket: socket {socket} does not exist: nothing "
+                   "serves it (not started yet?); start the proxy, or name its admin socket (the proxy's "
+                   f"--admin-endpoint): --admin-endpoint PATH or ${ADMIN_ENDPOINT_ENV}\n")
+
+
+def test_a_stale_admin_socket_says_so_and_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "stale.sock"
+    with sockets.socket(sockets.AF_UNIX) as stale:
+        stale.bind(str(path))  # bound, never listening: what a killed proxy leaves
+        assert main([f"--admin-endpoint={path}", "--timeout=2", "status"]) == EXIT_UNREACHABLE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"nobody listens on socket {path}: a stale socket (stopped?); start the proxy" in err
 
 
 def test_operator_endpoints_are_off_unless_configured(proxy: Proxy) -> None:
@@ -235,6 +277,11 @@ def test_a_taken_admin_socket_or_port_leaves_cri_serving(
     assert second.operator is not None
     assert second.operator.admin is None and second.operator.http is None
     assert "admin API not available" in caplog.text and "metrics endpoint" in caplog.text
+    assert (f"admin API not available (runtimeproxyctl will not work): --admin-endpoint: "
+            f"{operated.options.admin_path} is served by another running process") in caplog.text, caplog.text
+    assert "; give --admin-endpoint a path no other process serves" in caplog.text
+    assert (f"metrics endpoint not available: --metrics-bind-address 127.0.0.1:{taken_port}: Address already in use; "
+            "give an address of this host and a port nothing else listens on") in caplog.text, caplog.text
     (started,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"listening on {second.options.listen_path}")]
     assert "admin API" not in started and "metrics on" not in started  # only what really listens
     with open_channel(second.options.listen_path) as channel:
@@ -267,6 +314,7 @@ def test_status_names_a_config_directory_that_is_missing_or_untrusted(operated: 
     _, out = wait_for(operated, lambda s: s["plugin_config_dir_problem"] != "")
     problem = json.loads(out)["plugin_config_dir_problem"]
     assert problem.startswith("not trusted:") and "writable" in problem, problem
+    assert problem.endswith(f"no file in it is used until: chmod go-w {config_dir}"), problem
     code, table = ctl(operated, "status")
     assert code == EXIT_OK and f"config directory problem: {problem}" in table
 
@@ -300,13 +348,21 @@ def test_shadow_and_unshadow_are_persisted_and_shown(operated: Proxy, capsys: py
 
 
 def test_a_plugin_not_registered_yet_can_be_put_in_shadow_and_is_never_live(operated: Proxy) -> None:
-    """The new version's shadow is staged first; when its file appears it registers on trial."""
+    """The new version's shadow is staged first, and status shows it (table and json) as `disable --stage` shows
+    a staged toggle; when its file appears it registers on trial."""
     code, out = ctl(operated, "shadow", "koordlet-next", "--stage")
-    assert code == EXIT_OK and "koordlet-next.json  in shadow" in out
+    assert code == EXIT_OK and "koordlet-next.json (staged)  in shadow" in out
+    code, table = ctl(operated, "status")
+    assert code == EXIT_OK
+    assert "SHADOW SETTINGS" in table and "koordlet-next.json (staged)  in shadow" in table, table
+    _, out = ctl(operated, "status", "-o", "json")
+    (setting,) = json.loads(out)["shadow_settings"]
+    assert setting["plugin"] == "koordlet-next.json" and setting["shadow"] and setting["staged"]
     register_plugin(operated, "koordlet-next.json")
     wait_for(operated, lambda s: len(s["plugins"]) == 1)
     _, out = ctl(operated, "status", "-o", "json")
-    assert json.loads(out)["plugins"][0]["shadow"]
+    status = json.loads(out)
+    assert status["plugins"][0]["shadow"] and not status["shadow_settings"][0]["staged"]
 
 
 def test_trace_of_an_unknown_pod_exits_3_saying_why(operated: Proxy, capsys: pytest.CaptureFixture[str]) -> None:
@@ -326,3 +382,58 @@ def test_the_admin_socket_can_come_from_the_environment(
     with pytest.raises(SystemExit) as exited:
         main(["status"])
     assert exited.value.code == EXIT_USAGE and f"${ADMIN_ENDPOINT_ENV}:" in capsys.readouterr().err
+
+
+def test_status_with_an_unreachable_backend_says_why_and_exits_4(
+    start_proxy: Callable[..., Proxy], tmp_path: Path
+) -> None:
+    proxy = start_proxy(runtime_path=tmp_path / "no-containerd.sock", admin_path=tmp_path / "admin.sock")
+    out = ""
+    for _ in range(100):
+        code, out = ctl(proxy, "status", "-o", "json")
+        (backend,) = json.loads(out)["backends"]
+        if not backend["reachable"] and backend["problem"]:
+            break
+        time.sleep(0.05)
+    assert code == EXIT_BACKEND_DOWN and not backend["reachable"], out
+    assert backend["problem"] == (f"unreachable: socket {tmp_path / 'no-containerd.sock'} does not exist: nothing "
+                                  "serves it (not started yet?)"), out
+    code, table = ctl(proxy, "status")
+    assert code == EXIT_BACKEND_DOWN
+    row = next(line for line in table.splitlines() if "no-containerd.sock" in line)
+    assert "NO" in row and backend["problem"] in row, table
+
+
+def test_the_cri_socket_is_named_as_not_the_admin_socket(
+    loop_thread: LoopThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gRPC server without the admin API (containerd's CRI socket answers `unknown service`): one line naming
+    the admin socket's default and how to choose another."""
+    async def serve_nothing() -> grpc.aio.Server:
+        server = grpc.aio.server()
+        server.add_insecure_port(f"unix://{tmp_path / 'containerd.sock'}")
+        await server.start()
+        return server
+
+    server = loop_thread.run(serve_nothing())
+    try:
+        code = main([f"--admin-endpoint={tmp_path / 'containerd.sock'}", "status"])
+    finally:
+        loop_thread.run(server.stop(0))
+    err = capsys.readouterr().err
+    assert code == EXIT_UNREACHABLE and err.count("\n") == 1, err
+    assert f"{tmp_path / 'containerd.sock'} is not a runtimeproxy admin socket" in err
+    assert str(DEFAULT_ADMIN_SOCKET) in err and "--admin-endpoint" in err and ADMIN_ENDPOINT_ENV in err
+
+
+def test_status_shows_a_plugin_whose_socket_nobody_serves_as_unreachable(operated: Proxy) -> None:
+    """Registered (the plugin may start later), but said: table and json."""
+    register_plugin(operated, "koordlet.json")
+    code, out = wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    (plugin,) = json.loads(out)["plugins"]
+    nobody = operated.options.hook_config_dir / "nobody.sock"
+    assert code == EXIT_OK and plugin["enabled"]
+    assert plugin["endpoint_problem"] == (f"socket {nobody} does not exist: nothing serves it (not started yet?); "
+                                          "every call fails until the plugin serves it")
+    _, table = ctl(operated, "status")
+    assert f"  UNREACHABLE: {plugin['endpoint_problem']}" in table

@@ -5,7 +5,6 @@ tests."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -103,20 +102,6 @@ def test_kubelet_mix_on_110_pods_is_the_real_kubelets_pace() -> None:
     assert 4.0 <= sum(per_second.values()) <= 5.0  # ~4.7 calls/s counted at 110 pods
     assert all(method.startswith(("/runtime.v1.RuntimeService/", "/runtime.v1.ImageService/"))
                for method, _, _ in mix)
-
-
-def test_koord_proxy_runs_in_a_mount_namespace_with_its_hook_dir_bound(tmp_path: Path) -> None:
-    from rplab.koord_proxy import HOOK_DIR, KoordProxyProcess
-
-    proxy = KoordProxyProcess(tmp_path / "koord.sock", "/run/ctd.sock", hook_config_dir=tmp_path / "hooks",
-                              binary=Path("/bin/koord-runtime-proxy"))
-    argv = proxy.argv
-    assert argv[:4] == ["unshare", "-m", "--propagation", "private"]
-    assert str(HOOK_DIR) in argv[6] and "lowerdir=/etc" in argv[6]
-    assert argv[8:11] == [str(tmp_path / "etc-overlay" / "upper"), str(tmp_path / "etc-overlay" / "work"),
-                          str(tmp_path / "hooks")]
-    assert argv[11:] == ["/bin/koord-runtime-proxy", f"--koord-runtimeproxy-endpoint={tmp_path / 'koord.sock'}",
-                         "--remote-runtime-service-endpoint=/run/ctd.sock"]
 
 
 def test_a_peer_whose_every_call_failed_has_no_figure() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -19,7 +21,9 @@ from rplab.burst import burst
 from rplab.cri import open_channel
 from rplab.loop import LoopThread
 from rplab.synthetic import SyntheticBackend
+from runtimeproxy.activation import InheritedSockets, PassedSocket
 from runtimeproxy.app import Proxy
+from runtimeproxy.options import ProxyOptions
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
@@ -148,6 +152,46 @@ def test_stop_lets_in_flight_calls_finish_and_removes_the_socket(
         assert future.result() == b"done"
         stopper.join(10)
     assert not path.exists()
+
+
+def test_under_socket_activation_stop_finishes_calls_in_flight_and_leaves_new_ones_to_the_next_proxy(
+    loop_thread: LoopThread, synthetic: SyntheticBackend, tmp_path: Path
+) -> None:
+    async def slow(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        await asyncio.sleep(0.5)
+        return request
+
+    synthetic.unary[VERSION] = slow
+    path = tmp_path / "rp.sock"
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # systemd's copy, outliving both proxies
+    held.bind(str(path))
+    os.chmod(path, 0o660)
+    held.listen()
+    options = ProxyOptions(listen_path=path, runtime_path=synthetic.path, hook_config_dir=tmp_path / "hooks")
+
+    def proxy_on_the_held_socket() -> Proxy:
+        proxy = Proxy(options, inherited=InheritedSockets([PassedSocket(os.dup(held.fileno()), "cri")]))
+        loop_thread.run(proxy.start())
+        return proxy
+
+    old = proxy_on_the_held_socket()
+    try:
+        with open_channel(path) as channel:
+            in_flight = channel.unary_unary(VERSION).future(b"in flight", timeout=10)
+            time.sleep(0.1)
+            stopper = threading.Thread(target=loop_thread.run, args=(old.stop(5),))
+            stopper.start()
+            time.sleep(0.1)
+            with open_channel(path) as during_the_stop:
+                made_meanwhile = during_the_stop.unary_unary(VERSION).future(b"meanwhile", timeout=10)
+                assert in_flight.result() == b"in flight"
+                stopper.join(10)
+                new = proxy_on_the_held_socket()
+                assert made_meanwhile.result() == b"meanwhile"  # waited in the backlog, not refused
+        loop_thread.run(new.stop(0))
+        assert path.exists()  # systemd's: never removed
+    finally:
+        held.close()
 
 
 def test_stop_cancels_calls_that_outlive_the_grace_period(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import h11
 
+from runtimeproxy.activation import InheritedSockets
 from runtimeproxy.docker.interception import Interceptor, PassThrough
 from runtimeproxy.app import Proxy
 from runtimeproxy.docker.server import DockerFrontend
@@ -53,10 +54,11 @@ def header_lines(head: bytes) -> list[bytes]:
     return head.split(b"\r\n")[1:-2]
 
 
-def docker_mode_proxy(options: ProxyOptions, interceptor: Interceptor | None = None) -> Proxy:
+def docker_mode_proxy(options: ProxyOptions, interceptor: Interceptor | None = None,
+                      inherited: InheritedSockets | None = None) -> Proxy:
     """The proxy process around a Docker frontend, whatever options.backend_mode says (interceptor None: the
-    real hooks)."""
-    return Proxy(options, lambda options, hooks: DockerFrontend(options, hooks, interceptor))
+    real hooks); `inherited`: the sockets systemd would pass."""
+    return Proxy(options, lambda options, hooks: DockerFrontend(options, hooks, interceptor), inherited)
 
 
 @contextlib.asynccontextmanager

@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from dockerkit import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, docker_proxy, exchange, header_lines, read_head
 
+from runtimeproxy.activation import InheritedSockets, PassedSocket
+from runtimeproxy.app import Proxy
+from runtimeproxy.docker.interception import PassThrough
 from runtimeproxy.options import ProxyOptions
 
 OK_BODY = b'{"ApiVersion":"1.41"}'
@@ -373,3 +378,43 @@ def test_declined_upgrade_keeps_the_connection_for_the_next_request(tmp_path: Pa
             assert response.status_code == 200 and body == OK_BODY
 
     run(scenario())
+
+
+def test_the_socket_systemd_passed_is_served_and_queues_requests_between_two_proxies(tmp_path: Path) -> None:
+    async def dockerd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_head(reader)
+        writer.write(OK_ANSWER)
+        await writer.drain()
+
+    path = tmp_path / "proxy.sock"
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # systemd's copy, outliving both proxies
+    held.bind(str(path))
+    os.chmod(path, 0o660)
+    held.listen()
+    options = ProxyOptions(listen_path=path, runtime_path=tmp_path / "dockerd.sock", backend_mode="Docker",
+                           hook_config_dir=tmp_path / "hooks")
+
+    async def started_proxy() -> Proxy:
+        proxy = docker_mode_proxy(options, PassThrough(),
+                                  InheritedSockets([PassedSocket(os.dup(held.fileno()), "docker")]))
+        await proxy.start()
+        return proxy
+
+    async def scenario() -> None:
+        request = b"GET /v1.41/version HTTP/1.1\r\nHost: docker\r\n\r\n"
+        async with FakeDockerd(tmp_path / "dockerd.sock", dockerd):
+            first = await started_proxy()
+            response, body = await exchange(*await asyncio.open_unix_connection(str(path)), request)
+            assert response.status_code == 200 and body == OK_BODY
+            await first.stop(0)
+            assert path.exists()  # systemd's: never removed
+            waiting = await asyncio.open_unix_connection(str(path))  # no proxy: in the backlog, not refused
+            second = await started_proxy()
+            response, body = await exchange(*waiting, request)
+            assert response.status_code == 200 and body == OK_BODY
+            await second.stop(0)
+
+    try:
+        run(scenario())
+    finally:
+        held.close()

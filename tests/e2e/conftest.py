@@ -59,7 +59,7 @@ def containerd(workdir: Path) -> Iterator[ContainerdInstance]:
 
 
 GUEST_SUMMARY: list[str] = []  # the cgroup v2 + systemd node's figures, for the terminal summary
-KUBELET_SUMMARY: list[str] = []  # the real kubelet's figures and the calls it made (test_kubelet.py)
+KUBELET_SUMMARY: list[str] = []  # the real kubelet's figures and the calls it made (test_real_kubelet.py)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def report_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def kubelet_summary() -> list[str]:
-    """Lines printed in the terminal summary's "the real kubelet" section (tests/e2e/test_kubelet.py)."""
+    """Lines printed in the terminal summary's "the real kubelet" section (tests/e2e/test_real_kubelet.py)."""
     return KUBELET_SUMMARY
 
 

@@ -32,7 +32,7 @@ from rplab.example_plugin import ANNOTATION, ExamplePlugin, registration
 from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
-from rplab.release import CTL, INSTALL_DIR, PROXY
+from rplab.node_layout import CTL, INSTALL_DIR, PROXY
 from rplab.roots import make_root, unpack
 
 from machinekit import require_command

@@ -9,6 +9,7 @@ land, the commands run, the operator's configs stay.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy import __version__
-from rplab.nodepackages import HOOK_DIR, PACKAGE, SHARE_DIR, UNIT_DIR, build_deb, build_rpm
-from rplab.release import CTL, INSTALL_DIR, PROXY
+from rplab.nodepackages import HOOK_DIR, PACKAGE, SHARE_DIR, SOCKET_UNITS, UNIT_DIR, build_deb, build_rpm
+from rplab.node_layout import CTL, INSTALL_DIR, PROXY
 from rplab.roots import chroot_run, make_root, mounted, unpack
 
 NODE_SUITE = "bookworm"
@@ -57,7 +58,8 @@ def test_install_upgrade_and_remove_keep_the_operators_configs_and_leave_nothing
     for name in (PROXY, CTL):  # on PATH, running in the root
         done = chroot_run(node, [name, "--version"])
         assert done.stdout.strip() == f"{name} {__version__}", done.stderr
-    for path in (f"{UNIT_DIR}/{PACKAGE}.service", f"{SHARE_DIR}/kubelet-runtime-endpoint.conf", HOOK_DIR):
+    for path in (f"{UNIT_DIR}/{PACKAGE}.service", *(f"{UNIT_DIR}/{unit.name}" for unit in SOCKET_UNITS),
+                 f"{SHARE_DIR}/kubelet-runtime-endpoint.conf", HOOK_DIR):
         assert (node / path.lstrip("/")).exists(), path
     files = [path for path in package_files(node)
              if not (node / path.lstrip("/")).is_dir()]  # the links in /usr/bin point into the root's /opt
@@ -84,7 +86,9 @@ def test_the_installed_unit_passes_systemd_analyze_verify(node: Path, debs: tupl
     # verify checks that ExecStart exists: the installed bundle's path seen from the host.
     checked = unit.with_name("verify-" + unit.name)
     checked.write_text(unit.read_text().replace(INSTALL_DIR, str(node / INSTALL_DIR.lstrip("/"))))
-    done = subprocess.run([analyze, "verify", str(checked)], capture_output=True, text=True, timeout=60)
+    sockets = [str(unit.with_name(socket_unit.name)) for socket_unit in SOCKET_UNITS]
+    done = subprocess.run([analyze, "verify", str(checked), *sockets], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SYSTEMD_UNIT_PATH": f"{unit.parent}:"})
     assert done.returncode == 0 and checked.name not in done.stdout + done.stderr, done.stdout + done.stderr
 
 

@@ -248,3 +248,18 @@ def test_a_burst_of_300_dials_is_queued_on_the_cri_and_admin_sockets(node: Proxy
     """gRPC listens with the kernel's backlog (somaxconn) as containerd does: a burst of kubelet dials is queued."""
     for socket_path in (node.listen_path, node.admin_path):
         assert refused_dials(socket_path, 300) == 0, socket_path
+
+
+def test_runtimeproxyctl_aimed_at_a_cri_socket_names_the_admin_socket(
+    node: ProxyProcess, containerd: ContainerdInstance
+) -> None:
+    """containerd's own socket, and the proxy's CRI socket (which relays to it): containerd's `unknown service
+    runtimeproxy.admin.v1.Admin` becomes one line saying this is not the admin socket and how to name it."""
+    for cri_socket in (Path(containerd.address), node.listen_path):
+        result = subprocess.run([sys.executable, "-m", "runtimeproxy.admin.ctl", f"--admin-endpoint={cri_socket}",
+                                 "status"], capture_output=True, text=True, timeout=60)
+        assert (result.returncode, result.stdout) == (1, ""), result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"runtimeproxyctl: {cri_socket} is not a runtimeproxy admin socket"), \
+            result.stderr
+        assert "--admin-endpoint" in result.stderr and "RUNTIMEPROXY_ADMIN_ENDPOINT" in result.stderr

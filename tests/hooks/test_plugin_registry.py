@@ -137,11 +137,15 @@ def test_added_changed_and_deleted_files_are_picked_up(
     assert harness.refresh() is True
     assert harness.registry.plugins == () and harness.names("PreRunPodSandbox") == []
 
+    not_serving = ("plugin koordlet.json: socket /var/run/koordlet/koordlet.sock does not exist: nothing serves it "
+                   "(not started yet?); every call fails until the plugin serves it")
     assert messages(caplog) == [
         "plugin koordlet.json registered: endpoint unix:///var/run/koordlet/koordlet.sock, "
         "policy Ignore, hooks PreRunPodSandbox, timeout 5s",
+        not_serving,
         "plugin koordlet.json changed: endpoint unix:///var/run/koordlet/koordlet.sock, policy Fail, "
         "hooks PreRunPodSandbox,PreCreateContainer, timeout 2.5s",
+        not_serving,
         "plugin koordlet.json removed",
     ]
 
@@ -320,11 +324,12 @@ def test_a_missing_directory_means_no_plugins_until_it_appears(
         harness.write("koordlet.json", KOORDLET)
         assert harness.refresh() is True
         assert harness.names() == ["koordlet.json"]
-        assert messages(caplog)[1:] == [
+        assert messages(caplog)[1:3] == [
             f"plugin config directory {harness.dir} exists now",
             "plugin koordlet.json registered: endpoint unix:///var/run/koordlet/koordlet.sock, "
             "policy Ignore, hooks PreRunPodSandbox, timeout 5s",
         ]
+        caplog.clear()
         channel = harness.plugin("koordlet.json").channel
 
         shutil.rmtree(harness.dir)
@@ -334,7 +339,7 @@ def test_a_missing_directory_means_no_plugins_until_it_appears(
         harness.refresh()
         assert messages(caplog, logging.WARNING) == [
             f"plugin config directory {harness.dir} does not exist; no plugins until it does"
-        ] * 2
+        ]
     finally:
         loop_thread.run(harness.registry.close())
 
@@ -541,7 +546,7 @@ def test_each_bad_entry_costs_one_line_and_the_rest_reloads(
         }
         for name, problem in expected.items():
             assert warnings_about(caplog, name) == [f"invalid plugin config {name}: {problem}"]
-        assert len(messages(caplog, logging.WARNING)) == len(expected)
+        assert len(messages(caplog, logging.WARNING)) == len(expected) + 2  # + good's and strict's socket
         # A FIFO swapped in after the type check: the open does not wait for a writer either.
         with pytest.raises(trusted_files.Unusable, match="a FIFO"):
             trusted_files.read_trusted(str(harness.dir / "fifo.json"), harness.registry.owners, None)
@@ -708,12 +713,52 @@ def test_a_writable_directory_registers_nothing_new(harness: Harness, caplog: py
     assert harness.names() == ["old.json"]
     problem = f"not trusted: directory {harness.dir} is writable by group or others (mode 0777)"
     assert messages(caplog, logging.WARNING) == [
+        f"plugin configs {problem}; no file in it is used until: chmod go-w {harness.dir}",
         f"invalid plugin config new.json: {problem}; not registered",
         f"invalid plugin config old.json: {problem}; its last good version stays in force",
     ]
     os.chmod(harness.dir, 0o755)
     assert harness.refresh() is True
     assert harness.names() == ["new.json", "old.json"]
+
+
+def test_an_untrusted_directory_is_warned_once_with_the_fix_even_empty(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 0777 directory with no file in it yet: nothing else would say that the proxy will ignore what comes."""
+    os.chmod(harness.dir, 0o777)
+    harness.refresh()
+    harness.refresh()
+    problem = (f"not trusted: directory {harness.dir} is writable by group or others (mode 0777); no file in it is "
+               f"used until: chmod go-w {harness.dir}")
+    assert messages(caplog, logging.WARNING) == [f"plugin configs {problem}"]
+    assert harness.registry.directory_problem() == problem
+    os.chmod(harness.dir, 0o755)
+    harness.refresh()
+    assert harness.registry.directory_problem() == ""
+    assert f"plugin config directory {harness.dir} is trusted again; its files are read" in messages(
+        caplog, logging.INFO)
+
+
+def test_a_config_directory_that_is_a_file_is_said_so_with_the_flag(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not "does not exist": it does, as a file (a --runtime-hook-config-dir naming a config file, say)."""
+    a_file = tmp_path / "koordlet.json"
+    a_file.write_text("{}")
+    registry = registry_module.PluginRegistry(a_file)
+    registry.refresh()
+    problem = "not a directory; no plugins until it is one (give --runtime-hook-config-dir a directory)"
+    assert messages(caplog, logging.WARNING) == [f"plugin config directory {a_file} is {problem}"]
+    assert registry.directory_problem() == f"is {problem}"
+
+
+def test_a_directory_of_an_untrusted_owner_names_the_owner_fix(harness: Harness) -> None:
+    os.chown(harness.dir, NOBODY, NOBODY)
+    harness.refresh()
+    assert harness.registry.directory_problem().endswith(
+        f"no file in it is used until: chown root {harness.dir}, or add uid {NOBODY} to "
+        "--runtime-hook-config-trusted-uids")
 
 
 def test_a_file_that_becomes_untrusted_keeps_the_version_read_while_trusted(
@@ -731,3 +776,62 @@ def test_a_deeply_nested_config_is_a_config_problem_not_a_crash() -> None:
     """orjson before 3.10 overflowed the C stack on ~1,000,000 nested brackets (a 1 MiB file holds that)."""
     with pytest.raises(PluginConfigError):
         parse_plugin_config("deep.json", b"[" * (MAX_CONFIG_BYTES // 2) + b"]" * (MAX_CONFIG_BYTES // 2))
+
+
+def test_a_registration_whose_socket_fails_every_call_is_warned_when_read_and_still_registered(
+    harness: Harness, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A plugin may start after its file is written, so it is registered; but the log says at once what the
+    first pod under `Fail` would find out: no socket, nobody listening, or a socket the proxy refuses to call."""
+    shared = tmp_path / "shared-tmp"  # as /tmp: sticky and writable by all
+    shared.mkdir()
+    shared.chmod(0o1777)
+    serving = socket.socket(socket.AF_UNIX)
+    serving.bind(str(tmp_path / "serving.sock"))
+    serving.listen()
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(tmp_path / "stale.sock"))  # bound, never listening: what a killed plugin leaves
+    in_tmp = socket.socket(socket.AF_UNIX)
+    in_tmp.bind(str(shared / "plugin.sock"))
+    in_tmp.listen()
+    try:
+        for name, path in (("missing", tmp_path / "missing.sock"), ("serving", tmp_path / "serving.sock"),
+                           ("stale", tmp_path / "stale.sock"), ("tmp", shared / "plugin.sock")):
+            harness.write(f"{name}.json", config_bytes(remote_endpoint=str(path)))
+        harness.refresh()
+        assert harness.names() == ["missing.json", "serving.json", "stale.json", "tmp.json"]
+        assert messages(caplog, logging.WARNING) == [
+            f"plugin missing.json: socket {tmp_path}/missing.sock does not exist: nothing serves it (not started "
+            "yet?); every call fails until the plugin serves it",
+            f"plugin stale.json: nobody listens on socket {tmp_path}/stale.sock: a stale socket (stopped?); every "
+            "call fails until the plugin serves it",
+            f"plugin tmp.json: the proxy refuses every call to this plugin (PERMISSION_DENIED): directory {shared} holding "
+            f"socket {shared}/plugin.sock is writable by group or others (mode 1777): anyone who can write there "
+            "could swap the socket; serve the socket in a directory only root can write (e.g. "
+            "/run/NAME/plugin.sock), owned by root or a uid of the proxy's --runtime-hook-config-trusted-uids",
+        ]
+    finally:
+        for sock in (serving, stale, in_tmp):
+            sock.close()
+
+
+def test_a_file_being_written_is_not_called_empty_until_it_stays_empty(
+    harness: Harness, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cat > koordlet.json`: the shell creates the file (inotify: a change, scanned at once: empty), then cat
+    writes it. That is no broken config: only a file that stays empty once it settles is one."""
+    monkeypatch.setattr(trusted_files, "_RACY_WINDOW_NS", 300_000_000)  # "settled": unmodified for 0.3 s
+    harness.registry.poll_interval = 0.05
+    task = harness.on_loop(_start(harness.registry))
+    try:
+        with open(harness.dir / "koordlet.json", "wb") as being_written:
+            time.sleep(0.2)  # the registry has seen it empty
+            being_written.write(KOORDLET)
+        _wait_for(lambda: harness.names() == ["koordlet.json"], timeout=10)
+        (harness.dir / "empty.json").touch()  # stays empty: said once, when it settles
+        _wait_for(lambda: any("empty.json" in line for line in messages(caplog, logging.WARNING)), timeout=10)
+        time.sleep(0.2)
+    finally:
+        harness.on_loop(task.cancel)
+    assert [line for line in messages(caplog, logging.WARNING) if "empty file" in line] == [
+        "invalid plugin config empty.json: empty file; not registered"]

@@ -77,7 +77,8 @@ def test_a_hook_toggle_keeps_the_whole_plugin_toggle_s_reason_author_and_time(tm
     toggles.disable("koordlet", frozenset(), "fail policy blocks pods", author="root (sudo: alice)")
     (whole,) = toggles.active
     notes = toggles.disable("koordlet", PRE_CREATE, "cpuset bug", author="root (sudo: bob)")
-    assert notes == [f"unchanged: the toggle of koordlet.json (all hooks) {whole.provenance()}"]
+    assert notes == ["disabled koordlet.json (PreCreateContainer) with its own toggle; the toggle of koordlet.json "
+                     f"(all hooks) stays as it was, {whole.provenance()}"]
     assert "alice" in notes[0] and "fail policy blocks pods" in notes[0]
     kept, hook = toggles.active
     assert kept == whole  # reason, author and time as set

@@ -1,9 +1,11 @@
 """The example plugin, the one fake plugin server of tests, lab and bench: its echo mode (the whole request comes
-back, field by field, nothing edited), scripted answers sent as they are, the empty no-op mode, and the call
-counts its process writes on SIGUSR1 (what the benchmark reads)."""
+back, field by field, nothing edited), scripted answers sent as they are, the empty no-op mode, the call
+counts its process writes on SIGUSR1 (what the benchmark reads), and the lab's plugin answering what the proxy
+accepts for a real kubelet's pods."""
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import time
@@ -11,12 +13,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
+import pytest
 from google.protobuf.message import Message
 
-from rplab.example_plugin import ExamplePlugin, ExampleSettings, ScriptedPlugin, echoed, plugin_process
+from rplab.example_plugin import (
+    LAB_ARGUMENTS, ExamplePlugin, ExampleSettings, ScriptedPlugin, echoed, plugin_process, subtree_parent,
+)
 from rplab.loop import LoopThread
+from runtimeproxy.admin.ctl import main as ctl
+from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc
+from runtimeproxy.plugin import samples
 
 WAIT_SECONDS = 10.0
 
@@ -92,3 +100,29 @@ def test_the_plugin_process_writes_its_counts_on_sigusr1(loop_thread: LoopThread
             assert time.monotonic() < deadline, "no counts written"
             time.sleep(0.05)
         assert json.loads(counts.read_text()) == {"PreStartContainer": 1}
+
+
+@pytest.mark.parametrize("driver", samples.CGROUP_DRIVERS)
+def test_the_labs_plugin_answers_what_the_proxy_accepts_for_a_kubelets_pods(driver: str, tmp_path: Path) -> None:
+    """`runtimeproxyctl try-plugin` (the kubelet's pod shapes, both cgroup drivers) finds every answer of the
+    lab's plugin valid: its pods stay in their hierarchy (the proxy refuses a parent outside `kubepods`)."""
+    socket = tmp_path / "lab-plugin.sock"
+    with plugin_process(socket, None, *LAB_ARGUMENTS):
+        out = io.StringIO()
+        code = ctl(["try-plugin", "--endpoint", str(socket), "--cgroup-driver", driver, "-o", "json"], out=out)
+    trials = {trial["hook"]: trial for trial in json.loads(out.getvalue())["hooks"]}
+    assert sorted(trials) == sorted(HOOK_NAMES)
+    assert [(hook, trial["code"], trial["problem"]) for hook, trial in trials.items()
+            if trial["code"] != "OK" or trial["problem"]] == []
+    moved = {change["field"]: change["after"] for change in trials["PreRunPodSandbox"]["changes"]}
+    assert moved["cgroup_parent"] == f'"{subtree_parent(samples.pod_cgroup_parent(driver), LAB_ARGUMENTS[1])}"'
+    assert code == 0, out.getvalue()
+
+
+def test_a_pod_is_moved_within_its_own_hierarchy_keeping_its_own_cgroup() -> None:
+    assert subtree_parent("/kubepods/burstable/pod1", "rp") == "/kubepods/rp/pod1"
+    assert subtree_parent("/kubepods/pod1", "rp") == "/kubepods/rp/pod1"  # Guaranteed
+    assert subtree_parent("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1_2.slice", "rp") == \
+        "/kubepods.slice/kubepods-rp.slice/kubepods-rp-pod1_2.slice"
+    assert subtree_parent("/kubepods", "rp") == "/kubepods/rp"
+    assert subtree_parent("", "rp") == "/rp"  # no parent: the runtime's default (the lab's own pods)

@@ -1,5 +1,5 @@
 """The standalone kubelet's fixture without a kubelet: its configuration, its mount namespace's script, the PATH it
-gets, its manifests, and the host check's verdicts (tests/e2e/test_kubelet.py runs the real one)."""
+gets, its manifests, and the host check's verdicts (tests/e2e/test_real_kubelet.py runs the real one)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,11 @@ def test_the_kubelet_is_configured_into_its_directory_and_onto_localhost(tmp_pat
     assert config["containerRuntimeEndpoint"] == f"unix://{tmp_path / 'cri.sock'}"
     for key in ("podLogsDir", "volumePluginDir"):
         assert Path(config[key]).is_relative_to(tmp_path / "node")
-    assert config["cgroupRoot"] == "/rplab-kubelet-node" and config["cgroupDriver"] == "cgroupfs"
+    assert config["cgroupRoot"] == f"/rplab-kubelet-{kubelet.node_id}" and config["cgroupDriver"] == "cgroupfs"
+    other = KubeletNode(Path("x"), tmp_path / "elsewhere" / "node")  # a directory of the same name
+    assert kubelet.node_id.startswith("node-") and other.node_id.startswith("node-")
+    assert other.node_id != kubelet.node_id
+    assert KubeletNode(Path("x"), tmp_path / "a b:c").node_id.startswith("a-b-c-")  # a label value
     assert (config["address"], config["port"], config["healthzPort"]) == ("127.0.0.1", 10999, 0)
     assert config["failSwapOn"] is False and config["failCgroupV1"] is False
     assert config["authentication"]["webhook"]["enabled"] is False and config["authorization"]["mode"] == "AlwaysAllow"
@@ -60,7 +64,7 @@ def test_a_manifest_is_labelled_with_the_node_and_written_whole(tmp_path: Path) 
     kubelet.manifests.mkdir(parents=True)
     manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {}}
     written = kubelet.write_pod(manifest)
-    assert json.loads(written.read_text())["metadata"]["labels"] == {NODE_LABEL: "node"}
+    assert json.loads(written.read_text())["metadata"]["labels"] == {NODE_LABEL: kubelet.node_id}
     assert "labels" not in manifest["metadata"]  # the caller's manifest is left alone
     assert [path.name for path in kubelet.manifests.iterdir()] == ["web.json"]
     kubelet.remove_pod("web")

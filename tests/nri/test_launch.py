@@ -86,6 +86,17 @@ def test_a_missing_plugin_directory_launches_nothing(base: Path) -> None:
     assert discover(base / "missing", None, ROOT_ONLY) == []
 
 
+def test_a_plugin_path_that_is_a_file_launches_nothing_and_names_the_flag(
+    base: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not the host's start failing with "--nri-socket ...: [Errno 20]" (the flag it did not come from)."""
+    a_file = base / "10-plugin"
+    a_file.write_text("")
+    assert discover(a_file, None, ROOT_ONLY) == []
+    assert caplog.messages == [f"NRI: launching no plugin: --nri-plugin-path {a_file}: Not a directory; give it a "
+                               "directory of NRI plugins (--nri-plugin-path= for none)"]
+
+
 def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_with_the_host(base: Path) -> None:
     plugin_file(base / "plugins" / "10-launched")
     record = base / "record.jsonl"

@@ -160,3 +160,75 @@ def test_the_sample_pods_have_labels() -> None:
     for request in (samples.pod_request(), samples.container_request()):
         labels = request.labels if isinstance(request, hooks.PodSandboxHookRequest) else request.pod_labels
         assert labels["app"] == "sample"
+
+
+def test_a_socket_the_proxy_refuses_is_no_valid_plugin(loop_thread: LoopThread, tmp_path: Path) -> None:
+    """A plugin serving in /tmp (sticky, writable by all) answers try-plugin, but a proxy refuses every call to it
+    (PERMISSION_DENIED): said with the reason and the fix, exit 1."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    plugin = Kit()
+    loop_thread.run(plugin.start(shared / "plugin.sock"))
+    try:
+        code, out = try_plugin("--endpoint", f"unix://{shared}/plugin.sock", "--hook", "PreCreateContainer")
+    finally:
+        loop_thread.run(plugin.stop())
+    assert code == 1
+    first = out.splitlines()[0]
+    assert first.startswith("warning: the proxy refuses every call to this plugin (PERMISSION_DENIED): directory "
+                            f"{shared} holding socket {shared}/plugin.sock is writable by group or others"), first
+    assert "serve the socket in a directory only root can write (e.g. /run/NAME/plugin.sock)" in first
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"pod_meta": {"name": "x"}, "container_env": {"A": "1"}},
+     "ContainerResourceHookRequest has no field 'container_env' (did you mean 'container_envs'?); its fields: "
+     "pod_meta, container_meta, container_annotations, container_resources, pod_resources, pod_annotations, "
+     "pod_labels, pod_cgroup_parent, container_envs"),
+    ({"pod_meta": {"nam": "x"}},
+     "ContainerResourceHookRequest.pod_meta has no field 'nam' (did you mean 'name'?); its fields: name, uid, "
+     "namespace, attempt"),
+    ({"pod_meta": {"attempt": "x"}}, "Failed to parse pod_meta field: Failed to parse attempt field"),
+    ([1], "expected a JSON object (a ContainerResourceHookRequest), got list"),
+])
+def test_a_bad_request_file_is_one_line_naming_the_field_with_the_usage_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: object, message: str
+) -> None:
+    """Field names are the .proto's snake_case ones, as docs/plugins.md says; a typo is a usage error (2), not a
+    traceback with exit 1 (an invalid answer's code) suggesting camelCase."""
+    request = tmp_path / "request.json"
+    request.write_bytes(orjson.dumps(document))
+    code, out = try_plugin("--endpoint", str(tmp_path / "none.sock"), "--hook", "PreCreateContainer",
+                           "--request", str(request))
+    err = capsys.readouterr().err
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith(f"runtimeproxyctl: error: try-plugin: --request {request}: ")
+    assert message in err, err
+
+
+def test_a_record_line_naming_an_unknown_hook_is_a_usage_error(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r.json").write_text('{"hook": "PreCreate", "request": {}}')
+    assert try_plugin("--endpoint", str(tmp_path / "none.sock"), "--request", str(tmp_path / "r.json"))[0] == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown hook 'PreCreate'; the hooks: PreRunPodSandbox," in err
+
+
+@pytest.mark.parametrize("name", ["missing.json", "."])
+def test_a_request_file_that_cannot_be_read_is_one_line_naming_it_and_the_example(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    request = tmp_path / name
+    code, out = try_plugin("--endpoint", str(tmp_path / "none.sock"), "--request", str(request))
+    err = capsys.readouterr().err
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and "[Errno" not in err, err
+    assert err.startswith(f"runtimeproxyctl: error: try-plugin: --request {request}: "), err
+    assert "a hook request as JSON (e.g. docs/examples/try-plugin-request.json" in err, err
+
+
+def test_a_bad_endpoint_is_a_usage_error_naming_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        try_plugin("--endpoint", "tcp://127.0.0.1:1")
+    assert exited.value.code == 2

@@ -11,7 +11,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address", "nri_plugins", "nri_endpoint")
+    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address", "nri_plugins", "nri_endpoint", "shadow_settings")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class StatusResponse(_message.Message):
     METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     NRI_PLUGINS_FIELD_NUMBER: _ClassVar[int]
     NRI_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_SETTINGS_FIELD_NUMBER: _ClassVar[int]
     version: str
     uptime_seconds: float
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
@@ -42,7 +43,8 @@ class StatusResponse(_message.Message):
     metrics_address: str
     nri_plugins: _containers.RepeatedCompositeFieldContainer[NriPluginStatus]
     nri_endpoint: str
-    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ..., nri_plugins: _Optional[_Iterable[_Union[NriPluginStatus, _Mapping]]] = ..., nri_endpoint: _Optional[str] = ...) -> None: ...
+    shadow_settings: _containers.RepeatedCompositeFieldContainer[ShadowSetting]
+    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ..., nri_plugins: _Optional[_Iterable[_Union[NriPluginStatus, _Mapping]]] = ..., nri_endpoint: _Optional[str] = ..., shadow_settings: _Optional[_Iterable[_Union[ShadowSetting, _Mapping]]] = ...) -> None: ...
 
 class NriPluginStatus(_message.Message):
     __slots__ = ("name", "toggle_name", "kind", "events", "connected_since_unix_seconds", "nri_version", "enabled", "disabled_reason", "event_stats", "shadow")
@@ -69,21 +71,23 @@ class NriPluginStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., toggle_name: _Optional[str] = ..., kind: _Optional[str] = ..., events: _Optional[_Iterable[str]] = ..., connected_since_unix_seconds: _Optional[float] = ..., nri_version: _Optional[str] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., event_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., shadow: _Optional[bool] = ...) -> None: ...
 
 class BackendStatus(_message.Message):
-    __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version")
+    __slots__ = ("role", "endpoint", "reachable", "runtime_name", "runtime_version", "problem")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_NAME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
     role: str
     endpoint: str
     reachable: bool
     runtime_name: str
     runtime_version: str
-    def __init__(self, role: _Optional[str] = ..., endpoint: _Optional[str] = ..., reachable: _Optional[bool] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ...) -> None: ...
+    problem: str
+    def __init__(self, role: _Optional[str] = ..., endpoint: _Optional[str] = ..., reachable: _Optional[bool] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class PluginStatus(_message.Message):
-    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats", "config_warnings", "shadow", "shadow_setting")
+    __slots__ = ("file", "endpoint", "failure_policy", "timeout_seconds", "hooks", "enabled", "disabled_reason", "config_problem", "hook_stats", "config_warnings", "shadow", "shadow_setting", "endpoint_problem")
     FILE_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +100,7 @@ class PluginStatus(_message.Message):
     CONFIG_WARNINGS_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
     SHADOW_SETTING_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     file: str
     endpoint: str
     failure_policy: str
@@ -108,7 +113,8 @@ class PluginStatus(_message.Message):
     config_warnings: _containers.RepeatedScalarFieldContainer[str]
     shadow: bool
     shadow_setting: str
-    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., config_warnings: _Optional[_Iterable[str]] = ..., shadow: _Optional[bool] = ..., shadow_setting: _Optional[str] = ...) -> None: ...
+    endpoint_problem: str
+    def __init__(self, file: _Optional[str] = ..., endpoint: _Optional[str] = ..., failure_policy: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., hooks: _Optional[_Iterable[str]] = ..., enabled: _Optional[bool] = ..., disabled_reason: _Optional[str] = ..., config_problem: _Optional[str] = ..., hook_stats: _Optional[_Iterable[_Union[HookStats, _Mapping]]] = ..., config_warnings: _Optional[_Iterable[str]] = ..., shadow: _Optional[bool] = ..., shadow_setting: _Optional[str] = ..., endpoint_problem: _Optional[str] = ...) -> None: ...
 
 class HookStats(_message.Message):
     __slots__ = ("hook", "enabled", "calls", "failures", "last_error", "last_error_unix_seconds", "p50_seconds", "p99_seconds", "shadow_changes", "shadow_disagreements")
@@ -301,13 +307,15 @@ class ShadowResponse(_message.Message):
     def __init__(self, settings: _Optional[_Iterable[_Union[ShadowSetting, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ShadowSetting(_message.Message):
-    __slots__ = ("plugin", "shadow", "since_unix_seconds", "author")
+    __slots__ = ("plugin", "shadow", "since_unix_seconds", "author", "staged")
     PLUGIN_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
     SINCE_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    STAGED_FIELD_NUMBER: _ClassVar[int]
     plugin: str
     shadow: bool
     since_unix_seconds: float
     author: str
-    def __init__(self, plugin: _Optional[str] = ..., shadow: _Optional[bool] = ..., since_unix_seconds: _Optional[float] = ..., author: _Optional[str] = ...) -> None: ...
+    staged: bool
+    def __init__(self, plugin: _Optional[str] = ..., shadow: _Optional[bool] = ..., since_unix_seconds: _Optional[float] = ..., author: _Optional[str] = ..., staged: _Optional[bool] = ...) -> None: ...

@@ -27,7 +27,7 @@ import pytest
 from rplab.containerd import ContainerdInstance, lab_containerd
 from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ANNOTATION, ExampleSettings, plugin_process, registration
-from rplab.kubelet_node import KUBELET_VERSION, NODE_NAME, PEER, KubeletNode
+from rplab.kubelet_node import KUBELET_VERSION, NODE_NAME, PEER, KubeletNode, KubeletNodeError
 from rplab.kubelet_pods import NodeOutcome, NodePorts, run_node
 from rplab.nri_stub import StubPlugin
 from rplab.peers import PeerBuildError, peer_binary
@@ -214,3 +214,17 @@ def test_the_host_is_left_as_found(run_name: str, request: pytest.FixtureRequest
     assert run.outcome.host_changes == []
     # What the kubelet did change, it changed in its own mount namespace: the sysctls it sets were caught there.
     assert run.outcome.written_sysctls.get("vm/overcommit_memory") == "1"
+
+
+def test_a_runtime_with_pods_of_others_is_refused(node_runtime: ContainerdInstance, kubelet_binary: Path,
+                                                  workdir: Path) -> None:
+    client = CriClient(open_channel(node_runtime.address))
+    pod_id = client.run_pod(client.pod_config("someone-elses", workdir / "kl-foreign-logs"))
+    try:
+        node = KubeletNode(Path(node_runtime.address), workdir / "kl-foreign", binary=kubelet_binary)
+        with pytest.raises(KubeletNodeError, match=r"holds 1 pod\(s\) of others \(.*someone-elses.*\): the kubelet"):
+            node.start()
+        assert node.host_before is None  # nothing was started or changed
+    finally:
+        client.discard_pods([pod_id])
+        client.channel.close()

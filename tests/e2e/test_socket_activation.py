@@ -1,0 +1,178 @@
+"""Socket activation, with the real proxy process: sockets passed as systemd passes them (a launcher in the test,
+and Debian's systemd-socket-activate), and an upgrade under a client calling in a loop, with and without them.
+
+Real parts: the proxy process, the real gRPC client, the synthetic backend in its own process (what the backend
+is does not matter here: the restart is the proxy's). No systemd as PID 1 is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rplab.activation import ActivationSocket, ActivationSockets
+from rplab.cri import CriClient, open_channel
+from rplab.process import ProxyProcess
+
+# How long the client keeps calling after the new proxy answered, and its deadline per call (the kubelet's is 2 min).
+CALLING_AFTER_SECONDS = 1.0
+CALL_TIMEOUT_SECONDS = 10.0
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A short directory (unix socket paths are limited to 107 bytes), mode 0755 as the trust rule wants."""
+    path = Path(tempfile.mkdtemp(prefix="rp-sa-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def activation_for(base: Path) -> ActivationSockets:
+    return ActivationSockets([ActivationSocket("cri", base / "rp.sock", 0o660),
+                              ActivationSocket("admin", base / "admin.sock", 0o600)])
+
+
+def proxy_on(base: Path, backend: Path, activation: ActivationSockets | None) -> ProxyProcess:
+    return ProxyProcess(base / "rp.sock", backend, activation=activation)
+
+
+def test_the_proxy_serves_the_sockets_it_is_passed_and_leaves_them_to_their_owner(
+        base: Path, synthetic_process: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    activation = activation_for(base)
+    try:
+        proxy = proxy_on(base, synthetic_process[0], activation)
+        proxy.start()
+        with open_channel(proxy.listen_path) as channel:
+            assert CriClient(channel).runtime.Version(CriClient(channel).api.VersionRequest(), timeout=10)
+        status = subprocess.run([sys.executable, "-m", "runtimeproxy.admin.ctl",
+                                 f"--admin-endpoint={proxy.admin_path}", "status"],
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert proxy.stop() == 0
+        # Both files stay: they are the launcher's, still listening for the next process.
+        assert stat.S_ISSOCK(proxy.listen_path.lstat().st_mode) and stat.S_ISSOCK(proxy.admin_path.lstat().st_mode)
+        assert stat.S_IMODE(proxy.listen_path.stat().st_mode) == 0o660
+        assert not (base / ".rp.sock.relay").exists()
+        assert "systemd passed sockets no part" not in proxy.log_path.read_text()
+    finally:
+        activation.close()
+
+
+def test_a_passed_socket_more_open_than_the_proxys_is_refused_in_one_line(
+        base: Path, synthetic_process: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    activation = ActivationSockets([ActivationSocket("cri", base / "rp.sock", 0o666)])
+    try:
+        proxy = proxy_on(base, synthetic_process[0], activation)
+        proxy.spawn()
+        deadline = time.monotonic() + 60
+        while proxy.returncode() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.returncode() == 1
+        errors = [line for line in proxy.log_path.read_text().splitlines() if "ERROR" in line]
+        assert len(errors) == 1 and "has mode 0666, more open than 0660; set SocketMode=0660" in errors[0], errors
+    finally:
+        activation.close()
+
+
+def test_systemd_socket_activate_starts_the_proxy_on_its_socket(
+        base: Path, synthetic_process: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    launcher = shutil.which("systemd-socket-activate")
+    if launcher is None:
+        pytest.skip("needs systemd-socket-activate (Debian package systemd)")
+    proxy = proxy_on(base, synthetic_process[0], None)
+    # Its socket gets the mode the umask leaves: 0660 under 0117, as SocketMode=0660 would make it.
+    command = [launcher, f"--listen={proxy.listen_path}", "--fdname=cri", *proxy.argv]
+    with open(proxy.log_path, "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=lambda: os.umask(0o117))
+    try:
+        proxy.wait_until_listening(60)  # it starts the proxy on the first connection
+        text = proxy.log_path.read_text()
+        assert f"listening on {proxy.listen_path}" in text and (base / ".rp.sock.relay").exists()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, proxy.log_tail()
+
+
+class CallingClient:
+    """The kubelet's part in small: CRI Version calls in a loop on one channel, each failure counted by code."""
+
+    def __init__(self, path: Path) -> None:
+        self._channel = open_channel(path)
+        self._client = CriClient(self._channel)
+        self.calls = 0
+        self.failures: Counter[str] = Counter()
+        self.failing_since: float | None = None  # the first failure
+        self.failing_for = 0.0  # from the first failure to the latest
+        self.slowest = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._call, name="calling-client")
+        self._thread.start()
+
+    def _call(self) -> None:
+        request = self._client.api.VersionRequest()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self._client.runtime.Version(request, timeout=CALL_TIMEOUT_SECONDS)
+            except grpc.RpcError as error:
+                self.failures[error.code().name] += 1  # type: ignore[attr-defined]
+                self.failing_since = self.failing_since or time.monotonic()
+                self.failing_for = time.monotonic() - self.failing_since
+                time.sleep(0.01)  # the kubelet's callers retry on their own periods; don't spin
+            self.calls += 1
+            self.slowest = max(self.slowest, time.monotonic() - started)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(CALL_TIMEOUT_SECONDS + 5)
+        self._channel.close()
+
+
+def upgrade_under_calls(base: Path, backend: Path, activation: ActivationSockets | None) -> CallingClient:
+    """The old proxy gets SIGTERM while the client calls; once it exited, the new one starts (as systemctl
+    restart does); the client goes on until the new one has answered for CALLING_AFTER_SECONDS."""
+    old = proxy_on(base, backend, activation)
+    old.start(60)
+    client = CallingClient(old.listen_path)
+    try:
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert old.stop() == 0
+        new = proxy_on(base, backend, activation)
+        new.start(60)
+        print(f"upgrade ({'with' if activation else 'without'} socket activation): old stopped and new serving "
+              f"in {time.monotonic() - started:.2f}s")
+        time.sleep(CALLING_AFTER_SECONDS)
+    finally:
+        client.stop()
+    new.stop()
+    return client
+
+
+def test_an_upgrade_with_socket_activation_refuses_no_call(
+        base: Path, synthetic_process: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    activation = activation_for(base)
+    try:
+        with_activation = upgrade_under_calls(base, synthetic_process[0], activation)
+    finally:
+        activation.close()
+    without = upgrade_under_calls(base, synthetic_process[0], None)
+    for name, client in (("with socket activation", with_activation), ("without", without)):
+        print(f"{name}: {client.calls} calls, failed {sum(client.failures.values())} {dict(client.failures)} "
+              f"over {client.failing_for:.2f}s, slowest call {client.slowest:.2f}s")
+    assert with_activation.calls > 0 and not with_activation.failures
