@@ -21,11 +21,13 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 from rplab.cri import CriClient, open_channel
-from rplab.images import CRI_NAMESPACE, PAUSE_IMAGE, find_busybox, shared_libraries
+from rplab.images import CRI_NAMESPACE, PAUSE_IMAGE, build_and_import, find_busybox, shared_libraries
 from rplab.runtimes import Runtime, selected
 
 DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
@@ -91,6 +93,19 @@ def _process_args(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+
+
+@contextmanager
+def lab_containerd(base_dir: Path, image_cache: Path) -> Iterator[ContainerdInstance]:
+    """A started ``ContainerdInstance`` in ``base_dir`` with the lab's images imported (built, or reused from
+    ``image_cache``), stopped when the block ends."""
+    instance = ContainerdInstance(base_dir)
+    instance.start()
+    try:
+        build_and_import(instance.address, image_cache)
+        yield instance
+    finally:
+        instance.stop()
 
 
 class ContainerdInstance:

@@ -4,7 +4,8 @@ Every pytest run of e2e tests with ``RUNTIMEPROXY_TESTED_WITH`` set writes one r
 (``tested-with-<containerd>-<dockerd>.json`` in the report directory, by tests/e2e/conftest.py): the runtimes
 the run selected (rplab.runtimes), the run (its date, commit, and source: ``scripts/test.sh``, which sets the
 variable to its own name, or "by hand" for any other value) and, per suite (test file, whatever suites there are:
-the kubelet's too), how many tests passed, failed and were skipped. A later run on the same runtimes adds its
+the kubelet's too), how many tests passed, failed and were skipped, and the kubelet's version when a
+suite ran the real kubelet (rplab.kubelet_node). A later run on the same runtimes adds its
 suites to the record (scripts/test.sh's cgroup v2 + systemd node, in a process of its own after the first pass).
 
     .venv/bin/python -m rplab.tested_with            # the report directory's records as one table (tested-with.md)
@@ -29,12 +30,15 @@ from pathlib import Path
 
 from rplab import CHECKOUT
 from rplab.conformance import report_dir
+from rplab.consumer_modules import KUBERNETES_VERSION as KUBELET_VERSION
 from rplab.runtimes import selected
 
 TESTED_WITH_ENV = "RUNTIMEPROXY_TESTED_WITH"
 CI_SOURCE = "scripts/test.sh"  # the value scripts/test.sh gives TESTED_WITH_ENV; any other is a run by hand
 BY_HAND = "by hand"
 RECORD_GLOB = "tested-with-*.json"
+# Suites that run a real kubelet process: a record of a run with one of them names the kubelet's version.
+KUBELET_SUITES = ("test_kubelet.py",)
 TABLE_NAME = "tested-with.md"
 DOCS_RECORDS = CHECKOUT / "docs" / "tested-with"
 DOCS_PAGE = CHECKOUT / "docs" / "tested-with.md"
@@ -66,11 +70,14 @@ def run_record(outcomes: dict[str, str]) -> Record:
     for nodeid, outcome in outcomes.items():
         suites.setdefault(Path(nodeid.split("::", 1)[0]).name, Counter())[outcome] += 1
     runtimes = [selected(kind) for kind in ("containerd", "dockerd")]
-    return {
+    record: dict[str, object] = {
         "runtimes": [{"name": r.name, "kind": r.kind, "version": r.version} for r in runtimes],
         "suites": {name: dict(counts) for name, counts in sorted(suites.items())},
         "run": this_run(),
     }
+    if any(suite in suites for suite in KUBELET_SUITES):
+        record["kubelet"] = KUBELET_VERSION
+    return record
 
 
 def record_path(record: dict[str, object], directory: Path) -> Path:
@@ -87,6 +94,8 @@ def write_record(outcomes: dict[str, str], directory: Path | None = None) -> Pat
         earlier = json.loads(path.read_text())
         record["suites"] = dict(sorted((earlier["suites"] | record["suites"]).items()))
         record["run"] = earlier.get("run", record["run"])  # the run it joins
+        if "kubelet" in earlier:
+            record.setdefault("kubelet", earlier["kubelet"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path

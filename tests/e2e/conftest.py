@@ -14,11 +14,10 @@ import pytest
 
 from rplab.conformance import ConformanceLab, conformance_prerequisites, echo_hooked_proxy
 from rplab.conformance import report_dir as conformance_report_dir
-from rplab.containerd import ContainerdInstance, check_prerequisites
+from rplab.containerd import ContainerdInstance, check_prerequisites, lab_containerd
 from rplab.cri import CriClient, open_channel
 from rplab.guest import Guest, GuestError, running_guest
 from rplab.guest import prerequisites as guest_prerequisites
-from rplab.images import build_and_import
 from rplab.kubelet import PEER as KUBELET_PEER
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
@@ -55,16 +54,12 @@ def workdir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def containerd(workdir: Path) -> Iterator[ContainerdInstance]:
     _require_lab()
-    instance = ContainerdInstance(workdir / "ctd")
-    instance.start()
-    try:
-        build_and_import(instance.address, IMAGE_CACHE)
+    with lab_containerd(workdir / "ctd", IMAGE_CACHE) as instance:
         yield instance
-    finally:
-        instance.stop()
 
 
 GUEST_SUMMARY: list[str] = []  # the cgroup v2 + systemd node's figures, for the terminal summary
+KUBELET_SUMMARY: list[str] = []  # the real kubelet's figures and the calls it made (test_kubelet.py)
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +181,12 @@ def report_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kubelet_summary() -> list[str]:
+    """Lines printed in the terminal summary's "the real kubelet" section (tests/e2e/test_kubelet.py)."""
+    return KUBELET_SUMMARY
+
+
+@pytest.fixture(scope="session")
 def conformance_summary() -> list[str]:
     """Lines printed in the terminal summary's "CRI conformance" section."""
     return CONFORMANCE_SUMMARY
@@ -231,14 +232,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if CONFORMANCE_SUMMARY:
-        terminalreporter.section("CRI conformance")
-        for line in CONFORMANCE_SUMMARY:
-            terminalreporter.write_line(line)
-    if GUEST_SUMMARY:
-        terminalreporter.section("cgroup v2 + systemd node (qemu guest)")
-        for line in GUEST_SUMMARY:
-            terminalreporter.write_line(line)
+    for title, lines in (("CRI conformance", CONFORMANCE_SUMMARY),
+                         ("cgroup v2 + systemd node (qemu guest)", GUEST_SUMMARY),
+                         ("the real kubelet", KUBELET_SUMMARY)):
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
     if E2E_OUTCOMES:
         runtimes = ", ".join(f"{selected(kind).name} ({selected(kind).version})" for kind in ("containerd", "dockerd"))
         # Only runs that ask (scripts/test.sh) write a record: a targeted run would replace a whole run's.

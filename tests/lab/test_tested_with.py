@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rplab import runtimes
+from rplab.kubelet_node import KUBELET_VERSION
 from rplab.tested_with import (
     BY_HAND, CI_SOURCE, DOCS_PAGE, DOCS_RECORDS, TESTED_WITH_ENV, docs_page, main, merged_outcome, read_records,
     write_record,
@@ -103,3 +104,12 @@ def test_docs_writes_the_records_and_the_page_and_takes_any_suite(
     page = (docs / "tested-with.md").read_text()
     assert "| test_kubelet_pods.py | 1 passed |" in page and "| test_cgroup_v2.py | 1 passed |" in page
     assert f"| {CI_SOURCE}, " in page
+
+
+def test_a_run_of_the_kubelet_suite_records_the_kubelet_version(tmp_path: Path) -> None:
+    path = write_record({"tests/e2e/test_kubelet.py::a": "passed"}, tmp_path)
+    assert json.loads(path.read_text())["kubelet"] == KUBELET_VERSION
+    again = write_record({"tests/e2e/test_hooks.py::a": "passed"}, tmp_path)  # a later run on the same runtimes
+    assert json.loads(again.read_text())["kubelet"] == KUBELET_VERSION
+    assert "kubelet" not in json.loads(write_record({"tests/e2e/test_hooks.py::a": "passed"},
+                                                    tmp_path / "other").read_text())
