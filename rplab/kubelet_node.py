@@ -205,6 +205,9 @@ class KubeletNode:
     directory: Path
     cgroup_driver: str = "cgroupfs"
     binary: Path | None = None
+    # A kubeconfig (rplab.cluster's node user): the kubelet registers as NODE_NAME with that API server and runs
+    # the pods bound to it besides its static pods. None: standalone.
+    kubeconfig: Path | None = None
     node_id: str = ""
     read_only_port: int = 0
     started_at: float = 0.0
@@ -281,7 +284,7 @@ class KubeletNode:
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._namespace_script(), "sh",
                 str(binary), f"--config={self.directory / 'kubelet.json'}", f"--root-dir={self.directory / 'root'}",
                 f"--cert-dir={self.directory / 'pki'}", f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1",
-                "--v=2"]
+                *([f"--kubeconfig={self.kubeconfig}"] if self.kubeconfig else []), "--v=2"]
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 

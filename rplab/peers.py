@@ -122,10 +122,19 @@ def required_version(module_path: str, module: Path = MODULE) -> str:
     return found.group(1)
 
 
+def cached_binary(name: str, cache: Path = CACHE) -> Path:
+    """Where peer ``name``'s binary for the current sources is (or will be, once built)."""
+    return cache / source_digest(PEERS[name].module) / name
+
+
+def is_built(name: str, cache: Path = CACHE) -> bool:
+    return cached_binary(name, cache).exists()
+
+
 def peer_binary(name: str, cache: Path = CACHE) -> Path:
     """The binary of peer ``name`` for the current sources, built on first use."""
     peer = PEERS[name]
-    binary = cache / source_digest(peer.module) / name
+    binary = cached_binary(name, cache)
     if binary.exists():
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
