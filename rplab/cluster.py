@@ -43,7 +43,7 @@ import yaml
 
 from rplab.consumer_modules import KOORDINATOR_VERSION, MODULES, go_environment
 from rplab.gotoolchain import go_toolchain
-from rplab.kubelet_node import NODE_NAME, KubeletNodeError, seconds_since, wait_until
+from rplab.kubelet_node import NODE_NAME, KubeletNodeError, seconds_since, terminate, wait_until
 from rplab.peers import peer_binary
 from rplab.registry import free_port
 
@@ -198,8 +198,8 @@ class ClusterClient:
 
     def wait_for_node(self, name: str, timeout: float = START_TIMEOUT_SECONDS) -> dict[str, Any]:
         """The Node object once the kubelet has registered it."""
-        return wait_for(lambda: self.exists(f"/api/v1/nodes/{name}") and self.get(f"/api/v1/nodes/{name}"),
-                        timeout, f"node {name} to register")
+        path = f"/api/v1/nodes/{name}"
+        return wait_for(lambda: self.get(path) if self.exists(path) else None, timeout, f"node {name} to register")
 
     def delete_pod(self, name: str, namespace: str = "default", timeout: float = START_TIMEOUT_SECONDS) -> None:
         """Deletes the pod and waits until the kubelet has stopped it and the API server forgot it."""
@@ -282,14 +282,7 @@ class Daemon:
 
     def stop(self) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        terminate(process, STOP_TIMEOUT_SECONDS)
 
     def log_tail(self, lines: int = 25) -> str:
         try:

@@ -283,8 +283,13 @@ class KubeletNode:
         binary = self.binary or peer_binary(PEER)
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._namespace_script(), "sh",
                 str(binary), f"--config={self.directory / 'kubelet.json'}", f"--root-dir={self.directory / 'root'}",
-                f"--cert-dir={self.directory / 'pki'}", f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1",
-                *([f"--kubeconfig={self.kubeconfig}"] if self.kubeconfig else []), "--v=2"]
+                f"--cert-dir={self.directory / 'pki'}", f"--hostname-override={NODE_NAME}", *self._node_flags(),
+                "--v=2"]
+
+    def _node_flags(self) -> list[str]:
+        """Registered: its kubeconfig, and the host's own address as the node's (a loopback node IP fails the
+        kubelet's validation, which leaves the Node with no addresses at all). Standalone: loopback."""
+        return [f"--kubeconfig={self.kubeconfig}"] if self.kubeconfig else ["--node-ip=127.0.0.1"]
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -345,14 +350,7 @@ class KubeletNode:
 
     def _terminate(self) -> None:
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        terminate(process)
 
     def __enter__(self) -> KubeletNode:
         self.start()
@@ -478,6 +476,18 @@ class KubeletNode:
         except OSError:
             return "(no kubelet log)"
         return "kubelet log tail:\n" + "\n".join(text.splitlines()[-lines:])
+
+
+def terminate(process: subprocess.Popen[bytes] | None, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; nothing when it has already exited."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
 
 
 def _remove_tree(root: Path) -> bool:

@@ -27,6 +27,10 @@ from rplab.cluster import SmallCluster
 from rplab.containerd import ContainerdInstance, lab_containerd
 from rplab.cri import CriClient, open_channel
 from rplab.images import BUSYBOX_IMAGE
+from rplab.koordlet import (
+    BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_SPEC, QOS_LABEL, SKIP_LABEL, Koordlet, batch_resources,
+    container_cgroup_values, extended_resource_spec, node_slo,
+)
 from rplab.kubelet_node import NODE_NAME, KubeletNode
 from rplab.peers import PeerBuildError, is_built, peer_binary
 from rplab.process import ProxyProcess
@@ -136,3 +140,85 @@ def test_a_pod_created_through_the_api_server_runs_through_the_proxy(
         assert spec["annotations"]["io.kubernetes.cri.sandbox-uid"] == pod["metadata"]["uid"]
     finally:
         cluster.client.delete_pod("plain")
+
+
+# What koord-manager's node resource controller puts in the node's status: the batch resources BE pods request.
+BATCH_ALLOCATABLE = {BATCH_CPU: "4000", BATCH_MEMORY: "4Gi"}
+# The BE pod's batch resources, and what koordlet's batch-resource hook makes of them (MilliCPUToShares,
+# MilliCPUToQuota at the 100 ms period, the memory limit in bytes).
+BE_CPU_MILLI, BE_MEMORY = 500, "256Mi"
+BE_CGROUPS = {"cpu.cfs_quota_us": 50_000, "cpu.cfs_period_us": 100_000, "cpu.shares": 512,
+              "memory.limit_in_bytes": 256 * 1024 * 1024}
+OWN_POD = "koordlet"
+BESTEFFORT_SHARES = 2  # the kubelet's CPU shares for a BestEffort container (batch resources are not CPU)
+
+
+@pytest.fixture(scope="module")
+def koordlet(cluster: SmallCluster, node: KubeletNode, proxy: ProxyProcess, workdir: Path,
+             koordlet_summary: list[str]) -> Iterator[Koordlet]:
+    """koordlet in hook mode, registered with the proxy by its own hookserver.d file, after what koord-manager
+    would have done for the node: its NodeSLO, the batch resources in its status."""
+    require_peers(("koordlet",))
+    cluster.client.create("/apis/slo.koordinator.sh/v1alpha1/nodeslos", node_slo())
+    cluster.client.patch(f"/api/v1/nodes/{NODE_NAME}/status",
+                         {"status": {"capacity": BATCH_ALLOCATABLE, "allocatable": BATCH_ALLOCATABLE}})
+    # koordlet's own pod, as its DaemonSet's: the proxy skips it (koordlet also waits for a first non-empty pod
+    # list from the kubelet before it serves).
+    cluster.client.create_pod(sleeper(OWN_POD, labels={SKIP_LABEL: "true"}))
+    agent = Koordlet(workdir / "koordlet", cluster.kubeconfig("admin"), node, proxy.hook_config_dir)
+    try:
+        agent.start()
+        proxy.wait_for_log("plugin koordlet.json registered", timeout=30)
+        koordlet_summary.append(f"koordlet ready (registered with the proxy) {agent.ready_seconds} s after its start")
+        yield agent
+    finally:
+        agent.stop()
+        cluster.client.delete_pod(OWN_POD)
+
+
+def be_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A BE pod as koord-manager's webhook leaves it: the QoS label, batch resources, their annotation."""
+    resources = batch_resources(BE_CPU_MILLI, BE_MEMORY)
+    return sleeper(name, labels={QOS_LABEL: "BE", **(labels or {})}, resources=resources,
+                   annotations={EXTENDED_RESOURCE_SPEC: extended_resource_spec({"main": resources})})
+
+
+def run_and_read(cluster: SmallCluster, runtime: Path, pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Runs ``pod``; its container's OCI resources (what CreateContainer carried) and cgroup files, read at once."""
+    running = cluster.client.create_pod(pod)
+    spec = container_spec(runtime, running)
+    return spec["linux"]["resources"], container_cgroup_values(spec["linux"]["cgroupsPath"])
+
+
+def test_koordlet_registers_with_the_proxy_as_its_chart_does(koordlet: Koordlet) -> None:
+    registration = koordlet.registered_hooks()
+    assert registration["remote-endpoint"] == str(koordlet.socket)
+    assert registration["failure-policy"] == "Ignore"
+    assert {"PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources"} <= \
+        set(registration["runtime-hooks"])
+
+
+def test_a_be_pod_gets_the_batch_resource_hooks_cgroups(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    resources, cgroups = run_and_read(cluster, Path(node_runtime.address), be_pod("be"))
+    try:
+        koordlet_summary.append(f"BE pod through runtimeproxy: {cgroups}")
+        assert resources["cpu"]["shares"] == BE_CGROUPS["cpu.shares"]
+        assert resources["cpu"]["quota"] == BE_CGROUPS["cpu.cfs_quota_us"]
+        assert resources["memory"]["limit"] == BE_CGROUPS["memory.limit_in_bytes"]
+        assert cgroups == BE_CGROUPS
+    finally:
+        cluster.client.delete_pod("be")
+
+
+def test_a_pod_with_the_skip_label_is_not_hooked(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    resources, cgroups = run_and_read(cluster, Path(node_runtime.address), be_pod("skipped", {SKIP_LABEL: "true"}))
+    try:
+        koordlet_summary.append(f"BE pod with the skip label: {cgroups}")
+        assert resources["cpu"]["shares"] == BESTEFFORT_SHARES
+        assert "quota" not in resources["cpu"] and "limit" not in resources.get("memory", {})
+    finally:
+        cluster.client.delete_pod("skipped")
