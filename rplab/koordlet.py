@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -165,13 +166,20 @@ class Koordlet:
         if self._process is None or self._process.poll() is not None:
             code = self._process.returncode if self._process else None
             raise KoordletError(f"koordlet exited with {code}\n{self.log_tail()}")
-        return self.registration.exists() and self.socket.exists()
+        return self.registration.exists() and serving(self.socket)
 
     def stop(self) -> None:
         """Stops koordlet (its hook socket goes with it) and removes its registration."""
         process, self._process = self._process, None
         terminate(process)
         self.registration.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: its registration stays in the proxy's directory, its socket stops answering."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(10)
 
     def registered_hooks(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(self.registration.read_text())
@@ -188,6 +196,16 @@ class Koordlet:
             seen: set[str] = set()
             kept = [line for line in kept if line[:1] in "WEF" and not _seen(line, seen)]
         return "koordlet log tail:\n" + "\n".join(kept[-lines:])
+
+
+def serving(path: Path) -> bool:
+    """Whether a unix socket at ``path`` accepts a connection (a file left by a killed server does not)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        try:
+            client.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def _seen(line: str, seen: set[str]) -> bool:

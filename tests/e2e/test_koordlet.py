@@ -31,7 +31,7 @@ from rplab.koordlet import (
     BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_SPEC, QOS_LABEL, SKIP_LABEL, Koordlet, batch_resources,
     container_cgroup_values, extended_resource_spec, node_slo,
 )
-from rplab.kubelet_node import NODE_NAME, KubeletNode
+from rplab.kubelet_node import NODE_NAME, KubeletNode, wait_until
 from rplab.peers import PeerBuildError, is_built, peer_binary
 from rplab.process import ProxyProcess
 
@@ -150,6 +150,7 @@ BE_CPU_MILLI, BE_MEMORY = 500, "256Mi"
 BE_CGROUPS = {"cpu.cfs_quota_us": 50_000, "cpu.cfs_period_us": 100_000, "cpu.shares": 512,
               "memory.limit_in_bytes": 256 * 1024 * 1024}
 OWN_POD = "koordlet"
+RECONCILE_SECONDS = 60.0  # koordlet's reconciler runs every 10 s (--runtime-hooks-reconcile-interval)
 BESTEFFORT_SHARES = 2  # the kubelet's CPU shares for a BestEffort container (batch resources are not CPU)
 
 
@@ -222,3 +223,28 @@ def test_a_pod_with_the_skip_label_is_not_hooked(
         assert "quota" not in resources["cpu"] and "limit" not in resources.get("memory", {})
     finally:
         cluster.client.delete_pod("skipped")
+
+
+def test_koordlet_down_costs_what_ignore_says_and_its_reconciler_mends_the_pod_when_back(
+        cluster: SmallCluster, koordlet: Koordlet, proxy: ProxyProcess, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    """Killed, koordlet leaves its registration and a dead socket: the proxy's calls fail, policy Ignore lets the
+    BE pod run with the kubelet's values; back, koordlet's reconciler writes the batch cgroups itself."""
+    runtime = Path(node_runtime.address)
+    koordlet.kill()
+    try:
+        resources, cgroups = run_and_read(cluster, runtime, be_pod("be-down"))
+        koordlet_summary.append(f"BE pod while koordlet is down: {cgroups}")
+        assert resources["cpu"]["shares"] == BESTEFFORT_SHARES and cgroups["cpu.shares"] == BESTEFFORT_SHARES
+    finally:
+        koordlet.start()
+    started = time.monotonic()
+    spec = container_spec(runtime, cluster.client.get("/api/v1/namespaces/default/pods/be-down"))
+    try:
+        mended = wait_until(lambda: container_cgroup_values(spec["linux"]["cgroupsPath"]) == BE_CGROUPS or None,
+                            RECONCILE_SECONDS, "koordlet's reconciler to write the BE pod's cgroups")
+        koordlet_summary.append(f"koordlet back in {koordlet.ready_seconds} s; its reconciler mended the BE pod "
+                                f"{time.monotonic() - started:.1f} s later: {container_cgroup_values(spec['linux']['cgroupsPath'])}")
+        assert mended
+    finally:
+        cluster.client.delete_pod("be-down")
