@@ -42,6 +42,8 @@ BATCH_CPU = "kubernetes.io/batch-cpu"
 BATCH_MEMORY = "kubernetes.io/batch-memory"
 EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"
+# What koord-scheduler annotates an LSR/LSE pod with: the CPUs it allocated (koordlet's cpuset hook applies them).
+RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -216,18 +218,18 @@ def _seen(line: str, seen: set[str]) -> bool:
     return found
 
 
+def cgroup_file(cgroups_path: str, controller: str, name: str) -> str:
+    """A cgroup v1 file of a container (its OCI spec's ``linux.cgroupsPath``, cgroupfs driver)."""
+    path = CGROUP_ROOT / controller / cgroups_path.lstrip("/") / name
+    try:
+        return path.read_text().strip()
+    except OSError as error:
+        raise KoordletError(f"cannot read {path}: {error}") from error
+
+
 def container_cgroup_values(cgroups_path: str) -> dict[str, int]:
-    """The CFS quota and period, CPU shares and memory limit in the cgroup v1 files of a container (its OCI
-    spec's ``linux.cgroupsPath``, cgroupfs driver)."""
-    relative = cgroups_path.lstrip("/")
+    """The CFS quota and period, CPU shares and memory limit in the cgroup v1 files of a container."""
     files = {"cpu.cfs_quota_us": "cpu", "cpu.cfs_period_us": "cpu", "cpu.shares": "cpu",
              "memory.limit_in_bytes": "memory"}
-    values = {}
-    for name, controller in files.items():
-        path = CGROUP_ROOT / controller / relative / name
-        try:
-            values[name] = int(path.read_text().strip())
-        except OSError as error:
-            raise KoordletError(f"cannot read {path}: {error}") from error
-    return values
+    return {name: int(cgroup_file(cgroups_path, controller, name)) for name, controller in files.items()}
 

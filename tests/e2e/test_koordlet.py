@@ -28,8 +28,8 @@ from rplab.containerd import ContainerdInstance, lab_containerd
 from rplab.cri import CriClient, open_channel
 from rplab.images import BUSYBOX_IMAGE
 from rplab.koordlet import (
-    BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_SPEC, QOS_LABEL, SKIP_LABEL, Koordlet, batch_resources,
-    container_cgroup_values, extended_resource_spec, node_slo,
+    BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_SPEC, QOS_LABEL, RESOURCE_STATUS, SKIP_LABEL, Koordlet,
+    batch_resources, cgroup_file, container_cgroup_values, extended_resource_spec, node_slo,
 )
 from rplab.kubelet_node import NODE_NAME, KubeletNode, wait_until
 from rplab.peers import PeerBuildError, is_built, peer_binary
@@ -211,6 +211,28 @@ def test_a_be_pod_gets_the_batch_resource_hooks_cgroups(
         assert cgroups == BE_CGROUPS
     finally:
         cluster.client.delete_pod("be")
+
+
+def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    """koordlet's cpuset hook: the CPUs of koord-scheduler's resource-status annotation, and the CFS quota unset
+    (the kubelet gives a Guaranteed one-CPU container a quota of 100000)."""
+    cpu = str((os.cpu_count() or 1) - 1)  # the machine's last CPU
+    amounts = {"cpu": "1", "memory": "64Mi"}
+    pod = sleeper("lsr", labels={QOS_LABEL: "LSR"}, resources={"requests": amounts, "limits": amounts},
+                  annotations={RESOURCE_STATUS: json.dumps({"cpuset": cpu})})
+    running = cluster.client.create_pod(pod)
+    try:
+        spec = container_spec(Path(node_runtime.address), running)
+        cgroups_path = spec["linux"]["cgroupsPath"]
+        cpuset, quota = cgroup_file(cgroups_path, "cpuset", "cpuset.cpus"), cgroup_file(cgroups_path, "cpu",
+                                                                                          "cpu.cfs_quota_us")
+        koordlet_summary.append(f"LSR pod through runtimeproxy: cpuset.cpus {cpuset}, cpu.cfs_quota_us {quota}")
+        assert spec["linux"]["resources"]["cpu"]["cpus"] == cpu
+        assert (cpuset, quota) == (cpu, "-1")
+    finally:
+        cluster.client.delete_pod("lsr")
 
 
 def test_a_pod_with_the_skip_label_is_not_hooked(
