@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from rplab.koordlet import (
 from rplab.kubelet_node import NODE_NAME, KubeletNode, wait_until
 from rplab.peers import PeerBuildError, is_built, peer_binary
 from rplab.process import ProxyProcess
+from rplab.registry import free_port
 
 from machinekit import IMAGE_CACHE, REQUIRE_E2E_ENV, skip_or_fail
 
@@ -73,10 +76,15 @@ def node_runtime(workdir: Path) -> Iterator[ContainerdInstance]:
 
 
 @pytest.fixture(scope="module")
-def proxy(node_runtime: ContainerdInstance, workdir: Path) -> Iterator[ProxyProcess]:
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def proxy(node_runtime: ContainerdInstance, workdir: Path, metrics_port: int) -> Iterator[ProxyProcess]:
     """The proxy in front of the node's containerd; plugins register in its hook directory."""
     process = ProxyProcess(workdir / "koordlet-proxy" / "rp.sock", node_runtime.address,
-                           extra_args=["--log-level=info"])
+                           extra_args=["--log-level=info", f"--metrics-bind-address=127.0.0.1:{metrics_port}"])
     process.start()
     try:
         yield process
@@ -121,6 +129,20 @@ def container_spec(runtime: Path, pod: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
+def hook_counts(port: int, family: str, plugin: str = "koordlet.json") -> Counter[str]:
+    """A hook metric of the proxy (``hook_calls`` with outcome ok, ``hook_changes_applied``) for ``plugin``, by
+    hook."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith(f"runtimeproxy_{family}_total{{") and f'plugin="{plugin}"' in line \
+                and 'outcome="' not in line.replace('outcome="ok"', ""):
+            hook = line.split('hook="', 1)[1].split('"', 1)[0]
+            counts[hook] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
 def test_the_cluster_serves_koordinators_resources(cluster: SmallCluster) -> None:
     for path in ("/apis/slo.koordinator.sh/v1alpha1/nodeslos", "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
                  "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies"):
@@ -150,6 +172,7 @@ BE_CPU_MILLI, BE_MEMORY = 500, "256Mi"
 BE_CGROUPS = {"cpu.cfs_quota_us": 50_000, "cpu.cfs_period_us": 100_000, "cpu.shares": 512,
               "memory.limit_in_bytes": 256 * 1024 * 1024}
 OWN_POD = "koordlet"
+RESIZE_SECONDS = 60.0
 RECONCILE_SECONDS = 60.0  # koordlet's reconciler runs every 10 s (--runtime-hooks-reconcile-interval)
 BESTEFFORT_SHARES = 2  # the kubelet's CPU shares for a BestEffort container (batch resources are not CPU)
 
@@ -213,11 +236,12 @@ def test_a_be_pod_gets_the_batch_resource_hooks_cgroups(
         cluster.client.delete_pod("be")
 
 
-def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota(
-        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance,
+def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota_also_when_resized(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance, metrics_port: int,
         koordlet_summary: list[str]) -> None:
     """koordlet's cpuset hook: the CPUs of koord-scheduler's resource-status annotation, and the CFS quota unset
-    (the kubelet gives a Guaranteed one-CPU container a quota of 100000)."""
+    (the kubelet gives a Guaranteed one-CPU container a quota of 100000), on create and on an in-place resize
+    (PreUpdateContainerResources)."""
     cpu = str((os.cpu_count() or 1) - 1)  # the machine's last CPU
     amounts = {"cpu": "1", "memory": "64Mi"}
     pod = sleeper("lsr", labels={QOS_LABEL: "LSR"}, resources={"requests": amounts, "limits": amounts},
@@ -231,6 +255,23 @@ def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota(
         koordlet_summary.append(f"LSR pod through runtimeproxy: cpuset.cpus {cpuset}, cpu.cfs_quota_us {quota}")
         assert spec["linux"]["resources"]["cpu"]["cpus"] == cpu
         assert (cpuset, quota) == (cpu, "-1")
+        # An in-place resize: the kubelet sends UpdateContainerResources with the new shares and quota; koordlet
+        # answers PreUpdateContainerResources with the cpuset and the quota unset again.
+        changed_before = hook_counts(metrics_port, "hook_changes_applied")["PreUpdateContainerResources"]
+        resized = {"cpu": "1500m", "memory": "64Mi"}
+        cluster.client.patch("/api/v1/namespaces/default/pods/lsr/resize", {"spec": {"containers": [
+            {"name": "main", "resources": {"requests": resized, "limits": resized}}]}})
+        # The kubelet's status then shows the new requests but keeps the old CPU limit: the runtime reports the
+        # container unlimited (koordlet unset its quota), so the limit never reads back as applied.
+        wait_until(lambda: cgroup_file(cgroups_path, "cpu", "cpu.shares") == "1536", RESIZE_SECONDS,
+                   "the kubelet to resize the LSR pod's CPU shares")
+        after = {name: cgroup_file(cgroups_path, controller, name) for controller, name in
+                 (("cpuset", "cpuset.cpus"), ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.shares"))}
+        changed = hook_counts(metrics_port, "hook_changes_applied")["PreUpdateContainerResources"] - changed_before
+        koordlet_summary.append(f"LSR pod resized to 1500m in place: {after}; koordlet changed {changed} "
+                                "UpdateContainerResources requests")
+        assert after == {"cpuset.cpus": cpu, "cpu.cfs_quota_us": "-1", "cpu.shares": "1536"}
+        assert changed >= 1
     finally:
         cluster.client.delete_pod("lsr")
 
