@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rplab.containerd import UNIX_PATH_MAX, _mount_points, _unmount
-from rplab.process import ProxyProcess, ProxyProcessError
+from rplab.process import ADMIN_SOCKET_WAIT_SECONDS, ProxyProcess, ProxyProcessError
 from rplab.runtimes import Runtime, selected
 
 RUNC_WRAPPER_NAME = "rp-runc"
@@ -254,6 +254,7 @@ class DockerModeProxy(ProxyProcess):
             if time.monotonic() > deadline:
                 raise ProxyProcessError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
             time.sleep(0.05)
+        self._wait_for_admin_socket(min(ADMIN_SOCKET_WAIT_SECONDS, deadline - time.monotonic()))
 
 
 class CriDockerd(_Daemon):

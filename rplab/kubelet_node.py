@@ -204,6 +204,9 @@ class KubeletNode:
     endpoint: Path
     directory: Path
     binary: Path | None = None
+    # A kubeconfig (rplab.cluster's node user): the kubelet registers as NODE_NAME with that API server and runs
+    # the pods bound to it besides its static pods. None: standalone.
+    kubeconfig: Path | None = None
     node_id: str = ""
     read_only_port: int = 0
     started_at: float = 0.0
@@ -282,8 +285,13 @@ class KubeletNode:
         binary = self.binary or peer_binary(PEER)
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._namespace_script(), "sh",
                 str(binary), f"--config={self.directory / 'kubelet.json'}", f"--root-dir={self.directory / 'root'}",
-                f"--cert-dir={self.directory / 'pki'}", f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1",
+                f"--cert-dir={self.directory / 'pki'}", f"--hostname-override={NODE_NAME}", *self._node_flags(),
                 "--v=2"]
+
+    def _node_flags(self) -> list[str]:
+        """Registered: its kubeconfig, and the host's own address as the node's (a loopback node IP fails the
+        kubelet's validation, which leaves the Node with no addresses at all). Standalone: loopback."""
+        return [f"--kubeconfig={self.kubeconfig}"] if self.kubeconfig else ["--node-ip=127.0.0.1"]
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 

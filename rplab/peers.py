@@ -47,6 +47,8 @@ class Peer:
     version_stamp: tuple[str, str] | None = None
     # A consumer module of rplab.consumer_modules (peers/<name>/, its own go.mod) instead of peers/ itself.
     consumer: str | None = None
+    # Built with cgo (koordlet's perf counters link libpfm4: Debian's libpfm4-dev); the others are static.
+    cgo: bool = False
 
     @property
     def module(self) -> Path:
@@ -71,6 +73,10 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     Peer("kubelet", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet"),
     Peer("koord-runtime-proxy", "github.com/koordinator-sh/koordinator/cmd/koord-runtime-proxy",
          consumer="koordinator"),
+    # The plugin the proxy exists for, and the small cluster it needs (rplab.cluster): an API server and its etcd.
+    Peer("koordlet", "github.com/koordinator-sh/koordinator/cmd/koordlet", consumer="koordlet", cgo=True),
+    Peer("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", consumer="kube-apiserver"),
+    Peer("etcd", ".", consumer="etcd"),
 )}
 
 
@@ -87,8 +93,8 @@ def source_digest(module: Path = MODULE) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_environment() -> dict[str, str]:
-    return {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false -mod=readonly"}
+def build_environment(peer: Peer) -> dict[str, str]:
+    return {**os.environ, "CGO_ENABLED": "1" if peer.cgo else "0", "GOFLAGS": "-buildvcs=false -mod=readonly"}
 
 
 def build_arguments(peer: Peer, output: Path) -> list[str]:
@@ -116,10 +122,19 @@ def required_version(module_path: str, module: Path = MODULE) -> str:
     return found.group(1)
 
 
+def cached_binary(name: str, cache: Path = CACHE) -> Path:
+    """Where peer ``name``'s binary for the current sources is (or will be, once built)."""
+    return cache / source_digest(PEERS[name].module) / name
+
+
+def is_built(name: str, cache: Path = CACHE) -> bool:
+    return cached_binary(name, cache).exists()
+
+
 def peer_binary(name: str, cache: Path = CACHE) -> Path:
     """The binary of peer ``name`` for the current sources, built on first use."""
     peer = PEERS[name]
-    binary = cache / source_digest(peer.module) / name
+    binary = cached_binary(name, cache)
     if binary.exists():
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
@@ -129,7 +144,7 @@ def peer_binary(name: str, cache: Path = CACHE) -> Path:
     except GoToolchainError as error:
         raise PeerBuildError(str(error)) from error
     built = subprocess.run([str(go), *build_arguments(peer, partial)], cwd=peer.module,
-                           env=build_environment(), capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS)
+                           env=build_environment(peer), capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS)
     if built.returncode != 0:
         raise PeerBuildError(f"building peer {name} failed: {built.stderr.strip()[-3000:]}")
     partial.replace(binary)

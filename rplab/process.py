@@ -21,6 +21,10 @@ from rplab.activation import ActivationSockets
 from rplab.cri import open_channel
 
 
+# How long a start waits for the admin socket after the CRI socket serves.
+ADMIN_SOCKET_WAIT_SECONDS = 5.0
+
+
 class ProxyProcessError(RuntimeError):
     pass
 
@@ -110,12 +114,25 @@ class ProxyProcess:
                     raise ProxyProcessError(f"proxy exited with {self._proc.returncode}:\n{self.log_tail()}")
                 try:
                     if self.ready(channel, wait_serving):
+                        self._wait_for_admin_socket(min(ADMIN_SOCKET_WAIT_SECONDS, deadline - time.monotonic()))
                         return
                 except grpc.RpcError:
                     pass
                 if time.monotonic() > deadline:
                     raise ProxyProcessError(f"proxy not ready after {timeout}s:\n{self.log_tail()}")
                 time.sleep(0.05)
+
+    def _wait_for_admin_socket(self, seconds: float) -> None:
+        """The admin API comes up just after the CRI socket serves (its imports are off the start's path): wait a
+        little for its socket, as a user's runtimeproxyctl right after a start would; a proxy serving CRI without
+        it (the socket taken, or turned off) is no error here."""
+        admin = [argument.split("=", 1)[1] for argument in self.argv if argument.startswith("--admin-endpoint=")]
+        if not admin or not admin[-1]:
+            return
+        path = Path(admin[-1].removeprefix("unix://"))
+        deadline = time.monotonic() + seconds
+        while not path.is_socket() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def ready(self, channel: grpc.Channel, wait_serving: bool) -> bool:
         """Health answers (SERVING, if asked: the backend is connected too); an RPC error is "not yet"."""

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RELAY_SOCKET_MODE = 0o600  # the proxy's own user only: it is the public socket's back door
+# After the gRPC server closed its connections: how long the relay may take to pass on what it still holds (the
+# last answers, gRPC's GOAWAY) before the process exits and the kernel drops it.
+RELAY_DRAIN_SECONDS = 2.0
 
 
 def relay_path_for(public_path: Path) -> Path:
@@ -37,9 +41,10 @@ def relay_path_for(public_path: Path) -> Path:
 class _Side(asyncio.Protocol):
     """One side of a relayed connection: what it receives goes to its peer; a full peer pauses it."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[_Side], None] | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self.peer: _Side | None = None
+        self._on_lost = on_lost  # told once this side's connection is closed, its writes flushed
         self._early: list[bytes] = []  # the client's first bytes, before the private socket answered
         self._early_eof = False
 
@@ -79,8 +84,10 @@ class _Side(asyncio.Protocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._on_lost is not None:
+            self._on_lost(self)
         if self.peer is not None and self.peer.transport is not None:
-            self.peer.transport.close()
+            self.peer.transport.close()  # after what it still buffers is written
 
     def pause_writing(self) -> None:
         if self.peer is not None and self.peer.transport is not None:
@@ -99,6 +106,7 @@ class SocketRelay:
         self.private_path = private_path
         self._server: asyncio.Server | None = None
         self._joining: set[asyncio.Task[None]] = set()
+        self._clients: set[_Side] = set()  # accepted connections not closed yet
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,7 +114,8 @@ class SocketRelay:
                                                      **KEEP_SOCKET_FILE)
 
     def _accepted(self) -> _Side:
-        client = _Side()
+        client = _Side(on_lost=self._client_lost)
+        self._clients.add(client)
         task = asyncio.get_running_loop().create_task(self._join(client))
         self._joining.add(task)
         task.add_done_callback(self._joining.discard)
@@ -126,6 +135,18 @@ class SocketRelay:
             upstream.transport.close()
             return
         client.join(upstream)
+
+    def _client_lost(self, client: _Side) -> None:
+        self._clients.discard(client)
+
+    async def drain(self, seconds: float) -> None:
+        """Wait (up to `seconds`) for the relayed connections the gRPC server has closed to be closed towards the
+        client too, with their last bytes (final answers, GOAWAY) written: the process must not exit on them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline and any(client.transport is not None and client.transport.is_closing()
+                                             for client in self._clients):
+            await asyncio.sleep(0.01)
 
     async def stop_accepting(self) -> None:
         """Close the proxy's copy of the inherited socket; connections already accepted are joined first (the
@@ -170,6 +191,11 @@ class GrpcListenSocket:
         """Before the gRPC server stops: new connections wait in systemd's backlog for the next process."""
         if self._relay is not None:
             await self._relay.stop_accepting()
+
+    async def drain(self) -> None:
+        """After the gRPC server stopped: let the relay pass on what it still holds."""
+        if self._relay is not None:
+            await self._relay.drain(RELAY_DRAIN_SECONDS)
 
     def release(self) -> None:
         """After the gRPC server stopped: remove the private socket (the public one is released by its owner)."""

@@ -11,9 +11,11 @@ cd "$(dirname "$0")/.."
 # docker-registry, util-linux (ipcmk), procps, iproute2, iptables: critest's offline world (registry, CNI bridge).
 # binutils: objdump (the glibc figure in bench/); debootstrap, patch: the release bundle is built in a Debian 11 root
 # (scripts/build_binary.sh), the .deb tried in a Debian 12 one; rpm: rpmbuild for the .rpm; qemu-system-x86,
-# qemu-utils, socat: the cgroup v2 + systemd node, a qemu guest (rplab.guest).
+# qemu-utils, socat: the cgroup v2 + systemd node, a qemu guest (rplab.guest). libpfm4-dev: koordlet's perf
+# counters, built with cgo (rplab.peers); openssl: the small cluster's certificates (rplab.cluster).
 debian_packages=(containerd runc containernetworking-plugins busybox gcc libc6-dev prometheus docker.io python3-venv
-  docker-registry util-linux procps iproute2 iptables binutils debootstrap patch rpm qemu-system-x86 qemu-utils socat)
+  docker-registry util-linux procps iproute2 iptables binutils debootstrap patch rpm qemu-system-x86 qemu-utils socat
+  libpfm4-dev openssl)
 missing=()
 for package in "${debian_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

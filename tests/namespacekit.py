@@ -18,6 +18,22 @@ from machinekit import require_command, skip_or_fail
 VENV_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+# What the commands need from the host's /tmp when the checkout lives there (a CI clone may): the checkout and the
+# virtualenv whose python runs them.
+KEPT_IN_TMP = (Path(__file__).resolve().parents[1], Path(sys.prefix).resolve())
+
+
+def private_tmp() -> list[str]:
+    """/tmp as a tmpfs of the namespace's own, with the checkout and the virtualenv bound back where they were."""
+    kept = sorted({path for path in KEPT_IN_TMP if path.is_relative_to("/tmp")})
+    lines = ["mkdir -p /run/host-tmp", "mount --bind /tmp /run/host-tmp"] if kept else []
+    lines.append("mount -t tmpfs -o mode=1777 tmpfs /tmp")
+    for path in kept:
+        inside = Path("/run/host-tmp") / path.relative_to("/tmp")
+        lines += [f"mkdir -p {path}", f"mount --bind {inside} {path}"]
+    return lines
+
+
 def private_setup(containerd_socket: str | Path | None = None) -> str:
     """The shell lines that make the namespace's paths private; containerd_socket (a lab's) is bound at containerd's
     default socket, /run/containerd/containerd.sock, before /tmp is hidden."""
@@ -28,7 +44,7 @@ def private_setup(containerd_socket: str | Path | None = None) -> str:
     lines += ["mkdir -p /run/etc-upper /run/etc-work",
               "mount -t overlay overlay -o lowerdir=/etc,upperdir=/run/etc-upper,workdir=/run/etc-work /etc",
               "mount -t tmpfs -o mode=0755 tmpfs /var/lib",
-              "mount -t tmpfs -o mode=1777 tmpfs /tmp",
+              *private_tmp(),
               "ip link set lo up"]
     return "\n".join(lines)
 

@@ -197,6 +197,7 @@ class AdminServer:
             await self._server.stop(0.5)
             self._server = None
         if self._listen is not None:
+            await self._listen.drain()
             self._listen.release()
             self._listen = None
         if self._lock is not None:

@@ -204,6 +204,7 @@ class CriFrontend:
             await self._server.stop(grace)
             self._server = None
         if self._listen is not None:
+            await self._listen.drain()
             self._listen.release()
             self._listen = None
         for task in self._watchers:

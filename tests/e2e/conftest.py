@@ -60,6 +60,7 @@ def containerd(workdir: Path) -> Iterator[ContainerdInstance]:
 
 GUEST_SUMMARY: list[str] = []  # the cgroup v2 + systemd node's figures, for the terminal summary
 KUBELET_SUMMARY: list[str] = []  # the real kubelet's figures and the calls it made (test_real_kubelet.py)
+KOORDLET_SUMMARY: list[str] = []  # the small cluster's and koordlet's figures, each scenario's cgroups
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +188,12 @@ def kubelet_summary() -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def koordlet_summary() -> list[str]:
+    """Lines printed in the terminal summary's "koordlet on a small cluster" section (tests/e2e/test_koordlet.py)."""
+    return KOORDLET_SUMMARY
+
+
+@pytest.fixture(scope="session")
 def conformance_summary() -> list[str]:
     """Lines printed in the terminal summary's "CRI conformance" section."""
     return CONFORMANCE_SUMMARY
@@ -234,7 +241,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for title, lines in (("CRI conformance", CONFORMANCE_SUMMARY),
                          ("cgroup v2 + systemd node (qemu guest)", GUEST_SUMMARY),
-                         ("the real kubelet", KUBELET_SUMMARY)):
+                         ("the real kubelet", KUBELET_SUMMARY),
+                         ("koordlet on a small cluster", KOORDLET_SUMMARY)):
         if lines:
             terminalreporter.section(title)
             for line in lines:

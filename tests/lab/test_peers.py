@@ -40,7 +40,7 @@ def test_required_version_reads_go_mod(tmp_path: Path) -> None:
 def test_every_peer_is_a_package_of_the_module_or_a_tool_it_requires() -> None:
     for peer in peers.PEERS.values():
         go_mod = (peer.module / "go.mod").read_text()
-        if peer.package.startswith("./"):
+        if peer.package == "." or peer.package.startswith("./"):
             assert list((peer.module / peer.package).glob("*.go")), peer
         else:
             assert re.search(rf"^(tool )?\s*{re.escape(peer.package)}$", go_mod, re.M), \
@@ -90,3 +90,10 @@ def test_the_cache_key_changes_with_an_alternate_go_mod(tmp_path: Path) -> None:
     before = peers.source_digest(tmp_path)
     (tmp_path / "alt.mod").write_text("module m\n\nrequire x v1\n")
     assert peers.source_digest(tmp_path) != before
+
+
+def test_only_koordlet_is_built_with_cgo_and_each_consumer_module_builds_one_program() -> None:
+    assert [name for name, peer in peers.PEERS.items() if peers.build_environment(peer)["CGO_ENABLED"] == "1"] == \
+        ["koordlet"]
+    consumers = [peer.consumer for peer in peers.PEERS.values() if peer.consumer]
+    assert len(consumers) == len(set(consumers)), "a program added to a consumer module changes its peers' digests"

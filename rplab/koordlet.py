@@ -1,0 +1,237 @@
+"""koordinator's koordlet (the compiled peer "koordlet", v1.8.0) on a node of rplab.cluster, in hook mode: the proxy
+calls it on its runtime hooks, as on a node where koordinator's chart deployed it.
+
+``Koordlet(directory, kubeconfig, node, hook_config_dir)``: ``start()`` returns once koordlet has registered with
+the proxy, which it does itself, as its DaemonSet does: after its informers have synced (Node, NodeSLO, NodeMetric,
+pods…) it serves its hook socket and writes ``koordlet.json`` (``remote-endpoint`` = its socket, failure policy
+``Ignore``, every stage it serves) into ``hook_config_dir``, the proxy's ``--runtime-hook-config-dir``.
+``stop()`` stops it and removes that file. Everything it writes lives in ``directory``.
+
+Its host paths are this host's, as the DaemonSet's ``/host-*`` mounts are the node's, with one difference: its
+cgroup root is the registered kubelet's private ``cgroupRoot`` (rplab.kubelet_node keeps the kubelet off the host's
+cgroups). koordlet finds pods under ``<cgroup root>/<controller>/kubepods``: it runs in a mount namespace of its
+own where ``directory/cgroup/<hierarchy>`` is a bind mount of ``<hierarchy>/<cgroupRoot>`` for every hierarchy, so
+what it reads and writes (its reconciler writes pod and QoS cgroups directly) is the kubelet's tree and nothing
+else. /proc and /sys are the host's (it reads them); its own state (metrics store, audit log) is in ``directory``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rplab.kubelet_node import (
+    NODE_NAME, KubeletNode, KubeletNodeError, cgroup_hierarchies, wait_until,
+)
+from rplab.peers import peer_binary
+from rplab.process import end_process
+from rplab.registry import free_port
+
+PEER = "koordlet"
+REGISTRATION = "koordlet.json"  # the file koordlet writes into the proxy's hook directory
+START_TIMEOUT_SECONDS = 120.0
+# koordinator's pod protocol: the QoS label, the batch resources koord-manager's webhook turns into the
+# extended-resource-spec annotation, the label that makes a proxy skip its plugins for a pod.
+QOS_LABEL = "koordinator.sh/qosClass"
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
+SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"
+# What koord-scheduler annotates an LSR/LSE pod with: the CPUs it allocated (koordlet's cpuset hook applies them).
+RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class KoordletError(RuntimeError):
+    pass
+
+
+def node_slo(node: str = NODE_NAME) -> dict[str, Any]:
+    """The NodeSLO koord-manager writes for a node (its defaults: no thresholds, CFS quota on for BE pods)."""
+    return {"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeSLO", "metadata": {"name": node},
+            "spec": {"resourceUsedThresholdWithBE": {"enable": False},
+                     "resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": False}}}}}
+
+
+def batch_resources(cpu_milli: int, memory: str) -> dict[str, Any]:
+    """A container's batch requests and limits (equal, as for any extended resource), for its ``resources``."""
+    amounts = {BATCH_CPU: str(cpu_milli), BATCH_MEMORY: memory}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def extended_resource_spec(containers: dict[str, dict[str, Any]]) -> str:
+    """The annotation koord-manager's webhook writes on a BE pod: each container's batch requests and limits."""
+    return json.dumps({"containers": containers}, separators=(",", ":"))
+
+
+@dataclass
+class Koordlet:
+    """koordlet in hook mode for ``node`` (a KubeletNode registered with the cluster of ``kubeconfig``)."""
+
+    directory: Path
+    kubeconfig: Path
+    node: KubeletNode
+    hook_config_dir: Path
+    binary: Path | None = None
+    started_at: float = 0.0
+    ready_seconds: float = 0.0
+    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory).absolute()
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / "koordlet.sock"
+
+    @property
+    def cgroup_view(self) -> Path:
+        return self.directory / "cgroup"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "koordlet.log"
+
+    @property
+    def registration(self) -> Path:
+        return self.hook_config_dir / REGISTRATION
+
+    def _prepare_cgroup_view(self) -> list[tuple[Path, Path]]:
+        """The mount points of the cgroup view (the kubelet's cgroupRoot of each hierarchy), and the host's
+        controller aliases (``cpu`` -> ``cpu,cpuacct``) as symlinks beside them."""
+        self.cgroup_view.mkdir(parents=True, exist_ok=True)
+        binds = []
+        for hierarchy in cgroup_hierarchies():
+            if hierarchy.parent != CGROUP_ROOT:
+                continue
+            target = self.cgroup_view / hierarchy.name
+            target.mkdir(exist_ok=True)
+            binds.append((hierarchy / self.node.cgroup_root.lstrip("/"), target))
+        for entry in CGROUP_ROOT.iterdir():
+            alias = self.cgroup_view / entry.name
+            if entry.is_symlink() and not alias.is_symlink():
+                alias.symlink_to(os.readlink(entry))
+        return binds
+
+    def _namespace_script(self, binds: list[tuple[Path, Path]]) -> str:
+        """The cgroup view's bind mounts, and a hosts file naming the node: koordlet reaches the kubelet at the
+        Node's Hostname address, the kubelet listens on loopback only."""
+        hosts = self.directory / "hosts"
+        hosts.write_text(f"127.0.0.1 localhost {NODE_NAME}\n::1 localhost\n")
+        lines = ["set -e", *(f"mount --bind '{source}' '{target}'" for source, target in binds),
+                 f"mount --bind '{hosts}' /etc/hosts", 'exec "$@"', ""]
+        return "\n".join(lines)
+
+    def argv(self, binds: list[tuple[Path, Path]]) -> list[str]:
+        binary = self.binary or peer_binary(PEER)
+        state = self.directory / "state"
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._namespace_script(binds),
+                "sh", str(binary),
+                f"--cgroup-root-dir={self.cgroup_view}/", "--proc-root-dir=/proc/", "--sys-root-dir=/sys/",
+                "--sys-fs-root-dir=/sys/fs/", f"--var-lib-kubelet-dir={self.node.directory / 'root'}/",
+                "--runtime-hooks-network=unix", f"--runtime-hooks-addr={self.socket}",
+                f"--runtime-hooks-host-endpoint={self.socket}", f"--runtime-hooks-config-path={self.hook_config_dir}",
+                "--enable-nri-runtime-hook=false",
+                "--kubelet-insecure-tls", f"--kubelet-read-only-port={self.node.read_only_port}",
+                "--disable-query-kubelet-config", "--kubelet-preferred-address-type=Hostname",
+                f"--tsdb-path={state / 'tsdb'}", f"--audit-log-dir={state / 'audit'}",
+                f"--var-run-root-dir={state / 'var-run'}/", f"--run-root-dir={state / 'run'}/",
+                f"--addr=127.0.0.1:{free_port()}", "--v=4"]  # the kubeconfig: KUBECONFIG
+
+    def start(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
+        """Starts koordlet; returns once it has written its registration into the proxy's hook directory."""
+        for directory in ("state/tsdb", "state/audit", "state/var-run", "state/run"):
+            (self.directory / directory).mkdir(parents=True, exist_ok=True)
+        self.hook_config_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.argv(self._prepare_cgroup_view())
+        environment = {**os.environ, "NODE_NAME": NODE_NAME, "KUBECONFIG": str(self.kubeconfig)}
+        self.started_at = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                             env=environment, start_new_session=True)
+        try:
+            wait_until(self._registered, timeout, f"koordlet's {REGISTRATION}", interval=0.5)
+        except KubeletNodeError as error:
+            self.stop()
+            raise KoordletError(f"{error}\n{self.log_tail(problems_only=True)}") from error
+        except BaseException:
+            self.stop()
+            raise
+        self.ready_seconds = round(time.monotonic() - self.started_at, 1)
+
+    def _registered(self) -> bool:
+        if self._process is None or self._process.poll() is not None:
+            code = self._process.returncode if self._process else None
+            raise KoordletError(f"koordlet exited with {code}\n{self.log_tail()}")
+        return self.registration.exists() and serving(self.socket)
+
+    def stop(self) -> None:
+        """Stops koordlet (its hook socket goes with it) and removes its registration."""
+        process, self._process = self._process, None
+        if process is not None:
+            end_process(process, 15)
+        self.registration.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: its registration stays in the proxy's directory, its socket stops answering."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+    def registered_hooks(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.registration.read_text())
+        return loaded
+
+    def log_tail(self, lines: int = 30, problems_only: bool = False) -> str:
+        """The log's last ``lines`` (klog's warnings, errors and fatals only: its info lines run to thousands)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no koordlet log)"
+        kept = text.splitlines()
+        if problems_only:  # the first of each warning, error or fatal (by its source line): they repeat
+            seen: set[str] = set()
+            kept = [line for line in kept if line[:1] in "WEF" and not _seen(line, seen)]
+        return "koordlet log tail:\n" + "\n".join(kept[-lines:])
+
+
+def serving(path: Path) -> bool:
+    """Whether a unix socket at ``path`` accepts a connection (a file left by a killed server does not)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        try:
+            client.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def _seen(line: str, seen: set[str]) -> bool:
+    """Whether a klog line's source (``file.go:NN]``) was seen already; remembers it."""
+    source = line.split("]", 1)[0].rsplit(" ", 1)[-1]
+    found = source in seen
+    seen.add(source)
+    return found
+
+
+def cgroup_file(cgroups_path: str, controller: str, name: str) -> str:
+    """A cgroup v1 file of a container (its OCI spec's ``linux.cgroupsPath``, cgroupfs driver)."""
+    path = CGROUP_ROOT / controller / cgroups_path.lstrip("/") / name
+    try:
+        return path.read_text().strip()
+    except OSError as error:
+        raise KoordletError(f"cannot read {path}: {error}") from error
+
+
+def container_cgroup_values(cgroups_path: str) -> dict[str, int]:
+    """The CFS quota and period, CPU shares and memory limit in the cgroup v1 files of a container."""
+    files = {"cpu.cfs_quota_us": "cpu", "cpu.cfs_period_us": "cpu", "cpu.shares": "cpu",
+             "memory.limit_in_bytes": "memory"}
+    return {name: int(cgroup_file(cgroups_path, controller, name)) for name, controller in files.items()}
+

@@ -1,0 +1,313 @@
+"""koordinator's koordlet v1.8.0, the plugin the proxy exists for, on a small real cluster (rplab.cluster: etcd,
+kube-apiserver, koordinator's CRDs) with the real kubelet registered as its node (rplab.kubelet_node) and the proxy
+as that kubelet's runtime endpoint, in front of a containerd of its own. Pods are created through the API server, as
+``kubectl apply`` would, bound to the node (there is no scheduler).
+
+koordlet registers itself with the proxy as its DaemonSet does: it writes its hookserver.d file into the proxy's
+hook directory naming its own socket. The NodeSLO koord-manager would write is written by the test. What koordlet
+does is checked in the container's cgroup files, not only in the CRI request.
+
+The cluster's peers (etcd, kube-apiserver, koordlet) take minutes to build cold: where they are not built yet the
+tests skip and say how to build them (``.venv/bin/python -m rplab.peers etcd kube-apiserver koordlet``); with
+RUNTIMEPROXY_REQUIRE_E2E set they are built and a failure fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rplab.cluster import SmallCluster
+from rplab.containerd import ContainerdInstance, lab_containerd
+from rplab.cri import CriClient, open_channel
+from rplab.images import BUSYBOX_IMAGE
+from rplab.koordlet import (
+    BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_SPEC, QOS_LABEL, RESOURCE_STATUS, SKIP_LABEL, Koordlet,
+    batch_resources, cgroup_file, container_cgroup_values, extended_resource_spec, node_slo,
+)
+from rplab.kubelet_node import NODE_NAME, KubeletNode, wait_until
+from rplab.peers import PeerBuildError, is_built, peer_binary
+from rplab.process import ProxyProcess
+from rplab.registry import free_port
+
+from machinekit import IMAGE_CACHE, REQUIRE_E2E_ENV, skip_or_fail
+
+CLUSTER_PEERS = ("etcd", "kube-apiserver", "kubelet")
+BUILD_HINT = ".venv/bin/python -m rplab.peers etcd kube-apiserver kubelet koordlet (about 15 minutes cold)"
+
+
+def require_peers(names: tuple[str, ...]) -> None:
+    """Skips when a peer is not built yet (unless e2e is required: then it is built, and a failure fails)."""
+    missing = [name for name in names if not is_built(name)]
+    if missing and not os.environ.get(REQUIRE_E2E_ENV):
+        pytest.skip(f"the small cluster's peers {', '.join(missing)} are not built: {BUILD_HINT}")
+    try:
+        for name in names:
+            peer_binary(name)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build the small cluster's peers: {error}")
+
+
+@pytest.fixture(scope="module")
+def cluster(workdir: Path, koordlet_summary: list[str]) -> Iterator[SmallCluster]:
+    require_peers(CLUSTER_PEERS)
+    small = SmallCluster(workdir / "cluster")
+    small.start()
+    try:
+        koordlet_summary.append("cluster: " + ", ".join(f"{what} {seconds}" for what, seconds in small.figures.items()))
+        yield small
+    finally:
+        small.stop()
+
+
+@pytest.fixture(scope="module")
+def node_runtime(workdir: Path) -> Iterator[ContainerdInstance]:
+    """A containerd for the registered kubelet alone (it stops whatever pods it does not know)."""
+    with lab_containerd(workdir / "koordlet-ctd", IMAGE_CACHE) as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def proxy(node_runtime: ContainerdInstance, workdir: Path, metrics_port: int) -> Iterator[ProxyProcess]:
+    """The proxy in front of the node's containerd; plugins register in its hook directory."""
+    process = ProxyProcess(workdir / "koordlet-proxy" / "rp.sock", node_runtime.address,
+                           extra_args=["--log-level=info", f"--metrics-bind-address=127.0.0.1:{metrics_port}"])
+    process.start()
+    try:
+        yield process
+    finally:
+        assert process.stop() == 0, process.log_tail()
+
+
+@pytest.fixture(scope="module")
+def node(cluster: SmallCluster, proxy: ProxyProcess, workdir: Path, koordlet_summary: list[str]
+         ) -> Iterator[KubeletNode]:
+    """The kubelet registered as NODE_NAME, its runtime endpoint the proxy."""
+    kubelet = KubeletNode(proxy.listen_path, workdir / "koordlet-node", kubeconfig=cluster.kubeconfig("node"))
+    started = time.monotonic()
+    kubelet.start()
+    try:
+        cluster.client.wait_for_node(NODE_NAME)
+        koordlet_summary.append(f"kubelet registered as {NODE_NAME} in {time.monotonic() - started:.1f} s")
+        yield kubelet
+    finally:
+        kubelet.stop()
+        assert kubelet.host_changes() == []
+
+
+def sleeper(name: str, labels: dict[str, str] | None = None, resources: dict[str, Any] | None = None,
+            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A host-network pod (the node has no CNI) of one busybox container that sleeps, bound to the node."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels or {},
+                         "annotations": annotations or {}},
+            "spec": {"nodeName": NODE_NAME, "hostNetwork": True, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "3600"], "resources": resources or {}}]}}
+
+
+def container_spec(runtime: Path, pod: dict[str, Any]) -> dict[str, Any]:
+    """The OCI spec of the pod's (first) container, as the runtime holds it."""
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    client = CriClient(open_channel(runtime))
+    with client.channel:
+        info = client.container_status(container_id, verbose=True).info["info"]
+    spec: dict[str, Any] = json.loads(info)["runtimeSpec"]
+    return spec
+
+
+def hook_counts(port: int, family: str, plugin: str = "koordlet.json") -> Counter[str]:
+    """A hook metric of the proxy (``hook_calls`` with outcome ok, ``hook_changes_applied``) for ``plugin``, by
+    hook."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line.startswith(f"runtimeproxy_{family}_total{{") and f'plugin="{plugin}"' in line \
+                and 'outcome="' not in line.replace('outcome="ok"', ""):
+            hook = line.split('hook="', 1)[1].split('"', 1)[0]
+            counts[hook] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def test_the_cluster_serves_koordinators_resources(cluster: SmallCluster) -> None:
+    for path in ("/apis/slo.koordinator.sh/v1alpha1/nodeslos", "/apis/slo.koordinator.sh/v1alpha1/nodemetrics",
+                 "/apis/topology.node.k8s.io/v1alpha1/noderesourcetopologies"):
+        assert cluster.client.get(path)["items"] == [], path
+
+
+def test_a_pod_created_through_the_api_server_runs_through_the_proxy(
+        cluster: SmallCluster, node: KubeletNode, node_runtime: ContainerdInstance, koordlet_summary: list[str]
+) -> None:
+    started = time.monotonic()
+    pod = cluster.client.create_pod(sleeper("plain"))
+    koordlet_summary.append(f"a plain pod: Running {time.monotonic() - started:.1f} s after its creation")
+    try:
+        assert pod["spec"]["nodeName"] == NODE_NAME
+        assert [c["ready"] for c in pod["status"]["containerStatuses"]] == [True]
+        spec = container_spec(Path(node_runtime.address), pod)
+        assert spec["annotations"]["io.kubernetes.cri.sandbox-uid"] == pod["metadata"]["uid"]
+    finally:
+        cluster.client.delete_pod("plain")
+
+
+# What koord-manager's node resource controller puts in the node's status: the batch resources BE pods request.
+BATCH_ALLOCATABLE = {BATCH_CPU: "4000", BATCH_MEMORY: "4Gi"}
+# The BE pod's batch resources, and what koordlet's batch-resource hook makes of them (MilliCPUToShares,
+# MilliCPUToQuota at the 100 ms period, the memory limit in bytes).
+BE_CPU_MILLI, BE_MEMORY = 500, "256Mi"
+BE_CGROUPS = {"cpu.cfs_quota_us": 50_000, "cpu.cfs_period_us": 100_000, "cpu.shares": 512,
+              "memory.limit_in_bytes": 256 * 1024 * 1024}
+OWN_POD = "koordlet"
+RESIZE_SECONDS = 60.0
+RECONCILE_SECONDS = 60.0  # koordlet's reconciler runs every 10 s (--runtime-hooks-reconcile-interval)
+BESTEFFORT_SHARES = 2  # the kubelet's CPU shares for a BestEffort container (batch resources are not CPU)
+
+
+@pytest.fixture(scope="module")
+def koordlet(cluster: SmallCluster, node: KubeletNode, proxy: ProxyProcess, workdir: Path,
+             koordlet_summary: list[str]) -> Iterator[Koordlet]:
+    """koordlet in hook mode, registered with the proxy by its own hookserver.d file, after what koord-manager
+    would have done for the node: its NodeSLO, the batch resources in its status."""
+    require_peers(("koordlet",))
+    cluster.client.create("/apis/slo.koordinator.sh/v1alpha1/nodeslos", node_slo())
+    cluster.client.patch(f"/api/v1/nodes/{NODE_NAME}/status",
+                         {"status": {"capacity": BATCH_ALLOCATABLE, "allocatable": BATCH_ALLOCATABLE}})
+    # koordlet's own pod, as its DaemonSet's: the proxy skips it (koordlet also waits for a first non-empty pod
+    # list from the kubelet before it serves).
+    cluster.client.create_pod(sleeper(OWN_POD, labels={SKIP_LABEL: "true"}))
+    agent = Koordlet(workdir / "koordlet", cluster.kubeconfig("admin"), node, proxy.hook_config_dir)
+    try:
+        agent.start()
+        proxy.wait_for_log("plugin koordlet.json registered", timeout=30)
+        koordlet_summary.append(f"koordlet ready (registered with the proxy) {agent.ready_seconds} s after its start")
+        yield agent
+    finally:
+        agent.stop()
+        cluster.client.delete_pod(OWN_POD)
+
+
+def be_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A BE pod as koord-manager's webhook leaves it: the QoS label, batch resources, their annotation."""
+    resources = batch_resources(BE_CPU_MILLI, BE_MEMORY)
+    return sleeper(name, labels={QOS_LABEL: "BE", **(labels or {})}, resources=resources,
+                   annotations={EXTENDED_RESOURCE_SPEC: extended_resource_spec({"main": resources})})
+
+
+def run_and_read(cluster: SmallCluster, runtime: Path, pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Runs ``pod``; its container's OCI resources (what CreateContainer carried) and cgroup files, read at once."""
+    running = cluster.client.create_pod(pod)
+    spec = container_spec(runtime, running)
+    return spec["linux"]["resources"], container_cgroup_values(spec["linux"]["cgroupsPath"])
+
+
+def test_koordlet_registers_with_the_proxy_as_its_chart_does(koordlet: Koordlet) -> None:
+    registration = koordlet.registered_hooks()
+    assert registration["remote-endpoint"] == str(koordlet.socket)
+    assert registration["failure-policy"] == "Ignore"
+    assert {"PreRunPodSandbox", "PreCreateContainer", "PreUpdateContainerResources"} <= \
+        set(registration["runtime-hooks"])
+
+
+def test_a_be_pod_gets_the_batch_resource_hooks_cgroups(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    resources, cgroups = run_and_read(cluster, Path(node_runtime.address), be_pod("be"))
+    try:
+        koordlet_summary.append(f"BE pod through runtimeproxy: {cgroups}")
+        assert resources["cpu"]["shares"] == BE_CGROUPS["cpu.shares"]
+        assert resources["cpu"]["quota"] == BE_CGROUPS["cpu.cfs_quota_us"]
+        assert resources["memory"]["limit"] == BE_CGROUPS["memory.limit_in_bytes"]
+        assert cgroups == BE_CGROUPS
+    finally:
+        cluster.client.delete_pod("be")
+
+
+def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota_also_when_resized(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance, metrics_port: int,
+        koordlet_summary: list[str]) -> None:
+    """koordlet's cpuset hook: the CPUs of koord-scheduler's resource-status annotation, and the CFS quota unset
+    (the kubelet gives a Guaranteed one-CPU container a quota of 100000), on create and on an in-place resize
+    (PreUpdateContainerResources)."""
+    cpu = str((os.cpu_count() or 1) - 1)  # the machine's last CPU
+    amounts = {"cpu": "1", "memory": "64Mi"}
+    pod = sleeper("lsr", labels={QOS_LABEL: "LSR"}, resources={"requests": amounts, "limits": amounts},
+                  annotations={RESOURCE_STATUS: json.dumps({"cpuset": cpu})})
+    running = cluster.client.create_pod(pod)
+    try:
+        spec = container_spec(Path(node_runtime.address), running)
+        cgroups_path = spec["linux"]["cgroupsPath"]
+        cpuset, quota = cgroup_file(cgroups_path, "cpuset", "cpuset.cpus"), cgroup_file(cgroups_path, "cpu",
+                                                                                          "cpu.cfs_quota_us")
+        koordlet_summary.append(f"LSR pod through runtimeproxy: cpuset.cpus {cpuset}, cpu.cfs_quota_us {quota}")
+        assert spec["linux"]["resources"]["cpu"]["cpus"] == cpu
+        assert (cpuset, quota) == (cpu, "-1")
+        # An in-place resize: the kubelet sends UpdateContainerResources with the new shares and quota; koordlet
+        # answers PreUpdateContainerResources with the cpuset and the quota unset again.
+        changed_before = hook_counts(metrics_port, "hook_changes_applied")["PreUpdateContainerResources"]
+        resized = {"cpu": "1500m", "memory": "64Mi"}
+        cluster.client.patch("/api/v1/namespaces/default/pods/lsr/resize", {"spec": {"containers": [
+            {"name": "main", "resources": {"requests": resized, "limits": resized}}]}})
+        # The kubelet's status then shows the new requests but keeps the old CPU limit: the runtime reports the
+        # container unlimited (koordlet unset its quota), so the limit never reads back as applied.
+        wait_until(lambda: cgroup_file(cgroups_path, "cpu", "cpu.shares") == "1536", RESIZE_SECONDS,
+                   "the kubelet to resize the LSR pod's CPU shares")
+        after = {name: cgroup_file(cgroups_path, controller, name) for controller, name in
+                 (("cpuset", "cpuset.cpus"), ("cpu", "cpu.cfs_quota_us"), ("cpu", "cpu.shares"))}
+        changed = hook_counts(metrics_port, "hook_changes_applied")["PreUpdateContainerResources"] - changed_before
+        koordlet_summary.append(f"LSR pod resized to 1500m in place: {after}; koordlet changed {changed} "
+                                "UpdateContainerResources requests")
+        assert after == {"cpuset.cpus": cpu, "cpu.cfs_quota_us": "-1", "cpu.shares": "1536"}
+        assert changed >= 1
+    finally:
+        cluster.client.delete_pod("lsr")
+
+
+def test_a_pod_with_the_skip_label_is_not_hooked(
+        cluster: SmallCluster, koordlet: Koordlet, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    resources, cgroups = run_and_read(cluster, Path(node_runtime.address), be_pod("skipped", {SKIP_LABEL: "true"}))
+    try:
+        koordlet_summary.append(f"BE pod with the skip label: {cgroups}")
+        assert resources["cpu"]["shares"] == BESTEFFORT_SHARES
+        assert "quota" not in resources["cpu"] and "limit" not in resources.get("memory", {})
+    finally:
+        cluster.client.delete_pod("skipped")
+
+
+def test_koordlet_down_costs_what_ignore_says_and_its_reconciler_mends_the_pod_when_back(
+        cluster: SmallCluster, koordlet: Koordlet, proxy: ProxyProcess, node_runtime: ContainerdInstance,
+        koordlet_summary: list[str]) -> None:
+    """Killed, koordlet leaves its registration and a dead socket: the proxy's calls fail, policy Ignore lets the
+    BE pod run with the kubelet's values; back, koordlet's reconciler writes the batch cgroups itself."""
+    runtime = Path(node_runtime.address)
+    koordlet.kill()
+    try:
+        resources, cgroups = run_and_read(cluster, runtime, be_pod("be-down"))
+        koordlet_summary.append(f"BE pod while koordlet is down: {cgroups}")
+        assert resources["cpu"]["shares"] == BESTEFFORT_SHARES and cgroups["cpu.shares"] == BESTEFFORT_SHARES
+    finally:
+        koordlet.start()
+    started = time.monotonic()
+    spec = container_spec(runtime, cluster.client.get("/api/v1/namespaces/default/pods/be-down"))
+    cgroups_path = spec["linux"]["cgroupsPath"]
+    try:
+        wait_until(lambda: container_cgroup_values(cgroups_path) == BE_CGROUPS, RECONCILE_SECONDS,
+                   "koordlet's reconciler to write the BE pod's cgroups")
+        koordlet_summary.append(f"koordlet back in {koordlet.ready_seconds} s; its reconciler mended the BE pod "
+                                f"{time.monotonic() - started:.1f} s later: {container_cgroup_values(cgroups_path)}")
+    finally:
+        cluster.client.delete_pod("be-down")

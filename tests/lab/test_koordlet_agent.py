@@ -1,0 +1,58 @@
+"""rplab.koordlet: koordlet's command line and namespace, the pod protocol helpers, its log (no processes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rplab.koordlet import BATCH_CPU, BATCH_MEMORY, Koordlet, batch_resources, extended_resource_spec, serving
+from rplab.kubelet_node import KubeletNode
+
+
+def koordlet(tmp_path: Path, kubeconfig: Path | None = None) -> Koordlet:
+    node = KubeletNode(tmp_path / "rp.sock", tmp_path / "node", kubeconfig=kubeconfig)
+    node.read_only_port = 10255
+    return Koordlet(tmp_path / "koordlet", tmp_path / "admin.kubeconfig", node, tmp_path / "hookserver.d",
+                    binary=Path("/bin/koordlet"))
+
+
+def test_koordlet_runs_on_the_hosts_paths_with_the_kubelets_cgroups_and_registers_into_the_proxys_directory(
+        tmp_path: Path) -> None:
+    agent = koordlet(tmp_path)
+    agent.directory.mkdir()
+    argv = agent.argv([(Path("/sys/fs/cgroup/cpu/rplab-kubelet-node"), agent.cgroup_view / "cpu")])
+    script = argv[argv.index("-c") + 1]
+    assert "mount --bind '/sys/fs/cgroup/cpu/rplab-kubelet-node'" in script and "/etc/hosts" in script
+    assert "rplab-node" in (agent.directory / "hosts").read_text()
+    flags = argv[argv.index("/bin/koordlet") + 1:]
+    for flag in ("--proc-root-dir=/proc/", "--sys-root-dir=/sys/", "--sys-fs-root-dir=/sys/fs/",
+                 f"--cgroup-root-dir={agent.cgroup_view}/",
+                 f"--runtime-hooks-config-path={tmp_path / 'hookserver.d'}",
+                 f"--runtime-hooks-host-endpoint={agent.socket}", "--enable-nri-runtime-hook=false",
+                 "--kubelet-read-only-port=10255", "--kubelet-preferred-address-type=Hostname"):
+        assert flag in flags
+
+
+def test_a_registered_kubelet_takes_the_hosts_address_a_standalone_one_loopback(tmp_path: Path) -> None:
+    assert "--node-ip=127.0.0.1" in KubeletNode(tmp_path / "s", tmp_path / "a").argv()
+    registered = KubeletNode(tmp_path / "s", tmp_path / "b", kubeconfig=tmp_path / "node.kubeconfig").argv()
+    assert f"--kubeconfig={tmp_path / 'node.kubeconfig'}" in registered
+    assert not any(flag.startswith("--node-ip") for flag in registered)
+
+
+def test_a_be_pods_batch_resources_and_koord_managers_annotation() -> None:
+    resources = batch_resources(500, "256Mi")
+    assert resources["requests"] == resources["limits"] == {BATCH_CPU: "500", BATCH_MEMORY: "256Mi"}
+    assert json.loads(extended_resource_spec({"main": resources})) == {"containers": {"main": resources}}
+
+
+def test_a_socket_file_nobody_serves_is_not_serving(tmp_path: Path) -> None:
+    (tmp_path / "dead.sock").write_text("")
+    assert not serving(tmp_path / "dead.sock") and not serving(tmp_path / "missing.sock")
+
+
+def test_the_log_tail_of_a_failed_start_keeps_the_first_of_each_problem(tmp_path: Path) -> None:
+    agent = koordlet(tmp_path)
+    agent.directory.mkdir()
+    agent.log_path.write_text("I1 a.go:1] fine\nW1 b.go:2] first\nW1 b.go:2] again\nE1 c.go:3] broken\n")
+    assert agent.log_tail(problems_only=True).splitlines()[1:] == ["W1 b.go:2] first", "E1 c.go:3] broken"]
