@@ -9,15 +9,12 @@ nothing. ``python -m rplab.peers`` builds them all (scripts/setup.sh runs it).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
-import json
 import os
-import platform
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +24,8 @@ from runtimeproxy.usage import OneLineParser
 
 MODULE = Path(__file__).resolve().parent.parent / "peers"
 CACHE = Path(os.environ.get("RUNTIMEPROXY_PEERS_CACHE", Path.home() / ".cache" / "runtimeproxy" / "peers"))
+
+
 class PeerBuildError(GoToolchainError):
     pass
 
@@ -49,6 +48,10 @@ class Peer:
     consumer: str | None = None
     # Built with cgo (koordlet's perf counters link libpfm4: Debian's libpfm4-dev); the others are static.
     cgo: bool = False
+    # A real counterpart (a Kubernetes or koordinator program: minutes each to build, cold): left out of a plain
+    # `python -m rplab.peers` (what setup runs, so the lab never waits for them); built on first use, or ahead by
+    # `python -m rplab.peers --counterparts` (the test command, in the background).
+    counterpart: bool = False
 
     @property
     def module(self) -> Path:
@@ -56,7 +59,7 @@ class Peer:
 
 
 CRI_TOOLS_VERSION = ("sigs.k8s.io/cri-tools", "pkg/version.Version")
-# Every peer, by the name its binary gets; python -m rplab.peers builds them all.
+# Every peer, by the name its binary gets; python -m rplab.peers builds all but the counterparts.
 PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     Peer("criapidesc", "./criapidesc"),
     # The project's NRI plugin on NRI's real stub: the newest stub, and v0.8 (containerd 1.7.26 to 2.1's NRI).
@@ -70,13 +73,13 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     Peer("benchgo", "./benchgo"),  # the bench's load client, relays and instant backend
     # The real counterparts, each from its consumer module (rplab.consumer_modules): the kubelet process, and
     # koordinator's own runtime proxy, the program this project replaces.
-    Peer("kubelet", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet"),
+    Peer("kubelet", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet", counterpart=True),
     Peer("koord-runtime-proxy", "github.com/koordinator-sh/koordinator/cmd/koord-runtime-proxy",
-         consumer="koordinator"),
+         consumer="koordinator", counterpart=True),
     # The plugin the proxy exists for, and the small cluster it needs (rplab.cluster): an API server and its etcd.
-    Peer("koordlet", "github.com/koordinator-sh/koordinator/cmd/koordlet", consumer="koordlet", cgo=True),
-    Peer("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", consumer="kube-apiserver"),
-    Peer("etcd", ".", consumer="etcd"),
+    Peer("koordlet", "github.com/koordinator-sh/koordinator/cmd/koordlet", consumer="koordlet", cgo=True, counterpart=True),
+    Peer("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", consumer="kube-apiserver", counterpart=True),
+    Peer("etcd", ".", consumer="etcd", counterpart=True),
 )}
 
 
@@ -138,6 +141,17 @@ def peer_binary(name: str, cache: Path = CACHE) -> Path:
     if binary.exists():
         return binary
     binary.parent.mkdir(parents=True, exist_ok=True)
+    # One build of a binary at a time: a test that needs it waits for a build already under way (the test
+    # command's background build of the counterparts, another process of the suite) instead of starting another.
+    with open(binary.with_name(f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            _build(peer, binary)
+    return binary
+
+
+def _build(peer: Peer, binary: Path) -> None:
+    name = peer.name
     partial = binary.with_name(f".{name}.partial")
     try:
         go = go_toolchain()
@@ -148,15 +162,17 @@ def peer_binary(name: str, cache: Path = CACHE) -> Path:
     if built.returncode != 0:
         raise PeerBuildError(f"building peer {name} failed: {built.stderr.strip()[-3000:]}")
     partial.replace(binary)
-    return binary
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m rplab.peers", description=__doc__)
-    parser.add_argument("names", nargs="*", help="peers to build (all when none is named)")
+    parser.add_argument("names", nargs="*", help="peers to build (when none is named: all but the counterparts)")
+    parser.add_argument("--counterparts", action="store_true",
+                        help="the real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd)")
     args = parser.parse_args(argv)
+    chosen = args.names or sorted(name for name, peer in PEERS.items() if peer.counterpart == args.counterparts)
     try:
-        for name in args.names or sorted(PEERS):
+        for name in chosen:
             print(f"{name}: {peer_binary(name)}", flush=True)
     except PeerBuildError as error:
         print(f"rplab.peers: {error}", file=sys.stderr)

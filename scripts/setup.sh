@@ -40,7 +40,9 @@ echo "setup: installing runtimeproxy and its test and docs dependencies into $ve
 
 # The compiled test peers (crictl, critest's specs, the bench's Go client ...): built from peers/ with the Go module
 # proxy's modules at the versions peers/go.mod pins, cached per source digest (a second run builds nothing). The
-# crictl and critest tests need them, so a build that fails fails here. Debian 12's golang-go (1.19) is older than
+# crictl and critest tests need them, so a build that fails fails here. The real counterparts (the kubelet,
+# koord-runtime-proxy, koordlet, kube-apiserver, etcd) are not built here, so the lab never waits for them:
+# scripts/test.sh builds them (`rplab.peers --counterparts`), or their suites on first use. Debian 12's golang-go (1.19) is older than
 # toolchain switching: rplab.peers uses it once to download the toolchain peers/go.mod names from the module proxy.
 if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go/bin/go ]; then
   echo "setup: installing Debian's golang-go"

@@ -97,3 +97,32 @@ def test_only_koordlet_is_built_with_cgo_and_each_consumer_module_builds_one_pro
         ["koordlet"]
     consumers = [peer.consumer for peer in peers.PEERS.values() if peer.consumer]
     assert len(consumers) == len(set(consumers)), "a program added to a consumer module changes its peers' digests"
+
+
+def test_one_build_at_a_time_and_a_waiting_caller_takes_the_binary_built(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test command builds the counterparts in the background while a test may ask for one: it waits."""
+    import threading
+    import time
+
+    builds: list[str] = []
+
+    def slow_build(peer: peers.Peer, binary: Path) -> None:
+        builds.append(peer.name)
+        time.sleep(0.3)
+        binary.write_text("built")
+
+    monkeypatch.setattr(peers, "_build", slow_build)
+    callers = [threading.Thread(target=peers.peer_binary, args=("etcd", tmp_path)) for _ in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert builds == ["etcd"] and peers.cached_binary("etcd", tmp_path).read_text() == "built"
+
+
+def test_setup_builds_all_but_the_counterparts_which_the_test_command_builds() -> None:
+    counterparts = {name for name, peer in peers.PEERS.items() if peer.counterpart}
+    assert counterparts == {"kubelet", "koord-runtime-proxy", "koordlet", "kube-apiserver", "etcd"}
+    test_command = (peers.MODULE.parent / "scripts" / "test.sh").read_text()
+    assert "-m rplab.peers --counterparts" in test_command
