@@ -27,6 +27,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -149,14 +150,19 @@ def print_plugin_requests(base: Path) -> None:
 
 
 def wait_until_stopped(base: Path, cri_socket: Path, proxy: ProxyProcess) -> None:
-    """--keep: say what is running and every command to use it (rplab.lab_guide), then wait for Ctrl-C or SIGTERM."""
-    try:  # from here on, an interrupt is the end a kept lab waits for
+    """--keep: say what is running and every command to use it (rplab.lab_guide), then wait for Ctrl-C or SIGTERM.
+    From here on an interrupt is the end a kept lab waits for: it is noted, never raised, so it cannot land inside
+    a gRPC call of the guide (an exception there could leave the channel's locks held and its close hanging)."""
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
         with open_channel(cri_socket) as channel:
             print(guide(base, cri_socket, proxy, CriClient(channel)), flush=True)
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def remove_lab_cgroups() -> None:
