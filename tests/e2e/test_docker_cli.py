@@ -93,8 +93,10 @@ def test_events_are_streamed_as_they_happen(both: list[Docker]) -> None:
     proxied, direct = both
     since = str(int(time.time()) - 1)
     label = f"rp-events={uuid.uuid4().hex[:8]}"
-    watcher = subprocess.Popen(proxied.argv("events", "--filter", f"label={label}", "--format", "{{.Action}}"),
-                               stdout=subprocess.PIPE, text=True)
+    # --since: the CLI subscribes asynchronously, and a stream without it has only what happens after that (a
+    # create that raced the subscription was missed once); with it, the stream still stays open for what follows.
+    watcher = subprocess.Popen(proxied.argv("events", "--since", since, "--filter", f"label={label}", "--format",
+                                            "{{.Action}}"), stdout=subprocess.PIPE, text=True)
     try:
         name = _name("ev")
         proxied.out("create", "--label", "rp-test=1", "--label", label, "--name", name, BUSYBOX_IMAGE, "true")
