@@ -7,7 +7,6 @@ is does not matter here: the restart is the proxy's). No systemd as PID 1 is nee
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import stat
@@ -95,10 +94,12 @@ def test_systemd_socket_activate_starts_the_proxy_on_its_socket(
         pytest.skip("needs systemd-socket-activate (Debian package systemd)")
     proxy = proxy_on(base, synthetic_process[0], None)
     # Its socket gets the mode the umask leaves: 0660 under 0117, as SocketMode=0660 would make it.
-    command = [launcher, f"--listen={proxy.listen_path}", "--fdname=cri", *proxy.argv]
+    # The umask by a shell, not a preexec_fn: a fork of this process, which has gRPC's threads, can abort in gRPC's
+    # fork handlers before it execs (seen once: the launcher never ran, exit -6).
+    command = ["sh", "-c", 'umask 117; exec "$@"', "sh", launcher, f"--listen={proxy.listen_path}", "--fdname=cri",
+               *proxy.argv]
     with open(proxy.log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   preexec_fn=lambda: os.umask(0o117))
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         proxy.wait_until_listening(60)  # it starts the proxy on the first connection
         text = proxy.log_path.read_text()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, Queue
@@ -94,14 +94,18 @@ class KeptLab:
 
 
 @contextmanager
-def kept_lab(before_exec: Callable[[], object] | None = None, ready: str = LAST_LINE) -> Iterator[KeptLab]:
+def kept_lab(sigint_ignored: bool = False, ready: str = LAST_LINE) -> Iterator[KeptLab]:
     """The lab with --keep, once it has printed the line with `ready` (default: its guide's last); stopped at the
-    end if still running."""
+    end if still running. `sigint_ignored`: started as a shell starts a `&` job, with SIGINT ignored (by a shell's
+    trap and exec, not a preexec_fn: a fork of this process, which has gRPC's threads, can hang or abort in gRPC's
+    fork handlers before it execs)."""
     problem = check_prerequisites()
     if problem:
         skip_or_fail(f"cannot run the lab: {problem}")
-    lab = subprocess.Popen([sys.executable, "-u", "-m", "rplab", "--keep"], stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, preexec_fn=before_exec)
+    argv = [sys.executable, "-u", "-m", "rplab", "--keep"]
+    if sigint_ignored:
+        argv = ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
+    lab = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output, lines = read_lines(lab), []
     try:
         deadline = time.monotonic() + READY_WAIT_SECONDS
@@ -198,5 +202,5 @@ def test_a_kept_lab_prints_commands_that_work_as_printed_and_sigterm_removes_eve
 def test_sigint_stops_a_lab_started_in_the_background() -> None:
     """A shell starts a `&` job with SIGINT ignored; the lab handles it anyway, as install.md promises (sent as it
     starts waiting, while it prints its guide: an interrupt then is its normal end too)."""
-    with kept_lab(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), ready=WAITING_LINE) as lab:
+    with kept_lab(sigint_ignored=True, ready=WAITING_LINE) as lab:
         assert "everything stopped and removed" in lab.stop(signal.SIGINT)
