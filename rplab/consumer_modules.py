@@ -175,9 +175,9 @@ def generate(go: Path, module: ConsumerModule) -> None:
 def is_as_generated(go: Path, module: ConsumerModule) -> bool:
     """Whether the committed go.mod still carries the upstream replace block as the generator writes it."""
     committed = (module.directory / "go.mod").read_text()
-    expected_head = consumer_go_mod(module, upstream_go_mod(go, module))
-    return committed.startswith(expected_head.split("\nreplace (")[0]) and all(
-        rule in committed for rule in replace_rules(upstream_go_mod(go, module), module))
+    upstream = upstream_go_mod(go, module)  # asked of the module proxy once
+    header = consumer_go_mod(module, upstream).split("\nreplace (")[0]
+    return committed.startswith(header) and all(rule in committed for rule in replace_rules(upstream, module))
 
 
 def main(argv: list[str] | None = None) -> int:
