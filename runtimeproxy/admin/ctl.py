@@ -51,7 +51,7 @@ from runtimeproxy.endpoints import EndpointError, grpc_target, listener_problem,
 from runtimeproxy.options import DEFAULT_ADMIN_SOCKET
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin, admin_pb2_grpc
 from runtimeproxy.admin.render import render_shadows, render_status, render_toggles, render_trace
-from runtimeproxy.hooks.extra import EVENT_NAMES
+from runtimeproxy.hooks.nri_events import EVENT_NAMES
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.plugin import trying
 from runtimeproxy.usage import EXIT_USAGE, OneLineParser, positive_seconds, unix_endpoint

@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 
 from runtimeproxy import __version__
 from runtimeproxy.admin.status import ProxyParts
-from runtimeproxy.hooks.extra import EVENT_NAMES
+from runtimeproxy.hooks.nri_events import EVENT_NAMES
 from runtimeproxy.hooks.stats import LatencyHistogram
 from runtimeproxy.hooks.names import HOOK_NAMES
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.kinds import NRI, kind_of
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 
@@ -131,7 +131,7 @@ def render_trace(trace: admin.TraceResponse) -> str:
 
 
 # NRI events whose answers change the call, as the trace names them ("NRI CreateContainer").
-_NRI_CHANGING = frozenset({NRI.trace_hook(extra.CREATE_CONTAINER), NRI.trace_hook(extra.UPDATE_CONTAINER)})
+_NRI_CHANGING = frozenset({NRI.trace_hook(nri_events.CREATE_CONTAINER), NRI.trace_hook(nri_events.UPDATE_CONTAINER)})
 
 
 def _step_lines(step: admin.TraceStep, width: int, pre_hook: bool) -> list[str]:

@@ -67,22 +67,26 @@ def request_of(record: ContainerRecord, pod: PodRecord | None) -> hooks.Containe
     return with_pod(record.info, pod.info if pod else None)
 
 
+async def subject_of(context: HookContext, pod_id: str = "", container_id: str = "") -> Subject | None:
+    """A recorded pod or container as the extra plugins hear of it; None: unknown, or of a skip-labelled pod."""
+    if container_id:
+        found = await context.container(container_id)
+        request = request_of(*found) if found is not None else None
+        if found is None or request is None:
+            return None
+        record, pod = found
+        return Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record, pod_model=pod)
+    pod_record = await context.pod(pod_id)
+    if pod_record is None or pod_record.skip_hooks:
+        return None
+    return Subject(pod_id, pod_record.info, pod_model=pod_record)
+
+
 async def tell_extra(context: HookContext, extra: ExtraPlugins, event: str, pod_id: str = "",
                      container_id: str = "") -> None:
     """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared)."""
     if not extra.wants(event):
         return
-    if container_id:
-        found = await context.container(container_id)
-        request = request_of(*found) if found is not None else None
-        if found is None or request is None:
-            return
-        record, pod = found
-        subject = Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record,
-                          pod_model=pod)
-    else:
-        pod_record = await context.pod(pod_id)
-        if pod_record is None or pod_record.skip_hooks:
-            return
-        subject = Subject(pod_id, pod_record.info, pod_model=pod_record)
-    await extra.notify(event, subject)
+    subject = await subject_of(context, pod_id, container_id)
+    if subject is not None:
+        await extra.notify(event, subject)

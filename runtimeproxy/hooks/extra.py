@@ -1,19 +1,19 @@
 """Plugins of another protocol on the same lifecycle calls (NRI plugins): the interface the core calls.
 
-The core knows NRI as a plugin kind (its row in hooks.kinds) and by its event names, here; its wire is not the
-core's: runtimeproxy.nri implements `ExtraPlugins` and the process (runtimeproxy.app) puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute read per call. The hook points
+The core knows NRI as a plugin kind (its row in hooks.kinds) and by its events (hooks.nri_events); its wire is not
+the core's: runtimeproxy.nri implements `ExtraPlugins` and the process (runtimeproxy.app) puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute read per call. The hook points
 (hooks.lifecycle) call it after the hook-protocol chain, so the extra plugins see the request as the hook
-plugins left it. Events are named as NRI names them; `adjust` is for the two whose answers change the call
-(CreateContainer: the container as it is to be created; UpdateContainer: its resources as they are to be),
-`notify` for the others. Both raise hooks.dispatcher.HookFailed to fail the call (`notify` only where
-containerd with NRI fails it: RunPodSandbox and StartContainer). At CreateContainer the subject also carries
+plugins left it. Events are named as NRI names them; `adjust` is for those whose answers change the call (the
+table's `adjusts`: CreateContainer, UpdateContainer), `notify` for the others. Both raise
+hooks.dispatcher.HookFailed to fail the call (`notify` only for the table's `fails_call`: RunPodSandbox,
+StartContainer, UpdatePodSandbox). At CreateContainer the subject also carries
 what the hook model lacks (hooks.edits.ContainerEdits: argv, bind mounts, devices, RDT class, as the
 frontend's request says); `adjust` leaves them in `subject.edits` as the plugins changed them.
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
 NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.extra_toggle_name), and
-its events as `EVENT_NAMES` does (a toggle can turn one event of a plugin off).
+its events as hooks.nri_events does (a toggle can turn one event of a plugin off).
 """
 
 from __future__ import annotations
@@ -26,28 +26,12 @@ from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
-RUN_POD_SANDBOX = "RunPodSandbox"
-STOP_POD_SANDBOX = "StopPodSandbox"
-REMOVE_POD_SANDBOX = "RemovePodSandbox"
-CREATE_CONTAINER = "CreateContainer"
-POST_CREATE_CONTAINER = "PostCreateContainer"
-START_CONTAINER = "StartContainer"
-POST_START_CONTAINER = "PostStartContainer"
-UPDATE_CONTAINER = "UpdateContainer"
-POST_UPDATE_CONTAINER = "PostUpdateContainer"
-STOP_CONTAINER = "StopContainer"
-REMOVE_CONTAINER = "RemoveContainer"
-# In the order a pod's lifecycle reaches them (NRI's own order): what status lists and toggles name.
-EVENT_NAMES: tuple[str, ...] = (
-    RUN_POD_SANDBOX, STOP_POD_SANDBOX, REMOVE_POD_SANDBOX, CREATE_CONTAINER, POST_CREATE_CONTAINER, START_CONTAINER,
-    POST_START_CONTAINER, UPDATE_CONTAINER, POST_UPDATE_CONTAINER, STOP_CONTAINER, REMOVE_CONTAINER,
-)
-_EVENTS_BY_FOLDED_NAME = {event.casefold(): event for event in EVENT_NAMES}
+@dataclass(frozen=True)
+class PodResize:
+    """A pod's resources after an in-place resize, as CRI's UpdatePodSandboxResources gives them (None: unset)."""
 
-
-def event_named(name: str) -> str | None:
-    """The NRI event a person's spelling names ("createcontainer" -> "CreateContainer"), or None."""
-    return _EVENTS_BY_FOLDED_NAME.get(name.casefold())
+    overhead: hooks.LinuxContainerResources | None
+    resources: hooks.LinuxContainerResources | None
 
 
 @dataclass
@@ -63,6 +47,7 @@ class Subject:
     # CreateContainer the one being created). None: only `container` is known.
     model: ContainerRecord | None = None
     pod_model: PodRecord | None = None  # the pod as the store records it (None: only `pod` is known)
+    resize: PodResize | None = None  # UpdatePodSandbox: the pod's resources as they are to be
 
     def record(self) -> ContainerRecord:
         """The container's model (a bare one from `container` when there is none)."""
@@ -101,7 +86,7 @@ class ExtraPlugins(Protocol):
         CreateContainer subject.edits is replaced by the edits as the plugins leave them."""
 
     async def notify(self, event: str, subject: Subject) -> None:
-        """Any other event; raises HookFailed only for RunPodSandbox and StartContainer (as containerd)."""
+        """Any other event; raises HookFailed only for the events that fail the call (hooks.nri_events)."""
 
 
 class _NoExtraPlugins:

@@ -17,7 +17,8 @@ code path for both; a kind only supplies its row:
   and the call goes on; an error answered to an event in `failing_scopes` fails the call; other errors are
   logged). `failure_text` words a failure the kubelet gets in the kind's own terms.
 
-The NRI wire lives in runtimeproxy.nri; the core knows NRI only as this row and its event names (hooks.extra).
+The NRI wire lives in runtimeproxy.nri; the core knows NRI only as this row and its event table (hooks.nri_events,
+which says which events' errors fail the call).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.names import HOOK_NAMES, hook_named
 
 
@@ -83,13 +84,10 @@ HOOK = PluginKind(
     name="hook", prefix="", scope_names=HOOK_NAMES, scope_named=hook_named, scope_noun="hook", scope_word="hooks",
     trace_prefix="", ownership=Ownership.LATER_WINS, failure=FailureRule.POLICY,
 )
-# Errors answered to these fail the call in containerd (sandbox_run.go, container_start.go, and the two events
-# whose answers change the call); the other events' errors are logged there.
 NRI = PluginKind(
-    name="NRI", prefix="nri:", scope_names=extra.EVENT_NAMES, scope_named=extra.event_named, scope_noun="NRI event",
-    scope_word="events", trace_prefix="NRI ", ownership=Ownership.CONFLICT_FAILS, failure=FailureRule.NRI,
-    failing_scopes=frozenset({extra.RUN_POD_SANDBOX, extra.START_CONTAINER, extra.CREATE_CONTAINER,
-                              extra.UPDATE_CONTAINER}),
+    name="NRI", prefix="nri:", scope_names=nri_events.EVENT_NAMES, scope_named=nri_events.event_named,
+    scope_noun="NRI event", scope_word="events", trace_prefix="NRI ", ownership=Ownership.CONFLICT_FAILS,
+    failure=FailureRule.NRI, failing_scopes=nri_events.FAILING,
 )
 KINDS: tuple[PluginKind, ...] = (HOOK, NRI)
 

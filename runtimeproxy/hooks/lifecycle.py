@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks import dispatcher
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import request_of, tell_extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
@@ -164,25 +164,25 @@ class HookPoints:
             self.store.put_pod(pod_id, record)
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
             try:
-                await self._notify_extra(extra.RUN_POD_SANDBOX, pod_id)
+                await self._notify_extra(nri_events.RUN_POD_SANDBOX, pod_id)
             except HookFailed as failure:  # logged where it was raised
                 log.warning("RunPodSandbox failed by %s: the sandbox %s is stopped and removed", failure.plugin.name,
                             pod_id, extra=failure_fields(failure.plugin, failure.point, failure.code))
-                await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
-                await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
+                await self._notify_extra(nri_events.STOP_POD_SANDBOX, pod_id)
+                await self._notify_extra(nri_events.REMOVE_POD_SANDBOX, pod_id)
                 self.store.remove_pod(pod_id)
                 await self.runtime.remove_sandbox(pod_id)
                 raise
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
         await self._post_hook(dispatcher.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
-        await self._notify_extra(extra.STOP_POD_SANDBOX, pod_id)
+        await self._notify_extra(nri_events.STOP_POD_SANDBOX, pod_id)
         self.store.pod_stopped(pod_id)
 
     async def pod_sandbox_removed(self, pod_id: str) -> None:
         """Forget the pod and its containers (also after the runtime said it did not know it)."""
         if self.store.pod(pod_id) is not None:  # only a recorded pod: the runtime no longer has it
-            await self._notify_extra(extra.REMOVE_POD_SANDBOX, pod_id)
+            await self._notify_extra(nri_events.REMOVE_POD_SANDBOX, pod_id)
         self.store.remove_pod(pod_id)
         self.dispatcher.trace.forget_pod(pod_id)
 
@@ -213,11 +213,11 @@ class HookPoints:
         if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
             changed = await self._pre_hook(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining)
         seen = None
-        if self.extra.wants(extra.CREATE_CONTAINER):
+        if self.extra.wants(nri_events.CREATE_CONTAINER):
             seen = await edits(True) if edits is not None else None
             model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
             subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
-            changed = await self.extra.adjust(extra.CREATE_CONTAINER, subject, time_remaining)
+            changed = await self.extra.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining)
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits)
         return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits)
 
@@ -246,7 +246,7 @@ class HookPoints:
                 creation.pod_id, creation.request, creation.labels, await self._created_edits(creation),
                 ContainerState.CREATED, created_ns=now_ns()))
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
-            await self._notify_extra(extra.POST_CREATE_CONTAINER, container_id=container_id)
+            await self._notify_extra(nri_events.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
         """The start carries nothing to change: plugins act on the container's cgroups themselves. An extra plugin
@@ -257,16 +257,16 @@ class HookPoints:
             if request is not None:
                 await self._pre_hook(dispatcher.PRE_START_CONTAINER, request, time_remaining)
         try:
-            await self._notify_extra(extra.START_CONTAINER, container_id=container_id)
+            await self._notify_extra(nri_events.START_CONTAINER, container_id=container_id)
         except HookFailed:
-            await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
+            await self._notify_extra(nri_events.STOP_CONTAINER, container_id=container_id)
             raise
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         self.store.container_started(container_id, await self._pid_of(container_id))
         await self._post_hook(dispatcher.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
-        await self._notify_extra(extra.POST_START_CONTAINER, container_id=container_id)
+        await self._notify_extra(nri_events.POST_START_CONTAINER, container_id=container_id)
 
     async def pre_update_container_resources(
         self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: Mapping[str, str],
@@ -275,7 +275,7 @@ class HookPoints:
         """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
         the way the runtime applies it, and the recorded annotations with the update's. None: no hook ran."""
         hooked = self.dispatcher.has_plugins(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES)
-        extra_wants = self.extra.wants(extra.UPDATE_CONTAINER)
+        extra_wants = self.extra.wants(nri_events.UPDATE_CONTAINER)
         if not hooked and not extra_wants:
             return None
         found = await self.context.container(container_id)
@@ -292,25 +292,25 @@ class HookPoints:
             record, pod = found
             subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
                               pod_model=pod)
-            changed = await self.extra.adjust(extra.UPDATE_CONTAINER, subject, time_remaining)
+            changed = await self.extra.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining)
         return ResourceUpdate(seen, changed)
 
     async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
                                           annotations: Mapping[str, str]) -> None:
         """The runtime applied the update as sent: the recorded resources follow it."""
         self.store.update_container(container_id, sent, dict(annotations))
-        await self._notify_extra(extra.POST_UPDATE_CONTAINER, container_id=container_id)
+        await self._notify_extra(nri_events.POST_UPDATE_CONTAINER, container_id=container_id)
 
     async def post_stop_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(dispatcher.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
         # As containerd's NRI: StopContainer shows the container as it was before the stop (RUNNING).
-        await self._notify_extra(extra.STOP_CONTAINER, container_id=container_id)
+        await self._notify_extra(nri_events.STOP_CONTAINER, container_id=container_id)
         self.store.container_stopped(container_id)
 
     async def container_removed(self, container_id: str) -> None:
         if self.store.container(container_id) is not None:  # only a recorded one: the runtime no longer has it
-            await self._notify_extra(extra.REMOVE_CONTAINER, container_id=container_id)
+            await self._notify_extra(nri_events.REMOVE_CONTAINER, container_id=container_id)
         self.store.remove_container(container_id)
 
     # -- for frontends whose pods and containers share one ID space (Docker) -------------------------
@@ -324,7 +324,7 @@ class HookPoints:
         a miss; nothing is looked up when neither point has plugins)."""
         if not (self.dispatcher.has_plugins(dispatcher.POST_STOP_POD_SANDBOX)
                 or self.dispatcher.has_plugins(dispatcher.POST_STOP_CONTAINER)
-                or self.extra.wants(extra.STOP_POD_SANDBOX) or self.extra.wants(extra.STOP_CONTAINER)):
+                or self.extra.wants(nri_events.STOP_POD_SANDBOX) or self.extra.wants(nri_events.STOP_CONTAINER)):
             self.store.pod_stopped(object_id)  # the model's state (whichever it is)
             self.store.container_stopped(object_id)
             return

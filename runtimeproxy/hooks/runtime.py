@@ -10,7 +10,9 @@ only: no hook policy.
 `PluginAsks` is what the core offers plugins of another kind (NRI; hooks.extra): the store's snapshot a
 plugin is synchronized with, and updates and evictions of other containers, carried out by the runtime and
 written to the store by the core (the store has one writer: the core). An eviction is a stop the plugins hear
-of (`stopped`: the core's own "tell the extra plugins" flow, hooks.service).
+of: the core says what it is about (`stopped_subject`: hooks.context's subject, the skip rule applied) and the
+asking kind delivers it on its own path (NRI: inside the event that evicted, under the host's lock), then
+`stop_recorded` writes the store.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -71,11 +74,12 @@ class PluginAsks:
     """Updates, evictions and the synchronization snapshot, as plugins of another kind ask them of the core."""
 
     def __init__(self, store: Store, runtime: Runtime | None = None,
-                 stopped: Callable[[str], Awaitable[None]] | None = None) -> None:
-        """`stopped`: tells the extra plugins a container stopped (the core's flow; none: nobody is told)."""
+                 subject_of: Callable[[str], Awaitable[Subject | None]] | None = None) -> None:
+        """`subject_of`: a recorded container as the extra plugins hear of it (hooks.context.subject_of; none:
+        nobody hears of a stop)."""
         self.store = store
         self.runtime = runtime
-        self.stopped = stopped
+        self.subject_of = subject_of
 
     def snapshot(self) -> Snapshot:
         """The pods and containers a plugin is synchronized with: none of a pod with the skip label (a
@@ -97,14 +101,16 @@ class PluginAsks:
 
     async def evict(self, container_id: str) -> None:
         """The runtime stops the container at once (raises NoRuntime, RuntimeError, OSError); the plugins hear of
-        the stop from `tell_stopped`, which the caller awaits where the stop is to be heard."""
+        the stop where the caller delivers it (`stopped_subject`, then `stop_recorded`)."""
         if self.runtime is None:
             raise NoRuntime("this frontend cannot stop containers")
         await self.runtime.evict_container(container_id)
 
-    async def tell_stopped(self, container_id: str) -> None:
-        """The plugins hear of an eviction's stop; the store records it after (told as it was before the stop,
-        as containerd tells it)."""
-        if self.stopped is not None:
-            await self.stopped(container_id)
+    async def stopped_subject(self, container_id: str) -> Subject | None:
+        """What the plugins hear an eviction's stop about: the container as it was before the stop (as containerd
+        tells it); None: nobody is to hear of it (a skip-labelled pod, a container the core cannot find)."""
+        return await self.subject_of(container_id) if self.subject_of is not None else None
+
+    def stop_recorded(self, container_id: str) -> None:
+        """The store records the eviction's stop, after the plugins heard of it."""
         self.store.container_stopped(container_id)

@@ -5,8 +5,8 @@ Transport-free: a frontend (cri/, docker/) turns its wire requests into hook req
 `dispatcher` to run a hook point, writes the merged result back, and keeps `store` current. It gives the
 core its backend once, as a `hooks.runtime.Runtime` (`use_runtime`); the service then rebuilds the store
 from it after a restart (`start_rebuild`; `rebuilt` is set once that is over) and carries out what plugins of
-another kind ask through it (`asks`, hooks.runtime.PluginAsks), telling them of the stops they caused by
-the same flow as any other event (hooks.context.tell_extra).
+another kind ask through it (`asks`, hooks.runtime.PluginAsks), saying what the stops they caused are about
+(hooks.context.subject_of, as for any other event) for that kind to deliver on its own path.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from runtimeproxy.hooks import extra as events
-from runtimeproxy.hooks.context import HookContext, tell_extra
+from runtimeproxy.hooks.context import HookContext, subject_of
 from runtimeproxy.hooks.dispatcher import Dispatcher
-from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins
+from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
 from runtimeproxy.hooks.rebuild import rebuild_store
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
@@ -56,7 +55,7 @@ class HookService:
         self.runtime: Runtime | None = None  # the frontend's backend (use_runtime)
         self.context: HookContext | None = None  # store lookups that fall back to the runtime
         # What plugins of another kind ask of the core: the one door to the store and the runtime for them.
-        self.asks = PluginAsks(self.store, stopped=self._container_stopped)
+        self.asks = PluginAsks(self.store, subject_of=self._container_subject)
         self.rebuilt = asyncio.Event()  # set once the store's rebuild (after a restart) is over
         self._rebuilding = False
 
@@ -95,11 +94,10 @@ class HookService:
         if self._rebuilding:
             await self.rebuilt.wait()
 
-    async def _container_stopped(self, container_id: str) -> None:
-        """A plugin's eviction stopped the container outside any CRI call: the extra plugins hear StopContainer,
-        as they hear containerd's own stop of an evicted container."""
-        if self.context is not None:
-            await tell_extra(self.context, self.extra, events.STOP_CONTAINER, container_id=container_id)
+    async def _container_subject(self, container_id: str) -> Subject | None:
+        """A container a plugin's eviction stopped outside any CRI call, as the extra plugins hear of it (they
+        hear StopContainer, as they hear containerd's own stop of an evicted container)."""
+        return await subject_of(self.context, container_id=container_id) if self.context is not None else None
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Collection
 
 from runtimeproxy.hooks.config import CONFIG_SUFFIX
-from runtimeproxy.hooks.extra import event_named
+from runtimeproxy.hooks.nri_events import event_named
 from runtimeproxy.hooks.kinds import NRI, kind_of
 from runtimeproxy.hooks.names import hook_named
 

@@ -11,7 +11,7 @@ and time: a per-hook toggle never rewrites the whole-plugin one. Whether a name 
 registered plugin is the admin service's question (it knows the registry); `unknown_plugin`
 words the refusal. Plugins of another kind (NRI, hooks.extra) are toggled under their kind's prefix
 (hooks.kinds: `nri:<index-name>`, `extra_toggle_name`), a name no config file can have, whole or per NRI event
-(hooks.extra.EVENT_NAMES) where a hook plugin's toggle names a hook: `scope_names` says which names a
+(hooks.nri_events.EVENT_NAMES) where a hook plugin's toggle names a hook: `scope_names` says which names a
 plugin's toggles take, `scopes_named` refuses the other kind's names in one line.
 
 Shadow settings live here too, persisted in the same file: `runtimeproxyctl shadow PLUGIN` puts a plugin

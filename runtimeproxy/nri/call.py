@@ -1,5 +1,5 @@
-"""One NRI plugin's call of an event whose answer changes the call (CreateContainer, UpdateContainer), as one step
-of the core's chain (hooks.step, NRI's row of hooks.kinds).
+"""One NRI plugin's call of an event whose answer changes the call (hooks.nri_events' `adjusts`: CreateContainer,
+UpdateContainer), as one step of the core's chain (hooks.step, NRI's row of hooks.kinds).
 
 containerd/nri's plugin.go owns one plugin's connection (here nri.session); this is what the host makes of one
 call: the container as the plugins before it left it, the request, the answer folded into the adjustments
@@ -16,16 +16,18 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
-from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.step import HookFailed, KindSteps
 from runtimeproxy.hooks.validate import answer_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
+from runtimeproxy.nri.events import WireEvent
 from runtimeproxy.nri.explain import EventRecord, asked_of_others, edit_changes
 from runtimeproxy.nri.result import Asked, Results
 from runtimeproxy.nri.session import PluginDetached, PluginSession
@@ -76,10 +78,11 @@ class PluginCall:
         self._results = results
         self._drop = drop
 
-    async def adjust_by(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, subject: Subject,
+    async def adjust_by(self, plugin: PluginSession, wire: WireEvent, pod: nri.PodSandbox, subject: Subject,
                          adjustments: Adjustments, record: EventRecord) -> Asked | None:
         """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
         of other containers. Raises HookFailed for an answer that fails the call."""
+        event = wire.name
         shadow = self.steps.in_shadow(plugin.plugin_id)
         # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
         # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
@@ -91,7 +94,7 @@ class PluginCall:
         started = self.steps.started()
         failure: tuple[grpc.StatusCode, str, str] | None = None
         try:
-            asked = await self._ask(plugin, event, pod, container, subject, folded)
+            asked = await self._ask(plugin, wire, pod, container, subject, folded)
         except PluginDetached as error:
             record.failed(plugin.plugin_id, started, shadow, *failure_outcome(error))
             self._drop(plugin)
@@ -126,19 +129,19 @@ class PluginCall:
             return None
         return asked
 
-    async def _ask(self, plugin: PluginSession, event: str, pod: nri.PodSandbox, container: nri.Container,
+    async def _ask(self, plugin: PluginSession, wire: WireEvent, pod: nri.PodSandbox, container: nri.Container,
                    subject: Subject, adjustments: Adjustments) -> Asked:
-        """One plugin's answer folded in; returns its updates of other containers and its evictions."""
-        if event == extra.CREATE_CONTAINER:
-            created = await plugin.call("CreateContainer", nri.CreateContainerRequest(
-                pod=pod, container=container), nri.CreateContainerResponse)
-            adjustments.apply_adjustment(plugin.plugin_id, created.adjust, "a CreateContainer")
-            updates, evictions = list(created.update), list(created.evict)
-        else:
-            resources = convert.update_resources(adjustments.container.container_resources)
-            request = nri.UpdateContainerRequest(pod=pod, container=container, linux_resources=resources)
-            updated = await plugin.call("UpdateContainer", request, nri.UpdateContainerResponse)
-            updates, evictions = list(updated.update), list(updated.evict)
+        """One plugin's answer folded in; returns its updates of other containers and its evictions. The request
+        carries what its message has room for (an update's resources: UpdateContainer), the answer is read by
+        what its message has (an adjustment: CreateContainer; updates and evictions)."""
+        fields: dict[str, Message] = {"pod": pod, "container": container}
+        if wire.carries("linux_resources"):  # the update as containerd's NRI shows it
+            fields["linux_resources"] = convert.update_resources(adjustments.container.container_resources)
+        answer: Any = await plugin.call(wire.row.method, wire.message(**fields), wire.response)
+        if wire.answers("adjust"):
+            adjustments.apply_adjustment(plugin.plugin_id, answer.adjust, f"a {wire.name}")
+        updates = list(answer.update) if wire.row.updates else []
+        evictions = list(answer.evict) if wire.answers("evict") else []
         own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
         for update in own:
             adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")

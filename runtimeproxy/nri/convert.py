@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runtimeproxy.hooks import extra
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks import extra, nri_events
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri.edits import fill_container
@@ -84,9 +86,28 @@ def event_container(event: str, subject: extra.Subject, request: hooks.Container
     """The container of a CreateContainer or UpdateContainer: at creation as the plugins before this one left it
     (`request`, `edits`); at an update as it is now, with its current resources (as containerd shows its spec:
     the update itself is the request's linux_resources)."""
-    if event == extra.CREATE_CONTAINER:
+    if event == nri_events.CREATE_CONTAINER:
         return container(subject.container_id, subject.record(), request, edits)
     return container(subject.container_id, subject.record())
+
+
+def subject_container(subject: extra.Subject) -> nri.Container | None:
+    """The container an event is about, as recorded (None: a pod event)."""
+    return container(subject.container_id, subject.record()) if subject.container is not None else None
+
+
+def event_fields(subject: extra.Subject, shown: nri.Container | None) -> dict[str, Message]:
+    """What an event's request may carry besides the pod (nri.events.WireEvent.message takes those its message
+    has): the container it is about (`shown`); a pod resize's overhead and resources."""
+    fields: dict[str, Message] = {}
+    if shown is not None:
+        fields["container"] = shown
+    if subject.resize is not None:
+        if subject.resize.overhead is not None:
+            fields["overhead_linux_resources"] = linux_resources(subject.resize.overhead)
+        if subject.resize.resources is not None:
+            fields["linux_resources"] = linux_resources(subject.resize.resources)
+    return fields
 
 
 def synchronized(pods: Iterable[tuple[str, PodRecord]], containers: Iterable[tuple[str, ContainerRecord]]

@@ -1,23 +1,67 @@
-"""NRI's events as the host sends them: each event's number on the wire.
+"""The core's NRI event table (hooks.nri_events) on the wire: each row's messages resolved, and what the session
+derives from it (the subscription mask, the notifications older plugins take as StateChange).
 
-The core names the events (hooks.extra); this table maps them to NRI's enums (nri.session subscribes by them).
+Nothing is listed here: a row added to the table is sent by the host as its rules say. A row whose messages this
+package's proto lacks fails at import, not at the first call.
 """
 
 from __future__ import annotations
 
-from runtimeproxy.hooks import extra
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from runtimeproxy.hooks.nri_events import EVENTS, NriEvent
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-EVENTS: dict[str, nri.Event] = {
-    extra.RUN_POD_SANDBOX: nri.RUN_POD_SANDBOX,
-    extra.STOP_POD_SANDBOX: nri.STOP_POD_SANDBOX,
-    extra.REMOVE_POD_SANDBOX: nri.REMOVE_POD_SANDBOX,
-    extra.CREATE_CONTAINER: nri.CREATE_CONTAINER,
-    extra.POST_CREATE_CONTAINER: nri.POST_CREATE_CONTAINER,
-    extra.START_CONTAINER: nri.START_CONTAINER,
-    extra.POST_START_CONTAINER: nri.POST_START_CONTAINER,
-    extra.UPDATE_CONTAINER: nri.UPDATE_CONTAINER,
-    extra.POST_UPDATE_CONTAINER: nri.POST_UPDATE_CONTAINER,
-    extra.STOP_CONTAINER: nri.STOP_CONTAINER,
-    extra.REMOVE_CONTAINER: nri.REMOVE_CONTAINER,
-}
+
+@dataclass(frozen=True)
+class WireEvent:
+    """One row of the table with its method's messages."""
+
+    row: NriEvent
+    request: type[Message]
+    response: type[Message]
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def number(self) -> int:
+        return self.row.number
+
+    def carries(self, field: str) -> bool:
+        """The request has the field."""
+        return field in self.request.DESCRIPTOR.fields_by_name
+
+    def answers(self, field: str) -> bool:
+        """The response has the field."""
+        return field in self.response.DESCRIPTOR.fields_by_name
+
+    def message(self, **fields: Message) -> Message:
+        """The method's request with those of `fields` its message has (a pod event carries no container, an
+        UpdateContainer the update's resources): NRI's messages differ only in which of these they carry."""
+        request = self.request()
+        for name, value in fields.items():
+            if self.carries(name):
+                getattr(request, name).CopyFrom(value)
+        return request
+
+
+def _wire(row: NriEvent) -> WireEvent:
+    if nri.Event.Name(row.number) != _enum_name(row.name):
+        raise ValueError(f"NRI event {row.name}: number {row.number} is {nri.Event.Name(row.number)} on the wire")
+    return WireEvent(row, getattr(nri, row.request), getattr(nri, row.response))
+
+
+def _enum_name(name: str) -> str:
+    """"CreateContainer" -> "CREATE_CONTAINER" (the Event enum's spelling)."""
+    return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(name)).upper()
+
+
+WIRE: dict[str, WireEvent] = {row.name: _wire(row) for row in EVENTS}
+BY_NUMBER: dict[int, WireEvent] = {event.number: event for event in WIRE.values()}
+KNOWN_EVENTS_MASK = sum(row.bit for row in EVENTS)
+# What a plugin of v0.6-v0.8 takes as StateChange: the events whose own methods came later.
+NOTIFICATIONS: frozenset[int] = frozenset(row.number for row in EVENTS if row.notification)

@@ -40,15 +40,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
 
 from runtimeproxy import __version__
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
 from runtimeproxy.hooks.kinds import NRI
+from runtimeproxy.hooks.nri_events import EVENTS
 from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.step import HookFailed, KindSteps, StepToggles
 from runtimeproxy.hooks.syncgate import SyncGate
@@ -57,7 +58,8 @@ from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import Adjustments
 from runtimeproxy.nri.call import PluginCall, failure_outcome
-from runtimeproxy.nri.events import EVENTS
+from runtimeproxy.nri.events import WIRE, WireEvent
+from runtimeproxy.nri.lock import EventLock
 from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others
 from runtimeproxy.nri.launch import LaunchedProcess, discover
 from runtimeproxy.nri.result import Asked, Results
@@ -105,14 +107,14 @@ class NriHost:
         # status and metrics), the pod trace, failures in NRI's terms.
         self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0))
         self.stats = self.steps.stats
-        self.results = Results(asks, self.stats, self._watch)  # what answers ask of other containers (nri.result)
+        self.results = Results(asks, self.stats)  # what answers ask of other containers (nri.result)
         self.call = PluginCall(self.steps, socket_path, self.results, self._drop)  # one plugin's call (nri.call)
         self._ready = ready  # waits for the store's rebuild after a restart: plugins sync with what exists
         self._plugins: list[PluginSession] = []  # attached, in NRI's order
-        # containerd/nri's one lock: each event's fan-out and carry-out, and each attach (drop the old session of
-        # that plugin, snapshot, Synchronize, insert), one at a time; never held by a plugin's own UpdateContainers.
-        self._lock = asyncio.Lock()
-        self._lock_owner: asyncio.Task[object] | None = None
+        # containerd/nri's one lock: each event's fan-out and carry-out (with the stops it caused), and each attach
+        # (drop the old session of that plugin, snapshot, Synchronize, insert), one at a time; never held by a
+        # plugin's own UpdateContainers.
+        self._lock = EventLock()
         self._gate = gate or SyncGate()
         self._server: asyncio.Server | None = None
         self._socket_lock: SocketLock | None = None
@@ -216,28 +218,13 @@ class NriHost:
 
     # -- attaching -------------------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def _one_at_a_time(self) -> AsyncIterator[None]:
-        """The host's one lock, held again freely by the task holding it (an event's carry-out notifies the
-        plugins of an eviction from inside the event)."""
-        task = asyncio.current_task()
-        if self._lock_owner is task:
-            yield
-            return
-        async with self._lock:
-            self._lock_owner = task
-            try:
-                yield
-            finally:
-                self._lock_owner = None
-
     async def _attach(self, plugin: PluginSession) -> None:
         """A registered, configured plugin: replaces an older connection of the same plugin, synchronized. No
         lifecycle call is between its event and its store write meanwhile (the core's gate), and no event is
         being sent (the lock): the plugin finds each pod and container in its Synchronize or hears its events."""
         if self._ready is not None:
             await self._ready()
-        async with self._gate.synchronizing(), self._one_at_a_time():
+        async with self._gate.synchronizing(), self._lock.held():
             for old in [p for p in self._plugins if p.plugin_id == plugin.plugin_id]:
                 self._plugins.remove(old)
                 old.detach("replaced by a new connection of the same plugin")
@@ -274,7 +261,7 @@ class NriHost:
     # -- hooks.extra.ExtraPlugins ----------------------------------------------------------------
 
     def _subscribed(self, event: str) -> list[PluginSession]:
-        number = EVENTS[event]
+        number = WIRE[event].number
         return [plugin for plugin in self._plugins if plugin.subscribed(number) and not plugin.detached]
 
     def _subscribers(self, event: str) -> list[PluginSession]:
@@ -286,15 +273,15 @@ class NriHost:
         return [ExtraPluginStatus(
             name=plugin.plugin_id, toggle_name=NRI.toggle_name(plugin.plugin_id),
             kind="launched" if plugin.launched else "connected",
-            events=tuple(event for event, number in EVENTS.items() if plugin.subscribed(number)),
+            events=tuple(event.name for event in EVENTS if plugin.subscribed(event.number)),
             since_unix_seconds=plugin.connected_unix_seconds, protocol_version=plugin.nri_version)
             for plugin in self._plugins]
 
     def switched_off(self, plugin: PluginSession) -> bool:
         """Every event it subscribed to is toggled off on this node (`runtimeproxyctl disable nri:10-name`): it
         stays attached, but what it asks on its own (updates, evictions) is not carried out either."""
-        return not any(self.steps.allows(plugin.plugin_id, event) for event, number in EVENTS.items()
-                       if plugin.subscribed(number))
+        return not any(self.steps.allows(plugin.plugin_id, event.name) for event in EVENTS
+                       if plugin.subscribed(event.number))
 
     def in_shadow(self, plugin: PluginSession) -> bool:
         """On trial (`runtimeproxyctl shadow nri:10-name`): called and traced, its answers never applied."""
@@ -302,7 +289,7 @@ class NriHost:
 
     def wants(self, event: str) -> bool:
         """Asked on every hooked call: no list is built."""
-        number, allows = EVENTS[event], self.steps.allows
+        number, allows = WIRE[event].number, self.steps.allows
         return any(plugin.subscribed(number) and not plugin.detached and allows(plugin.plugin_id, event)
                    for plugin in self._plugins)
 
@@ -310,14 +297,17 @@ class NriHost:
         return bool(self._plugins)
 
     async def notify(self, event: str, subject: Subject) -> None:
-        async with self._one_at_a_time():
-            await self._notify(event, subject)
+        async with self._lock.held():
+            stopped = await self._notify(WIRE[event], subject)
+            await self._stops_heard(stopped)
 
-    async def _notify(self, event: str, subject: Subject) -> None:
+    async def _notify(self, wire: WireEvent, subject: Subject) -> list[str]:
+        """An event whose answers do not change the call, to every subscribed plugin (the lock held); returns
+        the containers what they asked stopped."""
+        event = wire.name
         pod = convert.subject_pod(subject)
-        container = None
-        if subject.container is not None:
-            container = convert.container(subject.container_id, subject.record())
+        container = convert.subject_container(subject)
+        fields = convert.event_fields(subject, container)
         record = EventRecord(event, subject, self.steps)
         asked: list[Asked] = []
         for plugin in self._subscribed(event):
@@ -327,12 +317,11 @@ class NriHost:
             started = self.steps.started()
             updates: list[nri.ContainerUpdate] = []
             try:
-                if event == extra.STOP_CONTAINER and container is not None:
-                    answer = await plugin.call("StopContainer", nri.StopContainerRequest(
-                        pod=pod, container=container), nri.StopContainerResponse)
-                    updates = list(answer.update)
+                if wire.row.notification:
+                    await plugin.notify(wire.number, pod, container)
                 else:
-                    await plugin.notify(EVENTS[event], pod, container)
+                    answer = await plugin.call(wire.row.method, wire.message(pod=pod, **fields), wire.response)
+                    updates = list(answer.update) if wire.row.updates else []  # type: ignore[attr-defined]
             except TtrpcError as error:
                 outcome, message = failure_outcome(error)
                 record.failed(plugin.plugin_id, started, shadow, outcome, message)
@@ -352,16 +341,20 @@ class NriHost:
             elif updates:
                 asked.append(Asked(plugin.plugin_id, updates, []))
         record.finish(None, NOTIFIED)
-        for request in asked:
-            await self.results.carry_out(request, subject.container_id)
+        return [stopped for request in asked for stopped in await self.results.carry_out(request, subject.container_id)]
 
     async def adjust(self, event: str, subject: Subject,
                      time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
-        async with self._one_at_a_time():
-            return await self._adjust(event, subject)
+        async with self._lock.held():
+            adjusted, stopped = await self._adjust(WIRE[event], subject)
+            await self._stops_heard(stopped)
+            return adjusted
 
-    async def _adjust(self, event: str, subject: Subject) -> hooks.ContainerResourceHookRequest:
-        assert subject.container is not None
+    async def _adjust(self, wire: WireEvent, subject: Subject) -> tuple[hooks.ContainerResourceHookRequest, list[str]]:
+        """An event whose answers change the call (the lock held): the container as the plugins leave it, and the
+        containers what they asked stopped."""
+        assert subject.container is not None and wire.row.adjusts
+        event = wire.name
         pod = convert.subject_pod(subject)
         adjustments = Adjustments(subject.container, subject.edits)
         record = EventRecord(event, subject, self.steps)
@@ -370,17 +363,33 @@ class NriHost:
             for plugin in self._subscribed(event):
                 if record.toggled_off(plugin.plugin_id):
                     continue
-                answer = await self.call.adjust_by(plugin, event, pod, subject, adjustments, record)
+                answer = await self.call.adjust_by(plugin, wire, pod, subject, adjustments, record)
                 if answer is not None:
                     asked.append(answer)
         except HookFailed as failure:
             record.finish(adjustments.container, self.steps.failed_result(failure))
             raise
         record.finish(adjustments.container, SENT, written_back=True)
-        for request in asked:
-            await self.results.carry_out(request, subject.container_id)
+        stopped = [stopped for request in asked
+                   for stopped in await self.results.carry_out(request, subject.container_id)]
         subject.edits = adjustments.edits
-        return adjustments.container
+        return adjustments.container, stopped
+
+    async def _stops_heard(self, stopped: list[str]) -> None:
+        """The follow-on events of a carry-out (the lock held): the plugins hear StopContainer of each container
+        an eviction stopped, as the core says it was before the stop; the store then records the stop."""
+        for container_id in stopped:
+            if self.wants(nri_events.STOP_CONTAINER):
+                subject = await self.asks.stopped_subject(container_id)
+                if subject is not None:
+                    await self._stops_heard(await self._notify(WIRE[nri_events.STOP_CONTAINER], subject))
+            self.asks.stop_recorded(container_id)
+
+    async def _stops_heard_later(self, stopped: list[str]) -> None:
+        """Stops a plugin's own UpdateContainers caused: heard as a new event once it has its answer (it may be
+        waiting for that answer while an event holds the lock: the deadlock containerd/nri fixed in v0.12.1)."""
+        async with self._lock.held():
+            await self._stops_heard(stopped)
 
     async def _unsolicited_update(self, plugin: PluginSession,
                                   request: nri.UpdateContainersRequest) -> nri.UpdateContainersResponse:
@@ -397,6 +406,8 @@ class NriHost:
                             plugin.plugin_id, len(updates))
             self.results.count_shadowed(plugin.plugin_id, evictions)
             return nri.UpdateContainersResponse(failed=updates)
-        await self.results.evict_all(plugin.plugin_id, evictions, "", during_event=False)
+        stopped = await self.results.evict_all(plugin.plugin_id, evictions, "")
+        if stopped:
+            self._watch(self._stops_heard_later(stopped), f"nri-evicted-{plugin.plugin_id}")
         failed = await self.results.apply_updates(plugin.plugin_id, updates)
         return nri.UpdateContainersResponse(failed=failed)

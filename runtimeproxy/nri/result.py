@@ -5,12 +5,13 @@ UpdateContainers) may ask to update or evict containers the event is not about. 
 requests; `Results` carries them out once every plugin answered, as containerd/nri's result.go: evictions first,
 then updates, failures logged and never failing the call. Nothing here writes the store or calls the runtime: the
 core does both (hooks.runtime.PluginAsks). A plugin in shadow has nothing carried out; its evictions are counted.
+What the carry-out causes is returned, not delivered: the containers it stopped, whose StopContainer the host
+sends on its own locked path (inside the event, or after a plugin's own UpdateContainers).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from runtimeproxy.hooks.merge import changed_resources
@@ -35,18 +36,16 @@ class Asked:
 class Results:
     """Carries out what the plugins asked of other containers (the host's statistics count the evictions)."""
 
-    def __init__(self, asks: PluginAsks, stats: HookStats, watch: Callable[[Awaitable[None], str], None]) -> None:
-        """`watch`: runs a coroutine in the background, as long as the host lives (a stop the plugins hear
-        of after an UpdateContainers of their own)."""
+    def __init__(self, asks: PluginAsks, stats: HookStats) -> None:
         self.asks = asks
         self.stats = stats
-        self._watch = watch
 
-    async def carry_out(self, asked: Asked, current: str) -> None:
+    async def carry_out(self, asked: Asked, current: str) -> list[str]:
         """Evictions first, then updates (containerd's order after CreateContainer and UpdateContainer);
-        failures are logged, never fail the call (as containerd)."""
-        await self.evict_all(asked.plugin_id, asked.evictions, current, during_event=True)
+        failures are logged, never fail the call (as containerd). Returns the containers stopped."""
+        stopped = await self.evict_all(asked.plugin_id, asked.evictions, current)
         await self.update_others(asked.plugin_id, asked.updates, current)
+        return stopped
 
     def count_shadowed(self, plugin_id: str, evictions: list[nri.ContainerEviction]) -> None:
         if not evictions:
@@ -56,47 +55,47 @@ class Results:
                     "out", plugin_id, len(evictions), some_ids([e.container_id for e in evictions]),
                     shown_reason(evictions[0]))
 
-    async def evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str,
-                         during_event: bool) -> None:
+    async def evict_all(self, plugin_id: str, evictions: list[nri.ContainerEviction], current: str) -> list[str]:
         """Containers the proxy does not know are no error (containerd) and take one log line, however many.
-        During an event the plugins hear of each stop inside it; asked in a plugin's own
-        UpdateContainers, they hear of it after the answer, as a new event: that plugin may be waiting for the
-        answer while an event holds the lock (the deadlock containerd/nri fixed in v0.12.1)."""
-        unknown = [eviction.container_id for eviction in evictions
-                   if not await self._evict(plugin_id, eviction, current, during_event)]
+        Returns the containers stopped: containerd evicts with its own StopContainer, which NRI plugins hear (a
+        resource policy frees what the container held), and so do they here, from the host (the proxy's stop
+        bypasses the hook points)."""
+        stopped: list[str] = []
+        unknown: list[str] = []
+        for eviction in evictions:
+            outcome = await self._evict(plugin_id, eviction, current)
+            if outcome is None:
+                unknown.append(eviction.container_id)
+            elif outcome:
+                stopped.append(eviction.container_id)
         if unknown:
             log.warning("NRI plugin %s asked to evict %d containers the proxy does not know (%s): nothing done",
                         plugin_id, len(unknown), some_ids(unknown))
+        return stopped
 
-    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str,
-                     during_event: bool) -> bool:
+    async def _evict(self, plugin_id: str, eviction: nri.ContainerEviction, current: str) -> bool | None:
         """Stops the container at once, as containerd's EvictContainer does (CRI StopContainer, timeout 0):
-        the kubelet then sees it exited and acts by the pod's restart policy. False: the proxy does not know it."""
+        the kubelet then sees it exited and acts by the pod's restart policy. True: stopped; False: the stop
+        failed; None: the proxy does not know it."""
         container_id, shown, reason = eviction.container_id, shown_id(eviction.container_id), shown_reason(eviction)
         if self.asks.container(container_id) is None:
             self.stats.evicted(plugin_id, "unknown")
-            return False
+            return None
         try:
             await self.asks.evict(container_id)
         except NoRuntime as error:
             log.warning("NRI plugin %s asked to evict container %s (%s): %s", plugin_id, shown, reason, error)
             self.stats.evicted(plugin_id, "failed")
-            return True
+            return False
         except (OSError, RuntimeError) as error:
             log.warning("NRI plugin %s: eviction of container %s (%s) failed: %s", plugin_id, shown, reason,
                         error)
             self.stats.evicted(plugin_id, "failed")
-            return True
+            return False
         log.warning("NRI plugin %s evicted container %s (asked during %s): %s; stopped with timeout 0",
                     plugin_id, shown, current or "an UpdateContainers of its own", reason,
                     extra={"plugin": plugin_id})
         self.stats.evicted(plugin_id, OK)
-        # containerd evicts with its own StopContainer, which NRI plugins hear (a resource policy frees what the
-        # container held): so do they here, by the core's flow (the proxy's stop bypasses the hook points).
-        if during_event:
-            await self.asks.tell_stopped(container_id)
-        else:
-            self._watch(self.asks.tell_stopped(container_id), f"nri-evicted-{shown}")
         return True
 
     async def update_others(self, plugin_id: str, updates: list[nri.ContainerUpdate], current: str) -> None:

@@ -10,11 +10,11 @@ registration timeout, or a call's timeout, or whose connection breaks, is detach
 and `PluginDetached` raised, and the caller goes on without it, as NRI does. UpdateContainers the plugin
 sends on its own (even while we wait for its answer to one of our calls) goes to `on_update`.
 
-Event subscription follows NRI's mask (bit 1 << (event - 1), 0 meaning every lifecycle event); bits for
-events this proxy does not know are masked off and remembered, not refused, so newer plugins still attach.
-The events themselves are the hook core's business: `call()` for those a plugin answers with changes
-(CreateContainer, UpdateContainer, StopContainer, UpdatePodSandbox), `notify()` for the notifications, which
-older plugins only take as StateChange.
+Event subscription follows NRI's mask (bit 1 << (event - 1), 0 meaning every lifecycle event; the events are
+hooks.nri_events' table, on the wire by nri.events); bits for events this proxy does not know are masked off and
+remembered, not refused, so newer plugins still attach. The events themselves are the hook core's business:
+`call()` for the methods older plugins implement (CreateContainer, UpdateContainer, StopContainer,
+UpdatePodSandbox), `notify()` for the notifications, which older plugins only take as StateChange.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks.validate import PLUGIN_NAME_MAX_CHARS, printable, quoted
 from runtimeproxy.listener import listen_backlog
+from runtimeproxy.nri.events import BY_NUMBER, KNOWN_EVENTS_MASK, NOTIFICATIONS
 from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE, Code, ConnectionClosed, Endpoint, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -45,8 +46,6 @@ DEFAULT_SOCKET_PATH = Path("/var/run/nri/nri.sock")
 DEFAULT_REGISTRATION_TIMEOUT = 5.0
 DEFAULT_REQUEST_TIMEOUT = 2.0
 
-# Lifecycle events a plugin may subscribe to (ValidateContainerAdjustment is not a lifecycle event).
-LIFECYCLE_EVENTS = tuple(range(nri.RUN_POD_SANDBOX, nri.POST_UPDATE_POD_SANDBOX + 1))
 _PLUGIN_INDEX = re.compile(r"[0-9]{2}")
 
 Resp = TypeVar("Resp", bound=Message)
@@ -62,24 +61,6 @@ def event_mask(*events: int) -> int:
     for event in events:
         mask |= event_bit(event)
     return mask
-
-
-KNOWN_EVENTS_MASK = event_mask(*LIFECYCLE_EVENTS)
-
-
-# Events that are notifications only. Their dedicated Plugin methods came after v0.8: a plugin of v0.6-v0.8
-# gets them as StateChange, and NRI falls back to StateChange for good once a plugin answers UNIMPLEMENTED.
-NOTIFICATIONS: dict[int, tuple[str, type[Message]]] = {
-    nri.RUN_POD_SANDBOX: ("RunPodSandbox", nri.RunPodSandboxRequest),
-    nri.STOP_POD_SANDBOX: ("StopPodSandbox", nri.StopPodSandboxRequest),
-    nri.REMOVE_POD_SANDBOX: ("RemovePodSandbox", nri.RemovePodSandboxRequest),
-    nri.POST_UPDATE_POD_SANDBOX: ("PostUpdatePodSandbox", nri.PostUpdatePodSandboxRequest),
-    nri.POST_CREATE_CONTAINER: ("PostCreateContainer", nri.PostCreateContainerRequest),
-    nri.START_CONTAINER: ("StartContainer", nri.StartContainerRequest),
-    nri.POST_START_CONTAINER: ("PostStartContainer", nri.PostStartContainerRequest),
-    nri.POST_UPDATE_CONTAINER: ("PostUpdateContainer", nri.PostUpdateContainerRequest),
-    nri.REMOVE_CONTAINER: ("RemoveContainer", nri.RemoveContainerRequest),
-}
 
 
 class PluginDetached(TtrpcError):
@@ -214,20 +195,19 @@ class PluginSession:
             # The plugin's own text: bounded and escaped before stats, the trace, logs or the kubelet see it.
             raise TtrpcError(error.code, printable(error.message)) from None
 
-    async def notify(self, event: nri.Event, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
-        """Delivers a notification event (one of NOTIFICATIONS) if the plugin subscribed to it: by its own method,
-        or as StateChange to a plugin older than those methods."""
+    async def notify(self, event: int, pod: nri.PodSandbox, container: nri.Container | None = None) -> None:
+        """Delivers a notification event (one of NOTIFICATIONS: hooks.nri_events) if the plugin subscribed to it:
+        by its own method, or as StateChange to a plugin older than those methods."""
         if not self.subscribed(event):
             return
-        method, request_type = NOTIFICATIONS[event]
-        if "container" not in request_type.DESCRIPTOR.fields_by_name:
+        assert event in NOTIFICATIONS, event
+        wire = BY_NUMBER[event]
+        if "container" not in wire.request.DESCRIPTOR.fields_by_name:
             container = None  # a pod event carries no container, as NRI sends it
         if not self._state_change_only:
-            request = request_type(pod=pod)
-            if container is not None:
-                request.container.CopyFrom(container)  # type: ignore[attr-defined]
+            request = wire.message(pod=pod) if container is None else wire.message(pod=pod, container=container)
             try:
-                await self.call(method, request, nri.Empty)  # the answers are empty messages
+                await self.call(wire.row.method, request, nri.Empty)  # the answers are empty messages
                 return
             except PluginDetached:
                 raise
@@ -235,7 +215,9 @@ class PluginSession:
                 if error.code != Code.UNIMPLEMENTED:
                     raise
                 self._state_change_only = True
-        await self.call("StateChange", nri.StateChangeEvent(event=event, pod=pod, container=container), nri.Empty)
+        change = nri.StateChangeEvent(pod=pod, container=container)
+        change.event = event  # type: ignore[assignment]  # an Event number from the table (nri.events)
+        await self.call("StateChange", change, nri.Empty)
 
     async def shutdown(self) -> None:
         """Tells the plugin the runtime is going away, then closes the connection."""

@@ -13,7 +13,7 @@ import pytest
 
 from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState
@@ -302,7 +302,7 @@ def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_re
     points = core.points
     core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
     creation = core.run(points.pre_create_container("p1", bare_container(), None))
-    assert creation.changed and creation.request.container_annotations["extra"] == extra.CREATE_CONTAINER
+    assert creation.changed and creation.request.container_annotations["extra"] == nri_events.CREATE_CONTAINER
     assert creation.request.container_annotations["hooked"] == "yes"  # the hook chain ran first
     core.run(points.container_created("c1", creation))
     core.run(points.pre_start_container("c1", None))
@@ -318,12 +318,12 @@ def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_re
     core.run(points.container_removed("c-unknown"))
     core.run(points.pod_sandbox_removed("p1"))
     assert recorder.events == [
-        (extra.RUN_POD_SANDBOX, "p1", ""), (extra.CREATE_CONTAINER, "p1", ""),
-        (extra.POST_CREATE_CONTAINER, "p1", "c1"), (extra.START_CONTAINER, "p1", "c1"),
-        (extra.POST_START_CONTAINER, "p1", "c1"), (extra.UPDATE_CONTAINER, "p1", "c1"),
-        (extra.POST_UPDATE_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1"),
-        (extra.STOP_POD_SANDBOX, "p1", ""), (extra.REMOVE_CONTAINER, "p1", "c1"),
-        (extra.REMOVE_POD_SANDBOX, "p1", ""),
+        (nri_events.RUN_POD_SANDBOX, "p1", ""), (nri_events.CREATE_CONTAINER, "p1", ""),
+        (nri_events.POST_CREATE_CONTAINER, "p1", "c1"), (nri_events.START_CONTAINER, "p1", "c1"),
+        (nri_events.POST_START_CONTAINER, "p1", "c1"), (nri_events.UPDATE_CONTAINER, "p1", "c1"),
+        (nri_events.POST_UPDATE_CONTAINER, "p1", "c1"), (nri_events.STOP_CONTAINER, "p1", "c1"),
+        (nri_events.STOP_POD_SANDBOX, "p1", ""), (nri_events.REMOVE_CONTAINER, "p1", "c1"),
+        (nri_events.REMOVE_POD_SANDBOX, "p1", ""),
     ]
 
 
@@ -360,7 +360,7 @@ class FailingExtra(RecordingExtra):
 
     async def notify(self, event: str, subject: Subject) -> None:
         await super().notify(event, subject)
-        if event in (extra.RUN_POD_SANDBOX, extra.START_CONTAINER):
+        if event in (nri_events.RUN_POD_SANDBOX, nri_events.START_CONTAINER):
             point = HookPoint(f"NRI {event}", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
             raise HookFailed(point, NamedPlugin("10-refuser", Path("/run/nri.sock")), grpc.StatusCode.UNKNOWN,
                              "INVALID_ARGUMENT: no room")
@@ -381,8 +381,8 @@ def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped
         core.run(points.pod_sandbox_ran("p1", run))
     assert "10-refuser" in str(failed.value) and failed.value.code is grpc.StatusCode.UNKNOWN
     # As containerd's NRI integration: the plugins hear the pod stopped and was removed.
-    assert recorder.events == [(extra.RUN_POD_SANDBOX, "p1", ""), (extra.STOP_POD_SANDBOX, "p1", ""),
-                               (extra.REMOVE_POD_SANDBOX, "p1", "")]
+    assert recorder.events == [(nri_events.RUN_POD_SANDBOX, "p1", ""), (nri_events.STOP_POD_SANDBOX, "p1", ""),
+                               (nri_events.REMOVE_POD_SANDBOX, "p1", "")]
     assert core.core.store.pod("p1") is None
 
 
@@ -393,7 +393,7 @@ def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins
     recorder = core.core.extra = FailingExtra()
     with pytest.raises(HookFailed):
         core.run(core.points.pre_start_container("c1", None))
-    assert recorder.events == [(extra.START_CONTAINER, "p1", "c1"), (extra.STOP_CONTAINER, "p1", "c1")]
+    assert recorder.events == [(nri_events.START_CONTAINER, "p1", "c1"), (nri_events.STOP_CONTAINER, "p1", "c1")]
 
 
 # --- the model: what the store records of a container over its life ---------------------------------------
@@ -427,9 +427,9 @@ def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Poin
     assert record.state is ContainerState.RUNNING
     core.run(points.post_stop_container("c1", None))
     # StopContainer shows the state before the stop (containerd's NRI does), the store then says stopped.
-    assert told == [(extra.START_CONTAINER, ContainerState.CREATED), (extra.POST_START_CONTAINER,
+    assert told == [(nri_events.START_CONTAINER, ContainerState.CREATED), (nri_events.POST_START_CONTAINER,
                                                                       ContainerState.RUNNING),
-                    (extra.STOP_CONTAINER, ContainerState.RUNNING)]
+                    (nri_events.STOP_CONTAINER, ContainerState.RUNNING)]
     assert record.state is ContainerState.STOPPED and record.finished_ns >= record.started_ns > 0
     core.run(points.post_stop_pod_sandbox("p1", None))
     pod = store.pod("p1")

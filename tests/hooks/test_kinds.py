@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.kinds import HOOK, NRI, FailureRule, Ownership, kind_of
 from runtimeproxy.hooks.names import HOOK_NAMES, PRE_CREATE_CONTAINER, POST_STOP_CONTAINER
 
 
 def test_each_kind_names_its_plugins_and_scopes_its_own_way() -> None:
     assert (HOOK.toggle_name("koordlet.json"), NRI.toggle_name("10-policy")) == ("koordlet.json", "nri:10-policy")
-    assert (HOOK.scope_names, NRI.scope_names) == (HOOK_NAMES, extra.EVENT_NAMES)
-    assert (HOOK.trace_hook(PRE_CREATE_CONTAINER), NRI.trace_hook(extra.CREATE_CONTAINER)) == \
+    assert (HOOK.scope_names, NRI.scope_names) == (HOOK_NAMES, nri_events.EVENT_NAMES)
+    assert (HOOK.trace_hook(PRE_CREATE_CONTAINER), NRI.trace_hook(nri_events.CREATE_CONTAINER)) == \
         ("PreCreateContainer", "NRI CreateContainer")
     assert kind_of("nri:10-policy") is NRI and kind_of("koordlet.json") is HOOK and kind_of("*") is HOOK
 
@@ -23,8 +23,9 @@ def test_ownership_and_failure_rules_come_from_the_row() -> None:
     assert not HOOK.error_fails_call(PRE_CREATE_CONTAINER, pre_hook=True, policy_fails=False)
     assert not HOOK.error_fails_call(POST_STOP_CONTAINER, pre_hook=False, policy_fails=True)
     # An NRI plugin: containerd's events whose error fails the call, whatever a policy would say.
-    assert {event for event in extra.EVENT_NAMES if NRI.error_fails_call(event, True, False)} == {
-        extra.RUN_POD_SANDBOX, extra.CREATE_CONTAINER, extra.START_CONTAINER, extra.UPDATE_CONTAINER}
+    assert {event for event in nri_events.EVENT_NAMES if NRI.error_fails_call(event, True, False)} == {
+        nri_events.RUN_POD_SANDBOX, nri_events.CREATE_CONTAINER, nri_events.START_CONTAINER,
+        nri_events.UPDATE_CONTAINER, nri_events.UPDATE_POD_SANDBOX}
 
 
 def test_a_failure_is_worded_in_its_kinds_terms() -> None:

@@ -7,6 +7,8 @@ import asyncio
 import pytest
 
 from hookkit import StubRuntime
+from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -55,22 +57,27 @@ def test_an_update_reaches_the_runtime_first_and_then_the_store() -> None:
     assert refused is not None and refused.info.container_resources.cpu_shares == 2  # the runtime said no
 
 
-def test_an_eviction_stops_the_container_and_the_plugins_hear_it_when_told() -> None:
-    told: list[str] = []
+def test_an_eviction_stops_the_container_and_the_core_says_what_the_stop_is_about() -> None:
+    looked_up: list[str] = []
 
-    async def stopped(container_id: str) -> None:
-        told.append(container_id)
+    async def subject_of(container_id: str) -> Subject | None:
+        looked_up.append(container_id)
+        return Subject("p1", None, container_id)
 
     asked: list[str] = []
-    asks = PluginAsks(store_with("c1"), recording(asked), stopped)
+    store = store_with("c1")
+    asks = PluginAsks(store, recording(asked), subject_of)
 
-    async def evict() -> None:
+    async def evict() -> Subject | None:
         await asks.evict("c1")
-        assert told == []  # the caller decides when the stop is heard (inside the event, or after an answer)
-        await asks.tell_stopped("c1")
+        assert looked_up == []  # the caller delivers the stop where it is to be heard (in the event, or after)
+        return await asks.stopped_subject("c1")
 
-    asyncio.run(evict())
-    assert asked == ["evict c1"] and told == ["c1"]
+    subject = asyncio.run(evict())
+    assert asked == ["evict c1"] and subject is not None and subject.container_id == "c1"
+    asks.stop_recorded("c1")
+    record = store.container("c1")
+    assert record is not None and record.state is ContainerState.STOPPED
 
 
 def test_without_a_runtime_nothing_is_carried_out() -> None:
@@ -79,4 +86,4 @@ def test_without_a_runtime_nothing_is_carried_out() -> None:
         asyncio.run(asks.update("c1", hooks.LinuxContainerResources(cpu_shares=512)))
     with pytest.raises(NoRuntime, match="cannot stop containers"):
         asyncio.run(asks.evict("c1"))
-    asyncio.run(asks.tell_stopped("c1"))  # nobody to tell: no error
+    assert asyncio.run(asks.stopped_subject("c1")) is None  # nobody to tell: no error

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.hooks.extra import CREATE_CONTAINER, EVENT_NAMES, START_CONTAINER, UPDATE_CONTAINER
+from runtimeproxy.hooks.nri_events import CREATE_CONTAINER, EVENT_NAMES, START_CONTAINER, UPDATE_CONTAINER
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME, ToggleError, Toggles, hook_names, scopes_named
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks import extra
-from runtimeproxy.hooks.context import HookContext, tell_extra
+from runtimeproxy.hooks.context import HookContext, subject_of
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
@@ -67,13 +66,12 @@ def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
 @asynccontextmanager
 async def host_on(path: Path, store: Store | None = None, runtime: Runtime | None = None,
                   **options: object) -> AsyncIterator[NriHost]:
-    """A host on `path`; the core's door to `store` and `runtime`, with the core's flow telling the host of the
-    stops its evictions cause (as hooks.service wires it)."""
+    """A host on `path`; the core's door to `store` and `runtime`, with the core saying what the stops its
+    evictions cause are about (as hooks.service wires it)."""
     store = store if store is not None else Store()
-    asks = PluginAsks(store, runtime)
-    host = NriHost(path, asks, **options)  # type: ignore[arg-type]
     context = HookContext(store, runtime or StubRuntime(), SkipRule("", ""))
-    asks.stopped = lambda container_id: tell_extra(context, host, extra.STOP_CONTAINER, container_id=container_id)
+    asks = PluginAsks(store, runtime, lambda container_id: subject_of(context, container_id=container_id))
+    host = NriHost(path, asks, **options)  # type: ignore[arg-type]
     await host.start()
     try:
         yield host

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, Device
 from runtimeproxy.hooks.extra import Subject
@@ -39,7 +39,7 @@ def create_with_shares_plugin(socket_path: Path, recorder: TraceRecorder) -> Non
         async with host_on(socket_path, trace=recorder) as host:
             await attached(host, plugin("cpu", "10", CREATE, CreateContainer=(
                 nri.CreateContainerRequest, adjusting(shares_to(1024)))))
-            await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
     run(scenario())
 
 
@@ -74,7 +74,7 @@ def test_a_conflict_is_traced_as_refused_with_its_reason_and_the_call_not_sent(s
                 nri.CreateContainerRequest, adjusting(shares_to(value))))
                 for name, index, value in (("a", "10", 100), ("b", "20", 200))))
             with pytest.raises(HookFailed):
-                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+                await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
     run(scenario())
     entry, = entries(recorder)
     first, second = entry.steps
@@ -110,9 +110,9 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
             subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
             subject.container.pod_meta.CopyFrom(pod_info().pod_meta)  # type: ignore[union-attr]
             subject.container.container_meta.id = "ctr-1"  # type: ignore[union-attr]
-            await host.notify(extra.POST_START_CONTAINER, subject)
-            await host.notify(extra.STOP_CONTAINER, subject)
-            await host.notify(extra.STOP_POD_SANDBOX, Subject("pod-1", pod_info()))
+            await host.notify(nri_events.POST_START_CONTAINER, subject)
+            await host.notify(nri_events.STOP_CONTAINER, subject)
+            await host.notify(nri_events.STOP_POD_SANDBOX, Subject("pod-1", pod_info()))
     run(scenario())
     started, stopped_entry, pod_stopped = entries(recorder)
     assert started.hook == "NRI PostStartContainer" and started.target == "container app (ctr-1)"
@@ -146,13 +146,13 @@ def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_pa
             live = plugin("live", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(shares_to(1024))))
             trial = plugin("next", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, greedy))
             await attached(host, live, trial)
-            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert result.container_resources.cpu_shares == 1024  # the live plugin's, never the shadow's
             answer = await trial.update_containers(cpu_update("ctr-other", 3), evict=(
                 nri.ContainerEviction(container_id="ctr-other"),))
             assert [update.container_id for update in answer.failed] == ["ctr-other"]
             assert done == []
-            calls = host.stats.of("20-next", extra.CREATE_CONTAINER)
+            calls = host.stats.of("20-next", nri_events.CREATE_CONTAINER)
             assert (calls.shadow_changes, calls.shadow_disagreements) == (1, 1)
             assert host.stats.evictions == {("20-next", "shadow"): 2}
     run(scenario())
@@ -177,8 +177,8 @@ def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> Non
             await attached(host, plugin("trial", "10", event_mask(nri.CREATE_CONTAINER, nri.RUN_POD_SANDBOX),
                                         CreateContainer=(nri.CreateContainerRequest, refuse),
                                         RunPodSandbox=(nri.RunPodSandboxRequest, refuse)))
-            assert await host.adjust(extra.CREATE_CONTAINER, creation(), None) == container_info()
-            await host.notify(extra.RUN_POD_SANDBOX, Subject("pod-1", pod_info()))
+            assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == container_info()
+            await host.notify(nri_events.RUN_POD_SANDBOX, Subject("pod-1", pod_info()))
     run(scenario())
 
 

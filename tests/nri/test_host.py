@@ -13,7 +13,7 @@ import pytest
 from google.protobuf.message import Message
 
 from runtimeproxy import __version__
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.model import ContainerState
@@ -60,7 +60,7 @@ def test_a_plugin_is_configured_as_nri_does_and_synchronized_with_the_store(sock
             assert ctr.linux.resources.cpu.shares.value == 512
             assert (dict(ctr.labels), ctr.state, ctr.pid) == \
                 ({"io.kubernetes.container.name": "app"}, nri.CONTAINER_RUNNING, 4242)
-            assert host.wants(extra.CREATE_CONTAINER) and not host.wants(extra.START_CONTAINER)
+            assert host.wants(nri_events.CREATE_CONTAINER) and not host.wants(nri_events.START_CONTAINER)
         await kit.shut_down.wait()
     run(scenario())
 
@@ -87,7 +87,7 @@ def test_adjustments_of_plugins_apply_in_index_order_each_seeing_the_previous(so
             late = plugin("late", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, second))
             early = plugin("early", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, first))
             await attached(host, late, early)
-            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert seen == [{"a": "1", "first": "yes"}]
             assert dict(result.container_annotations) == {"first": "yes", "b": "2"}
             assert dict(result.container_envs) == {"PATH": "/bin", "FROM_NRI": "1"}
@@ -110,7 +110,7 @@ def test_two_plugins_setting_one_field_fail_the_call(socket_path: Path) -> None:
                            plugin("two", "20", CREATE, CreateContainer=(nri.CreateContainerRequest,
                                                                          adjusting(shares))))
             with pytest.raises(HookFailed) as failed:
-                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+                await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert failed.value.plugin.name == "20-two"
             assert "plugins '10-one' and '20-two' both tried to set cpu shares" in str(failed.value)
     run(scenario())
@@ -130,7 +130,7 @@ def test_what_the_request_cannot_carry_is_refused_naming_plugin_and_field(
             await attached(host, plugin("wide", "10", CREATE,
                                         CreateContainer=(nri.CreateContainerRequest, adjusting(adjust))))
             with pytest.raises(HookFailed) as failed:
-                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+                await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert failed.value.field == field
             assert failed.value.code is grpc.StatusCode.FAILED_PRECONDITION
             assert f"NRI plugin 10-wide set {field}" in str(failed.value)
@@ -145,7 +145,7 @@ def test_an_answer_hooks_validation_refuses_fails_the_call(socket_path: Path) ->
             await attached(host, plugin("bad", "10", CREATE,
                                         CreateContainer=(nri.CreateContainerRequest, adjusting(bad))))
             with pytest.raises(HookFailed) as failed:
-                await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+                await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert failed.value.code is grpc.StatusCode.INTERNAL and "invalid answer" in str(failed.value)
     run(scenario())
 
@@ -160,9 +160,9 @@ def test_a_plugin_that_misses_the_request_timeout_is_detached_and_the_call_goes_
     async def scenario() -> None:
         async with host_on(socket_path, request_timeout=0.2) as host:
             await attached(host, plugin("slow", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, stall)))
-            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert result == container_info()
-            assert host.plugins == [] and not host.wants(extra.CREATE_CONTAINER)
+            assert host.plugins == [] and not host.wants(nri_events.CREATE_CONTAINER)
             release.set()
     run(scenario())
 
@@ -201,8 +201,8 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
                            StopContainer=(nri.StopContainerRequest, stopped))
             await attached(host, starts, stops)
             subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
-            await host.notify(extra.START_CONTAINER, subject)
-            await host.notify(extra.STOP_CONTAINER, subject)
+            await host.notify(nri_events.START_CONTAINER, subject)
+            await host.notify(nri_events.STOP_CONTAINER, subject)
             assert [name for name, _ in starts.received if name not in ("Configure", "Synchronize")] == \
                 ["StartContainer"]
             assert [name for name, _ in stops.received if name not in ("Configure", "Synchronize")] == \
@@ -229,7 +229,7 @@ def test_an_update_of_the_container_itself_changes_the_update_request(socket_pat
         async with host_on(socket_path) as host:
             await attached(host, plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
                                         UpdateContainer=(nri.UpdateContainerRequest, update)))
-            result = await host.adjust(extra.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1",
+            result = await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1",
                                                                        container_info()), None)
             assert result.container_resources.cpu_shares == 777
     run(scenario())
@@ -247,7 +247,7 @@ def test_update_container_shows_the_current_resources_and_the_update_apart(socke
             kit = plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
                          UpdateContainer=(nri.UpdateContainerRequest, _updated))
             await attached(host, kit)
-            await host.adjust(extra.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", asked, model=current),
+            await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", asked, model=current),
                               None)
             request, = kit.requests("UpdateContainer")
             assert request.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
@@ -290,7 +290,7 @@ def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_count
                          CreateContainer=(nri.CreateContainerRequest, evicting),
                          StopContainer=(nri.StopContainerRequest, _stopped))
             await attached(host, kit)
-            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert result == container_info()  # a failed eviction never fails the call (as containerd)
             assert stopped == ["ctr-victim"]
             answer = await kit.update_containers(evict=(eviction("ctr-late", "pressure"),))
@@ -332,10 +332,10 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
     async def scenario() -> None:
         async with host_on(socket_path) as host:
             await attached(host, refuser, after)
-            for event, point in ((extra.RUN_POD_SANDBOX, "NRI RunPodSandbox"),
-                                 (extra.START_CONTAINER, "NRI StartContainer")):
+            for event, point in ((nri_events.RUN_POD_SANDBOX, "NRI RunPodSandbox"),
+                                 (nri_events.START_CONTAINER, "NRI StartContainer")):
                 subject = Subject("pod-1", pod_info(), "ctr-1", container_info()) \
-                    if event == extra.START_CONTAINER else Subject("pod-1", pod_info())
+                    if event == nri_events.START_CONTAINER else Subject("pod-1", pod_info())
                 with pytest.raises(HookFailed) as failed:
                     await host.notify(event, subject)
                 assert failed.value.point.name == point and failed.value.code is grpc.StatusCode.UNKNOWN
@@ -345,8 +345,8 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
                        "containerd's NRI does" in str(failed.value)
                 assert "failure-policy" not in str(failed.value)
             assert after.requests("RunPodSandbox") == []  # the first error ends the event, as NRI's adaptation
-            await host.notify(extra.POST_START_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", container_info()))
-            assert host.stats.of("10-refuser", extra.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
+            await host.notify(nri_events.POST_START_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", container_info()))
+            assert host.stats.of("10-refuser", nri_events.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
             assert [p.plugin_id for p in host.plugins] == ["10-refuser", "20-after"]  # an error detaches no one
     run(scenario())
 
@@ -374,22 +374,22 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
     async def scenario() -> None:
         async with host_on(socket_path, store, StubRuntime(updater), toggles=toggles, trace=recorder) as host:
             await attached(host, first, second)
-            toggles.disable("nri:10-a", frozenset({extra.CREATE_CONTAINER}), "cpuset bug")
-            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            toggles.disable("nri:10-a", frozenset({nri_events.CREATE_CONTAINER}), "cpuset bug")
+            result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert dict(result.container_annotations) == {"a": "1", "from-b": "yes"}
-            await host.notify(extra.START_CONTAINER, started)
+            await host.notify(nri_events.START_CONTAINER, started)
             assert first.requests("CreateContainer") == [] and len(first.requests("StartContainer")) == 1
-            assert host.stats.of("10-a", extra.CREATE_CONTAINER).calls == 0  # not called, not counted
+            assert host.stats.of("10-a", nri_events.CREATE_CONTAINER).calls == 0  # not called, not counted
 
             toggles.disable("nri:20-b", frozenset(), "off too")
-            assert not host.wants(extra.CREATE_CONTAINER) and host.wants(extra.START_CONTAINER)
+            assert not host.wants(nri_events.CREATE_CONTAINER) and host.wants(nri_events.START_CONTAINER)
             # Wholly off: what it asks on its own is not carried out either.
             answer = await second.update_containers(cpu_update("ctr-other", 300))
             assert [update.container_id for update in answer.failed] == ["ctr-other"] and sent == []
             answer = await first.update_containers(cpu_update("ctr-other", 300))
             assert list(answer.failed) == [] and sent == ["ctr-other"]  # 10-a still has an event on
-            toggles.enable("nri:10-a", frozenset({extra.CREATE_CONTAINER}))
-            result = await host.adjust(extra.CREATE_CONTAINER, creation(), None)
+            toggles.enable("nri:10-a", frozenset({nri_events.CREATE_CONTAINER}))
+            result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert dict(result.container_annotations) == {"a": "1", "from-a": "yes"}
             assert len(first.requests("CreateContainer")) == 1 and len(second.requests("CreateContainer")) == 1
     run(scenario())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.hooks.syncgate import SyncGate
@@ -39,7 +39,7 @@ def test_concurrent_events_reach_a_plugin_one_at_a_time(socket_path: Path) -> No
                          PostStartContainer=(nri.PostStartContainerRequest, slow_post_start))
             await attached(host, kit)
             subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
-            await asyncio.gather(*(host.notify(extra.POST_START_CONTAINER, subject) for _ in range(20)))
+            await asyncio.gather(*(host.notify(nri_events.POST_START_CONTAINER, subject) for _ in range(20)))
             assert len(kit.requests("PostStartContainer")) == 20
     run(scenario())
     assert most == 1
@@ -76,7 +76,7 @@ def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchroni
 
             async def create() -> None:
                 async with gate.changing():
-                    await host.adjust(extra.CREATE_CONTAINER, Subject("pod-1", pod_info(), "", container_info()),
+                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_info(), "", container_info()),
                                       None)
                     await relayed.wait()  # the runtime creates the container meanwhile
                     store.put_container("ctr-1", _created())
@@ -115,7 +115,7 @@ def test_a_create_starting_while_a_plugin_synchronizes_sends_it_the_event(socket
 
             async def create() -> None:
                 async with gate.changing():
-                    await host.adjust(extra.CREATE_CONTAINER, Subject("pod-1", pod_info(), "", container_info()),
+                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_info(), "", container_info()),
                                       None)
                     store.put_container("ctr-1", _created())
 

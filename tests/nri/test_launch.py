@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
@@ -112,7 +112,7 @@ def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_wi
             (session,) = host.plugins
             assert session.plugin_id == "10-launched"
             subject = Subject("pod-1", hooks.PodSandboxHookRequest(), "", hooks.ContainerResourceHookRequest())
-            adjusted = await host.adjust(extra.CREATE_CONTAINER, subject, None)
+            adjusted = await host.adjust(nri_events.CREATE_CONTAINER, subject, None)
             assert adjusted.container_envs["LAUNCHED"] == "yes"
             (process,) = host.launched
         finally:
