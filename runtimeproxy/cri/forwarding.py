@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf import message_factory
@@ -25,7 +25,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Metadata = tuple[tuple[str, str | bytes], ...]
-UnaryRelay = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
+# Awaited with the backend's error code before the caller is told it (the relay then ends the call with it).
+FailureWatch = Callable[[grpc.StatusCode], Awaitable[None]]
+
+
+class UnaryRelay(Protocol):
+    def __call__(self, data: bytes, context: grpc.aio.ServicerContext, /,
+                 failing: FailureWatch | None = None) -> Awaitable[bytes]: ...
+
+
+
 # A hook wraps the relay of one unary method: it may rewrite the request, call the
 # relay (or not) and act on the response. Filled in by runtimeproxy.hooks.
 UnaryHook = Callable[[bytes, grpc.aio.ServicerContext, UnaryRelay], Awaitable[bytes]]
@@ -149,11 +158,14 @@ def _single_response(
 ) -> Callable[..., Awaitable[bytes]]:
     """A unary behaviour: one request, one response."""
 
-    async def relay(request: object, context: grpc.aio.ServicerContext) -> bytes:
+    async def relay(request: object, context: grpc.aio.ServicerContext, /,
+                    failing: FailureWatch | None = None) -> bytes:
         call = open_call(request, timeout=context.time_remaining(), metadata=forwarded_metadata(context))
         try:
             response = await call
         except grpc.aio.AioRpcError as error:
+            if failing is not None:
+                await failing(error.code())
             await relay_initial_metadata(context, call)
             await relay_failure(context, error, backend)
             raise  # unreachable: abort raises

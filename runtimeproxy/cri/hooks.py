@@ -33,6 +33,7 @@ from runtimeproxy.cri.messages import (
 )
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.extra import PodResize
 from runtimeproxy.hooks.lifecycle import HookPoints
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
@@ -102,11 +103,14 @@ class CriHooks:
             "StopContainer": self.stop_container,
             "RemoveContainer": self.remove_container,
         }
-        return {
+        hooked = {
             f"/{version}.RuntimeService/{method}": self._whole(hook)
             for version in CRI_VERSIONS
             for method, hook in by_method.items()
         }
+        # CRI 1.33's in-place pod resize: runtime.v1 only.
+        hooked["/runtime.v1.RuntimeService/UpdatePodSandboxResources"] = self._whole(self.update_pod_sandbox_resources)
+        return hooked
 
     def _whole(self, hook: UnaryHook) -> UnaryHook:
         """The hooked call as one change for the plugins' synchronization (hooks.syncgate)."""
@@ -144,6 +148,28 @@ class CriHooks:
             return await relay(data, context)
         finally:  # also on errors (NotFound: already gone); a wrong guess is refilled on a miss
             await self.points.pod_sandbox_removed(pod_id)
+
+    async def update_pod_sandbox_resources(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
+        """A kubelet's in-place pod resize, as containerd 2.2+ serves it (sandbox_update_resources.go): the NRI
+        plugins' UpdatePodSandbox may fail it; after it the pod's new resources are recorded and they hear
+        PostUpdatePodSandbox. The runtime's answer is the kubelet's, unchanged; a runtime without the call
+        (containerd before 2.2: UNIMPLEMENTED, which the kubelet takes as nothing to do) leaves the proxy to do
+        containerd's part."""
+        request = await decode(cri.UpdatePodSandboxResourcesRequest, data, context)
+        resize = PodResize(
+            convert(request.overhead, hooks.LinuxContainerResources) if request.HasField("overhead") else None,
+            convert(request.resources, hooks.LinuxContainerResources) if request.HasField("resources") else None)
+        pod_id = request.pod_sandbox_id
+        async with failing_the_call(context):
+            await self.points.pre_update_pod_sandbox_resources(pod_id, resize)
+
+        async def failing(code: grpc.StatusCode) -> None:
+            if code is grpc.StatusCode.UNIMPLEMENTED:  # before the kubelet hears it, as after a success
+                await self.points.pod_sandbox_resources_updated(pod_id, resize)
+
+        response = await relay(data, context, failing)
+        await self.points.pod_sandbox_resources_updated(pod_id, resize)
+        return response
 
     # -- container calls -------------------------------------------------------------------
 

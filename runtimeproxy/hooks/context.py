@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from runtimeproxy.hooks.extra import ExtraPlugins, Subject
+from runtimeproxy.hooks.extra import ExtraPlugins, PodResize, Subject
 from runtimeproxy.hooks.merge import with_pod
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.skip import SkipRule
@@ -83,10 +83,12 @@ async def subject_of(context: HookContext, pod_id: str = "", container_id: str =
 
 
 async def tell_extra(context: HookContext, extra: ExtraPlugins, event: str, pod_id: str = "",
-                     container_id: str = "") -> None:
-    """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared)."""
+                     container_id: str = "", resize: PodResize | None = None) -> None:
+    """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared); `resize`:
+    the pod's resources as they are to be (UpdatePodSandbox)."""
     if not extra.wants(event):
         return
     subject = await subject_of(context, pod_id, container_id)
     if subject is not None:
+        subject.resize = resize
         await extra.notify(event, subject)

@@ -25,7 +25,7 @@ from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import request_of, tell_extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.extra import ExtraPlugins, Subject
+from runtimeproxy.hooks.extra import ExtraPlugins, PodResize, Subject
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.runtime import Runtime
@@ -117,9 +117,10 @@ class HookPoints:
         """Plugins of another protocol (NRI; hooks.extra), called after the hook-protocol chain."""
         return self._service.extra
 
-    async def _notify_extra(self, event: str, pod_id: str = "", container_id: str = "") -> None:
+    async def _notify_extra(self, event: str, pod_id: str = "", container_id: str = "",
+                            resize: PodResize | None = None) -> None:
         """An event for the extra plugins about a recorded pod or container (hooks.context.tell_extra)."""
-        await tell_extra(self.context, self.extra, event, pod_id, container_id)
+        await tell_extra(self.context, self.extra, event, pod_id, container_id, resize)
 
     async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
         try:
@@ -185,6 +186,18 @@ class HookPoints:
             await self._notify_extra(nri_events.REMOVE_POD_SANDBOX, pod_id)
         self.store.remove_pod(pod_id)
         self.dispatcher.trace.forget_pod(pod_id)
+
+    async def pre_update_pod_sandbox_resources(self, pod_id: str, resize: PodResize) -> None:
+        """An in-place pod resize (CRI's UpdatePodSandboxResources, a kubelet of 1.33+): the extra plugins hear
+        UpdatePodSandbox with the resources as they are to be and may fail the call (HookFailed), as containerd
+        2.2+'s NRI does. The hook protocol has no such point."""
+        await self._notify_extra(nri_events.UPDATE_POD_SANDBOX, pod_id, resize=resize)
+
+    async def pod_sandbox_resources_updated(self, pod_id: str, resize: PodResize) -> None:
+        """The resize went through (or the runtime has no such call: the proxy plays containerd 2.2+'s part):
+        the store records the pod's new resources, then the extra plugins hear PostUpdatePodSandbox."""
+        self.store.pod_resized(pod_id, resize.overhead, resize.resources)
+        await self._notify_extra(nri_events.POST_UPDATE_POD_SANDBOX, pod_id)
 
     # -- containers ------------------------------------------------------------------------------------
 

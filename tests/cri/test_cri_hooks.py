@@ -627,3 +627,38 @@ def test_unknown_fields_in_every_hooked_request_reach_the_backend_also_when_a_pl
     assert [kv.key for kv in changed["CreateContainer"].config.envs] == ["KEEP", "ADDED"]
     assert changed["CreateContainer"].config.linux.resources.cpu_shares == 512
     assert changed["UpdateContainerResources"].linux.memory_limit_in_bytes == 32 << 20
+
+
+# --- an in-place pod resize (CRI 1.33's UpdatePodSandboxResources) ------------------------------------------
+
+
+@pytest.mark.parametrize("code", [None, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND])
+def test_a_pod_resize_reaches_the_runtime_as_sent_its_answer_comes_back_and_the_store_follows(
+    client: grpc.Channel, backend: SyntheticBackend, proxy: Proxy, code: grpc.StatusCode | None
+) -> None:
+    """containerd before 2.2 answers UNIMPLEMENTED (the kubelet takes it as nothing to do): the answer is the
+    kubelet's unchanged, and the proxy records the pod's new resources as containerd 2.2+ does; a runtime's
+    other error records nothing."""
+    resize_path = path("runtime.v1", "UpdatePodSandboxResources")
+
+    async def answer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        if code is not None:
+            await context.abort(code, "the runtime's own words")
+        return v1.UpdatePodSandboxResourcesResponse().SerializeToString()
+
+    backend.unary[resize_path] = answer
+    run = v1.RunPodSandboxRequest(config=pod_config(v1, resources=v1.LinuxContainerResources(cpu_shares=1024)))
+    call(client, path("runtime.v1", "RunPodSandbox"), run.SerializeToString())
+    resize = v1.UpdatePodSandboxResourcesRequest(pod_sandbox_id="p1",
+                                                 resources=v1.LinuxContainerResources(cpu_shares=2048))
+    if code is None:
+        assert call(client, resize_path, resize.SerializeToString()) == b""
+    else:
+        with pytest.raises(grpc.RpcError) as raised:
+            call(client, resize_path, resize.SerializeToString())
+        assert (raised.value.code(), raised.value.details()) == (code, "the runtime's own words")
+    assert received(backend, resize_path) == resize.SerializeToString()
+    assert proxy.hook_service is not None
+    record = proxy.hook_service.store.pod("p1")
+    assert record is not None
+    assert record.info.resources.cpu_shares == (1024 if code is grpc.StatusCode.NOT_FOUND else 2048)

@@ -17,7 +17,7 @@ from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState
-from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
+from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, PodResize, Subject
 from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
@@ -394,6 +394,44 @@ def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins
     with pytest.raises(HookFailed):
         core.run(core.points.pre_start_container("c1", None))
     assert recorder.events == [(nri_events.START_CONTAINER, "p1", "c1"), (nri_events.STOP_CONTAINER, "p1", "c1")]
+
+
+def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_resources(core: Points) -> None:
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    heard: list[tuple[str, PodResize | None, int]] = []
+
+    class ResizeExtra(RecordingExtra):
+        async def notify(self, event: str, subject: Subject) -> None:
+            assert subject.pod is not None
+            heard.append((event, subject.resize, subject.pod.resources.cpu_shares))
+
+    core.core.extra = ResizeExtra()
+    resize = PodResize(None, resources(cpu_shares=2048))
+    core.run(core.points.pre_update_pod_sandbox_resources("p1", resize))
+    core.run(core.points.pod_sandbox_resources_updated("p1", resize))
+    # As containerd 2.2+: UpdatePodSandbox shows the pod as it is with the resources to be; after the store
+    # records them, PostUpdatePodSandbox shows the pod as it now is.
+    assert heard == [(nri_events.UPDATE_POD_SANDBOX, resize, 1024),
+                     (nri_events.POST_UPDATE_POD_SANDBOX, None, 2048)]
+    record = core.core.store.pod("p1")
+    assert record is not None and not record.info.HasField("overhead")
+
+
+def test_an_extra_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points) -> None:
+    core.core.store.put_pod("p1", PodRecord(pod_request()))
+
+    class RefusingResize(RecordingExtra):
+        async def notify(self, event: str, subject: Subject) -> None:
+            await super().notify(event, subject)
+            point = HookPoint(f"NRI {event}", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
+            raise HookFailed(point, NamedPlugin("10-refuser", Path("/run/nri.sock")), grpc.StatusCode.UNKNOWN,
+                             "INVALID_ARGUMENT: too big")
+
+    core.core.extra = RefusingResize()
+    with pytest.raises(HookFailed):
+        core.run(core.points.pre_update_pod_sandbox_resources("p1", PodResize(None, resources(cpu_shares=4096))))
+    record = core.core.store.pod("p1")
+    assert record is not None and record.info.resources.cpu_shares == 1024  # unchanged
 
 
 # --- the model: what the store records of a container over its life ---------------------------------------

@@ -15,7 +15,7 @@ from google.protobuf.message import Message
 from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.extra import PodResize, Subject
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.hooks.toggles import Toggles
@@ -427,3 +427,34 @@ def test_an_update_naming_100000_unknown_containers_takes_one_log_line_each_way(
         "nothing done",
         "NRI plugin 10-flood: cannot update 100000 containers the proxy does not know (g0, g1, g2 and 99997 more)",
     ]
+
+
+def test_a_pod_resize_sends_update_pod_sandbox_with_the_resources_and_its_error_fails_the_call(
+        socket_path: Path) -> None:
+    """containerd 2.2+'s UpdatePodSandboxResources: UpdatePodSandbox (an error fails the call) with the overhead
+    and resources to be, then PostUpdatePodSandbox (an error is logged); a v0.6 plugin's own method either way."""
+    resizer = plugin("resizer", "10", event_mask(nri.UPDATE_POD_SANDBOX, nri.POST_UPDATE_POD_SANDBOX),
+                     UpdatePodSandbox=(nri.UpdatePodSandboxRequest, _empty),
+                     PostUpdatePodSandbox=(nri.PostUpdatePodSandboxRequest, _refuse))
+    refuser = plugin("refuser", "20", event_mask(nri.UPDATE_POD_SANDBOX),
+                     UpdatePodSandbox=(nri.UpdatePodSandboxRequest, _refuse))
+    resize = PodResize(hooks.LinuxContainerResources(cpu_shares=10),
+                       hooks.LinuxContainerResources(cpu_shares=2048, memory_limit_in_bytes=1 << 30))
+
+    async def scenario() -> None:
+        async with host_on(socket_path) as host:
+            await attached(host, resizer)
+            assert host.statuses()[0].events == (nri_events.UPDATE_POD_SANDBOX, nri_events.POST_UPDATE_POD_SANDBOX)
+            await host.notify(nri_events.UPDATE_POD_SANDBOX, Subject("pod-1", pod_info(), resize=resize))
+            (sent,) = resizer.requests("UpdatePodSandbox")
+            assert sent.pod.id == "pod-1" and sent.linux_resources.cpu.shares.value == 2048
+            assert sent.linux_resources.memory.limit.value == 1 << 30
+            assert sent.overhead_linux_resources.cpu.shares.value == 10
+            await host.notify(nri_events.POST_UPDATE_POD_SANDBOX, Subject("pod-1", pod_info()))
+            assert host.stats.of("10-resizer", nri_events.POST_UPDATE_POD_SANDBOX).outcomes == {
+                "INVALID_ARGUMENT": 1}  # logged, the call goes on
+            await attached(host, refuser)
+            with pytest.raises(HookFailed) as failed:
+                await host.notify(nri_events.UPDATE_POD_SANDBOX, Subject("pod-1", pod_info(), resize=resize))
+            assert failed.value.point.name == "NRI UpdatePodSandbox" and "no room on this node" in str(failed.value)
+    run(scenario())
