@@ -38,8 +38,8 @@ BINARY_ENV_SENT = b"fo\xff\xfeo"
 BINARY_ENV_IN_CONTAINER = BINARY_ENV_SENT.decode(errors="replace").encode()
 # containerd 1.6.20 has no RuntimeConfig (the kubelet then keeps its configured cgroup driver).
 # Calls a runtime may leave unimplemented, which the kubelet copes with: containerd 1.6 and 1.7 have no
-# RuntimeConfig (2.x has).
-OPTIONAL_CALLS = frozenset({"RuntimeConfig"})
+# RuntimeConfig (2.x has), containerd before 2.2 no UpdatePodSandboxResources (an in-place pod resize).
+OPTIONAL_CALLS = frozenset({"RuntimeConfig", "UpdatePodSandboxResources"})
 
 
 class LifecycleError(RuntimeError):

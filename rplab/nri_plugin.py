@@ -23,6 +23,8 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.nri_events import EVENTS
+from runtimeproxy.nri.events import WIRE
 from runtimeproxy.nri.launch import PLUGIN_IDX_ENV, PLUGIN_NAME_ENV, PLUGIN_SOCKET_ENV
 from runtimeproxy.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
 from runtimeproxy.nri.session import PLUGIN_SERVICE, RUNTIME_SERVICE
@@ -39,6 +41,7 @@ class NriPlugin:
     register: bool = True
     configure_delay: float = 0.0  # seconds to stall before answering Configure (to miss the request timeout)
     sync_updates: list[nri.ContainerUpdate] = field(default_factory=list)
+    failure_policy: nri.FailurePolicy | None = None  # answered in Configure (v0.12.5); None: not sent
     # Extra Plugin methods: name -> (request type, async handler(plugin, request) -> response).
     methods: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]] = \
         field(default_factory=dict)
@@ -95,7 +98,7 @@ class NriPlugin:
         self.received.append(("Configure", request))
         if self.configure_delay:
             await asyncio.sleep(self.configure_delay)
-        return nri.ConfigureResponse(events=self.events)
+        return nri.ConfigureResponse(events=self.events, failure_policy=self.failure_policy)
 
     async def _synchronize(self, request: nri.SynchronizeRequest) -> nri.SynchronizeResponse:
         self.received.append(("Synchronize", request))
@@ -121,12 +124,10 @@ def _answer(response_type: type[Message]) -> Callable[[NriPlugin, Message], Awai
     return handle
 
 
-# Every lifecycle event, answered with an empty response (no adjustment, no update).
+# Every lifecycle event of the proxy's table (its method, request and response), answered with an empty response
+# (no adjustment, no update).
 _EVERY_EVENT: dict[str, tuple[type[Message], Callable[[NriPlugin, Message], Awaitable[Message]]]] = {
-    method: (getattr(nri, f"{method}Request"), _answer(getattr(nri, f"{method}Response")))
-    for method in ("RunPodSandbox", "StopPodSandbox", "RemovePodSandbox", "CreateContainer",
-                   "PostCreateContainer", "StartContainer", "PostStartContainer", "UpdateContainer",
-                   "PostUpdateContainer", "StopContainer", "RemoveContainer")
+    event.method: (WIRE[event.name].request, _answer(WIRE[event.name].response)) for event in EVENTS
 }
 
 

@@ -170,6 +170,10 @@ func (d *driver) runContainer(ctx context.Context, containerID string) {
 	d.record(nil, d.runtime.UpdateContainerResources(ctx, containerID, resizedResources()))(
 		"UpdateContainerResources", "resize cpu and memory")
 	d.record(answerOf(d.runtime.ContainerStatus(ctx, containerID, true)))("ContainerStatus", "resized, verbose")
+	// The kubelet (1.33+) tells the runtime the pod's new resources after the containers' (containerd 2.2+
+	// turns it into NRI's UpdatePodSandbox; before 2.2 it answers UNIMPLEMENTED, which the kubelet ignores).
+	d.record(answerOf(d.runtime.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{
+		PodSandboxId: d.podID, Resources: resizedResources().Linux})))("UpdatePodSandboxResources", "the pod's resize")
 	d.record(nil, d.runtime.StopContainer(ctx, containerID, stopGraceSeconds))("StopContainer", "")
 	d.record(answerOf(d.runtime.ContainerStatus(ctx, containerID, false)))("ContainerStatus", "exited")
 }
