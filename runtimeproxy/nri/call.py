@@ -30,7 +30,7 @@ from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustm
 from runtimeproxy.nri.events import WireEvent
 from runtimeproxy.nri.explain import EventRecord, asked_of_others, edit_changes
 from runtimeproxy.nri.result import Asked, Results
-from runtimeproxy.nri.session import PluginDetached, PluginSession
+from runtimeproxy.nri.session import PluginDetached, PluginFailed, PluginSession
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -54,11 +54,12 @@ class NriEventRef:
 
 
 def failure_outcome(error: BaseException) -> tuple[str, str]:
-    """A failed call's outcome as the statistics and the trace count it: "detached", the code the plugin
-    answered, or "conflict", "refused" (a field the request cannot carry), "invalid" (the answer fails
+    """A failed call's outcome as the statistics and the trace count it: "detached", "timeout" (no answer, the
+    plugin kept attached by its failure policy), the code the plugin answered, or "conflict", "refused" (a field the request cannot carry), "invalid" (the answer fails
     validation); and its message."""
-    if isinstance(error, PluginDetached):
-        outcome, message = "detached", error.message
+    if isinstance(error, PluginFailed):
+        outcome = "detached" if isinstance(error, PluginDetached) else "timeout"
+        message = error.message
     elif isinstance(error, TtrpcError):
         outcome, message = Code(error.code).name, error.message
     else:
@@ -93,15 +94,20 @@ class PluginCall:
         edits_before = folded.edits
         started = self.steps.started()
         failure: tuple[grpc.StatusCode, str, str] | None = None
+        caught: Exception | None = None
         try:
             asked = await self._ask(plugin, wire, pod, container, subject, folded)
-        except PluginDetached as error:
-            record.failed(plugin.plugin_id, started, shadow, *failure_outcome(error))
-            self._drop(plugin)
-            return None
+        except PluginFailed as error:  # no answer: its failure policy decides (containerd/nri v0.12.5)
+            if isinstance(error, PluginDetached):
+                self._drop(plugin)
+            if not error.fails_request:
+                record.failed(plugin.plugin_id, started, shadow, *failure_outcome(error))
+                return None
+            failure = (grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}", "")
+            caught = error
         except TtrpcError as error:
             failure = (grpc.StatusCode.UNKNOWN, f"{Code(error.code).name}: {error.message}", "")
-            caught: Exception = error
+            caught = error
         except AdjustmentError as error:
             code = grpc.StatusCode.UNKNOWN if isinstance(error, AdjustmentConflict) else \
                 grpc.StatusCode.FAILED_PRECONDITION
@@ -111,7 +117,7 @@ class PluginCall:
             if problem is not None:
                 failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
                 caught = ValueError(f"invalid answer: {problem}")
-        if failure is not None:
+        if failure is not None and caught is not None:
             record.failed(plugin.plugin_id, started, shadow, *failure_outcome(caught))
             if not self.steps.fails_call(event, shadow):
                 log.warning("NRI plugin %s (in shadow: the call is unaffected) failed %s: %s", plugin.plugin_id,

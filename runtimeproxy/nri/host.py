@@ -67,6 +67,7 @@ from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     PluginDetached,
+    PluginFailed,
     PluginSession,
     listen,
 )
@@ -327,6 +328,8 @@ class NriHost:
                 record.failed(plugin.plugin_id, started, shadow, outcome, message)
                 if isinstance(error, PluginDetached):
                     self._drop(plugin)
+                if isinstance(error, PluginFailed) and not error.fails_request:
+                    pass  # no answer: the event goes on without it (unless its failure policy says otherwise)
                 elif self.steps.fails_call(event, shadow):
                     failure = self.call.failed(event, plugin, grpc.StatusCode.UNKNOWN, f"{outcome}: {message}")
                     record.finish(None, f"the call fails: {plugin.plugin_id} answered {outcome}")

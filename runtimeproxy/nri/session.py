@@ -7,7 +7,8 @@ registration timeout (NRI's default 5 s); we then Configure it (runtime name and
 milliseconds, its config text) and learn the events it subscribes to, then Synchronize it with the pods and
 containers that exist. Every call has the request timeout (default 2 s). A plugin that misses the
 registration timeout, or a call's timeout, or whose connection breaks, is detached: its connection is closed
-and `PluginDetached` raised, and the caller goes on without it, as NRI does. UpdateContainers the plugin
+and `PluginDetached` raised, and the caller goes on without it, as NRI does; unless its failure policy (v0.12.5,
+in Configure's answer) keeps it attached on a timeout or has such a failure fail the request (`PluginFailed`). UpdateContainers the plugin
 sends on its own (even while we wait for its answer to one of our calls) goes to `on_update`.
 
 Event subscription follows NRI's mask (bit 1 << (event - 1), 0 meaning every lifecycle event; the events are
@@ -63,8 +64,21 @@ def event_mask(*events: int) -> int:
     return mask
 
 
-class PluginDetached(TtrpcError):
-    """The plugin was detached (timeout, broken connection, failed handshake); go on without it."""
+class PluginFailed(TtrpcError):
+    """The plugin did not answer (a timeout, a broken connection): containerd/nri's fatal error, which its failure
+    policy decides about (v0.12.5): `fails_request` (default: go on without it)."""
+
+    fails_request = False
+
+
+class PluginDetached(PluginFailed):
+    """... and it was detached (its failure policy keeps it attached only on a timeout)."""
+
+
+def _failed(detached: bool, fails_request: bool, code: int, message: str) -> PluginFailed:
+    failure = (PluginDetached if detached else PluginFailed)(code, message)
+    failure.fails_request = fails_request
+    return failure
 
 
 class PluginSession:
@@ -87,6 +101,7 @@ class PluginSession:
         self.nri_version = ""
         self.events = 0
         self.ignored_events = 0  # subscription bits for events this proxy does not know
+        self.failure_policy = nri.FailurePolicy()  # Configure's answer (v0.12.5); unset: NRI's old behaviour
         self.detached_reason: str | None = None
         self._state_change_only = False  # the plugin predates the dedicated notification methods
         self._mux = Mux(reader, writer, name="nri plugin")
@@ -152,6 +167,7 @@ class PluginSession:
         except TtrpcError as error:
             self.detach(f"failed to configure plugin: {error}")
             raise PluginDetached(error.code, self.detached_reason or "") from None
+        self.failure_policy.CopyFrom(answer.failure_policy)
         mask = answer.events or KNOWN_EVENTS_MASK
         self.events = mask & KNOWN_EVENTS_MASK
         self.ignored_events = mask & ~KNOWN_EVENTS_MASK
@@ -178,20 +194,27 @@ class PluginSession:
 
     async def call(self, method: str, request: Message, response_type: type[Resp],
                    timeout: float | None = None) -> Resp:
-        """Calls the plugin's `method` (request timeout unless given). A timeout or a broken connection detaches
-        the plugin (PluginDetached); an error the plugin answers is a TtrpcError and leaves it attached."""
+        """Calls the plugin's `method` (request timeout unless given). A timeout or a broken connection is a
+        PluginFailed, as its failure policy says (containerd/nri v0.12.5's handleRequestError): detached
+        (PluginDetached) unless the policy keeps it on a timeout; an error the plugin answers is a TtrpcError and
+        leaves it attached."""
+        policy = self.failure_policy
         if self.detached:
-            raise PluginDetached(Code.UNAVAILABLE, f"plugin {self.plugin_id} is detached: {self.detached_reason}")
+            raise _failed(True, policy.fail_request, Code.UNAVAILABLE,
+                          f"plugin {self.plugin_id} is detached: {self.detached_reason}")
         try:
             return await self._to_plugin.call(PLUGIN_SERVICE, method, request, response_type,
                                               timeout=self.request_timeout if timeout is None else timeout)
         except ConnectionClosed as error:
             self.detach(f"connection lost during {method}: {error.message}")
-            raise PluginDetached(error.code, self.detached_reason or "") from None
+            raise _failed(True, policy.fail_request, error.code, self.detached_reason or "") from None
         except TtrpcError as error:
             if error.code == Code.DEADLINE_EXCEEDED:
+                if policy.keep_connected:
+                    raise _failed(False, policy.fail_request, error.code, f"{method} timed out (the plugin stays "
+                                  "attached: its failure policy keeps it connected)") from None
                 self.detach(f"{method} timed out")
-                raise PluginDetached(error.code, self.detached_reason or "") from None
+                raise _failed(True, policy.fail_request, error.code, self.detached_reason or "") from None
             # The plugin's own text: bounded and escaped before stats, the trace, logs or the kubelet see it.
             raise TtrpcError(error.code, printable(error.message)) from None
 
@@ -209,7 +232,7 @@ class PluginSession:
             try:
                 await self.call(wire.row.method, request, nri.Empty)  # the answers are empty messages
                 return
-            except PluginDetached:
+            except PluginFailed:
                 raise
             except TtrpcError as error:
                 if error.code != Code.UNIMPLEMENTED:

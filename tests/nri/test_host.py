@@ -167,6 +167,46 @@ def test_a_plugin_that_misses_the_request_timeout_is_detached_and_the_call_goes_
     run(scenario())
 
 
+@pytest.mark.parametrize("fail_request", [False, True])
+@pytest.mark.parametrize("keep_connected", [False, True])
+def test_a_timeout_does_what_the_plugin_s_failure_policy_says(
+        socket_path: Path, fail_request: bool, keep_connected: bool) -> None:
+    """containerd/nri v0.12.5's FailurePolicy: `fail_request` fails the call as an error answered would (the
+    plugins after it are not asked), `keep_connected` leaves it attached after a timeout."""
+    release = asyncio.Event()
+
+    async def stall(kit: NriPlugin, request: Message) -> Message:
+        await release.wait()
+        return nri.CreateContainerResponse()
+
+    slow = NriPlugin(name="slow", index="10", events=CREATE, failure_policy=nri.FailurePolicy(
+        fail_request=fail_request, keep_connected=keep_connected),
+        methods={"CreateContainer": (nri.CreateContainerRequest, stall)})
+    after = plugin("after", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, _empty_create))
+
+    async def scenario() -> None:
+        async with host_on(socket_path, request_timeout=0.2) as host:
+            await attached(host, slow, after)
+            if fail_request:
+                with pytest.raises(HookFailed) as failed:
+                    await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
+                assert "10-slow" in str(failed.value) and "DEADLINE_EXCEEDED" in str(failed.value)
+                assert after.requests("CreateContainer") == []
+            else:
+                assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == container_info()
+                assert len(after.requests("CreateContainer")) == 1
+            outcome = "timeout" if keep_connected else "detached"
+            assert host.stats.of("10-slow", nri_events.CREATE_CONTAINER).outcomes == {outcome: 1}
+            assert [p.plugin_id for p in host.plugins] == (["10-slow", "20-after"] if keep_connected
+                                                           else ["20-after"])
+            release.set()
+    run(scenario())
+
+
+async def _empty_create(kit: NriPlugin, request: Message) -> Message:
+    return nri.CreateContainerResponse()
+
+
 def test_a_reconnecting_plugin_replaces_its_old_connection(socket_path: Path) -> None:
     async def scenario() -> None:
         async with host_on(socket_path) as host:

@@ -272,12 +272,20 @@ class ConfigureRequest(_message.Message):
     def __init__(self, config: _Optional[str] = ..., runtime_name: _Optional[str] = ..., runtime_version: _Optional[str] = ..., registration_timeout: _Optional[int] = ..., request_timeout: _Optional[int] = ..., NRI_version: _Optional[str] = ...) -> None: ...
 
 class ConfigureResponse(_message.Message):
-    __slots__ = ("events", "request_timeout")
+    __slots__ = ("events", "failure_policy")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
-    REQUEST_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
     events: int
-    request_timeout: int
-    def __init__(self, events: _Optional[int] = ..., request_timeout: _Optional[int] = ...) -> None: ...
+    failure_policy: FailurePolicy
+    def __init__(self, events: _Optional[int] = ..., failure_policy: _Optional[_Union[FailurePolicy, _Mapping]] = ...) -> None: ...
+
+class FailurePolicy(_message.Message):
+    __slots__ = ("fail_request", "keep_connected")
+    FAIL_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    KEEP_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    fail_request: bool
+    keep_connected: bool
+    def __init__(self, fail_request: _Optional[bool] = ..., keep_connected: _Optional[bool] = ...) -> None: ...
 
 class SynchronizeRequest(_message.Message):
     __slots__ = ("pods", "containers", "more")
@@ -562,7 +570,7 @@ class LinuxPodSandbox(_message.Message):
     def __init__(self, pod_overhead: _Optional[_Union[LinuxResources, _Mapping]] = ..., pod_resources: _Optional[_Union[LinuxResources, _Mapping]] = ..., cgroup_parent: _Optional[str] = ..., cgroups_path: _Optional[str] = ..., namespaces: _Optional[_Iterable[_Union[LinuxNamespace, _Mapping]]] = ..., resources: _Optional[_Union[LinuxResources, _Mapping]] = ...) -> None: ...
 
 class Container(_message.Message):
-    __slots__ = ("id", "pod_sandbox_id", "name", "state", "labels", "annotations", "args", "env", "mounts", "hooks", "linux", "pid", "rlimits", "created_at", "started_at", "finished_at", "exit_code", "status_reason", "status_message", "CDI_devices", "user")
+    __slots__ = ("id", "pod_sandbox_id", "name", "state", "labels", "annotations", "args", "env", "mounts", "hooks", "linux", "pid", "rlimits", "created_at", "started_at", "finished_at", "exit_code", "status_reason", "status_message", "CDI_devices", "user", "image")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -598,6 +606,7 @@ class Container(_message.Message):
     STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CDI_DEVICES_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
     id: str
     pod_sandbox_id: str
     name: str
@@ -619,7 +628,18 @@ class Container(_message.Message):
     status_message: str
     CDI_devices: _containers.RepeatedCompositeFieldContainer[CDIDevice]
     user: User
-    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainer, _Mapping]] = ..., pid: _Optional[int] = ..., rlimits: _Optional[_Iterable[_Union[POSIXRlimit, _Mapping]]] = ..., created_at: _Optional[int] = ..., started_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., exit_code: _Optional[int] = ..., status_reason: _Optional[str] = ..., status_message: _Optional[str] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ..., user: _Optional[_Union[User, _Mapping]] = ...) -> None: ...
+    image: Image
+    def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Iterable[str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., hooks: _Optional[_Union[Hooks, _Mapping]] = ..., linux: _Optional[_Union[LinuxContainer, _Mapping]] = ..., pid: _Optional[int] = ..., rlimits: _Optional[_Iterable[_Union[POSIXRlimit, _Mapping]]] = ..., created_at: _Optional[int] = ..., started_at: _Optional[int] = ..., finished_at: _Optional[int] = ..., exit_code: _Optional[int] = ..., status_reason: _Optional[str] = ..., status_message: _Optional[str] = ..., CDI_devices: _Optional[_Iterable[_Union[CDIDevice, _Mapping]]] = ..., user: _Optional[_Union[User, _Mapping]] = ..., image: _Optional[_Union[Image, _Mapping]] = ...) -> None: ...
+
+class Image(_message.Message):
+    __slots__ = ("name", "digest", "config_digest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    digest: str
+    config_digest: str
+    def __init__(self, name: _Optional[str] = ..., digest: _Optional[str] = ..., config_digest: _Optional[str] = ...) -> None: ...
 
 class Mount(_message.Message):
     __slots__ = ("destination", "type", "source", "options")
