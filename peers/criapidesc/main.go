@@ -1,4 +1,5 @@
-// Command criapidesc prints the CRI runtime.v1 protocol exactly as the pinned k8s.io/cri-api registers it:
+// Command criapidesc prints the CRI runtime.v1 protocol exactly as the pinned k8s.io/cri-api registers it (with
+// the argument "nri": NRI's protocol as the pinned github.com/containerd/nri registers it):
 // every message (nested ones and map entries included), enum and service, as JSON on stdout. The tests compare it
 // with the descriptors of the proxy's own protos, so a drift from upstream fails instead of corrupting the wire.
 package main
@@ -10,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	nriapi "github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -129,6 +131,9 @@ func describe(fd protoreflect.FileDescriptor) file {
 func main() {
 	// The descriptor the generated package registered at init, reached through one of its messages.
 	fd := (&runtimeapi.VersionRequest{}).ProtoReflect().Descriptor().ParentFile()
+	if len(os.Args) > 1 && os.Args[1] == "nri" {
+		fd = (&nriapi.Empty{}).ProtoReflect().Descriptor().ParentFile()
+	}
 	encoder := json.NewEncoder(os.Stdout)
 	encoder.SetIndent("", "  ")
 	if err := encoder.Encode(describe(fd)); err != nil {
