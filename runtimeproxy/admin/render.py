@@ -130,8 +130,8 @@ def render_trace(trace: admin.TraceResponse) -> str:
     return "\n".join(lines) + "\n"
 
 
-# NRI events whose answers change the call, as the trace names them ("NRI CreateContainer").
-_NRI_CHANGING = frozenset({NRI.trace_hook(nri_events.CREATE_CONTAINER), NRI.trace_hook(nri_events.UPDATE_CONTAINER)})
+# NRI events whose answers change the call (the table's `adjusts`), as the trace names them ("NRI CreateContainer").
+_NRI_CHANGING = frozenset(NRI.trace_hook(event.name) for event in nri_events.EVENTS if event.adjusts)
 
 
 def _step_lines(step: admin.TraceStep, width: int, pre_hook: bool) -> list[str]:

@@ -90,7 +90,7 @@ class PluginCall:
         folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
         before = hooks.ContainerResourceHookRequest()
         before.CopyFrom(folded.container)
-        container = convert.event_container(event, subject, before, folded.edits)
+        container = convert.event_container(wire, subject, before, folded.edits)
         edits_before = folded.edits
         started = self.steps.started()
         failure: tuple[grpc.StatusCode, str, str] | None = None

@@ -19,10 +19,11 @@ from collections.abc import Iterable
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks import extra, nri_events
+from runtimeproxy.hooks import extra
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri.edits import fill_container
+from runtimeproxy.nri.events import WireEvent
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -81,14 +82,14 @@ def container(container_id: str, record: ContainerRecord, shown: hooks.Container
     return message
 
 
-def event_container(event: str, subject: extra.Subject, request: hooks.ContainerResourceHookRequest,
+def event_container(event: WireEvent, subject: extra.Subject, request: hooks.ContainerResourceHookRequest,
                     edits: ContainerEdits | None) -> nri.Container:
-    """The container of a CreateContainer or UpdateContainer: at creation as the plugins before this one left it
-    (`request`, `edits`); at an update as it is now, with its current resources (as containerd shows its spec:
-    the update itself is the request's linux_resources)."""
-    if event == nri_events.CREATE_CONTAINER:
-        return container(subject.container_id, subject.record(), request, edits)
-    return container(subject.container_id, subject.record())
+    """The container of an adjusting event: as the plugins before this one left it (`request`, `edits`:
+    CreateContainer); where the request carries the change apart (UpdateContainer's linux_resources), as it is now,
+    with its current resources, as containerd shows its spec."""
+    if event.carries("linux_resources"):
+        return container(subject.container_id, subject.record())
+    return container(subject.container_id, subject.record(), request, edits)
 
 
 def subject_container(subject: extra.Subject) -> nri.Container | None:

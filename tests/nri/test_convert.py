@@ -7,6 +7,7 @@ from runtimeproxy.hooks.edits import BindMount, ContainerEdits
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri import convert
+from runtimeproxy.nri.events import WIRE
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -46,10 +47,10 @@ def test_create_shows_the_container_as_the_plugins_before_left_it_update_as_it_i
     asked = container_info()
     asked.container_resources.cpu_shares = 2048  # the update applied
     subject = Subject("pod-1", pod_info(), "ctr-1", asked, model=current)
-    updated = convert.event_container(nri_events.UPDATE_CONTAINER, subject, asked, None)
+    updated = convert.event_container(WIRE[nri_events.UPDATE_CONTAINER], subject, asked, None)
     assert updated.linux.resources.cpu.shares.value == 512 and updated.state == nri.CONTAINER_RUNNING
     creating = Subject("pod-1", pod_info(), "", asked, model=ContainerRecord("pod-1", asked, dict(LABELS)))
-    created = convert.event_container(nri_events.CREATE_CONTAINER, creating, asked, ContainerEdits(("/x",)))
+    created = convert.event_container(WIRE[nri_events.CREATE_CONTAINER], creating, asked, ContainerEdits(("/x",)))
     assert created.linux.resources.cpu.shares.value == 2048 and list(created.args) == ["/x"]
     assert created.state == nri.CONTAINER_UNKNOWN and dict(created.labels) == LABELS
 
