@@ -1,6 +1,6 @@
 """runtimeproxy benchmark: the proxy beside its anchors, driven by a compiled client.
 
-    .venv/bin/python -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle,kubelet-node]
+    .venv/bin/python -m bench [--quick] [--json PATH] [--cases small,large,kubelet,startup,docker,idle,kubelet-node,soak]
                                                                                    (from the repo root)
 
 Load side: `benchgo client` (peers/benchgo, a compiled peer built by rplab.peers; see gopeers.py):
@@ -58,6 +58,11 @@ Cases (--cases picks some):
            (110; --quick 10) on real containerd, through direct, proxy and koord in turn (the kubelet owns its
            runtime: one at a time): each hop's CPU % of one core over one window (120 s; --quick 20 s),
            containerd's and the kubelet's beside. About 10 minutes: not in the default set
+  soak     a soak under the real kubelet: N static pods (110; --quick 10), one pod churned (removed, written
+           back) every 10 s, through the proxy with the no-op hook plugin on all hooks and a hosted no-op NRI
+           plugin, then through koord-runtime-proxy with the same hook plugin: each hop's CPU % over the window
+           (30 min; --quick 2 min) and the slopes of its RSS, descriptors and tasks over the second half (flat:
+           nothing leaks). About 65 minutes: not in the default set
 
 Figures are medians over the rounds; in each round every peer runs once, in turn, so drifting load
 hits all alike. CPU per call comes from utime+stime in /proc/PID/stat of the hop process (and its

@@ -402,24 +402,34 @@ class Lab:
     def nri_proxy(self) -> Peer:
         """A proxy in front of containerd hosting NRI, with one no-op NRI plugin (rplab.nri_plugin) subscribed to
         every event, launched by the proxy from its plugin directory as NRI runtimes launch plugins."""
-        def start() -> Peer:
-            directory = self.base / "nri"
-            plugins = directory / "plugins"
-            directory.mkdir(mode=0o755, parents=True)
-            directory.chmod(0o755)
-            install_noop(plugins)
-            peer = self._proxy("nri-proxy", self.containerd, log_level="info", extra_args=(
-                f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={plugins}",
-                f"--nri-plugin-config-path={directory / 'conf.d'}"))
-            proxy = self._started["process nri-proxy"]
-            wait_until(lambda: "NRI plugin 10-noop attached" in proxy.log_tail(200), "NRI plugin attach", 15)
-            peer.name = "nri"
-            return peer
-        return self._once("nri proxy", start)
+        return self._once("nri proxy", lambda: self._nri_hosting_proxy("nri", hook_dir=None))
 
-    def nri_counts(self) -> dict[str, int]:
-        """The NRI plugin's calls per event so far, from the NRI proxy's `runtimeproxyctl status`."""
-        proxy = self._started.get("process nri-proxy")
+    @property
+    def soak_proxy(self) -> Peer:
+        """A proxy in front of containerd with both plugin kinds: the no-op hook plugin on all seven hooks and one
+        hosted no-op NRI plugin on every event (the soak's node)."""
+        return self._once("soak proxy", lambda: self._nri_hosting_proxy("soak", self.noop_registration("soak")))
+
+    def _nri_hosting_proxy(self, name: str, hook_dir: Path | None) -> Peer:
+        directory = self.base / f"{name}-nri"
+        plugins = directory / "plugins"
+        directory.mkdir(mode=0o755, parents=True)
+        directory.chmod(0o755)
+        install_noop(plugins)
+        peer = self._proxy(f"{name}-proxy", self.containerd, hook_dir=hook_dir, log_level="info", extra_args=(
+            f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={plugins}",
+            f"--nri-plugin-config-path={directory / 'conf.d'}"))
+        proxy = self._started[f"process {name}-proxy"]
+        wait_until(lambda: "NRI plugin 10-noop attached" in proxy.log_tail(200), "NRI plugin attach", 15)
+        if hook_dir is not None:
+            wait_until(lambda: "plugin noop.json registered" in proxy.log_tail(200), "plugin registration", 15)
+        peer.name = name
+        return peer
+
+    def nri_counts(self, name: str = "nri") -> dict[str, int]:
+        """The NRI plugin's calls per event so far, from the `runtimeproxyctl status` of the NRI-hosting proxy
+        `name` (nri_proxy's, or soak_proxy's: "soak")."""
+        proxy = self._started.get(f"process {name}-proxy")
         if proxy is None:
             return {}
         out = io.StringIO()

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import bench
-from bench.cases import CASES, DEFAULT_CASES, Case
+from bench.cases import CASES, DEFAULT_CASES, LONG_CASES, Case
 from bench.cases.measure import FULL, QUICK, Scale, short
 from bench.machine import machine_info
 from bench.peers import BENCH_DIR, REPO, Lab
@@ -52,11 +52,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="also run the proxy of git revision REV (a temporary worktree) as peer 'baseline' "
                              "(and 'baseline-plugin'), to compare before and after a change in one run")
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES),
-                        help=f"comma-separated subset of {', '.join(CASES)}, or all (default: %(default)s)")
+                        help=f"comma-separated subset of {', '.join(CASES)}, or all (every one but {', '.join(LONG_CASES)}; "
+                             "default: %(default)s)")
     args = parser.parse_args(argv)
     args.case_names = [name.strip() for name in args.cases.split(",") if name.strip()]
     if args.case_names == ["all"]:
-        args.case_names = list(CASES)
+        args.case_names = [name for name in CASES if name not in LONG_CASES]
     unknown = [name for name in args.case_names if name not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")

@@ -10,6 +10,7 @@ from bench.cases.docker import case_docker
 from bench.cases.idle import case_idle
 from bench.cases.kubelet_node import case_kubelet_node
 from bench.cases.measure import Scale
+from bench.cases.soak import case_soak
 from bench.cases.synthetic import case_large, case_small
 from bench.peers import Lab
 from bench.report import CaseReport
@@ -30,5 +31,7 @@ CASES = {case.name: case for case in (
     Case("docker", "5. Docker mode: list, inspect, exec, real dockerd", case_docker),
     Case("idle", "6. idle (no calls): CPU with no plugins and with 500 registered", case_idle),
     Case("kubelet-node", "7. the real kubelet with N static pods, real containerd", case_kubelet_node),
+    Case("soak", "8. a soak: the real kubelet, N pods churning, both plugin kinds, real containerd", case_soak),
 )}
 DEFAULT_CASES = ("small", "large", "kubelet", "startup")  # docker takes ~2 more minutes: ask for it
+LONG_CASES = ("soak",)  # an hour: never in "all", only by name

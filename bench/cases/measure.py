@@ -27,6 +27,10 @@ class Scale:
     idle_seconds: float  # one window for every hop's idle CPU
     kubelet_node_pods: int  # static pods of the real kubelet (kubelet-node case)
     kubelet_node_seconds: float  # its measured window per hop
+    soak_pods: int  # static pods of the soak's kubelet (soak case)
+    soak_seconds: float  # its sampled window per hop
+    soak_sample_seconds: float  # between samples of the hop's process
+    soak_churn_seconds: float  # between two pods churned
     lifecycles: int  # pod lifecycles per peer
     docker_containers: int  # pod-sandbox containers in the Docker case's dockerd
     docker_seconds: float  # per list or inspect run
@@ -35,11 +39,13 @@ class Scale:
 
 QUICK = Scale(rounds=1, seconds=0.5, warmup_seconds=0.3, large_calls={4: 4, 16: 3, 48: 2}, pods=20,
               kubelet_seconds=5.0, replay_rounds=1, idle_seconds=3.0, kubelet_node_pods=10, kubelet_node_seconds=20.0,
+              soak_pods=10, soak_seconds=120.0, soak_sample_seconds=10.0, soak_churn_seconds=10.0,
               lifecycles=3, docker_containers=20, docker_seconds=0.3,
               exec_calls=4)
 FULL = Scale(rounds=5, seconds=2.0, warmup_seconds=0.5, large_calls={4: 20, 16: 10, 48: 4}, pods=110,
              kubelet_seconds=20.0, replay_rounds=3, idle_seconds=10.0, kubelet_node_pods=110,
-             kubelet_node_seconds=120.0, lifecycles=15, docker_containers=100, docker_seconds=0.6,
+             kubelet_node_seconds=120.0, soak_pods=110, soak_seconds=1800.0, soak_sample_seconds=30.0,
+             soak_churn_seconds=10.0, lifecycles=15, docker_containers=100, docker_seconds=0.6,
              exec_calls=15)
 
 
