@@ -180,9 +180,10 @@ class CriHooks:
 
     async def start_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         container_id = (await decode(cri.StartContainerRequest, data, context)).container_id
-        async with failing_the_call(context):
-            await self.points.pre_start_container(container_id, context.time_remaining())
+        # Journaled from the pre-hooks on: a crash before the runtime's start leaves a container no kubelet starts.
         with self.points.starting(container_id):
+            async with failing_the_call(context):
+                await self.points.pre_start_container(container_id, context.time_remaining())
             response = await relay(data, context)
             await self.points.post_start_container(container_id, context.time_remaining())
         return response

@@ -119,7 +119,7 @@ class HookPoints:
         return self._service.journal.in_flight(InFlight(CREATE_CONTAINER, pod_id, meta.name, meta.attempt))
 
     def starting(self, container_id: str) -> AbstractContextManager[None]:
-        """As `creating`, around the runtime's StartContainer and the post-start hooks."""
+        """As `creating`, around the whole StartContainer: its pre-hooks, the runtime's start, the post-start hooks."""
         return self._service.journal.in_flight(InFlight(START_CONTAINER, container_id=container_id))
 
     def changing(self) -> AbstractAsyncContextManager[None]:
