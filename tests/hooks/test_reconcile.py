@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hookkit import StubRuntime
-from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
+from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, CallJournal, InFlight
+from runtimeproxy.hooks.lifecycle import HookPoints
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState
+from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.hooks.reconcile import RECHECK_SECONDS, reconcile, reconcile_until_found
+from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.store import Store
+from runtimeproxy.options import ProxyOptions
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
@@ -28,6 +33,9 @@ class Runtime(StubRuntime):
 
     def __post_init__(self) -> None:
         super().__init__()
+
+    async def list_objects(self) -> Listing:
+        return Listing([], {cid: found.pod_id for cid, found in self.containers.items()})
 
     async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
         return self.containers.get(container_id)
@@ -121,3 +129,36 @@ def test_a_create_the_runtime_finished_late_is_found_on_a_recheck() -> None:
     done = asyncio.run(reconcile_until_found(store, runtime, Points(), calls, refill, sleep))
     assert done.removed == ["late"] and [c.pod_id for c in done.not_found] == ["pod-9"]
     assert sum(slept) == RECHECK_SECONDS[-1]
+
+
+def test_the_service_reads_the_predecessors_journal_and_reconciles_after_its_rebuild(tmp_path: Path) -> None:
+    """The whole path in the core: the killed proxy's open entry, the next one's start, rebuild, reconcile."""
+    state = tmp_path / "state"
+    state.mkdir()
+    killed = CallJournal(state)
+    killed.start()
+    in_flight = killed.in_flight(InFlight(CREATE_CONTAINER, "pod-1", "app", 0))
+    in_flight.__enter__()  # never ended: the kill
+    killed.close()
+    runtime = Runtime(containers={"orphan": record("pod-1", "app", 0, ContainerState.CREATED)})
+    options = ProxyOptions(listen_path=tmp_path / "rp.sock", runtime_path=tmp_path / "containerd.sock",
+                           hook_config_dir=tmp_path / "hookserver.d", state_dir=state)
+
+    async def restart() -> HookService:
+        service = HookService(options)
+        await service.start()
+        HookPoints(service, runtime)
+        service.start_rebuild()
+        for _ in range(200):
+            if service.reconciled is not None:
+                break
+            await asyncio.sleep(0.01)
+        await service.stop()
+        return service
+
+    service = asyncio.run(restart())
+    assert [call.call for call in service.interrupted] == [CREATE_CONTAINER]
+    assert service.reconciled is not None and service.reconciled.removed == ["orphan"]
+    assert runtime.removed == ["orphan"] and service.store.container("orphan") is None
+    assert CallJournal(state).start() == []  # the journal starts afresh: nothing is reconciled twice
+    del in_flight
