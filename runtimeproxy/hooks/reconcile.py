@@ -16,10 +16,11 @@ rebuild):
   (RemoveContainer on the runtime; the store and the extra plugins forget it, as for the kubelet's removal);
 - `Running` (a start that went through): the post-start it missed runs now (PostStartContainer plugins, the
   extra plugins' PostStartContainer);
-- exited (containerd fails a start whose client went away: exit code 128): left alone, like any container
-  that exits: the kubelet starts a new one, and its GC removes the dead one;
-- not there: a create the runtime had not finished is looked for again after each of `RECHECK_SECONDS`, then
-  forgotten.
+- exited (containerd fails a start whose client went away: container_start.go marks it exited, code 128,
+  reason StartError): left alone, like any container that exits: the kubelet starts the next attempt and keeps
+  this one as the previous instance;
+- not there (a create the runtime had not finished, or a runtime that cannot be asked yet): looked for again
+  after each of `RECHECK_SECONDS`, then forgotten.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,7 +43,10 @@ RECHECK_SECONDS = (2.0, 10.0)  # a create the runtime finished late (after the s
 
 
 class Resumer(Protocol):
-    """The core's own flows the reconciliation goes through (hooks.lifecycle.HookPoints)."""
+    """The core's own flows the reconciliation goes through (hooks.lifecycle.HookPoints), each held as one change
+    for the plugins' synchronization, as a kubelet's call is (hooks.syncgate)."""
+
+    def changing(self) -> AbstractAsyncContextManager[None]: ...
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None: ...
 
@@ -79,11 +84,13 @@ async def reconcile(store: Store, runtime: Runtime, points: Resumer, calls: list
         if loaded is None:
             done.not_found.append(call)
         elif loaded.state is ContainerState.CREATED:
-            await _remove(runtime, points, container_id, call, done)
+            async with points.changing():
+                await _remove(runtime, points, container_id, call, done)
         elif loaded.state is ContainerState.RUNNING and call.call != CREATE_CONTAINER:
             log.info("container %s was started by a StartContainer interrupted by the proxy's end: its post-start "
                      "hooks run now", container_id)
-            await points.post_start_container(container_id, None)
+            async with points.changing():
+                await points.post_start_container(container_id, None)
             done.post_started.append(container_id)
         else:
             done.left.append(container_id)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +53,9 @@ class Runtime(StubRuntime):
 class Points:
     post_started: list[str] = field(default_factory=list)
     forgotten: list[str] = field(default_factory=list)
+
+    def changing(self) -> AbstractAsyncContextManager[None]:
+        return contextlib.nullcontext()
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         self.post_started.append(container_id)
