@@ -1,6 +1,6 @@
 """The write-ahead journal of hooked calls in flight: what a proxy killed mid-call leaves its successor to finish.
 
-A CreateContainer or StartContainer the proxy relays is written here before the runtime is asked (`begin`: the
+A CreateContainer or StartContainer the proxy relays (Docker mode: a container's create or start) is written here before the runtime is asked (`begin`: the
 call, the pod, the container's name and attempt or ID) and closed (`end`) once the call is over, just before the
 answer goes back to the kubelet. An entry still open when the next proxy starts names a call whose answer never
 reached the kubelet: hooks.reconcile decides what becomes of its container.
