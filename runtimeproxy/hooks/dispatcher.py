@@ -247,5 +247,5 @@ def _result(point: HookPoint, without: list[str]) -> str:
     if point.name in _NOT_WRITTEN_BACK:
         return "sent to the runtime as it came (the start carries nothing to change)"
     if without:
-        return f"sent to the runtime without the answer of {', '.join(without)} (failed, policy Ignore; not re-applied)"
+        return f"sent to the runtime without the answer of {', '.join(without)} (policy Ignore: not re-applied)"
     return "sent to the runtime"

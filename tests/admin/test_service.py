@@ -473,7 +473,7 @@ def test_status_and_metrics_list_containers_created_without_a_plugin_failing_und
         assert 'runtimeproxy_objects_missing_plugin{plugin="koordlet.json"} 1.0' in text
         assert "runtimeproxy_objects_missed_plugin_total 1.0" in text
         code, trace = ctl(operated, "trace", "c-missed-0123456789")
-        assert "without the answer of koordlet.json (failed, policy Ignore; not re-applied)" in trace
+        assert "without the answer of koordlet.json (policy Ignore: not re-applied)" in trace
         channel.unary_unary(remove)(cri.RemoveContainerRequest(container_id="c-missed-0123456789")
                                     .SerializeToString(), timeout=10)
     code, out = ctl(operated, "status", "-o", "json")
