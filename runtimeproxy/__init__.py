@@ -6,6 +6,9 @@ container lifecycle calls: koordinator's runtime hook plugins and NRI plugins, w
 would. The packages, from the bottom:
 
   pb        the generated protobuf/gRPC modules (CRI, koordinator's hooks, NRI, the admin API)
+  endpoints, options, listener, trust, logformat, allocator, klogflags, lifecycle, gotext, activation, relay, usage
+            small shared modules: addresses, the options, the socket and its lock, who is trusted, logs, malloc
+            tuning, the Go binary's flags, signals, Go's text forms, systemd's sockets, a command's one-line errors
   hooks     the core, which knows no transport: hook points, the one chain step for every plugin kind, the
             container store and its rebuild, the runtime interface a frontend implements, toggles and traces
   nri       the runtime side of NRI: ttrpc and the mux, one plugin's session, the registry and fan-out
@@ -13,6 +16,8 @@ would. The packages, from the bottom:
   cri       the CRI frontend: a gRPC relay that hooks the lifecycle calls
   docker    the Docker frontend: an HTTP/1.1 reverse proxy for the Engine API that hooks the lifecycle routes
   admin     the operator's side: admin service, runtimeproxyctl, metrics and health
+  report, call_tally
+            the seam: what a frontend tells the operator side, calls counted
   app, cli  the process: assembles the frontend, the core, NRI and admin; the command line
 """
 

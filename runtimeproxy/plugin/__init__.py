@@ -12,7 +12,7 @@
 The kit builds the koordlet-style answer (the request echoed back with your changes laid over it,
 plugin.answers), serves it on a unix socket (plugin.service), writes or prints the registration JSON
 (plugin.registration, plugin.command). `runtimeproxyctl try-plugin` calls a running plugin with sample
-requests and shows what the proxy would make of its answers (plugin.trying).
+requests and shows what the proxy would make of its answers (plugin.trying), with kubelet-shaped sample requests (plugin.samples).
 """
 
 from runtimeproxy.plugin.answers import Whole, answer, echoed
