@@ -148,6 +148,13 @@ class ProxyProcess:
             raise ProxyProcessError(f"proxy ignored SIGTERM for {timeout}s:\n{self.log_tail()}")
         return proc.returncode
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing of the process runs after it (its sockets' files stay behind)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait(10)
+
     def log_count(self, text: str) -> int:
         """How often `text` stands in the log (kept across restarts of this process)."""
         try:

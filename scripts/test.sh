@@ -55,13 +55,13 @@ if [ $# -eq 0 ]; then
 fi
 
 # Second pass: what differs by runtime version (CRI answers, hooks' effects in the OCI spec, swap, the store's
-# rebuild after a restart, NRI with the project's and NRI's own stub plugins, crictl, critest's specs (about 6 min
-# more: direct and three proxies), the kubelet's CRI client, the real kubelet (about 40 s), Docker mode's wire) on
-# the newest containerd and dockerd. (test_nri_native.py names its runtimes itself, containerd 1.6, 1.7 and 2.4:
-# it runs in the first pass.)
+# rebuild after a restart and the reconciliation after a kill mid-call, NRI with the project's and NRI's own stub
+# plugins, crictl, critest's specs (about 6 min more: direct and three proxies), the kubelet's CRI client, the
+# real kubelet (about 40 s), Docker mode's wire) on the newest containerd and dockerd. (test_nri_native.py names
+# its runtimes itself, containerd 1.6, 1.7 and 2.4: it runs in the first pass.)
 second_pass=(tests/e2e/test_differential.py tests/e2e/test_hooks.py tests/e2e/test_swap.py tests/e2e/test_nri.py
-  tests/e2e/test_answers.py tests/e2e/test_post_hooks.py tests/e2e/test_crictl.py tests/e2e/test_cri_client.py
-  tests/e2e/test_nri_stub.py tests/e2e/test_critest.py tests/e2e/test_real_kubelet.py
+  tests/e2e/test_answers.py tests/e2e/test_post_hooks.py tests/e2e/test_crash_reconcile.py tests/e2e/test_crictl.py
+  tests/e2e/test_cri_client.py tests/e2e/test_nri_stub.py tests/e2e/test_critest.py tests/e2e/test_real_kubelet.py
   tests/e2e/test_docker_replay.py tests/e2e/test_docker_cli.py tests/e2e/test_nri_docker.py)
 if [ $# -eq 0 ] && [ "${RUNTIMEPROXY_SECOND_PASS:-1}" != 0 ]; then
   read -r containerd dockerd < <("$python" -m rplab.runtimes newest)

@@ -280,6 +280,9 @@ class StubRuntime:
     async def remove_sandbox(self, pod_id: str) -> None:
         return None
 
+    async def remove_container(self, container_id: str) -> None:
+        return None
+
     async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
         if self._update is None:
             raise NoRuntime("this frontend takes no updates")

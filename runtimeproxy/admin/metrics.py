@@ -175,6 +175,15 @@ class ProxyCollector(Collector):
         yield GaugeMetricFamily(f"{PREFIX}_store_pods", "Pods in the hook context store.", value=store.pod_count)
         yield GaugeMetricFamily(f"{PREFIX}_store_containers", "Containers in the hook context store.",
                                 value=store.container_count)
+        missed = self._parts.hooks.missed
+        by_plugin = GaugeMetricFamily(f"{PREFIX}_objects_missing_plugin", "Pods and containers the runtime still has "
+                                      "that were created without the answer of a plugin failing under Ignore.",
+                                      labels=["plugin"])
+        for plugin, count in sorted(missed.by_plugin().items()):
+            by_plugin.add_metric([plugin], count)
+        yield by_plugin
+        yield CounterMetricFamily(f"{PREFIX}_objects_missed_plugin", "Pods and containers created without the answer "
+                                  "of a plugin failing under Ignore, since the start.", value=missed.noted_total)
         yield GaugeMetricFamily(f"{PREFIX}_uptime_seconds", "Seconds since the proxy started.",
                                 value=self._parts.uptime_seconds)
 

@@ -41,11 +41,37 @@ def render_status(status: admin.StatusResponse) -> str:
             lines.append("(none attached)")
         for nri_plugin in status.nri_plugins:
             lines += _nri_plugin_lines(nri_plugin)
-    lines += ["", f"STORE  pods {status.store.pods}, containers {status.store.containers}", "", "TOGGLES"]
+    lines += ["", f"STORE  pods {status.store.pods}, containers {status.store.containers}"]
+    lines += _missed_lines(status.missed_plugins) + _reconciliation_lines(status.reconciliation)
+    lines += ["", "TOGGLES"]
     lines.append(render_toggles(status.toggles).rstrip("\n"))
     if status.shadow_settings:
         lines += ["", "SHADOW SETTINGS", render_shadows(status.shadow_settings).rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+def _missed_lines(missed: admin.MissedPlugins) -> list[str]:
+    """Objects created while a plugin failed under Ignore: their edits are missing (only shown when there are)."""
+    if not missed.count:
+        return []
+    lines = [f"MISSED PLUGINS  {missed.count} pods and containers were created without the answer of a plugin that "
+             "failed under Ignore (not re-applied; recreate them to apply it)"]
+    rows = [[m.pod, m.container or "(pod)", m.id[:13], m.hook, ",".join(m.plugins), _when(m.unix_seconds)]
+            for m in missed.newest]
+    return lines + ["  " + line for line in _table(["POD", "CONTAINER", "ID", "HOOK", "PLUGINS", "WHEN"], rows)]
+
+
+def _reconciliation_lines(done: admin.Reconciliation) -> list[str]:
+    """The predecessor's interrupted calls (only after a crash mid-call) and a journal that cannot be written."""
+    lines = []
+    if done.interrupted_calls:
+        outcome = (f"{done.removed} containers left Created removed, {done.post_started} post-starts run, "
+                   f"{done.left} left to the kubelet, {done.not_found} not found" if done.done else "reconciling")
+        lines.append(f"RECONCILED  {done.interrupted_calls} calls the previous proxy left in flight: {outcome}")
+    if done.journal_problem:
+        lines.append(f"JOURNAL  cannot be written ({done.journal_problem}): a crash mid-create would not be "
+                     "reconciled")
+    return lines
 
 
 def _nri_plugin_lines(plugin: admin.NriPluginStatus) -> list[str]:

@@ -53,8 +53,28 @@ async def status(parts: ProxyParts) -> admin.StatusResponse:
         plugin_config_dir_problem=hooks.registry.directory_problem(),
         nri_plugins=nri_plugin_statuses(hooks),
         shadow_settings=shadow_messages(hooks),
+        missed_plugins=missed_plugins(hooks),
+        reconciliation=reconciliation(hooks),
         **own_endpoints(parts.options),
     )
+
+
+def missed_plugins(hooks: HookService) -> admin.MissedPlugins:
+    """Pods and containers the runtime still has that were created without a plugin's answer (hooks.missed)."""
+    return admin.MissedPlugins(count=len(hooks.missed), newest=[
+        admin.MissedPlugin(id=m.object_id, pod=m.pod, container=m.container, hook=m.hook, plugins=m.plugins,
+                           unix_seconds=m.unix_seconds) for m in hooks.missed.newest()])
+
+
+def reconciliation(hooks: HookService) -> admin.Reconciliation:
+    """What became of the calls the predecessor left in flight (hooks.reconcile), and the journal's health."""
+    done = hooks.reconciled
+    answer = admin.Reconciliation(interrupted_calls=len(hooks.interrupted), journal_problem=hooks.journal.problem)
+    if done is not None:
+        answer.done = True
+        answer.removed, answer.post_started = len(done.removed), len(done.post_started)
+        answer.left, answer.not_found = len(done.left), len(done.not_found)
+    return answer
 
 
 def own_endpoints(options: ProxyOptions | None) -> dict[str, str]:

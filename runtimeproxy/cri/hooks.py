@@ -197,17 +197,21 @@ class CriHooks:
             rewritten = True
         if rewritten:
             data = request.SerializeToString()
-        response = await relay(data, context)
-        await self.points.container_created(response_field(cri.CreateContainerResponse, response, "container_id"),
-                                            creation)
+        # Journaled until the answer is about to go back: a crash meanwhile is the next proxy's (hooks.reconcile).
+        with self.points.creating(request.pod_sandbox_id, creation.request):
+            response = await relay(data, context)
+            await self.points.container_created(
+                response_field(cri.CreateContainerResponse, response, "container_id"), creation)
         return response
 
     async def start_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         container_id = (await decode(cri.StartContainerRequest, data, context)).container_id
-        async with failing_the_call(context):
-            await self.points.pre_start_container(container_id, context.time_remaining())
-        response = await relay(data, context)
-        await self.points.post_start_container(container_id, context.time_remaining())
+        # Journaled from the pre-hooks on: a crash before the runtime's start leaves a container no kubelet starts.
+        with self.points.starting(container_id):
+            async with failing_the_call(context):
+                await self.points.pre_start_container(container_id, context.time_remaining())
+            response = await relay(data, context)
+            await self.points.post_start_container(container_id, context.time_remaining())
         return response
 
     async def update_container_resources(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:

@@ -2,7 +2,8 @@
 
 The loaders and the lister for the store's rebuild and its fills on a miss are cri.recovery's (verbose status
 calls); the image's entrypoint and command cri.images'; the proxy's own calls (an NRI plugin's update or
-eviction of another container, the removal of a sandbox an NRI plugin failed) are here, sent on the runtime
+eviction of another container, the removal of a sandbox an NRI plugin failed or of a container an interrupted
+call left Created) are here, sent on the runtime
 channel with their own timeout.
 """
 
@@ -45,6 +46,10 @@ class CriRuntime(BackendRecords):
     async def evict_container(self, container_id: str) -> None:
         """An NRI plugin's eviction: StopContainer with timeout 0, as containerd's EvictContainer."""
         await self._own_call("StopContainer", cri.StopContainerRequest(container_id=container_id, timeout=0))
+
+    async def remove_container(self, container_id: str) -> None:
+        """RemoveContainer of a container an interrupted call left Created (hooks.reconcile)."""
+        await self._own_call("RemoveContainer", cri.RemoveContainerRequest(container_id=container_id))
 
     async def remove_sandbox(self, pod_id: str) -> None:
         """Undo a RunPodSandbox an NRI plugin failed: StopPodSandbox, then RemovePodSandbox (containerd

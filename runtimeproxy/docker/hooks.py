@@ -21,7 +21,7 @@ plugin failing RunPodSandbox (after dockerd created the sandbox container) has i
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack
 
 from runtimeproxy.docker.bodies import convert_large, parse_body, serialize_body
 from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
@@ -59,6 +59,10 @@ log = logging.getLogger(__name__)
 HOOK_FAILED_STATUS = 500  # Docker clients print the message of any error status
 _CREATED_NOTE = "created"  # notes of a create: the core's PodSandboxRun or ContainerCreation
 _UPDATE_NOTE = "update"  # notes of an update: the resources sent to dockerd
+# Notes of a container's create or start: its entry in the journal of calls in flight (hooks.journal), ended
+# in after(), before the answer goes back; an exchange after() never sees (dockerd unreachable or broken) leaves
+# it open, for the next proxy to reconcile after a restart, as a crash would.
+_JOURNAL_NOTE = "journaled"
 NO_DEADLINE = None  # Docker requests carry no deadline: each plugin's own timeout applies
 
 
@@ -92,16 +96,23 @@ class DockerHooks:
             if route is HookedRoute.CREATE:
                 return await self.before_create(call, body)
             if route is HookedRoute.START:
-                await self.before_start(call.match.container_id or "")
+                await self.before_start(call, call.match.container_id or "")
             elif route is HookedRoute.UPDATE:
                 return await self.before_update(call, body)
         except HookFailed as failure:
+            _journal_end(call)  # the start is failed here: nothing reaches dockerd
             return ErrorReply(HOOK_FAILED_STATUS, str(failure))
         except BodyError as error:
             log.info("%s relayed without hooks: %s", route.value, error)
         return body
 
     async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
+        try:
+            return await self._after(call, answer)
+        finally:
+            _journal_end(call)
+
+    async def _after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
         route, container_id = call.match.route, call.match.container_id or ""
         if route is HookedRoute.REMOVE:
             if _succeeded(answer) or answer.status == 404:
@@ -159,6 +170,7 @@ class DockerHooks:
             body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox,
             lambda read_image: self._edits(body, read_image), container_labels_of(body["Labels"]))
         call.notes[_CREATED_NOTE] = creation
+        _journal(call, self.points.creating(creation.pod_id, creation.request))
         rewritten = False
         if creation.changed:
             await convert_large(len(data), apply_to_container_body, body, creation.request)
@@ -186,8 +198,9 @@ class DockerHooks:
 
     # -- start, update, stop ---------------------------------------------------------------------------
 
-    async def before_start(self, container_id: str) -> None:
+    async def before_start(self, call: InterceptedCall, container_id: str) -> None:
         if not self.points.recorded_pod(container_id):  # a sandbox's start is part of RunPodSandbox
+            _journal(call, self.points.starting(container_id))
             await self.points.pre_start_container(container_id, NO_DEADLINE)
 
     async def before_update(self, call: InterceptedCall, data: bytes) -> bytes:
@@ -202,3 +215,15 @@ class DockerHooks:
         call.notes[_UPDATE_NOTE] = update_resources(body)
         return await serialize_body(body, len(data))
 
+
+def _journal(call: InterceptedCall, in_flight: AbstractContextManager[None]) -> None:
+    """The call is journaled from here to its after() (hooks.journal), or to a pre-hook's failure."""
+    stack = ExitStack()
+    stack.enter_context(in_flight)
+    call.notes[_JOURNAL_NOTE] = stack
+
+
+def _journal_end(call: InterceptedCall) -> None:
+    journaled = call.notes.pop(_JOURNAL_NOTE, None)
+    if isinstance(journaled, ExitStack):
+        journaled.close()

@@ -35,6 +35,13 @@ class DockerRuntime(DockerRecords):
         except EngineError as error:
             raise RuntimeError(str(error)) from None
 
+    async def remove_container(self, container_id: str) -> None:
+        """`DELETE /containers/{id}?force=1` of a container an interrupted call left created (hooks.reconcile)."""
+        try:
+            await self._engine.remove(container_id)
+        except EngineError as error:
+            raise RuntimeError(str(error)) from None
+
     async def remove_sandbox(self, sandbox_id: str) -> None:
         """Undo a sandbox create an NRI plugin failed (RunPodSandbox): `DELETE /containers/{id}?force=1`."""
         try:

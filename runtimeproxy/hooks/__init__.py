@@ -14,6 +14,9 @@
                         the core's model of a pod and a container (what every plugin protocol's message is made
                         from), the bounded store of them, their lookups and rebuild, and the `Runtime`
                         each frontend implements (with `PluginAsks`, the one door to the store for NRI)
+  journal, reconcile    the write-ahead journal of hooked calls in flight, and what a restart finishes of the
+                        calls a crash cut off (one rule, after the rebuild)
+  missed                pods and containers created without a plugin that failed under Ignore
   service, syncgate     the core wired together; the gate between lifecycle calls and plugin synchronization
   toggles, toggle_state, toggle_words
                         the node's toggles in force, what they persist, and the words a person types and reads

@@ -141,15 +141,20 @@ class Dispatcher:
     def in_shadow(self, plugin: Plugin) -> bool:
         return self.steps.in_shadow(plugin.name, plugin.config.shadow)
 
-    async def run(self, point: HookPoint[Req, Resp], request: Req, time_remaining: float | None) -> Req:
-        """Call every plugin of the hook; returns the request as the plugins left it."""
+    async def run(self, point: HookPoint[Req, Resp], request: Req, time_remaining: float | None,
+                  ignored: list[str] | None = None) -> Req:
+        """Call every plugin of the hook; returns the request as the plugins left it. `ignored` gets the plugins
+        whose failure the call went on without (policy Ignore; never one in shadow)."""
         record = self.steps.record(point.name, request)
+        without: list[str] = []
         try:
             for plugin in self._registry.plugins_for(point.name):
                 if self.steps.toggled_off(record, plugin.name, point.name):
                     continue
                 shadow = self.in_shadow(plugin)
                 response = await self._call(point, plugin, request, time_remaining, record, shadow)
+                if response is None and not shadow:
+                    without.append(plugin.name)
                 if response is None or point.merge is None:
                     continue
                 merged = point.merge(request, response)
@@ -164,12 +169,15 @@ class Dispatcher:
         except HookFailed as failure:
             self._finish(point, record, request, self.steps.failed_result(failure))
             raise
-        self._finish(point, record, request)
+        self._finish(point, record, request, without=without)
+        if ignored is not None:
+            ignored.extend(without)
         return request
 
-    def _finish(self, point: HookPoint, record: ChainRecord, final: Message, failure: str = "") -> None:
+    def _finish(self, point: HookPoint, record: ChainRecord, final: Message, failure: str = "",
+                without: list[str] | None = None) -> None:
         written_back = point.is_pre and point.name not in _NOT_WRITTEN_BACK and not failure
-        self.steps.finish(record, point.name, final, failure or _result(point), written_back)
+        self.steps.finish(record, point.name, final, failure or _result(point, without or []), written_back)
 
     def trace_skipped(self, point: HookPoint, request: Message) -> None:
         """A call of a pod with the skip label: its plugins are not called, the trace says why."""
@@ -233,9 +241,11 @@ class Dispatcher:
         )
 
 
-def _result(point: HookPoint) -> str:
+def _result(point: HookPoint, without: list[str]) -> str:
     if not point.is_pre:
         return "post-hook: the runtime's answer is unaffected"
     if point.name in _NOT_WRITTEN_BACK:
         return "sent to the runtime as it came (the start carries nothing to change)"
+    if without:
+        return f"sent to the runtime without the answer of {', '.join(without)} (policy Ignore: not re-applied)"
     return "sent to the runtime"

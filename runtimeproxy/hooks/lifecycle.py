@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
@@ -26,6 +26,7 @@ from runtimeproxy.hooks.context import request_of, tell_extra
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.extra import ExtraPlugins, PodResize, Subject
+from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.runtime import Runtime
@@ -45,6 +46,7 @@ class PodSandboxRun:
     request: hooks.PodSandboxHookRequest  # as the plugins left it
     changed: bool  # the plugins changed it: the frontend writes it back into its request
     skip_hooks: bool  # the pod has the skip label
+    missed: tuple[str, ...] = ()  # plugins that failed under Ignore: the pod is created without their answer
 
 
 @dataclass
@@ -59,6 +61,7 @@ class ContainerCreation:
     edits_seen: ContainerEdits | None = None  # as the frontend's request said
     labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
     read_edits: EditsReader | None = None  # the frontend's request's edits, for the model
+    missed: tuple[str, ...] = ()  # plugins that failed under Ignore: created without their answer
 
     def changed_edits(self) -> frozenset[str]:
         """The kinds of edits (hooks.edits) the frontend must write back into its request."""
@@ -106,6 +109,18 @@ class HookPoints:
         self.context = service.use_runtime(runtime, pod_labels)
         self.runtime = runtime
         self._service = service
+        service.resumer = self  # a restart's reconciliation runs the post-starts and removals it finishes here
+        self.missed = service.missed
+
+    def creating(self, pod_id: str, container: hooks.ContainerResourceHookRequest) -> AbstractContextManager[None]:
+        """Held by a frontend around the runtime's CreateContainer and the store write, until the answer is about to
+        go back: a crash meanwhile leaves the call in the journal for the next proxy (hooks.reconcile)."""
+        meta = container.container_meta
+        return self._service.journal.in_flight(InFlight(CREATE_CONTAINER, pod_id, meta.name, meta.attempt))
+
+    def starting(self, container_id: str) -> AbstractContextManager[None]:
+        """As `creating`, around the whole StartContainer: its pre-hooks, the runtime's start, the post-start hooks."""
+        return self._service.journal.in_flight(InFlight(START_CONTAINER, container_id=container_id))
 
     def changing(self) -> AbstractAsyncContextManager[None]:
         """Held by a frontend around a whole hooked call (pre-event, the runtime's answer, the store write), so
@@ -122,9 +137,10 @@ class HookPoints:
         """An event for the extra plugins about a recorded pod or container (hooks.context.tell_extra)."""
         await tell_extra(self.context, self.extra, event, pod_id, container_id, resize)
 
-    async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None) -> Req:
+    async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None,
+                        ignored: list[str] | None = None) -> Req:
         try:
-            return await self.dispatcher.run(point, request, time_remaining)
+            return await self.dispatcher.run(point, request, time_remaining, ignored)
         except HookFailed as failure:
             log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
             raise
@@ -151,8 +167,9 @@ class HookPoints:
             if skip and self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
                 self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, pod)
             return PodSandboxRun(pod, False, skip)
-        changed = await self._pre_hook(dispatcher.PRE_RUN_POD_SANDBOX, pod, time_remaining)
-        return PodSandboxRun(changed, changed != pod, skip)
+        ignored: list[str] = []
+        changed = await self._pre_hook(dispatcher.PRE_RUN_POD_SANDBOX, pod, time_remaining, ignored)
+        return PodSandboxRun(changed, changed != pod, skip, tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
         """The runtime created the pod: record it as created. An extra plugin failing RunPodSandbox raises
@@ -164,6 +181,9 @@ class HookPoints:
             record.skip_hooks = run.skip_hooks
             self.store.put_pod(pod_id, record)
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
+            meta = run.request.pod_meta
+            self.missed.note(pod_id, pod_id, f"{meta.namespace}/{meta.name}", "", dispatcher.PRE_RUN_POD_SANDBOX.name,
+                             run.missed)
             try:
                 await self._notify_extra(nri_events.RUN_POD_SANDBOX, pod_id)
             except HookFailed as failure:  # logged where it was raised
@@ -185,6 +205,7 @@ class HookPoints:
         if self.store.pod(pod_id) is not None:  # only a recorded pod: the runtime no longer has it
             await self._notify_extra(nri_events.REMOVE_POD_SANDBOX, pod_id)
         self.store.remove_pod(pod_id)
+        self.missed.forget_pod(pod_id)
         self.dispatcher.trace.forget_pod(pod_id)
 
     async def pre_update_pod_sandbox_resources(self, pod_id: str, resize: PodResize) -> None:
@@ -223,16 +244,20 @@ class HookPoints:
                     self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
                 return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits)
         changed = container
+        ignored: list[str] = []
         if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
-            changed = await self._pre_hook(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining)
+            changed = await self._pre_hook(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining, ignored)
+        missed = tuple(ignored)
         seen = None
         if self.extra.wants(nri_events.CREATE_CONTAINER):
             seen = await edits(True) if edits is not None else None
             model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
             subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
             changed = await self.extra.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining)
-            return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits)
-        return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits)
+            return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits,
+                                     missed)
+        return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits,
+                                 missed=missed)
 
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an extra plugin is
@@ -259,6 +284,9 @@ class HookPoints:
                 creation.pod_id, creation.request, creation.labels, await self._created_edits(creation),
                 ContainerState.CREATED, created_ns=now_ns()))
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
+            request = creation.request
+            self.missed.note(container_id, creation.pod_id, f"{request.pod_meta.namespace}/{request.pod_meta.name}",
+                             request.container_meta.name, dispatcher.PRE_CREATE_CONTAINER.name, creation.missed)
             await self._notify_extra(nri_events.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
@@ -325,6 +353,7 @@ class HookPoints:
         if self.store.container(container_id) is not None:  # only a recorded one: the runtime no longer has it
             await self._notify_extra(nri_events.REMOVE_CONTAINER, container_id=container_id)
         self.store.remove_container(container_id)
+        self.missed.forget_container(container_id)
 
     # -- for frontends whose pods and containers share one ID space (Docker) -------------------------
 

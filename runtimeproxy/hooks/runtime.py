@@ -3,9 +3,9 @@ through which plugins change containers the call is not about.
 
 `Runtime` is everything the core asks of a frontend's backend (containerd through CRI, dockerd): list what runs
 and load one pod or container (the store's rebuild after a restart and its fills on a miss, hooks.context and
-hooks.rebuild), remove a sandbox a plugin failed, update or evict a container a plugin names, and an image's
-entrypoint and command (what NRI plugins see as the argv of a container created without one). Translation
-only: no hook policy.
+hooks.rebuild), remove a sandbox a plugin failed or a container an interrupted call left (hooks.reconcile),
+update or evict a container a plugin names, and an image's entrypoint and command (what NRI plugins see as the
+argv of a container created without one). Translation only: no hook policy.
 
 `PluginAsks` is what the core offers plugins of another kind (NRI; hooks.extra): the store's snapshot a
 plugin is synchronized with, and updates and evictions of other containers, carried out by the runtime and
@@ -51,6 +51,10 @@ class Runtime(Protocol):
 
     async def remove_sandbox(self, pod_id: str) -> None:
         """Undo a sandbox just created that a plugin failed (errors logged: the caller gets the plugin's)."""
+
+    async def remove_container(self, container_id: str) -> None:
+        """Remove a container an interrupted call left Created (hooks.reconcile); raises RuntimeError or OSError
+        when the backend refuses it."""
 
     async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
         """The proxy's own update of a container's resources (only the changed, non-zero ones); raises

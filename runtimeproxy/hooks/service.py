@@ -4,9 +4,11 @@ store, toggles and the skip rule, with the background work they need (config rel
 Transport-free: a frontend (cri/, docker/) turns its wire requests into hook requests, asks
 `dispatcher` to run a hook point, writes the merged result back, and keeps `store` current. It gives the
 core its backend once, as a `hooks.runtime.Runtime` (`use_runtime`); the service then rebuilds the store
-from it after a restart (`start_rebuild`; `rebuilt` is set once that is over) and carries out what plugins of
-another kind ask through it (`asks`, hooks.runtime.PluginAsks), saying what the stops they caused are about
-(hooks.context.subject_of, as for any other event) for that kind to deliver on its own path.
+from it after a restart (`start_rebuild`; `rebuilt` is set once that is over), then finishes what the
+predecessor's interrupted calls left (hooks.journal, hooks.reconcile; `reconciled` is set after the first pass),
+and carries out what plugins of another kind ask through it (`asks`, hooks.runtime.PluginAsks), saying what the
+stops they caused are about (hooks.context.subject_of, as for any other event) for that kind to deliver on its own
+path.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from typing import Any
 from runtimeproxy.hooks.context import HookContext, subject_of
 from runtimeproxy.hooks.dispatcher import Dispatcher
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
+from runtimeproxy.hooks.journal import CallJournal, InFlight
+from runtimeproxy.hooks.missed import MissedPlugins
 from runtimeproxy.hooks.rebuild import rebuild_store
+from runtimeproxy.hooks.reconcile import Reconciled, Resumer, reconcile_until_found
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
@@ -58,9 +63,15 @@ class HookService:
         self.asks = PluginAsks(self.store, subject_of=self._container_subject)
         self.rebuilt = asyncio.Event()  # set once the store's rebuild (after a restart) is over
         self._rebuilding = False
+        self.journal = CallJournal(options.state_dir)  # hooked calls in flight, for the next proxy after a crash
+        self.interrupted: list[InFlight] = []  # what the predecessor's journal left open (read at start)
+        self.resumer: Resumer | None = None  # the core's flows the reconciliation goes through (hooks.lifecycle)
+        self.reconciled: Reconciled | None = None  # what the reconciliation did, once it is over
+        self.missed = MissedPlugins()  # containers that missed a plugin failing under Ignore
 
     async def start(self) -> None:
         self._state_lock = claim_state_dir(self.state_dir)
+        self.interrupted = self.journal.start()  # the lock is ours: the predecessor is gone
         self.toggles.load()  # before the first call: a disabled plugin stays disabled
         await self.registry.reload()  # plugins present at start are in force for the first call
         self._tasks = [asyncio.create_task(self.registry.run(), name="plugin-configs")]
@@ -88,6 +99,12 @@ class HookService:
             await rebuild_store(context, runtime)
         finally:
             self.rebuilt.set()
+        if self.interrupted and self.resumer is not None:
+            try:
+                self.reconciled = await reconcile_until_found(
+                    self.store, runtime, self.resumer, self.interrupted, lambda: rebuild_store(context, runtime))
+            except Exception as error:  # never fatal: the kubelet's own GC is the fallback
+                log.warning("could not reconcile the calls the previous proxy left in flight: %s", error)
 
     async def store_rebuilt(self) -> None:
         """Returns once the store's rebuild (after a restart) is over, if one runs."""
@@ -107,6 +124,7 @@ class HookService:
                 await task
         self._tasks = []
         await self.registry.close()
+        self.journal.close()
         if self._state_lock is not None:
             self._state_lock.release()
             self._state_lock = None

@@ -26,6 +26,9 @@ from runtimeproxy.hooks.toggles import STATE_FILE_NAME
 from rplab.cri import open_channel
 from rplab.synthetic import SyntheticBackend
 from runtimeproxy.app import Proxy
+from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
+
+from adminkit import http_get
 
 
 def ctl(proxy: Proxy, *args: str) -> tuple[int, str]:
@@ -437,3 +440,43 @@ def test_status_shows_a_plugin_whose_socket_nobody_serves_as_unreachable(operate
                                           "every call fails until the plugin serves it")
     _, table = ctl(operated, "status")
     assert f"  UNREACHABLE: {plugin['endpoint_problem']}" in table
+
+
+def test_status_and_metrics_list_containers_created_without_a_plugin_failing_under_ignore(
+        operated: Proxy, synthetic: SyntheticBackend) -> None:
+    """The plugin is down under Ignore: the container is created without its answer; status (and the trace's
+    result) say so until the container is removed."""
+    register_plugin(operated, "koordlet.json", policy="Ignore")
+    wait_for(operated, lambda s: len(s["plugins"]) == 1)
+    create, remove = "/runtime.v1.RuntimeService/CreateContainer", "/runtime.v1.RuntimeService/RemoveContainer"
+
+    async def created(request: bytes, context: object) -> bytes:
+        return cri.CreateContainerResponse(container_id="c-missed-0123456789").SerializeToString()
+
+    synthetic.unary[create] = created
+    request = cri.CreateContainerRequest(pod_sandbox_id="p1", config=cri.ContainerConfig(
+        metadata=cri.ContainerMetadata(name="app")), sandbox_config=cri.PodSandboxConfig(
+        metadata=cri.PodSandboxMetadata(name="web", namespace="default", uid="u1")))
+    with open_channel(operated.options.listen_path) as channel:
+        channel.unary_unary(create)(request.SerializeToString(), timeout=10)
+        code, out = ctl(operated, "status", "-o", "json")
+        missed = json.loads(out)["missed_plugins"]
+        assert int(missed["count"]) == 1
+        (entry,) = missed["newest"]
+        # (the pod's name is the synthetic backend's: the lifecycle tests check it)
+        assert (entry["id"], entry["container"], entry["hook"], entry["plugins"]) == (
+            "c-missed-0123456789", "app", "PreCreateContainer", ["koordlet.json"])
+        code, table = ctl(operated, "status")
+        assert "MISSED PLUGINS  1 pods and containers were created without the answer" in table
+        assert "c-missed-0123" in table and "koordlet.json" in table
+        _, text = http_get(operated, "/metrics")
+        assert 'runtimeproxy_objects_missing_plugin{plugin="koordlet.json"} 1.0' in text
+        assert "runtimeproxy_objects_missed_plugin_total 1.0" in text
+        code, trace = ctl(operated, "trace", "c-missed-0123456789")
+        assert "without the answer of koordlet.json (policy Ignore: not re-applied)" in trace
+        channel.unary_unary(remove)(cri.RemoveContainerRequest(container_id="c-missed-0123456789")
+                                    .SerializeToString(), timeout=10)
+    code, out = ctl(operated, "status", "-o", "json")
+    missed = json.loads(out)["missed_plugins"]
+    assert int(missed["count"]) == 0 and missed["newest"] == []
+    assert "MISSED PLUGINS" not in ctl(operated, "status")[1]

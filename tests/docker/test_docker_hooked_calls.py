@@ -17,6 +17,9 @@ from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, Upstre
 from runtimeproxy.docker.runtime import DockerRuntime
 from runtimeproxy.docker.routes import hooked_route
 from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.journal import (
+    CREATE_CONTAINER, JOURNAL_FILE_NAME, START_CONTAINER, CallJournal, InFlight, read_open_entries,
+)
 from runtimeproxy.hooks.store import PodRecord
 from rplab.loop import LoopThread
 from runtimeproxy.options import ProxyOptions
@@ -192,3 +195,30 @@ def test_the_store_rebuild_from_dockerd_never_overwrites_what_a_call_recorded(do
     pod, container = store.pod("s-1"), store.container("c-1")
     assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
     assert container is not None and container.pod_id == "s-1" and dict(container.info.container_envs) == {"A": "1"}
+
+
+def test_a_container_create_and_start_are_journaled_until_their_answer(docker_bench: Bench) -> None:
+    """Docker mode's calls in flight, for the next proxy after a crash (hooks.journal): begun once the pre-hooks
+    let the call through, ended in after() before cri-dockerd gets the answer, or at a pre-hook's failure."""
+    state = docker_bench.base / "state"
+    state.mkdir()
+    journal = docker_bench.service.journal = CallJournal(state)
+    journal.start()
+    path = state / JOURNAL_FILE_NAME
+    create = docker_bench.call(b"POST", CONTAINER_CREATE)
+    docker_bench.before(create, CONTAINER_BODY)
+    assert read_open_entries(path) == [InFlight(CREATE_CONTAINER, "s-unknown", "app", 0)]
+    docker_bench.after(create, 201, b'{"Id":"c-1"}')
+    start = docker_bench.call(b"POST", b"/v1.41/containers/c-1/start")
+    docker_bench.before(start, {})
+    assert read_open_entries(path) == [InFlight(START_CONTAINER, container_id="c-1")]
+    docker_bench.after(start, 204)
+    assert read_open_entries(path) == []
+
+    async def refuse(request: hooks.ContainerResourceHookRequest, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "not on this node")
+
+    docker_bench.plugin(ScriptedPlugin({"PreStartContainer": refuse}), ("PreStartContainer",), policy="Fail")
+    outcome = docker_bench.before(docker_bench.call(b"POST", b"/v1.41/containers/c-1/start"), {})
+    assert isinstance(outcome, ErrorReply) and read_open_entries(path) == []
+    journal.close()

@@ -59,7 +59,8 @@ def test_trace_shows_each_plugins_changes_a_shadow_a_collision_and_a_refusal(
     assert "differs from applied: container_resources.cpu_shares: applied 1024, shadow 2048" in text
     assert ("COLLISION container_resources.cpu_shares: 10-cpu.json set 512, 20-mem.json set 1024; "
             "20-mem.json wins") in text
-    assert "=> sent to the runtime:\n" in text and "       container_resources.cpu_shares: 0 -> 1024\n" in text
+    assert "=> sent to the runtime without the answer of 30-bad.json (policy Ignore: not re-applied):\n" in text
+    assert "       container_resources.cpu_shares: 0 -> 1024\n" in text
     assert "both set container_resources.cpu_shares" in lab.proxy.log_path.read_text()
 
     code, as_json = runtimeproxyctl(lab, "trace", pod_id, "-o", "json")

@@ -67,7 +67,8 @@ def test_a_chain_is_traced_plugin_by_plugin(chain: PluginBench, caplog: pytest.L
     [collision] = entry.collisions
     assert (collision.field, collision.earlier_plugin, collision.later_plugin) == (
         "container_resources.cpu_shares", "10-a.json", "20-b.json")
-    assert entry.result == "sent to the runtime"
+    # The refused plugin's answer is missing from what was sent, and the entry says so (shadows never miss).
+    assert entry.result == "sent to the runtime without the answer of 30-bad.json (policy Ignore: not re-applied)"
     assert "container_resources.cpu_shares: 2 -> 700" in map(str, entry.sent_changes)
     collision_lines = [r.getMessage() for r in caplog.records if "both set" in r.getMessage()]
     assert collision_lines == ["plugins 10-a.json and 20-b.json both set container_resources.cpu_shares on "

@@ -18,7 +18,9 @@ from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, PodResize, Subject
+from runtimeproxy.hooks.journal import CallJournal
 from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
+from runtimeproxy.hooks.missed import MissedPlugins
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
@@ -41,6 +43,10 @@ class Backend:
     async def remove_sandbox(self, pod_id: str) -> None:
         self.removed.append(pod_id)
 
+    async def remove_container(self, container_id: str) -> None:
+        self.removed.append(container_id)
+        self.containers.pop(container_id, None)
+
     async def list_objects(self) -> Listing:
         return Listing(list(self.pods), {cid: record.pod_id for cid, record in self.containers.items()})
 
@@ -61,6 +67,9 @@ class Core:
     store: Store = field(default_factory=Store)
     skip: SkipRule = field(default_factory=lambda: SKIP)
     extra: ExtraPlugins = NO_EXTRA_PLUGINS
+    missed: MissedPlugins = field(default_factory=MissedPlugins)
+    journal: CallJournal = field(default_factory=lambda: CallJournal(None))
+    resumer: object = None
 
     def use_runtime(self, runtime: Backend, pod_labels: Mapping[str, str] | None = None) -> HookContext:
         return HookContext(self.store, runtime, self.skip, pod_labels)  # type: ignore[arg-type]
@@ -528,3 +537,38 @@ def test_records_of_pods_carry_the_labels_the_frontend_s_runtime_adds(core: Poin
         record = core.run(points.context.pod(pod_id))
         assert record is not None and record.labels()["io.cri-containerd.kind"] == "sandbox"
         assert "io.cri-containerd.kind" not in record.info.labels  # never in what hook plugins are sent
+
+
+# --- plugins missed under Ignore ----------------------------------------------------------------------
+
+
+def test_a_pod_and_a_container_created_while_a_plugin_is_down_are_noted_until_removed(core: Points) -> None:
+    """Under Ignore a dead plugin's answer is missing from what the runtime created: noted per object (for
+    status and the metrics), with the hook and the plugin, and forgotten with the object."""
+    core.bench.register("10-down.json", core.bench.socket("nobody"), ["PreRunPodSandbox", "PreCreateContainer"])
+    core.plugin({}, ["PreCreateContainer"])  # 11-p.json answers: it is not missed
+    run = core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
+    assert run.missed == ("10-down.json",)
+    core.run(core.points.pod_sandbox_ran("p1", run))
+    creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
+    assert creation.missed == ("10-down.json",)
+    core.run(core.points.container_created("c1", creation))
+    missed = core.core.missed
+    assert len(missed) == 2 and missed.by_plugin() == {"10-down.json": 2}
+    newest, pod = missed.newest()
+    assert (newest.object_id, newest.pod_id, newest.container, newest.hook, newest.plugins) == (
+        "c1", "p1", "app", "PreCreateContainer", ("10-down.json",))
+    assert (pod.object_id, pod.container, pod.hook) == ("p1", "", "PreRunPodSandbox")
+    assert newest.pod == f"{pod_request().pod_meta.namespace}/{pod_request().pod_meta.name}"
+    core.run(core.points.container_removed("c1"))
+    assert [m.object_id for m in missed.newest()] == ["p1"]
+    core.run(core.points.pod_sandbox_removed("p1"))
+    assert len(missed) == 0 and missed.noted_total == 2
+
+
+def test_a_failing_plugin_in_shadow_is_never_noted_as_missed(core: Points) -> None:
+    core.bench.register("10-trial.json", core.bench.socket("nobody"), ["PreCreateContainer"], "Ignore",
+                        shadow=True)
+    creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
+    core.run(core.points.container_created("c1", creation))
+    assert creation.missed == () and len(core.core.missed) == 0

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'admin/runtimeproxy/admin/v1/admin.proto\x12\x15runtimeproxy.admin.v1\"\x0f\n\rStatusRequest\"\xcd\x04\n\x0eStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x02 \x01(\x01\x12\x36\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32$.runtimeproxy.admin.v1.BackendStatus\x12\x34\n\x07plugins\x18\x04 \x03(\x0b\x32#.runtimeproxy.admin.v1.PluginStatus\x12\x31\n\x05store\x18\x05 \x01(\x0b\x32\".runtimeproxy.admin.v1.StoreStatus\x12.\n\x07toggles\x18\x06 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\x19\n\x11plugin_config_dir\x18\x07 \x01(\t\x12!\n\x19plugin_config_dir_problem\x18\x08 \x01(\t\x12\x17\n\x0flisten_endpoint\x18\t \x01(\t\x12\x14\n\x0c\x62\x61\x63kend_mode\x18\n \x01(\t\x12\x16\n\x0e\x61\x64min_endpoint\x18\x0b \x01(\t\x12\x11\n\tstate_dir\x18\x0c \x01(\t\x12\x17\n\x0fmetrics_address\x18\r \x01(\t\x12;\n\x0bnri_plugins\x18\x0e \x03(\x0b\x32&.runtimeproxy.admin.v1.NriPluginStatus\x12\x14\n\x0cnri_endpoint\x18\x0f \x01(\t\x12=\n\x0fshadow_settings\x18\x10 \x03(\x0b\x32$.runtimeproxy.admin.v1.ShadowSetting\"\xfe\x01\n\x0fNriPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0btoggle_name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x65vents\x18\x04 \x03(\t\x12$\n\x1c\x63onnected_since_unix_seconds\x18\x05 \x01(\x01\x12\x13\n\x0bnri_version\x18\x06 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x07 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x08 \x01(\t\x12\x35\n\x0b\x65vent_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\x12\x0e\n\x06shadow\x18\n \x01(\x08\"\x82\x01\n\rBackendStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x11\n\treachable\x18\x03 \x01(\x08\x12\x14\n\x0cruntime_name\x18\x04 \x01(\t\x12\x17\n\x0fruntime_version\x18\x05 \x01(\t\x12\x0f\n\x07problem\x18\x06 \x01(\t\"\xc1\x02\n\x0cPluginStatus\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x16\n\x0e\x66\x61ilure_policy\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\r\n\x05hooks\x18\x05 \x03(\t\x12\x0f\n\x07\x65nabled\x18\x06 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x07 \x01(\t\x12\x16\n\x0e\x63onfig_problem\x18\x08 \x01(\t\x12\x34\n\nhook_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\x12\x17\n\x0f\x63onfig_warnings\x18\n \x03(\t\x12\x0e\n\x06shadow\x18\x0b \x01(\x08\x12\x16\n\x0eshadow_setting\x18\x0c \x01(\t\x12\x18\n\x10\x65ndpoint_problem\x18\r \x01(\t\"\xe0\x01\n\tHookStats\x12\x0c\n\x04hook\x18\x01 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x02 \x01(\x08\x12\r\n\x05\x63\x61lls\x18\x03 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\x04 \x01(\x04\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x1f\n\x17last_error_unix_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bp50_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bp99_seconds\x18\x08 \x01(\x01\x12\x16\n\x0eshadow_changes\x18\t \x01(\x04\x12\x1c\n\x14shadow_disagreements\x18\n \x01(\x04\"/\n\x0bStoreStatus\x12\x0c\n\x04pods\x18\x01 \x01(\x04\x12\x12\n\ncontainers\x18\x02 \x01(\x04\"\x89\x01\n\x06Toggle\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1a\n\x12since_unix_seconds\x18\x04 \x01(\x01\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12\x0e\n\x06staged\x18\x06 \x01(\x08\x12\x14\n\x0c\x65xcept_hooks\x18\x07 \x03(\t\"j\n\rToggleRequest\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0b\n\x03\x61ll\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\r\n\x05stage\x18\x05 \x01(\x08\x12\x0e\n\x06\x61uthor\x18\x06 \x01(\t\"O\n\x0eToggleResponse\x12.\n\x07toggles\x18\x01 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\r\n\x05notes\x18\x02 \x03(\t\"\x1b\n\x0cTraceRequest\x12\x0b\n\x03pod\x18\x01 \x01(\t\"\x80\x02\n\rTraceResponse\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\x12\x10\n\x08pod_name\x18\x03 \x01(\t\x12\x13\n\x0bsandbox_ids\x18\x04 \x03(\t\x12:\n\ncontainers\x18\x05 \x03(\x0b\x32&.runtimeproxy.admin.v1.TracedContainer\x12\x32\n\x07\x65ntries\x18\x06 \x03(\x0b\x32!.runtimeproxy.admin.v1.TraceEntry\x12\x17\n\x0f\x64ropped_entries\x18\x07 \x01(\x04\x12\x17\n\x0f\x65ntries_per_pod\x18\x08 \x01(\r\"+\n\x0fTracedContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x82\x02\n\nTraceEntry\x12\x14\n\x0cunix_seconds\x18\x01 \x01(\x01\x12\x0c\n\x04hook\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x0f\n\x07request\x18\x04 \x01(\t\x12/\n\x05steps\x18\x05 \x03(\x0b\x32 .runtimeproxy.admin.v1.TraceStep\x12\x34\n\ncollisions\x18\x06 \x03(\x0b\x32 .runtimeproxy.admin.v1.Collision\x12\x0e\n\x06result\x18\x07 \x01(\t\x12\x38\n\x0csent_changes\x18\x08 \x03(\x0b\x32\".runtimeproxy.admin.v1.FieldChange\"\xe4\x01\n\tTraceStep\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0e\n\x06shadow\x18\x03 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\x12\x17\n\x0flatency_seconds\x18\x06 \x01(\x01\x12\x33\n\x07\x63hanges\x18\x07 \x03(\x0b\x32\".runtimeproxy.admin.v1.FieldChange\x12\x39\n\rdisagreements\x18\x08 \x03(\x0b\x32\".runtimeproxy.admin.v1.FieldChange\";\n\x0b\x46ieldChange\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0e\n\x06\x62\x65\x66ore\x18\x02 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x03 \x01(\t\"t\n\tCollision\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x16\n\x0e\x65\x61rlier_plugin\x18\x02 \x01(\t\x12\x15\n\rearlier_value\x18\x03 \x01(\t\x12\x14\n\x0clater_plugin\x18\x04 \x01(\t\x12\x13\n\x0blater_value\x18\x05 \x01(\t\">\n\rShadowRequest\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\x08\"W\n\x0eShadowResponse\x12\x36\n\x08settings\x18\x01 \x03(\x0b\x32$.runtimeproxy.admin.v1.ShadowSetting\x12\r\n\x05notes\x18\x02 \x03(\t\"k\n\rShadowSetting\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06shadow\x18\x02 \x01(\x08\x12\x1a\n\x12since_unix_seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x61uthor\x18\x04 \x01(\t\x12\x0e\n\x06staged\x18\x05 \x01(\x08\x32\x91\x04\n\x05\x41\x64min\x12U\n\x06Status\x12$.runtimeproxy.admin.v1.StatusRequest\x1a%.runtimeproxy.admin.v1.StatusResponse\x12V\n\x07\x44isable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponse\x12U\n\x06\x45nable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponse\x12R\n\x05Trace\x12#.runtimeproxy.admin.v1.TraceRequest\x1a$.runtimeproxy.admin.v1.TraceResponse\x12U\n\x06Shadow\x12$.runtimeproxy.admin.v1.ShadowRequest\x1a%.runtimeproxy.admin.v1.ShadowResponse\x12W\n\x08Unshadow\x12$.runtimeproxy.admin.v1.ShadowRequest\x1a%.runtimeproxy.admin.v1.ShadowResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'admin/runtimeproxy/admin/v1/admin.proto\x12\x15runtimeproxy.admin.v1\"\x0f\n\rStatusRequest\"\xca\x05\n\x0eStatusResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x16\n\x0euptime_seconds\x18\x02 \x01(\x01\x12\x36\n\x08\x62\x61\x63kends\x18\x03 \x03(\x0b\x32$.runtimeproxy.admin.v1.BackendStatus\x12\x34\n\x07plugins\x18\x04 \x03(\x0b\x32#.runtimeproxy.admin.v1.PluginStatus\x12\x31\n\x05store\x18\x05 \x01(\x0b\x32\".runtimeproxy.admin.v1.StoreStatus\x12.\n\x07toggles\x18\x06 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\x19\n\x11plugin_config_dir\x18\x07 \x01(\t\x12!\n\x19plugin_config_dir_problem\x18\x08 \x01(\t\x12\x17\n\x0flisten_endpoint\x18\t \x01(\t\x12\x14\n\x0c\x62\x61\x63kend_mode\x18\n \x01(\t\x12\x16\n\x0e\x61\x64min_endpoint\x18\x0b \x01(\t\x12\x11\n\tstate_dir\x18\x0c \x01(\t\x12\x17\n\x0fmetrics_address\x18\r \x01(\t\x12;\n\x0bnri_plugins\x18\x0e \x03(\x0b\x32&.runtimeproxy.admin.v1.NriPluginStatus\x12\x14\n\x0cnri_endpoint\x18\x0f \x01(\t\x12=\n\x0fshadow_settings\x18\x10 \x03(\x0b\x32$.runtimeproxy.admin.v1.ShadowSetting\x12<\n\x0emissed_plugins\x18\x11 \x01(\x0b\x32$.runtimeproxy.admin.v1.MissedPlugins\x12=\n\x0ereconciliation\x18\x12 \x01(\x0b\x32%.runtimeproxy.admin.v1.Reconciliation\"S\n\rMissedPlugins\x12\r\n\x05\x63ount\x18\x01 \x01(\x04\x12\x33\n\x06newest\x18\x02 \x03(\x0b\x32#.runtimeproxy.admin.v1.MissedPlugin\"o\n\x0cMissedPlugin\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x0c\n\x04hook\x18\x04 \x01(\t\x12\x0f\n\x07plugins\x18\x05 \x03(\t\x12\x14\n\x0cunix_seconds\x18\x06 \x01(\x01\"\x9a\x01\n\x0eReconciliation\x12\x19\n\x11interrupted_calls\x18\x01 \x01(\x04\x12\x0f\n\x07removed\x18\x02 \x01(\x04\x12\x14\n\x0cpost_started\x18\x03 \x01(\x04\x12\x0c\n\x04left\x18\x04 \x01(\x04\x12\x11\n\tnot_found\x18\x05 \x01(\x04\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\x12\x17\n\x0fjournal_problem\x18\x07 \x01(\t\"\xfe\x01\n\x0fNriPluginStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0btoggle_name\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06\x65vents\x18\x04 \x03(\t\x12$\n\x1c\x63onnected_since_unix_seconds\x18\x05 \x01(\x01\x12\x13\n\x0bnri_version\x18\x06 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x07 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x08 \x01(\t\x12\x35\n\x0b\x65vent_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\x12\x0e\n\x06shadow\x18\n \x01(\x08\"\x82\x01\n\rBackendStatus\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x11\n\treachable\x18\x03 \x01(\x08\x12\x14\n\x0cruntime_name\x18\x04 \x01(\t\x12\x17\n\x0fruntime_version\x18\x05 \x01(\t\x12\x0f\n\x07problem\x18\x06 \x01(\t\"\xc1\x02\n\x0cPluginStatus\x12\x0c\n\x04\x66ile\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x16\n\x0e\x66\x61ilure_policy\x18\x03 \x01(\t\x12\x17\n\x0ftimeout_seconds\x18\x04 \x01(\x01\x12\r\n\x05hooks\x18\x05 \x03(\t\x12\x0f\n\x07\x65nabled\x18\x06 \x01(\x08\x12\x17\n\x0f\x64isabled_reason\x18\x07 \x01(\t\x12\x16\n\x0e\x63onfig_problem\x18\x08 \x01(\t\x12\x34\n\nhook_stats\x18\t \x03(\x0b\x32 .runtimeproxy.admin.v1.HookStats\x12\x17\n\x0f\x63onfig_warnings\x18\n \x03(\t\x12\x0e\n\x06shadow\x18\x0b \x01(\x08\x12\x16\n\x0eshadow_setting\x18\x0c \x01(\t\x12\x18\n\x10\x65ndpoint_problem\x18\r \x01(\t\"\xe0\x01\n\tHookStats\x12\x0c\n\x04hook\x18\x01 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x02 \x01(\x08\x12\r\n\x05\x63\x61lls\x18\x03 \x01(\x04\x12\x10\n\x08\x66\x61ilures\x18\x04 \x01(\x04\x12\x12\n\nlast_error\x18\x05 \x01(\t\x12\x1f\n\x17last_error_unix_seconds\x18\x06 \x01(\x01\x12\x13\n\x0bp50_seconds\x18\x07 \x01(\x01\x12\x13\n\x0bp99_seconds\x18\x08 \x01(\x01\x12\x16\n\x0eshadow_changes\x18\t \x01(\x04\x12\x1c\n\x14shadow_disagreements\x18\n \x01(\x04\"/\n\x0bStoreStatus\x12\x0c\n\x04pods\x18\x01 \x01(\x04\x12\x12\n\ncontainers\x18\x02 \x01(\x04\"\x89\x01\n\x06Toggle\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1a\n\x12since_unix_seconds\x18\x04 \x01(\x01\x12\x0e\n\x06\x61uthor\x18\x05 \x01(\t\x12\x0e\n\x06staged\x18\x06 \x01(\x08\x12\x14\n\x0c\x65xcept_hooks\x18\x07 \x03(\t\"j\n\rToggleRequest\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\r\n\x05hooks\x18\x02 \x03(\t\x12\x0b\n\x03\x61ll\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\r\n\x05stage\x18\x05 \x01(\x08\x12\x0e\n\x06\x61uthor\x18\x06 \x01(\t\"O\n\x0eToggleResponse\x12.\n\x07toggles\x18\x01 \x03(\x0b\x32\x1d.runtimeproxy.admin.v1.Toggle\x12\r\n\x05notes\x18\x02 \x03(\t\"\x1b\n\x0cTraceRequest\x12\x0b\n\x03pod\x18\x01 \x01(\t\"\x80\x02\n\rTraceResponse\x12\x0f\n\x07pod_uid\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\x12\x10\n\x08pod_name\x18\x03 \x01(\t\x12\x13\n\x0bsandbox_ids\x18\x04 \x03(\t\x12:\n\ncontainers\x18\x05 \x03(\x0b\x32&.runtimeproxy.admin.v1.TracedContainer\x12\x32\n\x07\x65ntries\x18\x06 \x03(\x0b\x32!.runtimeproxy.admin.v1.TraceEntry\x12\x17\n\x0f\x64ropped_entries\x18\x07 \x01(\x04\x12\x17\n\x0f\x65ntries_per_pod\x18\x08 \x01(\r\"+\n\x0fTracedContainer\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x82\x02\n\nTraceEntry\x12\x14\n\x0cunix_seconds\x18\x01 \x01(\x01\x12\x0c\n\x04hook\x18\x02 \x01(\t\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\x0f\n\x07request\x18\x04 \x01(\t\x12/\n\x05steps\x18\x05 \x03(\x0b\x32 .runtimeproxy.admin.v1.TraceStep\x12\x34\n\ncollisions\x18\x06 \x03(\x0b\x32 .runtimeproxy.admin.v1.Collision\x12\x0e\n\x06result\x18\x07 \x01(\t\x12\x38\n\x0csent_changes\x18\x08 \x03(\x0b\x32\".runtimeproxy.admin.v1.FieldChange\"\xe4\x01\n\tTraceStep\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x0e\n\x06shadow\x18\x03 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x05 \x01(\t\x12\x17\n\x0flatency_seconds\x18\x06 \x01(\x01\x12\x33\n\x07\x63hanges\x18\x07 \x03(\x0b\x32\".runtimeproxy.admin.v1.FieldChange\x12\x39\n\rdisagreements\x18\x08 \x03(\x0b\x32\".runtimeproxy.admin.v1.FieldChange\";\n\x0b\x46ieldChange\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0e\n\x06\x62\x65\x66ore\x18\x02 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x03 \x01(\t\"t\n\tCollision\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x16\n\x0e\x65\x61rlier_plugin\x18\x02 \x01(\t\x12\x15\n\rearlier_value\x18\x03 \x01(\t\x12\x14\n\x0clater_plugin\x18\x04 \x01(\t\x12\x13\n\x0blater_value\x18\x05 \x01(\t\">\n\rShadowRequest\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06\x61uthor\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\x08\"W\n\x0eShadowResponse\x12\x36\n\x08settings\x18\x01 \x03(\x0b\x32$.runtimeproxy.admin.v1.ShadowSetting\x12\r\n\x05notes\x18\x02 \x03(\t\"k\n\rShadowSetting\x12\x0e\n\x06plugin\x18\x01 \x01(\t\x12\x0e\n\x06shadow\x18\x02 \x01(\x08\x12\x1a\n\x12since_unix_seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x61uthor\x18\x04 \x01(\t\x12\x0e\n\x06staged\x18\x05 \x01(\x08\x32\x91\x04\n\x05\x41\x64min\x12U\n\x06Status\x12$.runtimeproxy.admin.v1.StatusRequest\x1a%.runtimeproxy.admin.v1.StatusResponse\x12V\n\x07\x44isable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponse\x12U\n\x06\x45nable\x12$.runtimeproxy.admin.v1.ToggleRequest\x1a%.runtimeproxy.admin.v1.ToggleResponse\x12R\n\x05Trace\x12#.runtimeproxy.admin.v1.TraceRequest\x1a$.runtimeproxy.admin.v1.TraceResponse\x12U\n\x06Shadow\x12$.runtimeproxy.admin.v1.ShadowRequest\x1a%.runtimeproxy.admin.v1.ShadowResponse\x12W\n\x08Unshadow\x12$.runtimeproxy.admin.v1.ShadowRequest\x1a%.runtimeproxy.admin.v1.ShadowResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,43 +34,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREQUEST']._serialized_start=66
   _globals['_STATUSREQUEST']._serialized_end=81
   _globals['_STATUSRESPONSE']._serialized_start=84
-  _globals['_STATUSRESPONSE']._serialized_end=673
-  _globals['_NRIPLUGINSTATUS']._serialized_start=676
-  _globals['_NRIPLUGINSTATUS']._serialized_end=930
-  _globals['_BACKENDSTATUS']._serialized_start=933
-  _globals['_BACKENDSTATUS']._serialized_end=1063
-  _globals['_PLUGINSTATUS']._serialized_start=1066
-  _globals['_PLUGINSTATUS']._serialized_end=1387
-  _globals['_HOOKSTATS']._serialized_start=1390
-  _globals['_HOOKSTATS']._serialized_end=1614
-  _globals['_STORESTATUS']._serialized_start=1616
-  _globals['_STORESTATUS']._serialized_end=1663
-  _globals['_TOGGLE']._serialized_start=1666
-  _globals['_TOGGLE']._serialized_end=1803
-  _globals['_TOGGLEREQUEST']._serialized_start=1805
-  _globals['_TOGGLEREQUEST']._serialized_end=1911
-  _globals['_TOGGLERESPONSE']._serialized_start=1913
-  _globals['_TOGGLERESPONSE']._serialized_end=1992
-  _globals['_TRACEREQUEST']._serialized_start=1994
-  _globals['_TRACEREQUEST']._serialized_end=2021
-  _globals['_TRACERESPONSE']._serialized_start=2024
-  _globals['_TRACERESPONSE']._serialized_end=2280
-  _globals['_TRACEDCONTAINER']._serialized_start=2282
-  _globals['_TRACEDCONTAINER']._serialized_end=2325
-  _globals['_TRACEENTRY']._serialized_start=2328
-  _globals['_TRACEENTRY']._serialized_end=2586
-  _globals['_TRACESTEP']._serialized_start=2589
-  _globals['_TRACESTEP']._serialized_end=2817
-  _globals['_FIELDCHANGE']._serialized_start=2819
-  _globals['_FIELDCHANGE']._serialized_end=2878
-  _globals['_COLLISION']._serialized_start=2880
-  _globals['_COLLISION']._serialized_end=2996
-  _globals['_SHADOWREQUEST']._serialized_start=2998
-  _globals['_SHADOWREQUEST']._serialized_end=3060
-  _globals['_SHADOWRESPONSE']._serialized_start=3062
-  _globals['_SHADOWRESPONSE']._serialized_end=3149
-  _globals['_SHADOWSETTING']._serialized_start=3151
-  _globals['_SHADOWSETTING']._serialized_end=3258
-  _globals['_ADMIN']._serialized_start=3261
-  _globals['_ADMIN']._serialized_end=3790
+  _globals['_STATUSRESPONSE']._serialized_end=798
+  _globals['_MISSEDPLUGINS']._serialized_start=800
+  _globals['_MISSEDPLUGINS']._serialized_end=883
+  _globals['_MISSEDPLUGIN']._serialized_start=885
+  _globals['_MISSEDPLUGIN']._serialized_end=996
+  _globals['_RECONCILIATION']._serialized_start=999
+  _globals['_RECONCILIATION']._serialized_end=1153
+  _globals['_NRIPLUGINSTATUS']._serialized_start=1156
+  _globals['_NRIPLUGINSTATUS']._serialized_end=1410
+  _globals['_BACKENDSTATUS']._serialized_start=1413
+  _globals['_BACKENDSTATUS']._serialized_end=1543
+  _globals['_PLUGINSTATUS']._serialized_start=1546
+  _globals['_PLUGINSTATUS']._serialized_end=1867
+  _globals['_HOOKSTATS']._serialized_start=1870
+  _globals['_HOOKSTATS']._serialized_end=2094
+  _globals['_STORESTATUS']._serialized_start=2096
+  _globals['_STORESTATUS']._serialized_end=2143
+  _globals['_TOGGLE']._serialized_start=2146
+  _globals['_TOGGLE']._serialized_end=2283
+  _globals['_TOGGLEREQUEST']._serialized_start=2285
+  _globals['_TOGGLEREQUEST']._serialized_end=2391
+  _globals['_TOGGLERESPONSE']._serialized_start=2393
+  _globals['_TOGGLERESPONSE']._serialized_end=2472
+  _globals['_TRACEREQUEST']._serialized_start=2474
+  _globals['_TRACEREQUEST']._serialized_end=2501
+  _globals['_TRACERESPONSE']._serialized_start=2504
+  _globals['_TRACERESPONSE']._serialized_end=2760
+  _globals['_TRACEDCONTAINER']._serialized_start=2762
+  _globals['_TRACEDCONTAINER']._serialized_end=2805
+  _globals['_TRACEENTRY']._serialized_start=2808
+  _globals['_TRACEENTRY']._serialized_end=3066
+  _globals['_TRACESTEP']._serialized_start=3069
+  _globals['_TRACESTEP']._serialized_end=3297
+  _globals['_FIELDCHANGE']._serialized_start=3299
+  _globals['_FIELDCHANGE']._serialized_end=3358
+  _globals['_COLLISION']._serialized_start=3360
+  _globals['_COLLISION']._serialized_end=3476
+  _globals['_SHADOWREQUEST']._serialized_start=3478
+  _globals['_SHADOWREQUEST']._serialized_end=3540
+  _globals['_SHADOWRESPONSE']._serialized_start=3542
+  _globals['_SHADOWRESPONSE']._serialized_end=3629
+  _globals['_SHADOWSETTING']._serialized_start=3631
+  _globals['_SHADOWSETTING']._serialized_end=3738
+  _globals['_ADMIN']._serialized_start=3741
+  _globals['_ADMIN']._serialized_end=4270
 # @@protoc_insertion_point(module_scope)

@@ -11,7 +11,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address", "nri_plugins", "nri_endpoint", "shadow_settings")
+    __slots__ = ("version", "uptime_seconds", "backends", "plugins", "store", "toggles", "plugin_config_dir", "plugin_config_dir_problem", "listen_endpoint", "backend_mode", "admin_endpoint", "state_dir", "metrics_address", "nri_plugins", "nri_endpoint", "shadow_settings", "missed_plugins", "reconciliation")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,8 @@ class StatusResponse(_message.Message):
     NRI_PLUGINS_FIELD_NUMBER: _ClassVar[int]
     NRI_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     SHADOW_SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    MISSED_PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    RECONCILIATION_FIELD_NUMBER: _ClassVar[int]
     version: str
     uptime_seconds: float
     backends: _containers.RepeatedCompositeFieldContainer[BackendStatus]
@@ -44,7 +46,51 @@ class StatusResponse(_message.Message):
     nri_plugins: _containers.RepeatedCompositeFieldContainer[NriPluginStatus]
     nri_endpoint: str
     shadow_settings: _containers.RepeatedCompositeFieldContainer[ShadowSetting]
-    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ..., nri_plugins: _Optional[_Iterable[_Union[NriPluginStatus, _Mapping]]] = ..., nri_endpoint: _Optional[str] = ..., shadow_settings: _Optional[_Iterable[_Union[ShadowSetting, _Mapping]]] = ...) -> None: ...
+    missed_plugins: MissedPlugins
+    reconciliation: Reconciliation
+    def __init__(self, version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., backends: _Optional[_Iterable[_Union[BackendStatus, _Mapping]]] = ..., plugins: _Optional[_Iterable[_Union[PluginStatus, _Mapping]]] = ..., store: _Optional[_Union[StoreStatus, _Mapping]] = ..., toggles: _Optional[_Iterable[_Union[Toggle, _Mapping]]] = ..., plugin_config_dir: _Optional[str] = ..., plugin_config_dir_problem: _Optional[str] = ..., listen_endpoint: _Optional[str] = ..., backend_mode: _Optional[str] = ..., admin_endpoint: _Optional[str] = ..., state_dir: _Optional[str] = ..., metrics_address: _Optional[str] = ..., nri_plugins: _Optional[_Iterable[_Union[NriPluginStatus, _Mapping]]] = ..., nri_endpoint: _Optional[str] = ..., shadow_settings: _Optional[_Iterable[_Union[ShadowSetting, _Mapping]]] = ..., missed_plugins: _Optional[_Union[MissedPlugins, _Mapping]] = ..., reconciliation: _Optional[_Union[Reconciliation, _Mapping]] = ...) -> None: ...
+
+class MissedPlugins(_message.Message):
+    __slots__ = ("count", "newest")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    newest: _containers.RepeatedCompositeFieldContainer[MissedPlugin]
+    def __init__(self, count: _Optional[int] = ..., newest: _Optional[_Iterable[_Union[MissedPlugin, _Mapping]]] = ...) -> None: ...
+
+class MissedPlugin(_message.Message):
+    __slots__ = ("id", "pod", "container", "hook", "plugins", "unix_seconds")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    HOOK_FIELD_NUMBER: _ClassVar[int]
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    pod: str
+    container: str
+    hook: str
+    plugins: _containers.RepeatedScalarFieldContainer[str]
+    unix_seconds: float
+    def __init__(self, id: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ..., hook: _Optional[str] = ..., plugins: _Optional[_Iterable[str]] = ..., unix_seconds: _Optional[float] = ...) -> None: ...
+
+class Reconciliation(_message.Message):
+    __slots__ = ("interrupted_calls", "removed", "post_started", "left", "not_found", "done", "journal_problem")
+    INTERRUPTED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    POST_STARTED_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    NOT_FOUND_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    interrupted_calls: int
+    removed: int
+    post_started: int
+    left: int
+    not_found: int
+    done: bool
+    journal_problem: str
+    def __init__(self, interrupted_calls: _Optional[int] = ..., removed: _Optional[int] = ..., post_started: _Optional[int] = ..., left: _Optional[int] = ..., not_found: _Optional[int] = ..., done: _Optional[bool] = ..., journal_problem: _Optional[str] = ...) -> None: ...
 
 class NriPluginStatus(_message.Message):
     __slots__ = ("name", "toggle_name", "kind", "events", "connected_since_unix_seconds", "nri_version", "enabled", "disabled_reason", "event_stats", "shadow")
