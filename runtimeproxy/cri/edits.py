@@ -27,7 +27,7 @@ from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 RDT_CONTAINER_ANNOTATION = "io.kubernetes.cri.rdt-class"
 RDT_POD_ANNOTATION = "rdt.resources.beta.kubernetes.io/pod"
 RDT_POD_CONTAINER_PREFIX = "rdt.resources.beta.kubernetes.io/container."
-CARRIED = kinds.ALL_KINDS
+CARRIED = kinds.REQUEST_KINDS | kinds.MODEL_KINDS  # no Linux setting: a CRI request has no field for them
 M = TypeVar("M", bound=Message)
 
 _PROPAGATION = {cri.PROPAGATION_PRIVATE: PRIVATE, cri.PROPAGATION_HOST_TO_CONTAINER: SLAVE,
@@ -70,7 +70,7 @@ def container_edits(request: cri.CreateContainerRequest, argv: tuple[str, ...]) 
     """`argv` is the process_argv (the caller reads the image when the config has no command)."""
     config = request.config
     return ContainerEdits(argv, tuple(bind_mount(m) for m in config.mounts),
-                          tuple(device(d) for d in config.devices), rdt_class(request), CARRIED)
+                          tuple(device(d) for d in config.devices), rdt_class(request), carries=CARRIED)
 
 
 def apply_edits(request: cri.CreateContainerRequest, edits: ContainerEdits, changed: frozenset[str]) -> None:

@@ -49,7 +49,8 @@ def test_mounts_devices_and_the_rdt_class_as_containerd_reads_them() -> None:
     assert container_edits(wire, ()).rdt_class == "bronze"
     wire.config.annotations[RDT_CONTAINER_ANNOTATION] = "gold"
     assert container_edits(wire, ()).rdt_class == "gold"  # the container annotation wins
-    assert container_edits(request(), ()).carries == frozenset({"args", "mounts", "devices", "rdt_class"})
+    assert container_edits(request(), ()).carries == frozenset(
+        {"args", "mounts", "devices", "rdt_class", "hugepage_limits", "unified"})  # no Linux setting
 
 
 def test_written_back_kept_entries_stay_as_they_were_and_new_ones_are_appended() -> None:
