@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -169,7 +170,8 @@ class Adjustments:
         for key in linux.sysctl:
             self._claim(plugin, f"sysctl {nri_edits.marked(key)[0]!r}")
         edits = nri_edits.apply_sysctls(edits, dict(linux.sysctl))
-        resources, settings = linux.resources, {}
+        resources = linux.resources
+        settings: dict[str, Any] = {}  # ContainerEdits field -> value (int, bool or str)
         if resources.HasField("pids"):
             settings["pids_limit"] = resources.pids.limit
         for wrapper, present, kind in (
