@@ -97,8 +97,10 @@ ROWS: tuple[Row, ...] = (
         "container's request has none", "`HostConfig.Sysctls` (dockerd refuses what the container's namespaces "
         "do not isolate)", ("linux.sysctl",)),
     Row("linux.seccomp_policy",
-        "refused: CRI names a profile (runtime default, unconfined, a `Localhost` file on the node), never a "
-        "policy; carrying it would mean the proxy writing and owning profile files (not done)",
+        "a `Localhost` profile: CRI names a profile, never a policy, so the policy (OCI's JSON) is written to a "
+        "file of the proxy's (`<state dir>/seccomp/`, removed once the create returned: containerd reads it "
+        "then) and `security_context.seccomp` points at it; refused for a privileged container (containerd "
+        "applies no seccomp to one) and with no state directory",
         "`HostConfig.SecurityOpt` `seccomp=<the policy as JSON>`, in place of the kubelet's", (
             "linux.seccomp_policy",)),
     Row("hooks (OCI hooks)", "refused: a CRI request has no field for them", "refused: nor has dockerd's API",

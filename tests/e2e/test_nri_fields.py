@@ -145,6 +145,9 @@ def test_each_field_on_containerd_lands_in_the_oci_spec_or_is_refused_naming_it(
             next(m for m in spec["mounts"] if m["destination"] == "/nri-etc").items()
         if "linux.devices" in carried:
             assert any(d["path"] == "/dev/fuse" for d in spec["linux"]["devices"])
+        assert spec["linux"]["seccomp"]["syscalls"] == [{"names": ["swapon"], "action": "SCMP_ACT_ERRNO",
+                                                          "errnoRet": 1}]
+        assert not any((lab.proxy.listen_path.parent / "state" / "seccomp").iterdir())  # the file is gone
         for path in CRI_APART:  # carried to containerd, which has no RDT here
             with pytest.raises(grpc.RpcError) as failed:
                 client.create_container(pod_id, client.container_config(container_name(path)), pod_config)

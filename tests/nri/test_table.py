@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.descriptor import Descriptor
 
-from runtimeproxy.cri.edits import CARRIED as CRI_CARRIED
+from runtimeproxy.cri.edits import CARRIED_WITH_PROFILES as CRI_CARRIED
 from runtimeproxy.docker.edits import CARRIED as DOCKER_CARRIED
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.nri.adjust import applied_at_creation
