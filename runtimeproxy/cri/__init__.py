@@ -3,6 +3,7 @@
 `server` (the listening server, health, reflection), `forwarding` and `methods` (the raw-bytes relay of any
 method, the method table), `backend`, `probe` and `limits` (channels to the runtime, its liveness, gRPC limits),
 `hooks` (the hooked calls: decode, ask the core, re-encode), `messages` and `edits` (CRI <-> hook model),
-`failures` (a hook failure as the kubelet reads it), `runtime` (the core's `Runtime`: `recovery`'s loaders,
+`failures` (a hook failure as the kubelet reads it), `seccomp` (an NRI plugin's seccomp policy as a
+profile file for one create), `runtime` (the core's `Runtime`: `recovery`'s loaders,
 `images`' argv, the proxy's own calls), `calls` and `report` (what the operator side reads).
 """

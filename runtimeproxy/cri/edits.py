@@ -12,10 +12,15 @@ Translation only, as containerd 1.6 reads the request:
             else the pod annotations `rdt.resources.beta.kubernetes.io/container.<name>`, then `.../pod`:
             read in that order, written as the container annotation (which wins). containerd refuses the
             create when RDT is not enabled on the node ("RDT disabled, refusing to set RDT class").
+  seccomp   read from security_context.seccomp (else the deprecated seccomp_profile_path) as containerd
+            names it: "runtime/default", "unconfined", "localhost/<path>". A plugin's policy is written as a
+            Localhost profile (cri.seccomp writes the file): carried only when the proxy has a directory for
+            the files and the container is not privileged (containerd applies no seccomp to a privileged one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -27,7 +32,10 @@ from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 RDT_CONTAINER_ANNOTATION = "io.kubernetes.cri.rdt-class"
 RDT_POD_ANNOTATION = "rdt.resources.beta.kubernetes.io/pod"
 RDT_POD_CONTAINER_PREFIX = "rdt.resources.beta.kubernetes.io/container."
-CARRIED = kinds.ALL_KINDS
+CARRIED = kinds.REQUEST_KINDS | kinds.MODEL_KINDS  # the Linux settings: no CRI field, but for seccomp
+CARRIED_WITH_PROFILES = CARRIED | {kinds.SECCOMP}  # when the proxy can write seccomp profile files
+_PROFILE_NAMES = {cri.SecurityProfile.RuntimeDefault: "runtime/default",
+                  cri.SecurityProfile.Unconfined: "unconfined", cri.SecurityProfile.Localhost: "localhost/"}
 M = TypeVar("M", bound=Message)
 
 _PROPAGATION = {cri.PROPAGATION_PRIVATE: PRIVATE, cri.PROPAGATION_HOST_TO_CONTAINER: SLAVE,
@@ -66,14 +74,30 @@ def rdt_class(request: cri.CreateContainerRequest) -> str | None:
     return None
 
 
-def container_edits(request: cri.CreateContainerRequest, argv: tuple[str, ...]) -> ContainerEdits:
-    """`argv` is the process_argv (the caller reads the image when the config has no command)."""
+def seccomp(config: cri.ContainerConfig) -> str | None:
+    """The container's seccomp profile as containerd names it (None: containerd's default)."""
+    context = config.linux.security_context
+    if context.HasField("seccomp"):
+        profile = context.seccomp
+        name = _PROFILE_NAMES.get(profile.profile_type, "")
+        return name + profile.localhost_ref if profile.profile_type == cri.SecurityProfile.Localhost else name
+    return context.seccomp_profile_path or None
+
+
+def container_edits(request: cri.CreateContainerRequest, argv: tuple[str, ...],
+                    profiles: bool = False) -> ContainerEdits:
+    """`argv` is the process_argv (the caller reads the image when the config has no command); `profiles`:
+    the proxy can write seccomp profile files."""
     config = request.config
+    carried = CARRIED_WITH_PROFILES if profiles and not config.linux.security_context.privileged else CARRIED
     return ContainerEdits(argv, tuple(bind_mount(m) for m in config.mounts),
-                          tuple(device(d) for d in config.devices), rdt_class(request), CARRIED)
+                          tuple(device(d) for d in config.devices), rdt_class(request), seccomp=seccomp(config),
+                          carries=carried)
 
 
-def apply_edits(request: cri.CreateContainerRequest, edits: ContainerEdits, changed: frozenset[str]) -> None:
+def apply_edits(request: cri.CreateContainerRequest, edits: ContainerEdits, changed: frozenset[str],
+                write_profile: Callable[[str], str] | None = None) -> None:
+    """`write_profile` writes a seccomp policy to a file and returns its path (cri.seccomp)."""
     config = request.config
     if kinds.ARGS in changed:
         del config.command[:], config.args[:]
@@ -91,6 +115,11 @@ def apply_edits(request: cri.CreateContainerRequest, edits: ContainerEdits, chan
         config.devices.extend(devices)
     if kinds.RDT_CLASS in changed and edits.rdt_class is not None:
         config.annotations[RDT_CONTAINER_ANNOTATION] = edits.rdt_class
+    if kinds.SECCOMP in changed and edits.seccomp is not None and write_profile is not None:
+        context = config.linux.security_context
+        context.seccomp.CopyFrom(cri.SecurityProfile(profile_type=cri.SecurityProfile.Localhost,
+                                                     localhost_ref=write_profile(edits.seccomp)))
+        context.seccomp_profile_path = ""
 
 
 def _copy(message: M) -> M:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -19,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri import failures
 from runtimeproxy.cri.edits import apply_edits, container_edits, process_argv
+from runtimeproxy.cri.seccomp import ProfileFiles
 from runtimeproxy.cri.forwarding import UnaryHook, UnaryRelay
 from runtimeproxy.cri.messages import (
     SANDBOX_LABELS,
@@ -78,19 +80,21 @@ async def failing_the_call(context: Context) -> AsyncIterator[None]:
 
 
 class CriHooks:
-    def __init__(self, service: HookService, runtime: Runtime) -> None:
+    def __init__(self, service: HookService, runtime: Runtime, profile_dir: Path | None = None) -> None:
         self.points = HookPoints(service, runtime, SANDBOX_LABELS)
         self._runtime = runtime  # the image's argv for NRI plugins' view (cri.runtime)
+        self._profile_dir = profile_dir  # NRI plugins' seccomp policies as profile files (None: not carried)
 
     async def _edits(self, request: cri.CreateContainerRequest, read_image: bool) -> ContainerEdits:
         """What the hook model lacks (for NRI plugins and the model); the image's Entrypoint and Cmd are read
         only when `read_image` and the config has no command (else the argv is () then: not known)."""
+        profiles = self._profile_dir is not None
         if request.config.command:
-            return container_edits(request, process_argv(request.config, [], []))
+            return container_edits(request, process_argv(request.config, [], []), profiles)
         if not read_image:
-            return container_edits(request, ())
+            return container_edits(request, (), profiles)
         entrypoint, cmd = await self._runtime.image_argv(request.config.image.image)
-        return container_edits(request, process_argv(request.config, entrypoint, cmd))
+        return container_edits(request, process_argv(request.config, entrypoint, cmd), profiles)
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {
@@ -187,21 +191,23 @@ class CriHooks:
         if creation.changed:
             apply_to_container_config(request, creation.request, [kv.key for kv in request.config.envs])
             rewritten = True
-        edited = creation.changed_edits()
-        if edited:
-            assert creation.edits is not None
-            apply_edits(request, creation.edits, edited)
-            rewritten = True
-        # containerd places the container under sandbox_config's cgroup parent.
-        if align_sandbox_cgroup_parent(request, creation.cgroup_parent):
-            rewritten = True
-        if rewritten:
-            data = request.SerializeToString()
-        # Journaled until the answer is about to go back: a crash meanwhile is the next proxy's (hooks.reconcile).
-        with self.points.creating(request.pod_sandbox_id, creation.request):
-            response = await relay(data, context)
-            await self.points.container_created(
-                response_field(cri.CreateContainerResponse, response, "container_id"), creation)
+        # A seccomp policy's profile file lives until containerd has read it: the create's end.
+        with ProfileFiles(self._profile_dir or Path()) as profiles:
+            edited = creation.changed_edits()
+            if edited:
+                assert creation.edits is not None
+                apply_edits(request, creation.edits, edited, profiles.write)
+                rewritten = True
+            # containerd places the container under sandbox_config's cgroup parent.
+            if align_sandbox_cgroup_parent(request, creation.cgroup_parent):
+                rewritten = True
+            if rewritten:
+                data = request.SerializeToString()
+            # Journaled until the answer is about to go back: a crash meanwhile is the next proxy's (hooks.reconcile).
+            with self.points.creating(request.pod_sandbox_id, creation.request):
+                response = await relay(data, context)
+                await self.points.container_created(
+                    response_field(cri.CreateContainerResponse, response, "container_id"), creation)
         return response
 
     async def start_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:

@@ -20,6 +20,7 @@ from runtimeproxy.cri.calls import CriCallRecorder
 from runtimeproxy.listener import SOCKET_MODE
 from runtimeproxy.cri.forwarding import UnaryHook, decoding_handler, method_handler
 from runtimeproxy.cri.hooks import CriHooks
+from runtimeproxy.cri.seccomp import SUBDIRECTORY as SECCOMP_SUBDIRECTORY
 from runtimeproxy.cri.runtime import CriRuntime
 from runtimeproxy.cri.report import CriReport
 from runtimeproxy.hooks.service import HookService
@@ -162,7 +163,8 @@ class CriFrontend:
     async def start(self, inherited: socket.socket | None = None) -> None:
         """Serve on options.listen_path (claimed by app), or on the socket systemd passed for it."""
         options, hook_service = self.options, self._hook_service
-        cri_hooks = CriHooks(hook_service, CriRuntime(self.backend))
+        profile_dir = options.state_dir / SECCOMP_SUBDIRECTORY if options.state_dir is not None else None
+        cri_hooks = CriHooks(hook_service, CriRuntime(self.backend), profile_dir)
         hook_service.start_rebuild()
         server = grpc.aio.server(
             options=server_options(options.max_request_bytes, options.max_message_bytes),

@@ -1,4 +1,4 @@
-"""A Docker create body <-> the hook core's ContainerEdits (hooks.edits): argv, bind mounts, devices.
+"""A Docker create body <-> the hook core's ContainerEdits (hooks.edits): argv, bind mounts, devices, Linux settings.
 
 Translation only, as dockerd reads the body (moby's config merge with the image):
   argv      Entrypoint + Cmd; with an empty Entrypoint, Cmd falls back to the image's, and a missing (null)
@@ -10,6 +10,12 @@ Translation only, as dockerd reads the body (moby's config merge with the image)
             A new mount is written to Binds (dockerd creates a missing source, as containerd does), or to
             Mounts when a path holds a ":" (which Binds cannot say).
   devices   HostConfig.Devices ({PathOnHost, PathInContainer, CgroupPermissions}).
+  Linux settings, each a HostConfig field of moby's API (v1.41, dockerd 20.10, to v1.51, dockerd 28):
+            rlimits Ulimits ({Name: "nofile", Soft, Hard}: OCI's type without RLIMIT_, in lower case),
+            sysctls Sysctls, pids PidsLimit, MemoryReservation, MemorySwappiness, OomKillDisable,
+            CpuRealtimeRuntime/CpuRealtimePeriod, seccomp the SecurityOpt entry `seccomp=<profile JSON>`
+            (the JSON itself, as the docker CLI sends a profile file's content). dockerd's "not set" (0,
+            -1 for swappiness, null) reads as None.
 dockerd has no RDT (or blockio) class: that kind is not carried, so a plugin setting it is refused.
 """
 
@@ -18,10 +24,22 @@ from __future__ import annotations
 from typing import Any
 
 from runtimeproxy.hooks import edits as kinds
-from runtimeproxy.hooks.edits import PRIVATE, PROPAGATION_OPTIONS, BindMount, ContainerEdits, Device, kept_and_added
+from runtimeproxy.hooks.edits import (PRIVATE, PROPAGATION_OPTIONS, BindMount, ContainerEdits, Device, Rlimit,
+                                      kept_and_added)
 
 Body = dict[str, Any]
-CARRIED = frozenset({kinds.ARGS, kinds.MOUNTS, kinds.DEVICES})
+CARRIED = frozenset({kinds.ARGS, kinds.MOUNTS, kinds.DEVICES}) | kinds.LINUX_KINDS
+RLIMIT_PREFIX = "RLIMIT_"
+SECCOMP_OPTIONS = ("seccomp=", "seccomp:")  # SecurityOpt's seccomp entry (":" is the old separator)
+# ContainerEdits' single-value Linux settings -> HostConfig field; a value dockerd reads as "not set".
+SETTING_FIELDS: tuple[tuple[str, str, object], ...] = (
+    (kinds.PIDS_LIMIT, "PidsLimit", 0),
+    (kinds.MEMORY_RESERVATION, "MemoryReservation", 0),
+    (kinds.MEMORY_SWAPPINESS, "MemorySwappiness", -1),
+    (kinds.OOM_KILL_DISABLE, "OomKillDisable", None),
+    (kinds.CPU_REALTIME_RUNTIME, "CpuRealtimeRuntime", 0),
+    (kinds.CPU_REALTIME_PERIOD, "CpuRealtimePeriod", 0),
+)
 
 
 def _strings(value: Any) -> list[str] | None:
@@ -82,7 +100,23 @@ def container_edits(body: Body, argv: tuple[str, ...]) -> ContainerEdits:
     mounts = [m for m in map(bind_of, _list(host_config, "Binds")) if m is not None] + \
         [m for m in map(mount_of, _list(host_config, "Mounts")) if m is not None]
     devices = [d for d in map(device_of, _list(host_config, "Devices")) if d is not None]
-    return ContainerEdits(argv, tuple(mounts), tuple(devices), None, CARRIED)
+    settings = {kind: host_config.get(key) for kind, key, unset in SETTING_FIELDS
+                if host_config.get(key) not in (None, unset)}
+    sysctls = host_config.get("Sysctls")
+    return ContainerEdits(argv, tuple(mounts), tuple(devices), None, rlimits=tuple(_rlimits(host_config)),
+                          sysctls=tuple(sysctls.items()) if isinstance(sysctls, dict) else (),
+                          seccomp=_seccomp(host_config), carries=CARRIED, **settings)
+
+
+def _rlimits(host_config: Body) -> list[Rlimit]:
+    return [Rlimit(RLIMIT_PREFIX + str(entry.get("Name", "")).upper(), int(entry.get("Soft") or 0),
+                   int(entry.get("Hard") or 0))
+            for entry in _list(host_config, "Ulimits") if isinstance(entry, dict)]
+
+
+def _seccomp(host_config: Body) -> str | None:
+    options = [o for o in _list(host_config, "SecurityOpt") if isinstance(o, str) and o.startswith(SECCOMP_OPTIONS)]
+    return options[-1][len(SECCOMP_OPTIONS[0]):] if options else None
 
 
 def _bind_string(mount: BindMount) -> str:
@@ -117,4 +151,20 @@ def apply_edits(body: Body, edits: ContainerEdits, changed: frozenset[str]) -> N
         kept, added_devices = _kept(devices, [device_of(d) for d in devices], edits.devices)
         host_config["Devices"] = kept + [{"PathOnHost": d.host_path, "PathInContainer": d.path,
                                           "CgroupPermissions": d.permissions} for d in added_devices]
+    _apply_linux_settings(host_config, edits, changed)
 
+
+def _apply_linux_settings(host_config: Body, edits: ContainerEdits, changed: frozenset[str]) -> None:
+    if kinds.RLIMITS in changed:
+        host_config["Ulimits"] = [{"Name": r.type.removeprefix(RLIMIT_PREFIX).lower(), "Soft": r.soft,
+                                   "Hard": r.hard} for r in edits.rlimits]
+    if kinds.SYSCTLS in changed:
+        host_config["Sysctls"] = dict(edits.sysctls)
+    for kind, key, unset in SETTING_FIELDS:
+        if kind in changed:
+            value = getattr(edits, kind)
+            host_config[key] = unset if value is None else value
+    if kinds.SECCOMP in changed:
+        options = [o for o in _list(host_config, "SecurityOpt")
+                   if not (isinstance(o, str) and o.startswith(SECCOMP_OPTIONS))]
+        host_config["SecurityOpt"] = options + ([] if edits.seccomp is None else [f"seccomp={edits.seccomp}"])

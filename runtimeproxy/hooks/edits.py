@@ -1,11 +1,13 @@
-"""What a container's create request carries beyond the hook protocol's model: argv, bind mounts, devices, RDT class.
+"""What a container's create request carries beyond the hook protocol's model: argv, bind mounts, devices, RDT
+class, and the Linux settings only some runtimes' requests carry (rlimits, sysctls, pids limit, memory
+reservation/swappiness/OOM killer, CPU realtime, a seccomp policy).
 
 koordinator's hooks.ContainerResourceHookRequest has no place for these, but plugins of another protocol (NRI,
 hooks.extra) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
 wire request (only when such a plugin subscribed to CreateContainer: hooks.lifecycle asks for it lazily), the
 extra plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
-names the kinds the frontend's request can carry at all (CRI: all four; Docker: no RDT class); a plugin
-changing another kind is refused, naming it.
+names the kinds the frontend's request can carry at all (CRI: the first four; Docker: all but the RDT
+class); a plugin changing another kind is refused, naming it.
 
 Values are as the runtimes apply them: a bind mount is always recursive with a recursive propagation (CRI
 and Docker's Binds say rbind and r-propagation), a device is a host node the runtime copies into the
@@ -15,7 +17,7 @@ container at the same path (type, numbers, mode and owner read from the host nod
 from __future__ import annotations
 
 from collections.abc import Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TypeVar
 
 T = TypeVar("T", bound=Hashable)
@@ -25,7 +27,25 @@ ARGS = "args"
 MOUNTS = "mounts"
 DEVICES = "devices"
 RDT_CLASS = "rdt_class"
-ALL_KINDS = frozenset({ARGS, MOUNTS, DEVICES, RDT_CLASS})
+RLIMITS = "rlimits"
+SYSCTLS = "sysctls"
+PIDS_LIMIT = "pids_limit"
+MEMORY_RESERVATION = "memory_reservation"
+MEMORY_SWAPPINESS = "memory_swappiness"
+OOM_KILL_DISABLE = "oom_kill_disable"
+CPU_REALTIME_RUNTIME = "cpu_realtime_runtime"
+CPU_REALTIME_PERIOD = "cpu_realtime_period"
+SECCOMP = "seccomp"
+# The kinds a CRI request has a field for, and the Linux settings only Docker's create body has one for.
+REQUEST_KINDS = frozenset({ARGS, MOUNTS, DEVICES, RDT_CLASS})
+LINUX_KINDS = frozenset({RLIMITS, SYSCTLS, PIDS_LIMIT, MEMORY_RESERVATION, MEMORY_SWAPPINESS, OOM_KILL_DISABLE,
+                         CPU_REALTIME_RUNTIME, CPU_REALTIME_PERIOD, SECCOMP})
+ALL_KINDS = REQUEST_KINDS | LINUX_KINDS
+# Resources the hook model holds that not every request has a field for (dockerd has neither): named in
+# `carries` only, never a ContainerEdits field.
+HUGEPAGE_LIMITS = "hugepage_limits"
+UNIFIED = "unified"
+MODEL_KINDS = frozenset({HUGEPAGE_LIMITS, UNIFIED})
 
 PRIVATE, SLAVE, SHARED = "rprivate", "rslave", "rshared"
 PROPAGATIONS = (PRIVATE, SLAVE, SHARED)
@@ -50,13 +70,31 @@ class Device:
 
 
 @dataclass(frozen=True)
+class Rlimit:
+    type: str  # as OCI names it: RLIMIT_NOFILE
+    soft: int
+    hard: int
+
+
+@dataclass(frozen=True)
 class ContainerEdits:
-    """A container's argv, bind mounts, devices and RDT class, as the runtime is to create it."""
+    """A container's argv, bind mounts, devices, RDT class and Linux settings, as the runtime is to create it."""
 
     args: tuple[str, ...] = ()  # the whole argv; () when unknown (the runtime falls back to the image's)
     mounts: tuple[BindMount, ...] = ()
     devices: tuple[Device, ...] = ()
     rdt_class: str | None = None  # None: none set
+    _: KW_ONLY
+    # The Linux settings (None / (): the runtime's default).
+    rlimits: tuple[Rlimit, ...] = ()
+    sysctls: tuple[tuple[str, str], ...] = ()  # (name, value), in the request's order
+    pids_limit: int | None = None
+    memory_reservation: int | None = None  # bytes
+    memory_swappiness: int | None = None
+    oom_kill_disable: bool | None = None
+    cpu_realtime_runtime: int | None = None  # microseconds
+    cpu_realtime_period: int | None = None
+    seccomp: str | None = None  # the runtime's seccomp option: a policy as JSON (OCI's LinuxSeccomp), "unconfined"
     carries: frozenset[str] = field(default=frozenset(), compare=False)  # the kinds the request can carry
 
     def changed_kinds(self, before: ContainerEdits) -> frozenset[str]:

@@ -9,6 +9,7 @@ each event's fan-out and the stops its evictions cause; adaptation.go), `lock` (
 lock.go), `call` (one plugin's call of an adjusting event as a step of the core's chain), `result` (what the
 answers ask of other containers, carried out through the core; result.go), `events` (the core's event table,
 hooks.nri_events, on the wire: each row's messages, the mask, the notifications), `adjust` and `edits` (folding an
-adjustment into the container: what is applied, refused, or a conflict), `convert` (the core's records as NRI
+adjustment into the container: what is applied, refused, or a conflict), `table` (what each runtime makes of
+each adjustment field, shown in docs/nri.md), `convert` (the core's records as NRI
 messages), `explain` (an event in the pod trace) and `launch` (plugins the proxy starts from a directory).
 """

@@ -6,11 +6,11 @@ its request as it does a hook plugin's answer. Applied: annotations and environm
 NRI's removal marker), CPU shares/quota/period, cpuset cpus/mems, memory limit and swap, hugepage limits,
 unified (cgroup v2) keys, and at creation the OOM score adjustment. At creation, what the hook model lacks
 is folded into hooks.edits.ContainerEdits (nri.edits: args, bind mounts, devices and their cgroup rules, the
-RDT class), for the kinds the frontend's request carries (ContainerEdits.carries). Anything else an answer
-sets (OCI hooks, rlimits, CDI devices, a cgroups path, blockio class, pids, realtime CPU, memory
-reservation/kernel/swappiness, namespaces, sysctls, seccomp, scheduler, I/O priority, linux.rdt, ...) is
-refused: the request the proxy forwards has no place for it, and dropping it silently would lie to the
-plugin. `AdjustmentRefused` names the field.
+RDT class; rlimits, sysctls, the pids limit, memory reservation/swappiness/OOM killer, CPU realtime, the
+seccomp policy), for the kinds the frontend's request carries (ContainerEdits.carries). Anything else an
+answer sets (OCI hooks, CDI devices, a cgroups path, blockio class, kernel memory, namespaces, scheduler, I/O
+priority, linux.rdt, ...; nri.table says why for each) is refused: the request the proxy forwards has no
+place for it, and dropping it silently would lie to the plugin. `AdjustmentRefused` names the field.
 
 NRI's conflict rule: within one call, every field (each annotation, each variable, each resource, each
 hugepage size and unified key, each mount destination, each device path, the args, the RDT class) is owned
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -37,24 +38,38 @@ _RESOURCES = frozenset({
     "linux.resources.cpu.shares", "linux.resources.cpu.quota", "linux.resources.cpu.period",
     "linux.resources.cpu.cpus", "linux.resources.cpu.mems",
     "linux.resources.memory.limit", "linux.resources.memory.swap",
-    "linux.resources.hugepage_limits", "linux.resources.unified",
 })
+# Hook-model resources only some requests carry (ContainerEdits.carries; dockerd has no field for them).
+_MODEL_RESOURCES = {kinds.HUGEPAGE_LIMITS: frozenset({"linux.resources.hugepage_limits"}),
+                    kinds.UNIFIED: frozenset({"linux.resources.unified"})}
 APPLIED_AT_CREATION = _RESOURCES | {"annotations", "env", "linux.oom_score_adj"}
-APPLIED_IN_UPDATES = _RESOURCES
+APPLIED_IN_UPDATES = _RESOURCES.union(*_MODEL_RESOURCES.values())
 # The adjustment fields of each kind of hooks.edits, applied when the frontend's request carries that kind.
 EDIT_FIELDS = {
     kinds.ARGS: frozenset({"args"}),
     kinds.MOUNTS: frozenset({"mounts"}),
     kinds.DEVICES: frozenset({"linux.devices", "linux.resources.devices"}),
     kinds.RDT_CLASS: frozenset({"linux.resources.rdt_class"}),
+    kinds.RLIMITS: frozenset({"rlimits"}),
+    kinds.SYSCTLS: frozenset({"linux.sysctl"}),
+    kinds.PIDS_LIMIT: frozenset({"linux.resources.pids"}),
+    kinds.MEMORY_RESERVATION: frozenset({"linux.resources.memory.reservation"}),
+    kinds.MEMORY_SWAPPINESS: frozenset({"linux.resources.memory.swappiness"}),
+    kinds.OOM_KILL_DISABLE: frozenset({"linux.resources.memory.disable_oom_killer"}),
+    kinds.CPU_REALTIME_RUNTIME: frozenset({"linux.resources.cpu.realtime_runtime"}),
+    kinds.CPU_REALTIME_PERIOD: frozenset({"linux.resources.cpu.realtime_period"}),
+    kinds.SECCOMP: frozenset({"linux.seccomp_policy"}),
+    **_MODEL_RESOURCES,
 }
+MAX_SWAPPINESS = 100  # the kernel's vm.swappiness range
 
 # Where a refused field is explained (the docs page of NRI, "Adjustments").
 _TABLE = "the table of adjustments in docs/nri.md"
 
 
 def applied_at_creation(edits: ContainerEdits | None) -> frozenset[str]:
-    carried = edits.carries if edits is not None else frozenset()
+    """None: the request's edits were not read; the hook model's own resources are applied as it holds them."""
+    carried = edits.carries if edits is not None else kinds.MODEL_KINDS
     return APPLIED_AT_CREATION.union(*(EDIT_FIELDS[kind] for kind in carried))
 
 
@@ -143,7 +158,40 @@ class Adjustments:
         if resources.HasField("rdt_class"):
             self._claim(plugin, "rdt class")
             edits = replace(edits, rdt_class=resources.rdt_class.value)
-        return edits
+        return self._apply_linux_settings(plugin, adjust, edits)
+
+    def _apply_linux_settings(self, plugin: str, adjust: nri.ContainerAdjustment,
+                              edits: ContainerEdits) -> ContainerEdits:
+        """rlimits, sysctls, pids, memory reservation/swappiness/OOM killer, CPU realtime, seccomp."""
+        for rlimit in adjust.rlimits:
+            self._claim(plugin, f"rlimit {rlimit.type}")
+        edits = nri_edits.apply_rlimits(edits, list(adjust.rlimits))
+        linux = adjust.linux
+        for key in linux.sysctl:
+            self._claim(plugin, f"sysctl {nri_edits.marked(key)[0]!r}")
+        edits = nri_edits.apply_sysctls(edits, dict(linux.sysctl))
+        resources = linux.resources
+        settings: dict[str, Any] = {}  # ContainerEdits field -> value (int, bool or str)
+        if resources.HasField("pids"):
+            settings["pids_limit"] = resources.pids.limit
+        for wrapper, present, kind in (
+            (resources.memory, "reservation", kinds.MEMORY_RESERVATION),
+            (resources.memory, "swappiness", kinds.MEMORY_SWAPPINESS),
+            (resources.memory, "disable_oom_killer", kinds.OOM_KILL_DISABLE),
+            (resources.cpu, "realtime_runtime", kinds.CPU_REALTIME_RUNTIME),
+            (resources.cpu, "realtime_period", kinds.CPU_REALTIME_PERIOD),
+        ):
+            if wrapper.HasField(present):
+                settings[kind] = getattr(wrapper, present).value
+        if settings.get(kinds.MEMORY_SWAPPINESS, 0) > MAX_SWAPPINESS:
+            raise EditRefused("linux.resources.memory.swappiness", "linux.resources.memory.swappiness: "
+                                                                   f"{settings[kinds.MEMORY_SWAPPINESS]} is above "
+                                                                   f"{MAX_SWAPPINESS}")
+        if linux.HasField("seccomp_policy"):
+            settings[kinds.SECCOMP] = nri_edits.seccomp_json(linux.seccomp_policy)
+        for kind in settings:
+            self._claim(plugin, kind.replace("_", " "))
+        return replace(edits, **settings)
 
     def apply_update(self, plugin: str, update: nri.ContainerUpdate, action: str) -> None:
         refused = unsupported_fields(update.linux, APPLIED_IN_UPDATES, "linux.")

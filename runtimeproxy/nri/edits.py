@@ -18,19 +18,24 @@ The merge, one plugin's ContainerAdjustment after another (nri.adjust drives it 
   linux.resources.devices   cgroup rules: accepted when each only allows what a device of the container
             gets anyway (the runtime adds that rule itself), refused otherwise.
   linux.resources.rdt_class the RDT class (CRI mode: containerd's container annotation; see the frontend).
+  rlimits   replaced by type (RLIMIT_NOFILE, ...: the types OCI and runc know), soft at most hard.
+  linux.sysctl              set, "-name" removes (removals first, as mounts).
+  linux.seccomp_policy      the whole policy, as the runtime's JSON (OCI's LinuxSeccomp, which Docker's
+            profile format reads too).
 A refusal is `AdjustmentRefused` naming the plugin and the field; a kind the frontend's request cannot carry
 (ContainerEdits.carries) is refused by nri.adjust before anything here runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from runtimeproxy.hooks.edits import PRIVATE, PROPAGATION_OPTIONS, BindMount, ContainerEdits, Device
+from runtimeproxy.hooks.edits import PRIVATE, PROPAGATION_OPTIONS, BindMount, ContainerEdits, Device, Rlimit
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 Entry = TypeVar("Entry", BindMount, Device)  # a mount or a device: kept by destination or path
@@ -41,6 +46,10 @@ Stat = Callable[[str], os.stat_result]
 _BIND_OPTIONS = frozenset({"bind", "rbind"})
 _ACCESS = frozenset("rwm")
 _DEVICE_TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b"}
+# The rlimits OCI runtimes (runc) set; Docker's Ulimits names are these without RLIMIT_, in lower case.
+RLIMIT_TYPES = frozenset(f"RLIMIT_{name}" for name in (
+    "AS", "CORE", "CPU", "DATA", "FSIZE", "LOCKS", "MEMLOCK", "MSGQUEUE", "NICE", "NOFILE", "NPROC", "RSS",
+    "RTPRIO", "RTTIME", "SIGPENDING", "STACK"))
 
 
 class EditRefused(ValueError):
@@ -81,6 +90,20 @@ def fill_container(message: nri.Container, edits: ContainerEdits, stat_path: Sta
     message.linux.devices.extend(device_message(device, stat_path) for device in edits.devices)
     if edits.rdt_class is not None:
         message.linux.resources.rdt_class.value = edits.rdt_class
+    message.rlimits.extend(nri.POSIXRlimit(type=r.type, soft=r.soft, hard=r.hard) for r in edits.rlimits)
+    message.linux.sysctl.update(edits.sysctls)
+    resources = message.linux.resources
+    if edits.pids_limit is not None:
+        resources.pids.limit = edits.pids_limit
+    for wrapper, setting in ((resources.memory.reservation, edits.memory_reservation),
+                             (resources.memory.swappiness, edits.memory_swappiness),
+                             (resources.memory.disable_oom_killer, edits.oom_kill_disable),
+                             (resources.cpu.realtime_runtime, edits.cpu_realtime_runtime),
+                             (resources.cpu.realtime_period, edits.cpu_realtime_period)):
+        if setting is not None:
+            wrapper.value = setting
+    if edits.seccomp is not None and edits.seccomp.startswith("{"):
+        message.linux.seccomp_policy.CopyFrom(seccomp_policy(edits.seccomp))
 
 
 # --- the merge ------------------------------------------------------------------------------------
@@ -241,3 +264,91 @@ def _rule_text(rule: nri.LinuxDeviceCgroup) -> str:
 def apply_args(edits: ContainerEdits, args: list[str]) -> ContainerEdits:
     argv = args[1:] if args and args[0] == "" else args
     return replace(edits, args=tuple(argv)) if argv else edits
+
+
+# --- the Linux settings ---------------------------------------------------------------------------
+
+
+def apply_rlimits(edits: ContainerEdits, rlimits: list[nri.POSIXRlimit]) -> ContainerEdits:
+    """Each rlimit replaces one of its type (in its place) or is added at the end."""
+    entries = list(edits.rlimits)
+    for rlimit in rlimits:
+        if rlimit.type not in RLIMIT_TYPES:
+            raise EditRefused("rlimits", f"rlimits[{rlimit.type}]: not a resource limit the runtime sets "
+                                         f"({', '.join(sorted(RLIMIT_TYPES))})")
+        if rlimit.soft > rlimit.hard:
+            raise EditRefused("rlimits", f"rlimits[{rlimit.type}]: soft {rlimit.soft} above hard {rlimit.hard}")
+        new = Rlimit(rlimit.type, rlimit.soft, rlimit.hard)
+        at = next((index for index, entry in enumerate(entries) if entry.type == new.type), None)
+        if at is None:
+            entries.append(new)
+        else:
+            entries[at] = new
+    return replace(edits, rlimits=tuple(entries))
+
+
+def apply_sysctls(edits: ContainerEdits, sysctl: dict[str, str]) -> ContainerEdits:
+    """Removals ("-name") first, then the values set."""
+    settings = dict(edits.sysctls)
+    for key in sysctl:
+        name, removal = marked(key)
+        if removal:
+            settings.pop(name, None)
+    for key, value in sysctl.items():
+        if not marked(key)[1]:
+            if not key or "=" in key or " " in key:
+                raise EditRefused("linux.sysctl", f"linux.sysctl[{key}]: not a sysctl name")
+            settings[key] = value
+    return replace(edits, sysctls=tuple(settings.items()))
+
+
+def seccomp_json(policy: nri.LinuxSeccomp) -> str:
+    """The policy as OCI's LinuxSeccomp JSON (what Docker's SecurityOpt seccomp= takes too); empty parts left
+    out, so a runtime that predates one of them reads the rest."""
+    document: dict[str, object] = {"defaultAction": policy.default_action}
+    if policy.HasField("default_errno"):
+        document["defaultErrnoRet"] = policy.default_errno.value
+    for key, value in (("architectures", list(policy.architectures)), ("flags", list(policy.flags)),
+                       ("listenerPath", policy.listener_path), ("listenerMetadata", policy.listener_metadata)):
+        if value:
+            document[key] = value
+    syscalls = []
+    for syscall in policy.syscalls:
+        rule: dict[str, object] = {"names": list(syscall.names), "action": syscall.action}
+        if syscall.HasField("errno_ret"):
+            rule["errnoRet"] = syscall.errno_ret.value
+        if syscall.args:
+            rule["args"] = [{"index": arg.index, "value": arg.value, "valueTwo": arg.value_two, "op": arg.op}
+                            for arg in syscall.args]
+        syscalls.append(rule)
+    if syscalls:
+        document["syscalls"] = syscalls
+    return json.dumps(document, separators=(",", ":"))
+
+
+def seccomp_policy(text: str) -> nri.LinuxSeccomp:
+    """A policy's JSON (seccomp_json's, or a runtime's profile) as NRI's message; what it cannot read is left out."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return nri.LinuxSeccomp()
+    if not isinstance(document, dict):
+        return nri.LinuxSeccomp()
+    policy = nri.LinuxSeccomp(default_action=str(document.get("defaultAction", "")),
+                              architectures=[str(a) for a in document.get("architectures") or []],
+                              flags=[str(f) for f in document.get("flags") or []],
+                              listener_path=str(document.get("listenerPath") or ""),
+                              listener_metadata=str(document.get("listenerMetadata") or ""))
+    if isinstance(document.get("defaultErrnoRet"), int):
+        policy.default_errno.value = document["defaultErrnoRet"]
+    for rule in document.get("syscalls") or []:
+        if not isinstance(rule, dict):
+            continue
+        syscall = policy.syscalls.add(names=[str(n) for n in rule.get("names") or []],
+                                      action=str(rule.get("action", "")))
+        if isinstance(rule.get("errnoRet"), int):
+            syscall.errno_ret.value = rule["errnoRet"]
+        for arg in rule.get("args") or []:
+            syscall.args.add(index=int(arg.get("index", 0)), value=int(arg.get("value", 0)),
+                             value_two=int(arg.get("valueTwo", 0)), op=str(arg.get("op", "")))
+    return policy

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.changes import show
-from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.edits import LINUX_KINDS, ContainerEdits, Rlimit
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.step import KindSteps
@@ -80,7 +80,8 @@ def asked_of_others(updates: Sequence[nri.ContainerUpdate], evictions: Sequence[
 
 
 def edit_changes(before: ContainerEdits | None, after: ContainerEdits | None, shadow: bool) -> list[str]:
-    """What a plugin changed of the argv, bind mounts, devices and RDT class, in words (step details)."""
+    """What a plugin changed of the argv, bind mounts, devices, RDT class and Linux settings, in words (step
+    details)."""
     if before is None or after is None or before == after:
         return []
     verb = "would " if shadow else ""
@@ -95,7 +96,21 @@ def edit_changes(before: ContainerEdits | None, after: ContainerEdits | None, sh
               if device not in before.devices]
     if after.rdt_class != before.rdt_class:
         notes.append(f"{verb}set RDT class {show(before.rdt_class or '')} -> {show(after.rdt_class or '')}")
+    for kind in sorted(LINUX_KINDS):
+        old, new = getattr(before, kind), getattr(after, kind)
+        if new != old:
+            notes.append(f"{verb}set {kind.replace('_', ' ')} {show(_plain(old))} -> {show(_plain(new))}")
     return notes
+
+
+def _plain(value: object) -> object:
+    """A Linux setting as the trace shows it: rlimits as type=soft:hard, sysctls as a map, None as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return [f"{item.type}={item.soft}:{item.hard}" if isinstance(item, Rlimit) else "=".join(item)
+                for item in value]
+    return value
 
 
 class EventRecord:

@@ -4,6 +4,7 @@ the RDT class annotations as goresctrl reads them; written back so that what the
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from hookkit import mark_unknown, unknown_marks
 from runtimeproxy.cri.edits import (
@@ -15,6 +16,7 @@ from runtimeproxy.cri.edits import (
     process_argv,
 )
 from runtimeproxy.cri.images import entrypoint_and_cmd_of
+from runtimeproxy.cri.seccomp import ProfileFiles
 from runtimeproxy.hooks.edits import BindMount, Device
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
@@ -49,7 +51,8 @@ def test_mounts_devices_and_the_rdt_class_as_containerd_reads_them() -> None:
     assert container_edits(wire, ()).rdt_class == "bronze"
     wire.config.annotations[RDT_CONTAINER_ANNOTATION] = "gold"
     assert container_edits(wire, ()).rdt_class == "gold"  # the container annotation wins
-    assert container_edits(request(), ()).carries == frozenset({"args", "mounts", "devices", "rdt_class"})
+    assert container_edits(request(), ()).carries == frozenset(
+        {"args", "mounts", "devices", "rdt_class", "hugepage_limits", "unified"})  # no Linux setting
 
 
 def test_written_back_kept_entries_stay_as_they_were_and_new_ones_are_appended() -> None:
@@ -91,3 +94,26 @@ def test_the_images_entrypoint_and_cmd_come_from_containerds_verbose_image_info(
     assert entrypoint_and_cmd_of(cri.ImageStatusResponse(info={"info": info}), "busybox") == (["/entry"], ["sh"])
     for unreadable in ({"info": "not json"}, {"info": '["a list"]'}, {}):
         assert entrypoint_and_cmd_of(cri.ImageStatusResponse(info=unreadable), "busybox") == ([], [])
+
+
+def test_a_seccomp_policy_becomes_a_localhost_profile_file_removed_after_the_create(tmp_path: Path) -> None:
+    wire = request()
+    wire.config.linux.security_context.seccomp_profile_path = "runtime/default"
+    seen = container_edits(wire, (), profiles=True)
+    assert seen.seccomp == "runtime/default" and "seccomp" in seen.carries
+    assert "seccomp" not in container_edits(wire, ()).carries  # no directory for the files
+    policy = '{"defaultAction":"SCMP_ACT_ALLOW"}'
+    after = replace(seen, seccomp=policy)
+    with ProfileFiles(tmp_path / "seccomp") as profiles:
+        apply_edits(wire, after, after.changed_kinds(seen), profiles.write)
+        context = wire.config.linux.security_context
+        assert (context.seccomp.profile_type, context.seccomp_profile_path) == (cri.SecurityProfile.Localhost, "")
+        assert Path(context.seccomp.localhost_ref).read_text() == policy
+        assert container_edits(wire, ()).seccomp == "localhost/" + context.seccomp.localhost_ref
+    assert list((tmp_path / "seccomp").iterdir()) == []
+
+
+def test_a_privileged_container_carries_no_seccomp_policy() -> None:
+    wire = request()
+    wire.config.linux.security_context.privileged = True
+    assert "seccomp" not in container_edits(wire, (), profiles=True).carries  # containerd would apply none

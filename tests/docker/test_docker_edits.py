@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
-from runtimeproxy.hooks.edits import BindMount, Device
+from runtimeproxy.hooks.edits import BindMount, Device, Rlimit
 
 BODY: dict[str, Any] = {
     "Image": "busybox", "Entrypoint": None, "Cmd": ["-x"],
@@ -66,3 +66,21 @@ def test_kinds_that_did_not_change_are_not_touched() -> None:
     seen = container_edits(body, ())
     apply_edits(body, seen, seen.changed_kinds(seen))
     assert body == BODY
+
+
+def test_the_linux_settings_read_from_and_written_to_their_host_config_fields() -> None:
+    body: dict[str, Any] = {"HostConfig": {"Ulimits": [{"Name": "core", "Soft": 0, "Hard": 0}], "PidsLimit": 0,
+                                           "MemorySwappiness": -1, "SecurityOpt": ["seccomp=unconfined", "label=x"]}}
+    seen = container_edits(body, ())
+    assert seen.rlimits == (Rlimit("RLIMIT_CORE", 0, 0),) and seen.seccomp == "unconfined"
+    assert (seen.pids_limit, seen.memory_swappiness) == (None, None)  # dockerd's "not set"
+    after = replace(seen, rlimits=(*seen.rlimits, Rlimit("RLIMIT_NOFILE", 10, 20)), sysctls=(("kernel.x", "1"),),
+                    pids_limit=5, memory_reservation=1 << 20, memory_swappiness=0, oom_kill_disable=True,
+                    cpu_realtime_runtime=900, cpu_realtime_period=1000, seccomp='{"defaultAction":"SCMP_ACT_LOG"}')
+    apply_edits(body, after, after.changed_kinds(seen))
+    assert body["HostConfig"] == {
+        "Ulimits": [{"Name": "core", "Soft": 0, "Hard": 0}, {"Name": "nofile", "Soft": 10, "Hard": 20}],
+        "Sysctls": {"kernel.x": "1"}, "PidsLimit": 5, "MemoryReservation": 1 << 20, "MemorySwappiness": 0,
+        "OomKillDisable": True, "CpuRealtimeRuntime": 900, "CpuRealtimePeriod": 1000,
+        "SecurityOpt": ["label=x", 'seccomp={"defaultAction":"SCMP_ACT_LOG"}']}
+    assert container_edits(body, ()) == after

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from runtimeproxy.hooks.edits import ALL_KINDS, BindMount, ContainerEdits, Device
+from runtimeproxy.hooks.edits import ALL_KINDS, LINUX_KINDS, REQUEST_KINDS, BindMount, ContainerEdits, Device, Rlimit
 from runtimeproxy.hooks.model import ContainerRecord
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentRefused, Adjustments
@@ -211,3 +211,46 @@ def test_removals_come_before_additions_so_remove_and_add_replaces_even_what_the
     assert after.mounts == (BindMount("/etc/hosts", "/var/lib/kubelet/hosts", True), BindMount("/data", "/srv/new"),
                             BindMount("/opt", "/srv/o"))  # order is free: the runtimes sort mounts by depth
     assert after.devices[-1] == Device("/dev/fuse", "/dev/fuse")
+
+
+# --- the Linux settings (Docker mode carries them, CRI mode refuses them) --------------------------------
+
+
+def linux_settings() -> nri.ContainerAdjustment:
+    answer = nri.ContainerAdjustment(rlimits=[nri.POSIXRlimit(type="RLIMIT_NOFILE", soft=10, hard=20)])
+    linux = answer.linux
+    linux.sysctl.update({"kernel.shm_rmid_forced": "1"})
+    linux.resources.pids.limit = 7
+    linux.resources.memory.reservation.value = 1 << 20
+    linux.resources.memory.swappiness.value = 5
+    linux.resources.cpu.realtime_period.value = 1000
+    linux.seccomp_policy.CopyFrom(nri.LinuxSeccomp(default_action="SCMP_ACT_ALLOW", syscalls=[
+        nri.LinuxSyscall(names=["swapon"], action="SCMP_ACT_ERRNO", errno_ret=nri.OptionalUInt32(value=1))]))
+    return answer
+
+
+def test_the_linux_settings_are_folded_where_the_request_carries_them_and_shown_back() -> None:
+    edits = edits_after(("10-p", linux_settings()), edits=ContainerEdits(carries=LINUX_KINDS))
+    assert edits.rlimits == (Rlimit("RLIMIT_NOFILE", 10, 20),) and edits.sysctls == (("kernel.shm_rmid_forced", "1"),)
+    assert (edits.pids_limit, edits.memory_reservation, edits.memory_swappiness, edits.cpu_realtime_period) == \
+        (7, 1 << 20, 5, 1000)
+    assert edits.seccomp == ('{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["swapon"],'
+                             '"action":"SCMP_ACT_ERRNO","errnoRet":1}]}')
+    shown = convert.container("", ContainerRecord("pod-1"), edits=edits)
+    assert shown.linux.seccomp_policy == linux_settings().linux.seccomp_policy
+    assert list(shown.rlimits) == list(linux_settings().rlimits) and shown.linux.resources.pids.limit == 7
+
+
+def test_the_linux_settings_are_refused_in_cri_mode_and_checked_and_owned_in_docker_mode() -> None:
+    cri = ContainerEdits(carries=REQUEST_KINDS)
+    assert "set linux.resources.memory.reservation" in str(refused(linux_settings(), cri))
+    docker = ContainerEdits(carries=LINUX_KINDS)
+    bad = nri.ContainerAdjustment(rlimits=[nri.POSIXRlimit(type="RLIMIT_NOFILE", soft=30, hard=20)])
+    assert "soft 30 above hard 20" in str(refused(bad, docker))
+    bad.rlimits[0].type = "NOFILE"
+    assert refused(bad, docker).field == "rlimits"
+    folded = adjustments(docker)
+    folded.apply_adjustment("10-a", linux_settings(), ACTION)
+    with pytest.raises(AdjustmentConflict, match="both tried to set sysctl 'kernel.shm_rmid_forced'"):
+        folded.apply_adjustment("20-b", nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(
+            sysctl={"-kernel.shm_rmid_forced": ""})), ACTION)
