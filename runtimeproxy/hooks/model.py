@@ -52,6 +52,11 @@ class PodRecord:
     # ready (the frontends' loaders give the pod's hook request only); NRI shows no sandbox state.
     ready: bool = True
     runtime_labels: dict[str, str] = field(default_factory=dict)  # the runtime's own labels beside info.labels
+    # The latest in-place resize (CRI UpdatePodSandboxResources), as containerd keeps it in the sandbox's status.
+    # `info` keeps RunPodSandbox's resources: containerd's NRI shows those in every later event (its PodSandbox's
+    # pod_resources come from the sandbox config), and so does koord-runtime-proxy's pod context.
+    resized_overhead: hooks.LinuxContainerResources | None = None
+    resized_resources: hooks.LinuxContainerResources | None = None
 
     def labels(self) -> dict[str, str]:
         """The pod's labels as the runtime has them: its own, the kubelet's over them."""

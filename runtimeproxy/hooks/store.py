@@ -110,16 +110,11 @@ class Store:
     def pod_resized(self, pod_id: str, overhead: hooks.LinuxContainerResources | None,
                     resources: hooks.LinuxContainerResources | None) -> None:
         """An in-place resize: the pod's overhead and resources as given (None: unset), as containerd records
-        them at UpdatePodSandboxResources."""
+        them at UpdatePodSandboxResources (in the sandbox's status, not in the config its NRI events show)."""
         with self._lock:
             record = self._pods.get(pod_id)
-            if record is None:
-                return
-            for name, value in (("overhead", overhead), ("resources", resources)):
-                if value is None:
-                    record.info.ClearField(name)
-                else:
-                    getattr(record.info, name).CopyFrom(value)
+            if record is not None:
+                record.resized_overhead, record.resized_resources = overhead, resources
 
     def pod_stopped(self, pod_id: str) -> None:
         with self._lock:

@@ -418,12 +418,14 @@ def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_re
     resize = PodResize(None, resources(cpu_shares=2048))
     core.run(core.points.pre_update_pod_sandbox_resources("p1", resize))
     core.run(core.points.pod_sandbox_resources_updated("p1", resize))
-    # As containerd 2.2+: UpdatePodSandbox shows the pod as it is with the resources to be; after the store
-    # records them, PostUpdatePodSandbox shows the pod as it now is.
+    # As containerd 2.2+: UpdatePodSandbox shows the pod as it is with the resources to be; the store records
+    # them as containerd's sandbox status does, while every event's pod (PostUpdatePodSandbox's too) keeps showing
+    # the sandbox config's resources, as containerd's NRI does.
     assert heard == [(nri_events.UPDATE_POD_SANDBOX, resize, 1024),
-                     (nri_events.POST_UPDATE_POD_SANDBOX, None, 2048)]
+                     (nri_events.POST_UPDATE_POD_SANDBOX, None, 1024)]
     record = core.core.store.pod("p1")
-    assert record is not None and not record.info.HasField("overhead")
+    assert record is not None and record.resized_overhead is None
+    assert record.resized_resources is not None and record.resized_resources.cpu_shares == 2048
 
 
 def test_an_extra_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points) -> None:
