@@ -19,9 +19,10 @@ from typing import Any
 # plugin-notrace: the same with the decision trace off (--hook-trace-entries=0); nri: the proxy hosting NRI
 # with one no-op NRI plugin on every event; decode-all: the proxy decoding and re-encoding every message;
 # baseline, baseline-plugin: the proxy and the plugin peer of another revision (--baseline); koord-plugin:
-# koord-runtime-proxy with the same no-op plugin on all seven hooks.
+# koord-runtime-proxy with the same no-op plugin on all seven hooks; soak: the proxy with both plugin kinds (the
+# no-op hook plugin and a hosted no-op NRI plugin), the soak case's.
 PEERS = ("direct", "proxy", "baseline", "koord", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
-         "plugin-notrace", "baseline-plugin", "koord-plugin", "nri", "decode-all")
+         "plugin-notrace", "baseline-plugin", "koord-plugin", "nri", "soak", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
 RATIOS = (("proxy", "direct"), ("proxy", "koord"), ("proxy", "aio-relay"), ("proxy", "go-relay"),
           ("proxy", "go-proxy"), ("proxy", "baseline"))
