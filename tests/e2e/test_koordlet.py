@@ -131,10 +131,11 @@ def registered_line(proxy: ProxyProcess) -> str:
 
 
 @pytest.fixture(scope="module")
-def node(cluster: SmallCluster, proxy: ProxyProcess, proxy_name: str, workdir: Path, koordlet_summary: list[str]
-         ) -> Iterator[KubeletNode]:
-    """The kubelet registered as NODE_NAME, its runtime endpoint the proxy. Its Node is deleted when it stops: the
-    next proxy's kubelet registers it afresh."""
+def node(cluster: SmallCluster, proxy: ProxyProcess, proxy_name: str, node_runtime: ContainerdInstance,
+         workdir: Path, koordlet_summary: list[str]) -> Iterator[KubeletNode]:
+    """The kubelet registered as NODE_NAME, its runtime endpoint the proxy. When it stops, its Node is deleted and
+    the sandboxes it stopped but left to its garbage collector are removed: the next proxy's kubelet registers the
+    node afresh on an empty runtime."""
     kubelet = KubeletNode(proxy.listen_path, workdir / f"kl-{proxy_name}" / "node",
                           kubeconfig=cluster.kubeconfig("node"))
     started = time.monotonic()
@@ -147,7 +148,16 @@ def node(cluster: SmallCluster, proxy: ProxyProcess, proxy_name: str, workdir: P
     finally:
         kubelet.stop()
         cluster.client.delete(f"/api/v1/nodes/{NODE_NAME}")
+        remove_pods(node_runtime)
         assert kubelet.host_changes() == []
+
+
+def remove_pods(runtime: ContainerdInstance) -> None:
+    """Every pod left in ``runtime`` (the kubelet removes only its static pods' sandboxes when it stops)."""
+    client = CriClient(open_channel(runtime.address))
+    with client.channel:
+        client.discard_pods(pod.id for pod in client.runtime.ListPodSandbox(client.api.ListPodSandboxRequest(),
+                                                                            timeout=30).items)
 
 
 def sleeper(name: str, labels: dict[str, str] | None = None, resources: dict[str, Any] | None = None,
