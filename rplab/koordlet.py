@@ -17,6 +17,7 @@ else. /proc and /sys are the host's (it reads them); its own state (metrics stor
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import socket
@@ -142,7 +143,8 @@ class Koordlet:
                 "--disable-query-kubelet-config", "--kubelet-preferred-address-type=Hostname",
                 f"--tsdb-path={state / 'tsdb'}", f"--audit-log-dir={state / 'audit'}",
                 f"--var-run-root-dir={state / 'var-run'}/", f"--run-root-dir={state / 'run'}/",
-                f"--addr=127.0.0.1:{free_port()}", "--v=4"]  # the kubeconfig: KUBECONFIG
+                # -v=5: it logs each hook call it receives (what a test counts, whichever proxy made it)
+                f"--addr=127.0.0.1:{free_port()}", "--v=5"]  # the kubeconfig: KUBECONFIG
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
         """Starts koordlet; returns once it has written its registration into the proxy's hook directory."""
@@ -188,6 +190,13 @@ class Koordlet:
     def registered_hooks(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads(self.registration.read_text())
         return loaded
+
+    def log_count(self, text: str) -> int:
+        """How often ``text`` stands in its log (kept across its restarts)."""
+        try:
+            return self.log_path.read_text(errors="replace").count(text)
+        except OSError:
+            return 0
 
     def log_tail(self, lines: int = 30, problems_only: bool = False) -> str:
         """The log's last ``lines`` (klog's warnings, errors and fatals only: its info lines run to thousands)."""
@@ -235,3 +244,34 @@ def container_cgroup_values(cgroups_path: str) -> dict[str, int]:
              "memory.limit_in_bytes": "memory"}
     return {name: int(cgroup_file(cgroups_path, controller, name)) for name, controller in files.items()}
 
+
+
+# koordlet's hooks that need more of the kernel or the machine than cgroups: each, and how to tell it is there.
+KERNEL_HOOKS = ("group identity", "core scheduling", "resctrl", "GPU env")
+_PR_SCHED_CORE, _PR_SCHED_CORE_GET = 62, 0  # prctl(2): EINVAL where the kernel lacks CONFIG_SCHED_CORE
+
+
+def _core_scheduling() -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    cookie = ctypes.c_ulonglong(0)
+    return bool(libc.prctl(_PR_SCHED_CORE, _PR_SCHED_CORE_GET, 0, 0, ctypes.byref(cookie)) == 0)
+
+
+def hooks_without_kernel_support(cgroup_root: Path = CGROUP_ROOT, proc: Path = Path("/proc"),
+                                 dev: Path = Path("/dev")) -> dict[str, str]:
+    """The KERNEL_HOOKS this machine gives nothing to act on, each with what is missing (what koordlet's own
+    checks find missing before they skip the hook)."""
+    missing = {}
+    if not (cgroup_root / "cpu" / "cpu.bvt_warp_ns").exists() and \
+            not (proc / "sys/kernel/sched_group_identity_enabled").exists():
+        missing["group identity"] = ("no cpu.bvt_warp_ns nor kernel.sched_group_identity_enabled: a kernel "
+                                     "without Alibaba Cloud Linux's group identity patches")
+    if not (proc / "sys/kernel/sched_core").exists() and not _core_scheduling():
+        missing["core scheduling"] = "prctl(PR_SCHED_CORE) is refused: a kernel without CONFIG_SCHED_CORE"
+    filesystems = (proc / "filesystems").read_text() if (proc / "filesystems").exists() else ""
+    if "resctrl" not in filesystems.split():
+        missing["resctrl"] = ("no resctrl filesystem: no Intel RDT or AMD PQoS exposed to the machine, or a "
+                              "kernel without CONFIG_X86_CPU_RESCTRL")
+    if not any(dev.glob("nvidia[0-9]*")):
+        missing["GPU env"] = "no GPU (/dev/nvidia*), nor a device plugin allocating one"
+    return missing

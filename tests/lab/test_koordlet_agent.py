@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rplab.koordlet import BATCH_CPU, BATCH_MEMORY, Koordlet, batch_resources, extended_resource_spec, serving
+from rplab.koordlet import (
+    BATCH_CPU, BATCH_MEMORY, KERNEL_HOOKS, Koordlet, batch_resources, extended_resource_spec,
+    hooks_without_kernel_support, serving,
+)
 from rplab.kubelet_node import KubeletNode
 
 
@@ -56,3 +59,18 @@ def test_the_log_tail_of_a_failed_start_keeps_the_first_of_each_problem(tmp_path
     agent.directory.mkdir()
     agent.log_path.write_text("I1 a.go:1] fine\nW1 b.go:2] first\nW1 b.go:2] again\nE1 c.go:3] broken\n")
     assert agent.log_tail(problems_only=True).splitlines()[1:] == ["W1 b.go:2] first", "E1 c.go:3] broken"]
+
+
+def test_the_hooks_a_kernel_cannot_serve_are_named_with_what_is_missing(tmp_path: Path) -> None:
+    cgroup, proc, dev = tmp_path / "cgroup", tmp_path / "proc", tmp_path / "dev"
+    for directory in (cgroup / "cpu", proc / "sys/kernel", dev):
+        directory.mkdir(parents=True)
+    (proc / "filesystems").write_text("nodev\tcgroup\nnodev\tcgroup2\n")
+    bare = hooks_without_kernel_support(cgroup, proc, dev)
+    assert {"group identity", "resctrl", "GPU env"} <= set(bare) and set(bare) <= set(KERNEL_HOOKS)
+    assert "cpu.bvt_warp_ns" in bare["group identity"]
+    (cgroup / "cpu" / "cpu.bvt_warp_ns").write_text("0\n")
+    (proc / "sys/kernel/sched_core").write_text("1\n")
+    (proc / "filesystems").write_text("nodev\tcgroup\nnodev\tresctrl\n")
+    (dev / "nvidia0").touch()
+    assert hooks_without_kernel_support(cgroup, proc, dev) == {}
