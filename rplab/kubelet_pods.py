@@ -101,14 +101,15 @@ class NodePorts:
         return cls(free_port(), free_port())
 
 
-def node_pods(ports: NodePorts) -> list[dict[str, Any]]:
-    """The manifests, in the order written."""
+def node_pods(ports: NodePorts, probe_timeout: int | None = None) -> list[dict[str, Any]]:
+    """The manifests, in the order written; ``probe_timeout``: every probe's timeoutSeconds (default: the
+    kubelet's, 1 s; an emulated node needs more)."""
     http = {"httpGet": {"host": "127.0.0.1", "port": ports.http, "path": "/"}, "periodSeconds": 1}
     tcp = {"tcpSocket": {"host": "127.0.0.1", "port": ports.tcp}, "periodSeconds": 1}
     resources = {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}}
     first_run_fails = ("if [ -e /data/restarted ]; then touch /tmp/healthy; else touch /data/restarted; fi; "
                        + SLEEP)
-    return [
+    pods = [
         _pod("exec-probes", [_container("app", f"touch /tmp/healthy; {SLEEP}",
                                         readinessProbe=_exec_probe("cat", "/tmp/healthy"),
                                         livenessProbe=_exec_probe("true"))]),
@@ -127,6 +128,13 @@ def node_pods(ports: NodePorts) -> list[dict[str, Any]]:
         _pod("readded", [_container("app", f"touch /tmp/ready; {SLEEP}",
                                     readinessProbe=_exec_probe("cat", "/tmp/ready"))]),
     ]
+    if probe_timeout is not None:
+        for pod in pods:
+            for container in pod["spec"]["containers"]:
+                for probe in ("readinessProbe", "livenessProbe"):
+                    if probe in container:
+                        container[probe] = {**container[probe], "timeoutSeconds": probe_timeout}
+    return pods
 
 
 # -- the views ------------------------------------------------------------------------------------------------
@@ -290,21 +298,24 @@ def _settled_view(node: KubeletNode, pods: list[str] | None = None) -> dict[str,
 
 
 def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint: Path | None = None,
-             while_settled: Callable[[KubeletNode], None] | None = None) -> NodeOutcome:
+             while_settled: Callable[[KubeletNode], None] | None = None, probe_timeout: int | None = None,
+             settle_timeout: float = SETTLE_TIMEOUT_SECONDS) -> NodeOutcome:
     """The node's pods on ``node`` from start to stop; the host check after. ``runtime_endpoint``: where the
     runtime's view is read (default: the node's endpoint); ``while_settled(node)``: the caller's own checks while
-    the pods are settled, before they are stopped."""
+    the pods are settled, before they are stopped; ``probe_timeout`` and ``settle_timeout`` (seconds): for a
+    slower node (an emulated one)."""
     outcome = NodeOutcome()
-    manifests = node_pods(ports or NodePorts.free())
+    manifests = node_pods(ports or NodePorts.free(), probe_timeout)
     try:
         node.start()
         for manifest in manifests:
             node.write_pod(manifest)
-        wait_until(lambda: _settled_view(node, list(READY_PODS)), SETTLE_TIMEOUT_SECONDS,
+        wait_until(lambda: _settled_view(node, list(READY_PODS)), settle_timeout,
                    "every pod Ready", interval=0.2)
         outcome.figures["all Ready"] = seconds_since(node.started_at)
-        _remove_and_readd(node, next(m for m in manifests if m["metadata"]["name"] == "readded"), outcome)
-        settled = wait_until(lambda: _settled_view(node), SETTLE_TIMEOUT_SECONDS, "every pod settled", interval=0.2)
+        _remove_and_readd(node, next(m for m in manifests if m["metadata"]["name"] == "readded"), outcome,
+                          settle_timeout)
+        settled = wait_until(lambda: _settled_view(node), settle_timeout, "every pod settled", interval=0.2)
         outcome.runtime = runtime_view(node, runtime_endpoint)
         outcome.kubelet = kubelet_view(node.pod_names())  # again: the crash loop may have moved on meanwhile
         if unsettled(outcome.kubelet):
@@ -329,7 +340,8 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
     return outcome
 
 
-def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: NodeOutcome) -> None:
+def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: NodeOutcome,
+                      settle_timeout: float) -> None:
     """Deletes ``readded``'s manifest, waits until the kubelet has finished the pod, writes the manifest back and
     waits until it is Ready again. The pod comes back with the same UID (a hash of the manifest and its path), which
     the kubelet restarts as a pod it has finished: how it counts the new container's restarts depends on what it has
@@ -355,14 +367,14 @@ def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: Node
                 api.ListPodSandboxRequest(filter=ready), timeout=30).items and not client.runtime.ListContainers(
                 api.ListContainersRequest(filter=running), timeout=30).containers
 
-    wait_until(finished, SETTLE_TIMEOUT_SECONDS, f"{name} to be removed")
+    wait_until(finished, settle_timeout, f"{name} to be removed")
     relisted = node.relists()
-    wait_until(lambda: node.relists() >= relisted + RELISTS_BEFORE_READD, SETTLE_TIMEOUT_SECONDS,
+    wait_until(lambda: node.relists() >= relisted + RELISTS_BEFORE_READD, settle_timeout,
                f"{RELISTS_BEFORE_READD} relists")
     outcome.figures["pod removed"] = seconds_since(removing)
     readding = time.monotonic()
     node.write_pod(manifest)
-    wait_until(lambda: _settled_view(node, [name]), SETTLE_TIMEOUT_SECONDS, f"{name} Ready again", interval=0.2)
+    wait_until(lambda: _settled_view(node, [name]), settle_timeout, f"{name} Ready again", interval=0.2)
     outcome.figures["pod re-added, Ready"] = seconds_since(readding)
 
 
