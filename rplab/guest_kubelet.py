@@ -53,6 +53,7 @@ class GuestKubeletNode(KubeletNode):
     guest: Guest | None = None
     guest_endpoint: str = CONTAINERD_SOCKET
     copy_seconds: float = 0.0  # copying the binary into the guest took (0: it was there)
+    http_timeout: float = 60.0
 
     @property
     def _guest(self) -> Guest:
@@ -87,7 +88,7 @@ class GuestKubeletNode(KubeletNode):
                 f"--root-dir={self.guest_directory}/root", f"--cert-dir={self.guest_directory}/pki",
                 f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1", "--v=2"]
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 300.0) -> None:
         """Copies the binary in (once per guest), writes the config, starts the service; returns once /healthz
         answers. Refuses a runtime that holds pods of others, as the host's does."""
         guest = self._guest
@@ -116,7 +117,7 @@ class GuestKubeletNode(KubeletNode):
         except (GuestError, OSError):
             return False
 
-    def stop(self, timeout: float = 180.0) -> None:
+    def stop(self, timeout: float = 600.0) -> None:
         super().stop(timeout)  # an emulated node stops its pods slower
 
     def _check_running(self) -> None:

@@ -210,6 +210,7 @@ class KubeletNode:
     node_id: str = ""
     read_only_port: int = 0
     started_at: float = 0.0
+    http_timeout: float = 10.0  # seconds for an answer of its read-only port (an emulated node needs more)
     host_before: HostState | None = None
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -412,14 +413,14 @@ class KubeletNode:
     def pods(self) -> list[dict[str, Any]]:
         """The kubelet's pods with their status, from its read-only port's /pods."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=10) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=self.http_timeout) as answer:
                 return list(json.load(answer).get("items") or [])
         except OSError as error:  # URLError is one
             raise KubeletNodeError(f"the kubelet's /pods did not answer ({error})\n{self.log_tail()}") from error
 
     def relists(self) -> int:
         """How many times the kubelet has relisted its runtime's pods (PLEG, once a second), from its metrics."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/metrics", timeout=10) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/metrics", timeout=self.http_timeout) as answer:
             for line in answer.read().decode().splitlines():
                 if line.startswith("kubelet_pleg_relist_duration_seconds_count "):
                     return int(float(line.split()[1]))

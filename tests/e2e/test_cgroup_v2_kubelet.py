@@ -1,14 +1,14 @@
 """The real kubelet on the node most clusters run: inside the cgroup v2 + systemd guest (rplab.guest: systemd as PID 1,
-containerd 1.6 with `SystemdCgroup = true`), with `cgroupDriver: systemd` (rplab.guest_kubelet). The same node's worth
-of static pods as tests/e2e/test_real_kubelet.py (rplab.kubelet_pods: exec, HTTP and TCP probes, a liveness restart,
-a crash loop, an init container, a pod removed and re-added, ...), once straight to the guest's containerd and once
+containerd 1.6 with `SystemdCgroup = true`), with `cgroupDriver: systemd` (rplab.guest_kubelet). Static pods of
+tests/e2e/test_real_kubelet.py's node (rplab.kubelet_pods: exec, HTTP and TCP probes, a liveness restart, a crash
+loop, an init container), once straight to the guest's containerd and once
 through the proxy with the example plugin on all seven hooks under policy Fail. The proxy and the plugin run on this
 machine: kubelet (guest) -> proxy (host) -> containerd (guest). The kubelet's view (phase, Ready, per container
 ready, restartCount and states) and the runtime's must be the same both ways, but for the plugin's edits, which
 must be there through the proxy, down to the container's cgroup v2 files.
 
-Under software emulation a probe's exec takes longer than the kubelet's default second: every probe gets
-PROBE_TIMEOUT_SECONDS in both runs.
+Under software emulation a probe's exec takes longer than the kubelet's default second, and an exec a second per
+probe keeps the guest's two CPUs busy: every probe gets PACE's settings in both runs, and the node runs PODS.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rplab.example_plugin import ExampleSettings, plugin_process, registration
 from rplab.guest import Guest
 from rplab.guest_kubelet import GuestKubeletNode, through_host
 from rplab.kubelet_node import KUBELET_VERSION, KubeletNode
-from rplab.kubelet_pods import NodePorts, run_node
+from rplab.kubelet_pods import NodePorts, Pace, run_node
 from rplab.process import ProxyProcess
 from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
@@ -37,8 +37,10 @@ from test_real_kubelet import (HOOK_ENV, LIFECYCLE_HOOKS, Run, cri_calls, kubele
 
 __all__ = ["kubelet_binary"]  # a fixture of test_real_kubelet's, used here
 
-PROBE_TIMEOUT_SECONDS = 10
-SETTLE_TIMEOUT_SECONDS = 300.0
+PACE = Pace(probes={"timeoutSeconds": 10, "periodSeconds": 5}, settle_timeout=600.0, poll_interval=2.0)
+# A lighter node than on the host (emulated, each sandbox and container takes seconds of the guest's CPUs):
+# the probes of each kind, the liveness restart, the crash loop, the init container.
+PODS = ("exec-probes", "http-probes", "tcp-probes", "liveness-restart", "crash-loop", "init-container")
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,8 @@ def settled_reader(guest: Guest, into: dict[str, Any]) -> Callable[[KubeletNode]
 def guest_run(node: GuestKubeletNode, ports: NodePorts, guest: Guest) -> Run:
     started = time.monotonic()
     specs: dict[str, Any] = {}
-    outcome = run_node(node, ports, Path(guest.address), while_settled=settled_reader(guest, specs),
-                       probe_timeout=PROBE_TIMEOUT_SECONDS, settle_timeout=SETTLE_TIMEOUT_SECONDS)
+    outcome = run_node(node, ports, Path(guest.address), while_settled=settled_reader(guest, specs), pods=PODS,
+                       pace=PACE)
     return Run(outcome, specs, seconds=round(time.monotonic() - started, 1))
 
 

@@ -17,11 +17,11 @@ def test_every_pod_is_host_network_and_never_pulls() -> None:
         assert all(container["imagePullPolicy"] == "Never" for container in containers)
 
 
-def test_a_probe_timeout_is_set_on_every_probe_only_when_given() -> None:
-    probes = [container[probe] for pod in node_pods(NodePorts(8001, 8002), probe_timeout=10)
+def test_probe_settings_are_set_on_every_probe_only_when_given() -> None:
+    probes = [container[probe] for pod in node_pods(NodePorts(8001, 8002), {"timeoutSeconds": 10, "periodSeconds": 5})
               for container in pod["spec"]["containers"] for probe in ("readinessProbe", "livenessProbe")
               if probe in container]
-    assert len(probes) >= 8 and all(probe["timeoutSeconds"] == 10 for probe in probes)
+    assert len(probes) >= 8 and all(probe["timeoutSeconds"] == 10 and probe["periodSeconds"] == 5 for probe in probes)
     assert "timeoutSeconds" not in str(node_pods(NodePorts(8001, 8002)))
 
 
