@@ -8,8 +8,11 @@ lab images and saves the guest's RAM and disk; every later boot restores that sn
 
 The guest's containerd socket is forwarded to a unix socket on the host (qemu user networking forwards a TCP port
 on 127.0.0.1; socat turns it into a unix socket on both sides: qemu here has no vsock), and a second forwarded
-port runs shell scripts in the guest (`Guest.shell`), which is how tests read its cgroup files. The guest has no
-network beyond those two ports (`restrict=on`).
+port runs shell scripts in the guest (`Guest.shell`), which is how tests read its cgroup files; a third reaches a
+kubelet's read-only port in the guest. The other way, one address of qemu's user network reaches a unix socket
+of the host (`Guest.host_socket`: a proxy in front of the guest's containerd, for a kubelet in the guest). The
+guest has no network beyond those (`restrict=on`). Files go in through a read-only 9p share of a host directory
+(`Guest.put`: a binary into the guest; mounted only after a restore: qemu cannot save a guest with it mounted).
 
     python -m rplab.guest boot      # build (or find) the image and snapshot, boot, print figures, stop
 """
@@ -50,6 +53,11 @@ GUEST_BASE = Path("/var/lib/rplab")  # the guest containerd's base dir (socket: 
 GUEST_ADDRESS = "10.0.2.15"
 CRI_PORT = 10010
 SHELL_PORT = 10022
+KUBELET_PORT = 10255  # a kubelet's read-only port in the guest, forwarded to the host
+HOST_ADDRESS = "10.0.2.100"  # qemu's user network: the guest's connections here are forwarded to the host
+HOST_SOCKET_PORT = 10011  # HOST_ADDRESS:this -> Guest.host_socket (a unix socket of the host)
+SHARE_TAG = "rplab"  # the 9p share of Guest.share, mounted read-only at SHARE_MOUNT in the guest by Guest.put
+SHARE_MOUNT = "/mnt/rplab-host"
 HEADROOM_MIB = 1024  # free space in the file system for images, containers and logs
 BOOT_TIMEOUT_SECONDS = 600.0  # a cold boot under emulation on a busy 2-core machine
 RESTORE_TIMEOUT_SECONDS = 120.0
@@ -257,7 +265,10 @@ class Guest:
         self.image = image
         self.cri_port = free_port()
         self.shell_port = free_port()
+        self.kubelet_port = free_port()
         self.address = str(base / "containerd.sock")
+        self.host_socket = base / "host.sock"  # what the guest reaches at HOST_ADDRESS:HOST_SOCKET_PORT
+        self.share = base / "share"  # the guest's SHARE_TAG
         self.console = base / "console.log"
         self._qemu: subprocess.Popen[bytes] | None = None
         self._forwarder: subprocess.Popen[bytes] | None = None
@@ -265,21 +276,25 @@ class Guest:
         self.figures: dict[str, float] = {}  # seconds: what running_guest built, the restore, qemu's CPU time
 
     def qemu_argv(self, disk: Path, incoming: Path | None = None) -> list[str]:
-        forwards = ",".join(f"hostfwd=tcp:127.0.0.1:{host}-:{guest}"
-                            for host, guest in ((self.cri_port, CRI_PORT), (self.shell_port, SHELL_PORT)))
+        forwards = ",".join(f"hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in (
+            (self.cri_port, CRI_PORT), (self.shell_port, SHELL_PORT), (self.kubelet_port, KUBELET_PORT)))
+        # qemu spawns the command for each connection; a comma in an option value is written twice.
+        command = f"socat - UNIX-CONNECT:{self.host_socket}".replace(",", ",,")  # a comma in a value is doubled
+        forwards += f",guestfwd=tcp:{HOST_ADDRESS}:{HOST_SOCKET_PORT}-cmd:{command}"  # qemu runs it per connection
         argv = [QEMU, "-nodefaults", "-no-user-config", "-display", "none",
                 "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "1024",
                 "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd), "-append", KERNEL_ARGS,
                 "-drive", f"file={disk},if=virtio,format=qcow2,cache=unsafe",
                 "-netdev", f"user,id=net0,restrict=on,{forwards}", "-device", "virtio-net-pci,netdev=net0",
                 "-device", "virtio-rng-pci", "-device", "vmgenid", "-serial", f"file:{self.console}",
+                "-virtfs", f"local,path={self.share},mount_tag={SHARE_TAG},security_model=none,readonly=on",
                 "-qmp", f"unix:{self.base / 'qmp.sock'},server=on,wait=off"]
         if incoming is not None:
             argv += ["-incoming", f"exec:cat {incoming}"]
         return argv
 
     def start(self, disk: Path, incoming: Path | None = None) -> None:
-        self.base.mkdir(parents=True, exist_ok=True)
+        self.share.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "qemu.log", "wb")
         self._qemu = subprocess.Popen(self.qemu_argv(disk, incoming), stdout=log, stderr=subprocess.STDOUT,
                                       preexec_fn=_die_with_parent)
@@ -343,6 +358,23 @@ class Guest:
         while not self.cri_answers():
             self._check_alive(deadline)
             time.sleep(0.2)
+
+    def put(self, source: Path, target: str, mode: str = "0755", timeout: float = 300.0) -> None:
+        """Copies the host file `source` to `target` in the guest, through the 9p share (the emulated network
+        moves a few MB/s: a 120 MB binary took 48 s)."""
+        shared = self.share / Path(source).name
+        shared.unlink(missing_ok=True)
+        try:
+            os.link(source, shared)
+        except OSError:  # another file system
+            shutil.copyfile(source, shared)
+        try:
+            self.shell(f"mountpoint -q {SHARE_MOUNT} || {{ mkdir -p {SHARE_MOUNT} && "
+                       f"mount -t 9p -o trans=virtio,version=9p2000.L,msize=1048576,ro {SHARE_TAG} {SHARE_MOUNT}; }} && "
+                       f"cp '{SHARE_MOUNT}/{shared.name}' '{target}.partial' && chmod {mode} '{target}.partial' && "
+                       f"mv '{target}.partial' '{target}'", timeout=timeout)
+        finally:
+            shared.unlink(missing_ok=True)
 
     def read(self, path: str) -> str:
         """A file of the guest (a cgroup file: /sys/fs/cgroup/...), stripped."""
@@ -420,7 +452,8 @@ def make_snapshot(image: GuestImage, image_cache: Path, work: Path) -> tuple[Sna
     tars = build_image_tars(image_cache)
     machine = Guest(Path("/"), image).qemu_argv(Path("disk"))  # a saved state loads only into the same machine
     machine = [arg for arg in machine if "hostfwd" not in arg]
-    key = hashlib.sha256(json.dumps([_qemu_version(), machine, sorted(p.name for p in tars.values())])
+    forwards = [CRI_PORT, SHELL_PORT, KUBELET_PORT, HOST_ADDRESS, HOST_SOCKET_PORT]  # the network
+    key = hashlib.sha256(json.dumps([_qemu_version(), machine, forwards, sorted(p.name for p in tars.values())])
                          .encode()).hexdigest()[:12]
     snapshot = Snapshot(image.directory / f"snapshot-{key}")
     if snapshot.state.exists():

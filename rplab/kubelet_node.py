@@ -210,6 +210,7 @@ class KubeletNode:
     node_id: str = ""
     read_only_port: int = 0
     started_at: float = 0.0
+    http_timeout: float = 10.0  # seconds for an answer of its read-only port (an emulated node needs more)
     host_before: HostState | None = None
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -325,12 +326,15 @@ class KubeletNode:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def _healthy(self) -> bool:
+    def _check_running(self) -> None:
         if self._process is None or self._process.poll() is not None:
             code = self._process.returncode if self._process else None
             raise KubeletNodeError(f"the kubelet exited with {code}\n{self.log_tail()}")
+
+    def _healthy(self) -> bool:
+        self._check_running()
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/healthz", timeout=2) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/healthz", timeout=5) as answer:
                 return answer.status == 200
         except (OSError, urllib.error.URLError):
             return False
@@ -340,8 +344,7 @@ class KubeletNode:
         cgroups removed. Safe to call twice, or after a failed start."""
         problems = []
         if self.running:
-            for manifest in self.manifests.glob("*.json"):
-                manifest.unlink()
+            self._remove_manifests()
             try:
                 wait_until(lambda: not self.pods() and not self._running_sandboxes(), timeout,
                            "the kubelet to stop its pods")
@@ -352,10 +355,17 @@ class KubeletNode:
             self._remove_runtime_pods()
         except grpc.RpcError as error:
             problems.append(f"removing the node's pods from the runtime: {error.code().name} {error.details()}")
-        problems += self._remove_cgroup_root()
-        problems += self._restore_sysctls()
+        problems += self._tidy_host()
         if problems:
             raise KubeletNodeError("; ".join(problems) + f"\n{self.log_tail()}")
+
+    def _remove_manifests(self) -> None:
+        for manifest in self.manifests.glob("*.json"):
+            manifest.unlink()
+
+    def _tidy_host(self) -> list[str]:
+        """What is left on the host once the kubelet has stopped, removed; one line per problem."""
+        return self._remove_cgroup_root() + self._restore_sysctls()
 
     def _restore_sysctls(self) -> list[str]:
         """Writes back any sysctl that differs from the host's before ``start()`` (its namespace's masks keep the
@@ -386,12 +396,16 @@ class KubeletNode:
 
     def write_pod(self, manifest: dict[str, Any]) -> Path:
         """Writes a static pod manifest (labelled with this node's id), at once: the kubelet never reads half."""
+        name, text = self.labelled(manifest)
+        partial = self.manifests / f".{name}.partial"  # the kubelet skips names starting with a dot
+        partial.write_text(text)
+        return partial.replace(self.manifests / f"{name}.json")
+
+    def labelled(self, manifest: dict[str, Any]) -> tuple[str, str]:
+        """A manifest's name, and its text with this node's label added."""
         labelled = json.loads(json.dumps(manifest))
         labelled["metadata"].setdefault("labels", {})[NODE_LABEL] = self.node_id
-        name = labelled["metadata"]["name"]
-        partial = self.manifests / f".{name}.partial"  # the kubelet skips names starting with a dot
-        partial.write_text(json.dumps(labelled, indent=1))
-        return partial.replace(self.manifests / f"{name}.json")
+        return labelled["metadata"]["name"], json.dumps(labelled, indent=1)
 
     def remove_pod(self, name: str) -> None:
         (self.manifests / f"{name}.json").unlink()
@@ -399,14 +413,14 @@ class KubeletNode:
     def pods(self) -> list[dict[str, Any]]:
         """The kubelet's pods with their status, from its read-only port's /pods."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=10) as answer:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/pods", timeout=self.http_timeout) as answer:
                 return list(json.load(answer).get("items") or [])
         except OSError as error:  # URLError is one
             raise KubeletNodeError(f"the kubelet's /pods did not answer ({error})\n{self.log_tail()}") from error
 
     def relists(self) -> int:
         """How many times the kubelet has relisted its runtime's pods (PLEG, once a second), from its metrics."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/metrics", timeout=10) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.read_only_port}/metrics", timeout=self.http_timeout) as answer:
             for line in answer.read().decode().splitlines():
                 if line.startswith("kubelet_pleg_relist_duration_seconds_count "):
                     return int(float(line.split()[1]))

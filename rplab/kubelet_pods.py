@@ -37,7 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,14 +101,15 @@ class NodePorts:
         return cls(free_port(), free_port())
 
 
-def node_pods(ports: NodePorts) -> list[dict[str, Any]]:
-    """The manifests, in the order written."""
+def node_pods(ports: NodePorts, probes: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The manifests, in the order written; ``probes``: set on every probe (``timeoutSeconds``, ``periodSeconds``:
+    an emulated node needs longer and fewer probes than the defaults here, 1 s and 1 s)."""
     http = {"httpGet": {"host": "127.0.0.1", "port": ports.http, "path": "/"}, "periodSeconds": 1}
     tcp = {"tcpSocket": {"host": "127.0.0.1", "port": ports.tcp}, "periodSeconds": 1}
     resources = {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}}
     first_run_fails = ("if [ -e /data/restarted ]; then touch /tmp/healthy; else touch /data/restarted; fi; "
                        + SLEEP)
-    return [
+    pods = [
         _pod("exec-probes", [_container("app", f"touch /tmp/healthy; {SLEEP}",
                                         readinessProbe=_exec_probe("cat", "/tmp/healthy"),
                                         livenessProbe=_exec_probe("true"))]),
@@ -127,6 +128,12 @@ def node_pods(ports: NodePorts) -> list[dict[str, Any]]:
         _pod("readded", [_container("app", f"touch /tmp/ready; {SLEEP}",
                                     readinessProbe=_exec_probe("cat", "/tmp/ready"))]),
     ]
+    for pod in pods:
+        for container in pod["spec"]["containers"]:
+            for probe in ("readinessProbe", "livenessProbe"):
+                if probe in container and probes:
+                    container[probe] = {**container[probe], **probes}
+    return pods
 
 
 # -- the views ------------------------------------------------------------------------------------------------
@@ -253,9 +260,10 @@ READY_PODS = ("exec-probes", "http-probes", "tcp-probes", "liveness-restart", "i
               "readded")
 
 
-def unsettled(view: dict[str, Any]) -> list[str]:
-    """The pods of the node not (yet) in the state they settle to."""
-    return [name for name, check in SETTLED.items() if name not in view or not check(view[name])]
+def unsettled(view: dict[str, Any], pods: Collection[str] | None = None) -> list[str]:
+    """The pods of the node (or those of ``pods``) not (yet) in the state they settle to."""
+    return [name for name, check in SETTLED.items()
+            if (pods is None or name in pods) and (name not in view or not check(view[name]))]
 
 
 # -- one run ----------------------------------------------------------------------------------------------------
@@ -272,9 +280,10 @@ class NodeOutcome:
     written_sysctls: dict[str, str] = field(default_factory=dict)
     overlay_writes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    pods: list[str] = field(default_factory=lambda: list(SETTLED))  # the pods the run wrote
 
     def ok(self) -> bool:
-        return not self.problems and not self.host_changes and not unsettled(self.kubelet)
+        return not self.problems and not self.host_changes and not unsettled(self.kubelet, self.pods)
 
     def summary(self) -> dict[str, Any]:
         return {"kubelet": KUBELET_VERSION, "ok": self.ok(), "figures": self.figures,
@@ -283,31 +292,45 @@ class NodeOutcome:
                 "pods": self.kubelet}
 
 
-def _settled_view(node: KubeletNode, pods: list[str] | None = None) -> dict[str, Any] | None:
+def _settled_view(node: KubeletNode, pods: Collection[str]) -> dict[str, Any] | None:
     view = kubelet_view(node.pod_names())
-    waiting = [name for name in unsettled(view) if pods is None or name in pods]
-    return None if waiting else view
+    return None if unsettled(view, pods) else view
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast the node is expected to be: settings for every probe (node_pods's ``probes``), how long the pods
+    may take to settle, how often the kubelet is asked. An emulated node needs longer and fewer probes."""
+
+    probes: dict[str, int] | None = None
+    settle_timeout: float = SETTLE_TIMEOUT_SECONDS
+    poll_interval: float = 0.2
 
 
 def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint: Path | None = None,
-             while_settled: Callable[[KubeletNode], None] | None = None) -> NodeOutcome:
-    """The node's pods on ``node`` from start to stop; the host check after. ``runtime_endpoint``: where the
-    runtime's view is read (default: the node's endpoint); ``while_settled(node)``: the caller's own checks while
-    the pods are settled, before they are stopped."""
-    outcome = NodeOutcome()
-    manifests = node_pods(ports or NodePorts.free())
+             while_settled: Callable[[KubeletNode], None] | None = None, pods: Collection[str] | None = None,
+             pace: Pace = Pace()) -> NodeOutcome:
+    """The node's pods (or those of them named in ``pods``) on ``node`` from start to stop; the host check after.
+    ``runtime_endpoint``: where the runtime's view is read (default: the node's endpoint); ``while_settled(node)``:
+    the caller's own checks while the pods are settled, before they are stopped."""
+    chosen = [name for name in SETTLED if pods is None or name in pods]
+    outcome = NodeOutcome(pods=chosen)
+    manifests = [m for m in node_pods(ports or NodePorts.free(), pace.probes) if m["metadata"]["name"] in chosen]
+    timeout, interval = pace.settle_timeout, pace.poll_interval
     try:
         node.start()
         for manifest in manifests:
             node.write_pod(manifest)
-        wait_until(lambda: _settled_view(node, list(READY_PODS)), SETTLE_TIMEOUT_SECONDS,
-                   "every pod Ready", interval=0.2)
+        wait_until(lambda: _settled_view(node, [p for p in READY_PODS if p in chosen]), timeout, "every pod Ready",
+                   interval=interval)
         outcome.figures["all Ready"] = seconds_since(node.started_at)
-        _remove_and_readd(node, next(m for m in manifests if m["metadata"]["name"] == "readded"), outcome)
-        settled = wait_until(lambda: _settled_view(node), SETTLE_TIMEOUT_SECONDS, "every pod settled", interval=0.2)
+        for manifest in manifests:
+            if manifest["metadata"]["name"] == "readded":
+                _remove_and_readd(node, manifest, outcome, pace)
+        settled = wait_until(lambda: _settled_view(node, chosen), timeout, "every pod settled", interval=interval)
         outcome.runtime = runtime_view(node, runtime_endpoint)
         outcome.kubelet = kubelet_view(node.pod_names())  # again: the crash loop may have moved on meanwhile
-        if unsettled(outcome.kubelet):
+        if unsettled(outcome.kubelet, chosen):
             outcome.kubelet = settled
         outcome.figures["settled"] = seconds_since(node.started_at)
         if while_settled is not None:
@@ -329,7 +352,7 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
     return outcome
 
 
-def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: NodeOutcome) -> None:
+def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: NodeOutcome, pace: Pace) -> None:
     """Deletes ``readded``'s manifest, waits until the kubelet has finished the pod, writes the manifest back and
     waits until it is Ready again. The pod comes back with the same UID (a hash of the manifest and its path), which
     the kubelet restarts as a pod it has finished: how it counts the new container's restarts depends on what it has
@@ -355,14 +378,15 @@ def _remove_and_readd(node: KubeletNode, manifest: dict[str, Any], outcome: Node
                 api.ListPodSandboxRequest(filter=ready), timeout=30).items and not client.runtime.ListContainers(
                 api.ListContainersRequest(filter=running), timeout=30).containers
 
-    wait_until(finished, SETTLE_TIMEOUT_SECONDS, f"{name} to be removed")
+    wait_until(finished, pace.settle_timeout, f"{name} to be removed")
     relisted = node.relists()
-    wait_until(lambda: node.relists() >= relisted + RELISTS_BEFORE_READD, SETTLE_TIMEOUT_SECONDS,
+    wait_until(lambda: node.relists() >= relisted + RELISTS_BEFORE_READD, pace.settle_timeout,
                f"{RELISTS_BEFORE_READD} relists")
     outcome.figures["pod removed"] = seconds_since(removing)
     readding = time.monotonic()
     node.write_pod(manifest)
-    wait_until(lambda: _settled_view(node, [name]), SETTLE_TIMEOUT_SECONDS, f"{name} Ready again", interval=0.2)
+    wait_until(lambda: _settled_view(node, [name]), pace.settle_timeout, f"{name} Ready again",
+               interval=pace.poll_interval)
     outcome.figures["pod re-added, Ready"] = seconds_since(readding)
 
 

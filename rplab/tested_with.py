@@ -39,7 +39,7 @@ CI_SOURCE = "scripts/test.sh"  # the value scripts/test.sh gives TESTED_WITH_ENV
 BY_HAND = "by hand"
 RECORD_GLOB = "tested-with-*.json"
 # Suites that run a real kubelet process: a record of a run with one of them names the kubelet's version.
-KUBELET_SUITES = ("test_real_kubelet.py", "test_koord_differential.py")
+KUBELET_SUITES = ("test_real_kubelet.py", "test_cgroup_v2_kubelet.py", "test_koord_differential.py")
 TABLE_NAME = "tested-with.md"
 DOCS_RECORDS = CHECKOUT / "docs" / "tested-with"
 DOCS_PAGE = CHECKOUT / "docs" / "tested-with.md"

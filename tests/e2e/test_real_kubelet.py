@@ -159,8 +159,9 @@ def summary_line(name: str, run: Run) -> str:
     return f"kubelet {KUBELET_VERSION} {name}: {figures}; run {run.seconds} s"
 
 
-def without_edits(view: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The runtime view without the plugins' annotations, and where one of them was missing."""
+def without_edits(view: dict[str, Any], nri: bool = True) -> tuple[dict[str, Any], list[str]]:
+    """The runtime view without the plugins' annotations (the NRI plugin's too when `nri`), and where one of them
+    was missing."""
     missing = []
     stripped = json.loads(json.dumps(view))
     for pod, sandbox in stripped.items():
@@ -169,7 +170,7 @@ def without_edits(view: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         for name, container in sandbox["containers"].items():
             if container["annotations"].pop(ANNOTATION, None) != "PreCreateContainer":
                 missing.append(f"{pod}/{name}: {ANNOTATION}")
-            if container["annotations"].pop(NRI_ANNOTATION, None) != "yes":
+            if nri and container["annotations"].pop(NRI_ANNOTATION, None) != "yes":
                 missing.append(f"{pod}/{name}: {NRI_ANNOTATION}")
     return stripped, missing
 

@@ -43,6 +43,19 @@ def test_a_restore_loads_the_saved_state_into_the_same_machine(tmp_path: Path) -
     assert any("restrict=on" in arg and f"127.0.0.1:{machine.cri_port}-:{guest.CRI_PORT}" in arg for arg in cold)
 
 
+def test_the_guest_reaches_a_host_socket_and_a_read_only_share_and_nothing_else(tmp_path: Path) -> None:
+    machine = Guest(tmp_path, GuestImage(tmp_path / "image"))
+    argv = machine.qemu_argv(tmp_path / "disk.qcow2")
+    network = next(arg for arg in argv if arg.startswith("user,"))
+    assert "restrict=on" in network
+    assert (f"guestfwd=tcp:{guest.HOST_ADDRESS}:{guest.HOST_SOCKET_PORT}-cmd:socat - "
+            f"UNIX-CONNECT:{machine.host_socket}") in network
+    assert network.count("guestfwd") == 1
+    share = argv[argv.index("-virtfs") + 1]
+    assert f"path={machine.share}," in share and "readonly=on" in share
+    assert f"hostfwd=tcp:127.0.0.1:{machine.kubelet_port}-:{guest.KUBELET_PORT}" in network
+
+
 @pytest.fixture
 def fake_shell(tmp_path: Path) -> Iterator[tuple[Guest, list[bytes]]]:
     """A Guest whose shell port is a server answering each script with canned output (`answers`, in order)."""

@@ -17,6 +17,14 @@ def test_every_pod_is_host_network_and_never_pulls() -> None:
         assert all(container["imagePullPolicy"] == "Never" for container in containers)
 
 
+def test_probe_settings_are_set_on_every_probe_only_when_given() -> None:
+    probes = [container[probe] for pod in node_pods(NodePorts(8001, 8002), {"timeoutSeconds": 10, "periodSeconds": 5})
+              for container in pod["spec"]["containers"] for probe in ("readinessProbe", "livenessProbe")
+              if probe in container]
+    assert len(probes) >= 8 and all(probe["timeoutSeconds"] == 10 and probe["periodSeconds"] == 5 for probe in probes)
+    assert "timeoutSeconds" not in str(node_pods(NodePorts(8001, 8002)))
+
+
 def status(name: str, phase: str, ready: bool, containers: list[dict[str, Any]]) -> dict[str, Any]:
     return {"metadata": {"name": f"{name}-{NODE_NAME}"}, "status": {
         "phase": phase, "conditions": [{"type": "Ready", "status": str(ready)}], "containerStatuses": containers}}
