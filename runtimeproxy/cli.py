@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(parser, "max-request-bytes", type=_positive_int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
           help="largest request message accepted from a client; larger ones get RESOURCE_EXHAUSTED "
           "(default: %(default)s, the kubelet's own limit)")
+    _flag(parser, "cri-frame-relay", action="store_true",
+          help="serve CRI through an HTTP/2 frame relay: calls no hook intercepts go straight to the runtime "
+          "without gRPC's per-call cost; the rest to the gRPC server (experimental; default: off)")
     _flag(parser, "log-level", type=_choice(LOG_LEVELS), default=None, metavar="LEVEL",
           help=f"one of {', '.join(LOG_LEVELS)} (default: info; the Go binary's -v=N: 4 and up is debug)")
     _operator_flags(parser)
@@ -215,6 +218,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> CommandLine:
         skip_label_value=args.runtime_hook_server_val,
         shutdown_grace_seconds=args.shutdown_grace_seconds,
         max_request_bytes=args.max_request_bytes,
+        frame_relay=args.cri_frame_relay,
         decode_all=args.benchmark_decode_all,
         admin_path=getattr(args, "admin_endpoint", default_admin_socket(listen_path)),
         state_dir=getattr(args, "state_dir", default_state_dir(listen_path)),

@@ -18,10 +18,10 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runtimeproxy.endpoints import grpc_target
-from runtimeproxy.listener import KEEP_SOCKET_FILE, listen_backlog, restrictive_umask
+from runtimeproxy.listener import KEEP_SOCKET_FILE, bind_unix_socket, listen_backlog, restrictive_umask
 
 if TYPE_CHECKING:
     import grpc.aio
@@ -158,24 +158,48 @@ class SocketRelay:
             await asyncio.gather(*self._joining, return_exceptions=True)
 
 
+class SocketFront(Protocol):
+    """What accepts on the public socket and feeds the gRPC server's private one (SocketRelay, or the CRI
+    frontend's frame relay, runtimeproxy.cri.framerelay)."""
+
+    async def start(self) -> None: ...
+
+    async def stop_accepting(self) -> None: ...
+
+    async def drain(self, seconds: float) -> None: ...
+
+
+FrontFactory = Callable[[socket.socket, Path], SocketFront]  # (listening public socket, private path)
+
+
 class GrpcListenSocket:
     """Where a gRPC server listens: its public path, bound by gRPC with `mode` from birth; or, given the
-    socket systemd passed for that path, a private socket fed by a SocketRelay from it."""
+    socket systemd passed for that path, a private socket fed by a SocketRelay from it; or, given a `front`,
+    a private socket fed by that front, which accepts on the inherited socket or on the public path it binds."""
 
-    def __init__(self, public_path: Path, mode: int, inherited: socket.socket | None = None) -> None:
+    def __init__(self, public_path: Path, mode: int, inherited: socket.socket | None = None,
+                 front: FrontFactory | None = None) -> None:
         self.public_path = public_path
         self._mode = mode
-        self._relay = SocketRelay(inherited, relay_path_for(public_path)) if inherited is not None else None
+        self._inherited = inherited is not None
+        private = relay_path_for(public_path)
+        self._relay: SocketFront | None = None
+        self._private_path: Path | None = None
+        if front is not None:
+            listening = inherited if inherited is not None else bind_unix_socket(public_path, mode)[0]
+            self._relay, self._private_path = front(listening, private), private
+        elif inherited is not None:
+            self._relay, self._private_path = SocketRelay(inherited, private), private
 
     @property
     def inherited(self) -> bool:
-        return self._relay is not None
+        return self._inherited
 
     def bind(self, server: grpc.aio.Server) -> None:
         """add_insecure_port on the path gRPC serves (the caller holds the public socket's lock)."""
         path, mode = self.public_path, self._mode
-        if self._relay is not None:
-            path, mode = self._relay.private_path, RELAY_SOCKET_MODE
+        if self._private_path is not None:
+            path, mode = self._private_path, RELAY_SOCKET_MODE
             path.unlink(missing_ok=True)  # a predecessor's, killed before it could remove it
         with restrictive_umask(mode):  # the window between bind and chmod
             if not server.add_insecure_port(grpc_target(path)):
@@ -199,5 +223,5 @@ class GrpcListenSocket:
 
     def release(self) -> None:
         """After the gRPC server stopped: remove the private socket (the public one is released by its owner)."""
-        if self._relay is not None:
-            self._relay.private_path.unlink(missing_ok=True)
+        if self._private_path is not None:
+            self._private_path.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Mapping
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -27,7 +28,9 @@ from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
-from runtimeproxy.relay import GrpcListenSocket
+from runtimeproxy.relay import FrontFactory, GrpcListenSocket
+from runtimeproxy.cri.framerelay import FrameRelay, Limits
+from runtimeproxy.cri.routes import relayed_routes
 
 log = logging.getLogger(__name__)
 
@@ -149,12 +152,25 @@ class CriFrontend:
         self._server: grpc.aio.Server | None = None
         self._listen: GrpcListenSocket | None = None
         self._handler: CriProxyHandler | None = None
+        self._front: FrameRelay | None = None
         self._watchers: list[asyncio.Task[None]] = []
 
     @property
     def calls_started(self) -> int:
         """Read by the idle trimmer."""
-        return self._handler.calls_started if self._handler is not None else 0
+        relayed = self._front.calls_started if self._front is not None else 0
+        return relayed + (self._handler.calls_started if self._handler is not None else 0)
+
+    def _frame_relay_factory(self, hooked: set[str]) -> FrontFactory:
+        options = self.options
+        router = relayed_routes(self.backend, cri_method_table(), hooked, self.report.calls)
+        limits = Limits(options.max_request_bytes, options.max_message_bytes, options.max_concurrent_calls)
+
+        def make(listening: socket.socket, private: Path) -> FrameRelay:
+            self._front = FrameRelay(listening, private, router, limits)
+            return self._front
+
+        return make
 
     def describe(self) -> str:
         return (f"listening on {self.options.listen_path}; runtime backend {self.backend.runtime.target}; "
@@ -179,7 +195,10 @@ class CriFrontend:
             self.backend, cri_method_table(), cri_hooks.interceptors(), options.decode_all, self.report.calls,
         )
         server.add_generic_rpc_handlers((self._handler,))
-        self._listen = GrpcListenSocket(options.listen_path, SOCKET_MODE, inherited)
+        front = None
+        if options.frame_relay and not options.decode_all:
+            front = self._frame_relay_factory(set(cri_hooks.interceptors()))
+        self._listen = GrpcListenSocket(options.listen_path, SOCKET_MODE, inherited, front)
         self._listen.bind(server)
         await server.start()
         self._server = server
