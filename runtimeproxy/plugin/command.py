@@ -56,7 +56,13 @@ def build_parser(prog: str | None = None, description: str | None = None) -> arg
 
 async def serve_until_stopped(plugin: HookPlugin, socket: Path, register: Path | None = None,
                               document: bytes = b"", mode: int = SOCKET_MODE) -> None:
-    """Serve until SIGTERM or SIGINT; the registration is written only once the socket answers."""
+    """Serve until SIGTERM or SIGINT; the registration is written only once the socket answers.
+
+    The signals are caught before the socket exists: whoever waits for the socket may stop the plugin at once,
+    and it then stops as asked (exit 0), not killed by the signal's default action."""
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     await plugin.start(socket, mode)
     try:
         if register is not None:
@@ -64,9 +70,6 @@ async def serve_until_stopped(plugin: HookPlugin, socket: Path, register: Path |
         refused = endpoint_problem(socket, TrustedOwners.with_extra())  # serving: only a path the proxy refuses
         if refused:
             print(f"warning: {refused}", file=sys.stderr)
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         await stop.wait()
     finally:
         await plugin.stop()
