@@ -19,6 +19,7 @@ import pytest
 
 from machinekit import require_command, skip_or_fail
 from rplab.process import ProxyProcess
+from runtimeproxy.hooks.journal import JOURNAL_FILE_NAME
 from runtimeproxy.listener import lock_path_for
 
 MODES = ["Containerd", "Docker"]
@@ -53,9 +54,11 @@ def _failed_start(proxy: ProxyProcess) -> tuple[int, str]:
 
 
 def _leftovers(*directories: Path) -> list[Path]:
-    """What is left beside the sockets; the state directory persists by design, but not its lock."""
+    """What is left beside the sockets; the state directory persists by design, with its journal of calls in flight
+    (hooks.journal: the next proxy reads it), but not its lock."""
     found = [path for directory in directories if directory.is_dir() for path in directory.iterdir()]
-    return sorted(path for path in found if path.name != "state" or any(path.iterdir()))
+    return sorted(path for path in found if path.name != "state"
+                  or any(kept.name != JOURNAL_FILE_NAME for kept in path.iterdir()))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
