@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 import grpc
@@ -117,15 +118,23 @@ def container_name(path: str) -> str:
 CRI_APART = ("linux.resources.rdt_class",)
 
 
-def test_each_field_on_containerd_lands_in_the_oci_spec_or_is_refused_naming_it(
-        containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, log_dir: Path,
-        cleanup_pods: list[str]) -> None:
-    carried = [path for path in fields("cri", refused=False) if path not in CRI_APART]
+def field_plan(runtime: str, apart: Collection[str]) -> tuple[list[str], list[str], dict[str, nri.ContainerAdjustment]]:
+    """The fields `runtime` carries (one container "all" sets them together; the devices only where /dev/fuse is
+    there to add), those it refuses, and what the plugin answers per container: each refused field and each field
+    tried `apart` in a container of its own."""
+    carried = [path for path in fields(runtime, refused=False) if path not in apart]
     if not Path("/dev/fuse").exists():
         carried.remove("linux.devices")
         carried.remove("linux.resources.devices")
-    refused = fields("cri", refused=True)
-    adjustments = {"all": merged(carried), **{container_name(p): sample(p) for p in refused + list(CRI_APART)}}
+    refused = fields(runtime, refused=True)
+    adjustments = {"all": merged(carried), **{container_name(p): sample(p) for p in refused + list(apart)}}
+    return carried, refused, adjustments
+
+
+def test_each_field_on_containerd_lands_in_the_oci_spec_or_is_refused_naming_it(
+        containerd: ContainerdInstance, workdir: Path, loop_thread: LoopThread, log_dir: Path,
+        cleanup_pods: list[str]) -> None:
+    carried, refused, adjustments = field_plan("cri", CRI_APART)
     with nri_lab(containerd.address, workdir / "nrifields", loop_thread) as lab:
         lab.attach(plugin_by_container(adjustments))
         client = lab.client
@@ -168,12 +177,7 @@ DOCKER_APART = ("linux.resources.cpu.realtime_runtime",)
 
 def test_each_field_on_dockerd_lands_in_docker_inspect_and_the_container_or_is_refused_naming_it(
         lab: DockerNriLab) -> None:  # noqa: F811 (lab: the fixture imported above)
-    carried = [path for path in fields("docker", refused=False) if path not in DOCKER_APART]
-    if not Path("/dev/fuse").exists():
-        carried.remove("linux.devices")
-        carried.remove("linux.resources.devices")
-    refused = fields("docker", refused=True)
-    adjustments = {"all": merged(carried), **{container_name(p): sample(p) for p in refused + list(DOCKER_APART)}}
+    carried, refused, adjustments = field_plan("docker", DOCKER_APART)
     lab.attach(plugin_by_container(adjustments))
     pod = lab.run_pod()
     container_id = lab.create(pod, "all")
