@@ -31,7 +31,7 @@ from pathlib import Path
 from rplab import CHECKOUT
 from rplab.node_layout import CTL, PROXY
 from rplab.process import ProxyProcess
-from tests.packagekit import PACKAGE_WORKDIR, installed_wheel  # tests/ is a plain directory: a namespace package
+from tests.kits.packages import PACKAGE_WORKDIR, installed_wheel  # tests/ is a plain directory: a namespace package
 from runtimeproxy.usage import OneLineParser
 
 REPO_ROOT = CHECKOUT

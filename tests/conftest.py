@@ -18,8 +18,8 @@ from rplab.synthetic import SyntheticBackend
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.app import Proxy
 
-from machinekit import missing_client_skips
-from packagekit import PACKAGE_WORKDIR
+from tests.kits.machine import missing_client_skips
+from tests.kits.packages import PACKAGE_WORKDIR
 
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[LoopThread]:

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-import docskit
-from docskit import (REPO_ROOT, block_starting, blocks, doc_block, doc_command, doc_page, doc_pages,
+from tests.kits import docs as docskit
+from tests.kits.docs import (REPO_ROOT, block_starting, blocks, doc_block, doc_command, doc_page, doc_pages,
                      inline_commands)
-from namespacekit import private_namespace, private_setup
-from packagekit import built_wheel, make_virtualenv
+from tests.kits.namespace import private_namespace, private_setup
+from tests.kits.packages import built_wheel, make_virtualenv
 
 TESTS_DIR = REPO_ROOT / "tests"
 SAME_AS = "="  # a RUN_BY value "=PAGE": the block is the same text as PAGE's block of that ID, which a test runs
@@ -78,7 +78,11 @@ def _module(path: Path) -> ast.Module:
 
 
 def _module_path(name: str, near: Path) -> Path | None:
-    """A tests helper module imported by name (tests/ and tests/e2e/ are on sys.path), or None."""
+    """A tests helper module imported by name (tests/ and tests/e2e/ are on sys.path) or by its dotted name from
+    the repository's root (tests.kits.docs), or None."""
+    if "." in name:
+        dotted = REPO_ROOT.joinpath(*name.split(".")).with_suffix(".py")
+        return dotted if dotted.is_file() else None
     for directory in (near.parent, TESTS_DIR, TESTS_DIR / "e2e"):
         if (directory / f"{name}.py").is_file():
             return directory / f"{name}.py"

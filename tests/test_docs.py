@@ -13,8 +13,8 @@ from pathlib import Path
 
 from markdown.extensions.toc import slugify
 
-from docskit import DOCS_DIR, README, REPO_ROOT, block_starting, blocks, doc_block, doc_command, doc_page
-from packagekit import _NOT_SOURCE, NODE_INSTALL_ID, NODE_INSTALL_PAGE
+from tests.kits.docs import DOCS_DIR, README, REPO_ROOT, block_starting, blocks, doc_block, doc_command, doc_page
+from tests.kits.packages import _NOT_SOURCE, NODE_INSTALL_ID, NODE_INSTALL_PAGE
 from runtimeproxy.cri import backend
 
 README_MAX_LINES = 200

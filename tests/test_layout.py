@@ -21,6 +21,7 @@ may import each other, but without a cycle (a circle of tooling modules is one c
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,3 +187,13 @@ def test_no_two_test_modules_share_a_basename() -> None:
     for path in sorted(tests_dir.rglob("test_*.py")):
         seen.setdefault(path.name, []).append(str(path.relative_to(tests_dir)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_the_tests_shared_helpers_live_in_one_package() -> None:
+    """A kit is imported as tests.kits.NAME from anywhere; none hides in a test folder behind a sys.path insert."""
+    tests = PACKAGE_DIR.parent / "tests"
+    strays = sorted(str(path.relative_to(tests)) for path in tests.rglob("*kit.py") if path.parent.name != "wire")
+    assert not strays, f"move these into tests/kits/ (imported as tests.kits.NAME): {strays}"
+    inserts = sorted(str(path.relative_to(tests)) for path in tests.rglob("test_*.py")
+                     if re.search(r"^\s*sys\.path\.insert\(", path.read_text(), re.M))
+    assert not inserts, f"import kits as tests.kits.NAME instead of inserting into sys.path: {inserts}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from machinekit import require_command, skip_or_fail
+from tests.kits.machine import require_command, skip_or_fail
 from rplab.process import ProxyProcess
 from runtimeproxy.hooks.journal import JOURNAL_FILE_NAME
 from runtimeproxy.listener import lock_path_for

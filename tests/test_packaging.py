@@ -17,8 +17,8 @@ import pytest
 
 from runtimeproxy import __version__
 
-from machinekit import skip_or_fail
-from packagekit import (
+from tests.kits.machine import skip_or_fail
+from tests.kits.packages import (
     PACKAGE_WORKDIR, REPO_ROOT, built_wheel, install_as_documented, installed_wheel, node_install_lines, wheel_names,
 )
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from adminkit import http_get, promtool_check
+from tests.kits.admin import http_get, promtool_check
 from runtimeproxy.endpoints import parse_bind_address
 from rplab.cri import open_channel
 from rplab.synthetic import EVENT_COUNT_KEY

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from google.protobuf.message import Message
 
-from adminkit import http_get, promtool_check
+from tests.kits.admin import http_get, promtool_check
 from rplab.loop import LoopThread
 from rplab.synthetic import SyntheticBackend, install_benchmark_answers
 from runtimeproxy.admin.ctl import EXIT_OK, EXIT_USAGE
@@ -28,8 +28,7 @@ from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from test_service import ctl
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
-from nrikit import NriPlugin  # noqa: E402
+from tests.kits.nri import NriPlugin  # noqa: E402
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from rplab.synthetic import SyntheticBackend
 from runtimeproxy.app import Proxy
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
-from adminkit import http_get
+from tests.kits.admin import http_get
 
 
 def ctl(proxy: Proxy, *args: str) -> tuple[int, str]:

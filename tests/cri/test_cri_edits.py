@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from hookkit import mark_unknown, unknown_marks
+from tests.kits.hooks import mark_unknown, unknown_marks
 from runtimeproxy.cri.edits import (
     RDT_CONTAINER_ANNOTATION,
     RDT_POD_ANNOTATION,

@@ -10,7 +10,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from hookkit import ScriptedPlugin, fill, mark_unknown, refresh_on_loop, register, unknown_marks
+from tests.kits.hooks import ScriptedPlugin, fill, mark_unknown, refresh_on_loop, register, unknown_marks
 from rplab.cri import env_entry
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from rplab.loop import LoopThread

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookkit import container_request, fill, full_resources, pod_request, resources, unset_fields
+from tests.kits.hooks import container_request, fill, full_resources, pod_request, resources, unset_fields
 from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response, with_pod
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.cri.messages import (

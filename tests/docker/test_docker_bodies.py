@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerkit import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, exchange, read_head
+from tests.kits.docker import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, exchange, read_head
 
 from runtimeproxy.docker import bodies
 from runtimeproxy.docker import hooks as docker_hooks

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hookkit import ScriptedPlugin, refresh_on_loop, register
+from tests.kits.hooks import ScriptedPlugin, refresh_on_loop, register
 from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.hooks import HOOK_FAILED_STATUS, DockerHooks
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer

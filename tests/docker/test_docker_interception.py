@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from dockerkit import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, read_head
+from tests.kits.docker import WAIT_SECONDS, FakeDockerd, docker_proxy, exchange, read_head
 
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, PassThrough, UpstreamAnswer
 from runtimeproxy.docker.routes import HookedRoute, hooked_route, is_hijack_route, routed_path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerkit import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, docker_proxy, exchange, header_lines, read_head
+from tests.kits.docker import WAIT_SECONDS, FakeDockerd, docker_mode_proxy, docker_proxy, exchange, header_lines, read_head
 
 from runtimeproxy.activation import InheritedSockets, PassedSocket
 from runtimeproxy.app import Proxy

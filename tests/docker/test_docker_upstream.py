@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dockerkit import FakeDockerd, read_head
+from tests.kits.docker import FakeDockerd, read_head
 
 from runtimeproxy.docker.upstream import END, AnswerHead, Upstream, UpstreamBroken
 

@@ -26,8 +26,8 @@ from rplab.runtimes import selected
 from rplab.tested_with import TESTED_WITH_ENV, merged_outcome, write_record
 
 from docker_fixtures import both, cri_dockerd, docker_mode_proxy, dockerd  # noqa: F401
-from machinekit import IMAGE_CACHE, require_command, require_tool, skip_or_fail
-from packagekit import built_wheel
+from tests.kits.machine import IMAGE_CACHE, require_command, require_tool, skip_or_fail
+from tests.kits.packages import built_wheel
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

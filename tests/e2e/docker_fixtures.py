@@ -20,7 +20,7 @@ from rplab.dockerd import (
 from rplab.images import PAUSE_IMAGE
 from rplab.runtimes import selected
 
-from machinekit import IMAGE_CACHE, require_tool, skip_or_fail
+from tests.kits.machine import IMAGE_CACHE, require_tool, skip_or_fail
 
 Crictl = Callable[..., str]
 

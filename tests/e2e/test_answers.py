@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 import pytest
 
-from hookkit import ScriptedPlugin
+from tests.kits.hooks import ScriptedPlugin
 from runtimeproxy.hooks import validate
 from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel

@@ -35,7 +35,7 @@ from rplab.process import ProxyProcess
 from rplab.node_layout import CTL, INSTALL_DIR, PROXY
 from rplab.roots import make_root, unpack
 
-from machinekit import require_command
+from tests.kits.machine import require_command
 
 NODE_SUITE, NODE_GLIBC = "bullseye", "2.31"
 

@@ -29,7 +29,7 @@ from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from test_hooks import Lab, hook_lab, spec_of, update_resources
 from test_nri import NriLab, nri_lab
-from nrikit import NriPlugin, adjusting
+from tests.kits.nri import NriPlugin, adjusting
 
 _serial = itertools.count()
 MiB = 1024 * 1024

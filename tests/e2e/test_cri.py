@@ -15,7 +15,7 @@ from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient
 from rplab.kinds import tally_every_kind
 from rplab.process import ProxyProcess
-from envkit import SECRET_SEEN, binary_env_seen
+from tests.kits.env import SECRET_SEEN, binary_env_seen
 
 
 # runtime.v1's lifecycle is the kubelet's own client's (test_cri_client.py); v1alpha2 (kubelets up to 1.25) has no

@@ -18,8 +18,8 @@ import pytest
 from runtimeproxy import __version__
 from rplab.roots import chroot_run, make_root, mounted, unpack
 
-from machinekit import require_command
-from packagekit import REPO_ROOT, _NOT_SOURCE, node_install_block
+from tests.kits.machine import require_command
+from tests.kits.packages import REPO_ROOT, _NOT_SOURCE, node_install_block
 
 DEBIAN_ONLY_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 # The package's own unit tests (what runs without a runtime); the e2e and lab tests need this machine's parts.

@@ -38,7 +38,7 @@ from rplab.differential import (Outcome, StreamWatch, differing_paths, is_succes
 from rplab.images import BUSYBOX_IMAGE, LAB_IMAGES, FileEntry, import_images, oci_layout_tar
 from rplab.streaming import Session, open_attach, port_forward_once, run_exec
 
-from machinekit import tcp_server
+from tests.kits.machine import tcp_server
 
 UNKNOWN_ID = "0" * 64
 NOT_FOLLOWED = "not followed"  # the second outcome of a step whose streaming URL could not be followed

@@ -18,7 +18,7 @@ from rplab.dockerd import DockerModeProxy
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 
 from docker_fixtures import Docker
-from machinekit import IMAGE_CACHE
+from tests.kits.machine import IMAGE_CACHE
 
 STREAM_WAIT_SECONDS = 30.0
 

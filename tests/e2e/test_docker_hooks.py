@@ -32,7 +32,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 from docker_drivers import CrictlDriver, DriverError, PodDriver, ReplayDriver
-from machinekit import require_tool
+from tests.kits.machine import require_tool
 
 MiB = 1024 * 1024
 POD_CGROUP_PARENT = "/rp-docker/hooked"

@@ -13,7 +13,7 @@ import pytest
 from rplab.dockerd import DockerdInstance, DockerModeProxy
 
 from docker_fixtures import Docker
-from machinekit import refused_dials
+from tests.kits.machine import refused_dials
 from test_operating import free_port, status as proxy_status
 
 

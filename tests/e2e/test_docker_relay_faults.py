@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hookkit import ScriptedPlugin, register
+from tests.kits.hooks import ScriptedPlugin, register
 from rplab.dockerd import DockerdInstance, DockerModeProxy
 from rplab.images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from rplab.loop import LoopThread

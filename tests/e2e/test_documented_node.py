@@ -15,8 +15,8 @@ import pytest
 from rplab.containerd import ContainerdInstance
 from rplab.cri import CriClient, open_channel
 
-from docskit import REPO_ROOT, doc_block, doc_command
-from namespacekit import Namespace, private_namespace, private_setup
+from tests.kits.docs import REPO_ROOT, doc_block, doc_command
+from tests.kits.namespace import Namespace, private_namespace, private_setup
 
 STATUS = "runtimeproxyctl status"
 TRACE = "runtimeproxyctl trace POD"

@@ -26,8 +26,8 @@ from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
-from envkit import SECRET_SEEN, SHOWN_SECRET, binary_env_seen
-from docskit import REPO_ROOT, block_starting, doc_page
+from tests.kits.env import SECRET_SEEN, SHOWN_SECRET, binary_env_seen
+from tests.kits.docs import REPO_ROOT, block_starting, doc_page
 
 _serial = itertools.count()
 MiB = 1024 * 1024

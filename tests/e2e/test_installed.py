@@ -19,7 +19,7 @@ from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
-from packagekit import installed_wheel
+from tests.kits.packages import installed_wheel
 
 MiB = 1024 * 1024
 

@@ -50,8 +50,8 @@ from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY, DEFAULT_SKIP_LABEL_VALUE
 
-from docskit import doc_page, table_rows
-from machinekit import IMAGE_CACHE, skip_or_fail
+from tests.kits.docs import doc_page, table_rows
+from tests.kits.machine import IMAGE_CACHE, skip_or_fail
 from test_crictl import HOST_NETWORK, container_config, crictl_on, write_json
 
 MiB = 1024 * 1024

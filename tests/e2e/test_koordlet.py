@@ -50,7 +50,7 @@ from rplab.peers import PeerBuildError, is_built, peer_binary
 from rplab.process import ProxyProcess
 from rplab.registry import free_port
 
-from machinekit import IMAGE_CACHE, REQUIRE_E2E_ENV, skip_or_fail
+from tests.kits.machine import IMAGE_CACHE, REQUIRE_E2E_ENV, skip_or_fail
 
 CLUSTER_PEERS = ("etcd", "kube-apiserver", "kubelet")
 BUILD_HINT = (".venv/bin/python -m rplab.peers etcd kube-apiserver kubelet koordlet koord-runtime-proxy "

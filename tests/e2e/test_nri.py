@@ -28,9 +28,8 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
-from envkit import SECRET_SEEN, SHOWN_SECRET, binary_env_seen  # noqa: E402
-from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares  # noqa: E402
+from tests.kits.env import SECRET_SEEN, SHOWN_SECRET, binary_env_seen  # noqa: E402
+from tests.kits.nri import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares  # noqa: E402
 
 _serial = itertools.count()
 ALL_EVENTS = 0  # NRI: every lifecycle event

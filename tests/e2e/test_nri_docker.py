@@ -25,9 +25,8 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
-from launched_plugin import plugin_file  # noqa: E402
-from nrikit import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares, update_shares  # noqa: E402
+from tests.kits.launched_plugin import plugin_file  # noqa: E402
+from tests.kits.nri import NriPlugin, adjusting, bind_mount, host_device, rdt_class, shares, update_shares  # noqa: E402
 
 _serial = itertools.count()
 ANNOTATION = "nri.runtimeproxy.test/adjusted"

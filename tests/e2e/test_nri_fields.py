@@ -24,8 +24,7 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.table import ROWS
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "nri"))
-from nrikit import NriPlugin  # noqa: E402
+from tests.kits.nri import NriPlugin  # noqa: E402
 from test_nri import nri_lab, run_pod, spec_of  # noqa: E402
 from test_nri_docker import DockerNriLab, base, lab  # noqa: E402,F401 (base, lab: the fixtures)
 

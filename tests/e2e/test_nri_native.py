@@ -37,7 +37,7 @@ from rplab.process import ProxyProcess
 from rplab.runtimes import runtime_named
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY, DEFAULT_SKIP_LABEL_VALUE
 
-from machinekit import IMAGE_CACHE, skip_or_fail
+from tests.kits.machine import IMAGE_CACHE, skip_or_fail
 
 WAIT_SECONDS = 15.0
 _serial = itertools.count()

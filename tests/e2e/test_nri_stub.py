@@ -35,7 +35,7 @@ from runtimeproxy.nri.session import PluginSession, event_mask, listen
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from machinekit import skip_or_fail
+from tests.kits.machine import skip_or_fail
 
 _serial = itertools.count()
 WAIT_SECONDS = 15.0

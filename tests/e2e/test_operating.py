@@ -27,7 +27,7 @@ from rplab.kubelet import run_lifecycle
 from rplab.loop import LoopThread
 from rplab.process import ProxyProcess
 
-from machinekit import refused_dials, require_command
+from tests.kits.machine import refused_dials, require_command
 
 _serial = itertools.count()
 PROMETHEUS_START_TIMEOUT_SECONDS = 60.0

@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 from rplab.cri import CriClient, open_channel
 from rplab.process import ProxyProcess
 
-from hookkit import ScriptedPlugin
+from tests.kits.hooks import ScriptedPlugin
 from test_hooks import Lab, lab  # noqa: F401 (lab: the fixture)
 
 WAIT_SECONDS = 20.0

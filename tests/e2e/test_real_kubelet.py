@@ -35,7 +35,7 @@ from rplab.process import ProxyProcess
 from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
 
-from machinekit import IMAGE_CACHE, skip_or_fail
+from tests.kits.machine import IMAGE_CACHE, skip_or_fail
 
 NRI_ANNOTATION = "nri.runtimeproxy.test/kubelet"
 NRI_ENV = "NRI_STUB=kubelet"

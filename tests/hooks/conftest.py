@@ -1,4 +1,4 @@
-"""Fixtures for the hook unit tests (helpers live in hookkit.py next to this file)."""
+"""Fixtures for the hook unit tests (helpers live in tests/kits/hooks.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hookkit import PluginBench
+from tests.kits.hooks import PluginBench
 from rplab.loop import LoopThread
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from hookkit import PluginBench, ScriptedPlugin, container_request
+from tests.kits.hooks import PluginBench, ScriptedPlugin, container_request
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

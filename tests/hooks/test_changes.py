@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hookkit import container_request, pod_request, resources
+from tests.kits.hooks import container_request, pod_request, resources
 from runtimeproxy.hooks.changes import UNSET, FieldChange, describe, dropped_env_names, field_changes
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from configkit import KNOWN_HOOKS, KOORDLET, config_bytes, messages
+from tests.kits.config import KNOWN_HOOKS, KOORDLET, config_bytes, messages
 from runtimeproxy.hooks.config import FailurePolicy, PluginConfig, PluginConfigError, parse_plugin_config
 from runtimeproxy.hooks.names import HOOK_NAMES
 

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from hookkit import PluginBench, ScriptedPlugin
+from tests.kits.hooks import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.cri.failures import ERROR_DOMAIN, ERROR_REASON, trailing_metadata
 from runtimeproxy.hooks.dispatcher import HookFailed

@@ -7,7 +7,7 @@ import logging
 import grpc
 import pytest
 
-from hookkit import PluginBench, ScriptedPlugin
+from tests.kits.hooks import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, SKIPPED_TOGGLE

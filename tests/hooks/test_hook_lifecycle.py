@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hookkit import PluginBench, ScriptedPlugin, container_request, pod_request, resources
+from tests.kits.hooks import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import HookContext

@@ -12,7 +12,7 @@ from runtimeproxy.hooks.merge import (
     merged_envs,
     with_pod,
 )
-from hookkit import container_request, full_resources, pod_request, resources
+from tests.kits.hooks import container_request, full_resources, pod_request, resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 Resources = hooks.LinuxContainerResources

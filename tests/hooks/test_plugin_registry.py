@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from configkit import KNOWN_HOOKS, KOORDLET, LOGGER, config_bytes, messages
+from tests.kits.config import KNOWN_HOOKS, KOORDLET, LOGGER, config_bytes, messages
 from runtimeproxy.hooks import dirwatch, trusted_files
 from runtimeproxy.hooks import registry as registry_module
 from rplab.loop import LoopThread

@@ -8,7 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hookkit import StubRuntime
+from tests.kits.hooks import StubRuntime
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, CallJournal, InFlight
 from runtimeproxy.hooks.lifecycle import HookPoints
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState

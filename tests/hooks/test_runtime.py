@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from hookkit import StubRuntime
+from tests.kits.hooks import StubRuntime
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hookkit import PluginBench, ScriptedPlugin
+from tests.kits.hooks import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hookkit import PluginBench, register, refresh_on_loop
+from tests.kits.hooks import PluginBench, register, refresh_on_loop
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.toggles import (
     ALL_PLUGINS, STATE_FILE_NAME, ToggleError, Toggles, clean_author, hook_names, unknown_plugin,

@@ -12,7 +12,7 @@ import pytest
 from rplab import guest
 from rplab.guest import Guest, GuestError, GuestImage
 
-from machinekit import tcp_server
+from tests.kits.machine import tcp_server
 
 
 def test_the_guest_containerd_uses_the_systemd_driver_and_no_nri_of_its_own() -> None:

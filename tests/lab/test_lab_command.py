@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, Queue
 
-from docskit import README, block_starting, doc_block, doc_page, fenced_blocks
-from machinekit import skip_or_fail
+from tests.kits.docs import README, block_starting, doc_block, doc_page, fenced_blocks
+from tests.kits.machine import skip_or_fail
 from rplab.containerd import check_prerequisites
 from rplab.images import LAB_IMAGES
 from rplab.lab_guide import CGROUP_HIERARCHY, CRICTL_CONFIG_ENV

@@ -11,7 +11,7 @@ from runtimeproxy.nri.events import WIRE
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import container_info, pod_info
+from tests.kits.nrihost import container_info, pod_info
 
 LABELS = {"io.kubernetes.container.name": "app", "io.kubernetes.pod.name": "web"}
 

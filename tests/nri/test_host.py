@@ -25,9 +25,9 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
+from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
                      pod_info, run, StubRuntime)
-from nrikit import NriPlugin
+from tests.kits.nri import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
 

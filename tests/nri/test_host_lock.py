@@ -16,8 +16,8 @@ from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import attached, container_info, host_on, plugin, pod_info, registered, run
-from nrikit import NriPlugin
+from tests.kits.nrihost import attached, container_info, host_on, plugin, pod_info, registered, run
+from tests.kits.nri import NriPlugin
 
 
 def test_concurrent_events_reach_a_plugin_one_at_a_time(socket_path: Path) -> None:

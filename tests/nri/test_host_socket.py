@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from machinekit import NOBODY, connect_as, traversable_directory
+from tests.kits.machine import NOBODY, connect_as, traversable_directory
 from runtimeproxy.listener import SocketInUseError, UnsafeSocketPath, lock_path_for, restrictive_umask
 from runtimeproxy.nri.host import NriHost
 from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
 
-from hostkit import host_on, run
+from tests.kits.nrihost import host_on, run
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the outsider runs as uid 65534: needs root")
 

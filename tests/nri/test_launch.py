@@ -23,7 +23,7 @@ from runtimeproxy.nri.launch import discover, parse_file_name
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.trust import TrustedOwners
 
-from launched_plugin import plugin_file
+from tests.kits.launched_plugin import plugin_file
 
 ROOT_ONLY = TrustedOwners(frozenset({0}))
 

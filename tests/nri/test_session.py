@@ -22,7 +22,7 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.pb.ttrpc import request_pb2
 
-from nrikit import NriPlugin
+from tests.kits.nri import NriPlugin
 
 RUNTIME = {"runtime_name": "koord-runtime-proxy", "runtime_version": "9.9.9"}
 

@@ -15,7 +15,7 @@ from runtimeproxy.nri.ttrpc import Code, ConnectionClosed, Endpoint, Frame, Fram
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.pb.ttrpc import request_pb2
 
-from nrikit import MemoryStream, memory_pipe
+from tests.kits.nri import MemoryStream, memory_pipe
 
 SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 MAX = 4 * 1024 * 1024

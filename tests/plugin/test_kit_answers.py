@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hookkit import container_request, pod_request, resources
+from tests.kits.hooks import container_request, pod_request, resources
 from runtimeproxy.hooks.changes import field_changes
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks

@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hookkit import container_request, pod_request
+from tests.kits.hooks import container_request, pod_request
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2_grpc as hooks_grpc

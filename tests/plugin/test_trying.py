@@ -10,8 +10,8 @@ import grpc
 import orjson
 import pytest
 
-from docskit import DOCS_DIR, doc_page
-from hookkit import ScriptedPlugin
+from tests.kits.docs import DOCS_DIR, doc_page
+from tests.kits.hooks import ScriptedPlugin
 from runtimeproxy.admin.ctl import main as ctl
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from google.protobuf import descriptor_pb2
 
-from machinekit import skip_or_fail
+from tests.kits.machine import skip_or_fail
 from rplab.peers import PeerBuildError, peer_binary
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri

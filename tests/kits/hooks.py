@@ -1,4 +1,4 @@
-"""Helpers shared by the hook unit tests (imported as a plain module: tests/hooks is on sys.path).
+"""Helpers shared by the hook unit tests.
 
 - resources(), full_resources(), pod_request(), container_request(): sample hook messages.
 - fill(): every field of a protobuf message set to a distinct non-default value, recursively,

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from machinekit import require_command, skip_or_fail
+from tests.kits.machine import require_command, skip_or_fail
 
 # The checkout's virtualenv first on PATH: `python3`, `koord-runtime-proxy`, `runtimeproxyctl` as on a node.
 VENV_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -20,7 +20,7 @@ VENV_PATH = f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/
 
 # What the commands need from the host's /tmp when the checkout lives there (a CI clone may): the checkout and the
 # virtualenv whose python runs them.
-KEPT_IN_TMP = (Path(__file__).resolve().parents[1], Path(sys.prefix).resolve())
+KEPT_IN_TMP = (Path(__file__).resolve().parents[2], Path(sys.prefix).resolve())
 
 
 def private_tmp() -> list[str]:

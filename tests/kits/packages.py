@@ -12,9 +12,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tests.docskit import doc_block  # tests/ is a plain directory: bench.binary_figures imports this too
+from tests.kits.docs import doc_block  # tests/ is a plain directory: bench.binary_figures imports this too
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Outside the checkout, so nothing can import the source tree by accident.
 PACKAGE_WORKDIR = Path(tempfile.gettempdir()) / f"rp-package-{os.getpid()}"
 

@@ -19,8 +19,8 @@ from runtimeproxy.nri.host import NriHost
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hookkit import StubRuntime
-from nrikit import NriPlugin
+from tests.kits.hooks import StubRuntime
+from tests.kits.nri import NriPlugin
 
 __all__ = ["StubRuntime"]  # hookkit's, for the NRI tests
 

@@ -1,4 +1,4 @@
-"""Helpers of the admin tests (imported as a plain module: tests/admin is on sys.path)."""
+"""Helpers of the admin tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import urllib.request
 
 from runtimeproxy.app import Proxy
 
-from machinekit import require_command
+from tests.kits.machine import require_command
 
 
 def http_get(proxy: Proxy, path: str) -> tuple[int, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
-from nrikit import NriPlugin
+from tests.kits.nri import NriPlugin
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 _ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +26,8 @@ def plugin_file(path: Path, forks: bool = False) -> Path:
     """An executable at `path` that runs this module's plugin (with this interpreter and this checkout); `forks`:
     it forks first, its child keeping fd 3 and being the plugin, and the launched process exits 1 s later."""
     fork = "import os, time\nif os.fork():\n    time.sleep(1)\n    os._exit(0)\n" if forks else ""
-    path.write_text(f"#!{sys.executable}\nimport sys\nsys.path[:0] = [{str(_ROOT)!r}, {str(Path(__file__).parent)!r}]\n"
-                    f"{fork}from launched_plugin import main\nmain()\n")
+    path.write_text(f"#!{sys.executable}\nimport sys\nsys.path[:0] = [{str(_ROOT)!r}]\n"
+                    f"{fork}from tests.kits.launched_plugin import main\nmain()\n")
     path.chmod(0o755)
     return path
 

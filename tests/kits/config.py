@@ -1,4 +1,4 @@
-"""Registration files for the registry and config tests (imported as a plain module: tests/hooks is on sys.path)."""
+"""Registration files for the registry and config tests."""
 
 from __future__ import annotations
 
