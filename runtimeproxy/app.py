@@ -150,17 +150,22 @@ class Proxy:
         `asks`), which carries them out through the frontend's runtime (CRI's UpdateContainerResources and
         StopContainer, Docker's POST /containers/{id}/update and /stop, stops with timeout 0) and writes the
         store; calls are traced and plugins put in shadow as the hook core's."""
+        from runtimeproxy.nri.default_validator import DefaultValidator, load_config
         from runtimeproxy.nri.host import NriHost
         from runtimeproxy.trust import TrustedOwners
 
         assert self.hook_service is not None and self.frontend is not None
         service, options = self.hook_service, self.options
+        validator = None
+        if options.nri_default_validator_config is not None:
+            config = load_config(options.nri_default_validator_config)
+            validator = DefaultValidator(config) if config.enable else None
         host = self.nri = NriHost(socket_path, service.asks, ready=service.store_rebuilt,
                                   registration_timeout=options.nri_registration_timeout,
                                   request_timeout=options.nri_request_timeout, toggles=service.toggles,
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
-                                  trace=service.trace, gate=service.sync_gate)
+                                  trace=service.trace, gate=service.sync_gate, default_validator=validator)
         try:
             with naming_flag("--nri-socket", socket_path, socket_fix("--nri-socket")):
                 await host.start()

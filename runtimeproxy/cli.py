@@ -191,6 +191,9 @@ def _nri_flags(parser: argparse.ArgumentParser) -> None:
           "files) when NRI is on; empty: launch none (default: %(default)s)")
     _flag(parser, "nri-plugin-config-path", type=str, default=str(DEFAULT_NRI_PLUGIN_CONFIG_PATH), metavar="DIR",
           help="configs of launched NRI plugins: NN-name.conf, else name.conf (default: %(default)s)")
+    _flag(parser, "nri-default-validator-config", type=str, default="", metavar="FILE",
+          help="containerd/nri's built-in default validator, configured as containerd 2.2+ reads it: a TOML "
+          "file (containerd's config.toml, or its default_validator table's keys); empty: none (default)")
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,8 @@ def parse_command_line(argv: Sequence[str] | None = None) -> CommandLine:
         nri_request_timeout=args.nri_request_timeout,
         nri_plugin_path=Path(args.nri_plugin_path) if args.nri_plugin_path else None,
         nri_plugin_config_path=Path(args.nri_plugin_config_path) if args.nri_plugin_config_path else None,
+        nri_default_validator_config=Path(args.nri_default_validator_config)
+        if args.nri_default_validator_config else None,
     )
     return CommandLine(options, args.log_level or klog.level or "info", klog)
 

@@ -91,6 +91,7 @@ class ProxyOptions:
     nri_request_timeout: float = DEFAULT_NRI_REQUEST_TIMEOUT
     nri_plugin_path: Path | None = None  # plugins launched from there; None: none (the command line's default is NRI's)
     nri_plugin_config_path: Path | None = None
+    nri_default_validator_config: Path | None = None  # the built-in default validator's TOML (nri.default_validator)
 
     @property
     def effective_image_path(self) -> Path:

@@ -61,6 +61,7 @@ STOP_CONTAINER = "StopContainer"
 REMOVE_CONTAINER = "RemoveContainer"
 UPDATE_POD_SANDBOX = "UpdatePodSandbox"
 POST_UPDATE_POD_SANDBOX = "PostUpdatePodSandbox"
+VALIDATE_CONTAINER_ADJUSTMENT = "ValidateContainerAdjustment"
 
 # In the wire's order, which is the order a pod's lifecycle reaches them (NRI's own).
 EVENTS: tuple[NriEvent, ...] = (
@@ -77,6 +78,8 @@ EVENTS: tuple[NriEvent, ...] = (
     _row(REMOVE_CONTAINER, 11, notification=True),
     _row(UPDATE_POD_SANDBOX, 12, fails_call=True),
     _row(POST_UPDATE_POD_SANDBOX, 13, notification=True),
+    # Sent by the host itself after CreateContainer's adjusting plugins (nri.validation), never by a hook point.
+    _row(VALIDATE_CONTAINER_ADJUSTMENT, 14, fails_call=True),
 )
 EVENT: dict[str, NriEvent] = {event.name: event for event in EVENTS}
 EVENT_NAMES: tuple[str, ...] = tuple(event.name for event in EVENTS)

@@ -11,5 +11,7 @@ answers ask of other containers, carried out through the core; result.go), `even
 hooks.nri_events, on the wire: each row's messages, the mask, the notifications), `adjust` and `edits` (folding an
 adjustment into the container: what is applied, refused, or a conflict), `table` (what each runtime makes of
 each adjustment field, shown in docs/nri.md), `convert` (the core's records as NRI
-messages), `explain` (an event in the pod trace) and `launch` (plugins the proxy starts from a directory).
+messages), `validation` (ValidateContainerAdjustment: the whole adjustment and its owners as result.go collects
+them), `default_validator` (containerd/nri's built-in default validator and its TOML config), `explain` (an event
+in the pod trace) and `launch` (plugins the proxy starts from a directory).
 """

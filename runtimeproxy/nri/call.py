@@ -30,6 +30,7 @@ from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustm
 from runtimeproxy.nri.events import WireEvent
 from runtimeproxy.nri.explain import EventRecord, asked_of_others, edit_changes
 from runtimeproxy.nri.result import Asked, Results
+from runtimeproxy.nri.validation import Collected
 from runtimeproxy.nri.session import PluginDetached, PluginFailed, PluginSession
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -80,9 +81,11 @@ class PluginCall:
         self._drop = drop
 
     async def adjust_by(self, plugin: PluginSession, wire: WireEvent, pod: nri.PodSandbox, subject: Subject,
-                         adjustments: Adjustments, record: EventRecord) -> Asked | None:
+                         adjustments: Adjustments, record: EventRecord,
+                         collected: Collected | None = None) -> Asked | None:
         """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
-        of other containers. Raises HookFailed for an answer that fails the call."""
+        of other containers. Raises HookFailed for an answer that fails the call. `collected`: the answer is also
+        replayed there for the validators (nri.validation; never a shadow's)."""
         event = wire.name
         shadow = self.steps.in_shadow(plugin.plugin_id)
         # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
@@ -96,7 +99,7 @@ class PluginCall:
         failure: tuple[grpc.StatusCode, str, str] | None = None
         caught: Exception | None = None
         try:
-            asked = await self._ask(plugin, wire, pod, container, subject, folded)
+            asked = await self._ask(plugin, wire, pod, container, subject, folded, None if shadow else collected)
         except PluginFailed as error:  # no answer: its failure policy decides (containerd/nri v0.12.5)
             if isinstance(error, PluginDetached):
                 self._drop(plugin)
@@ -136,7 +139,7 @@ class PluginCall:
         return asked
 
     async def _ask(self, plugin: PluginSession, wire: WireEvent, pod: nri.PodSandbox, container: nri.Container,
-                   subject: Subject, adjustments: Adjustments) -> Asked:
+                   subject: Subject, adjustments: Adjustments, collected: Collected | None = None) -> Asked:
         """One plugin's answer folded in; returns its updates of other containers and its evictions. The request
         carries what its message has room for (an update's resources: UpdateContainer), the answer is read by
         what its message has (an adjustment: CreateContainer; updates and evictions)."""
@@ -151,6 +154,8 @@ class PluginCall:
         own = [update for update in updates if subject.container_id and update.container_id == subject.container_id]
         for update in own:
             adjustments.apply_update(plugin.plugin_id, update, "an UpdateContainerResources")
+        if collected is not None and wire.answers("adjust"):
+            collected.add(plugin.plugin_id, answer.adjust, [update for update in updates if update not in own])
         return Asked(plugin.plugin_id, [update for update in updates if update not in own], evictions)
 
     def failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,

@@ -57,7 +57,7 @@ from runtimeproxy.hooks.trace import TraceRecorder
 from runtimeproxy.listener import SocketInUseError, SocketLock, bind_unix_socket, claim_socket_path, release_socket
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import Adjustments
-from runtimeproxy.nri.call import PluginCall, failure_outcome
+from runtimeproxy.nri.call import NriEventRef, NriPluginRef, PluginCall, failure_outcome
 from runtimeproxy.nri.events import WIRE, WireEvent
 from runtimeproxy.nri.lock import EventLock
 from runtimeproxy.nri.explain import NOTIFIED, SENT, EventRecord, asked_of_others
@@ -72,6 +72,8 @@ from runtimeproxy.nri.session import (
     listen,
 )
 from runtimeproxy.nri.ttrpc import TtrpcError
+from runtimeproxy.nri.default_validator import DEFAULT_VALIDATOR_ID, DEFAULT_VALIDATOR_NAME, DefaultValidator
+from runtimeproxy.nri.validation import Collected, rejection
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.trust import TrustedOwners
@@ -90,7 +92,7 @@ class NriHost:
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
                  owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
-                 gate: SyncGate | None = None) -> None:
+                 gate: SyncGate | None = None, default_validator: DefaultValidator | None = None) -> None:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
         files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
         each event's calls are kept; `toggles`: the node's toggles (hooks.toggles), which turn a plugin or one
@@ -117,6 +119,8 @@ class NriHost:
         # plugin's own UpdateContainers.
         self._lock = EventLock()
         self._gate = gate or SyncGate()
+        # containerd/nri's built-in default validator (nri.default_validator), when its config enables it.
+        self.default_validator = default_validator
         self._server: asyncio.Server | None = None
         self._socket_lock: SocketLock | None = None
         self._inode: int | None = None
@@ -362,21 +366,84 @@ class NriHost:
         adjustments = Adjustments(subject.container, subject.edits)
         record = EventRecord(event, subject, self.steps)
         asked: list[Asked] = []
+        validators = self._subscribers(nri_events.VALIDATE_CONTAINER_ADJUSTMENT) if wire.answers("adjust") else []
+        collected, original = None, None
+        if validators or (self.default_validator is not None and wire.answers("adjust")):
+            original = convert.event_container(wire, subject, subject.container, subject.edits)
+            collected = Collected(original.id)
+            for plugin in self._plugins:  # every plugin attached takes part, as containerd/nri lists them
+                collected.took_part(plugin.name, plugin.index)
+            if self.default_validator is not None:
+                collected.took_part(*DEFAULT_VALIDATOR_ID)
         try:
             for plugin in self._subscribed(event):
                 if record.toggled_off(plugin.plugin_id):
                     continue
-                answer = await self.call.adjust_by(plugin, wire, pod, subject, adjustments, record)
+                answer = await self.call.adjust_by(plugin, wire, pod, subject, adjustments, record, collected)
                 if answer is not None:
                     asked.append(answer)
         except HookFailed as failure:
             record.finish(adjustments.container, self.steps.failed_result(failure))
             raise
         record.finish(adjustments.container, SENT, written_back=True)
+        if collected is not None and original is not None:
+            await self._validate(collected.request(pod, original), validators, subject)
         stopped = [stopped for request in asked
                    for stopped in await self.results.carry_out(request, subject.container_id)]
         subject.edits = adjustments.edits
         return adjustments.container, stopped
+
+    async def _validate(self, request: nri.ValidateContainerAdjustmentRequest, validators: list[PluginSession],
+                        subject: Subject) -> None:
+        """ValidateContainerAdjustment to every validator at once (the lock held), as containerd/nri v0.12.5's
+        validateContainerAdjustment: a rejection, an error or a timeout of any of them fails the CreateContainer
+        whatever its failure policy (which only decides whether a timed-out one stays attached). A validator in
+        shadow is called and traced; its verdict is only logged."""
+        event = nri_events.VALIDATE_CONTAINER_ADJUSTMENT
+        record = EventRecord(event, subject, self.steps)
+        failures: list[tuple[PluginSession | None, str]] = []
+        if self.default_validator is not None:
+            reason = self.default_validator.validate(request)
+            if reason is not None:
+                failures.append((None, f'validator "{"-".join(reversed(DEFAULT_VALIDATOR_ID))}" rejected '
+                                       f"container adjustment, reason: {reason}"))
+        called = [plugin for plugin in validators if not record.toggled_off(plugin.plugin_id)]
+        started = self.steps.started()
+        answers = await asyncio.gather(*(plugin.call(event, request, nri.ValidateContainerAdjustmentResponse)
+                                         for plugin in called), return_exceptions=True)
+        for plugin, answer in zip(called, answers):
+            shadow = self.in_shadow(plugin)
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, TtrpcError):
+                    raise answer
+                if isinstance(answer, PluginDetached):
+                    self._drop(plugin)
+                outcome, message = failure_outcome(answer)
+                record.failed(plugin.plugin_id, started, shadow, outcome, message)
+                verdict: str | None = f"validator plugin {plugin.plugin_id} failed: {outcome}: {message}"
+            else:
+                verdict = rejection(plugin.plugin_id, answer)
+                if verdict is None:
+                    record.ok(plugin.plugin_id, started, shadow)
+                else:
+                    record.failed(plugin.plugin_id, started, shadow, "rejected", verdict)
+            if verdict is not None and shadow:
+                log.warning("NRI validator %s (in shadow: the call is unaffected): %s", plugin.plugin_id, verdict)
+            elif verdict is not None:
+                failures.append((plugin, verdict))
+        if not failures:
+            record.finish(None, "accepted")
+            return
+        offender, verdict = failures[0]
+        if offender is None:
+            failure = self.steps.failure(NriEventRef(NRI.trace_hook(event)), event,
+                                         NriPluginRef(DEFAULT_VALIDATOR_NAME, self.socket_path),
+                                         grpc.StatusCode.UNKNOWN, verdict, "")
+            log.warning("%s", failure)
+        else:
+            failure = self.call.failed(event, offender, grpc.StatusCode.UNKNOWN, verdict)
+        record.finish(None, self.steps.failed_result(failure))
+        raise failure
 
     async def _stops_heard(self, stopped: list[str]) -> None:
         """The follow-on events of a carry-out (the lock held): the plugins hear StopContainer of each container

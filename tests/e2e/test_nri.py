@@ -119,7 +119,7 @@ def test_an_nri_plugin_adjusts_env_cpu_shares_and_an_annotation_and_sees_every_e
     client.stop_pod(pod_id)
     client.remove_pod(pod_id)
     events = [name for name, _ in plugin.received if name not in ("Configure", "Synchronize")]
-    assert events == ["RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartContainer",
+    assert events == ["RunPodSandbox", "CreateContainer", "ValidateContainerAdjustment", "PostCreateContainer", "StartContainer",
                       "PostStartContainer", "StopContainer", "RemoveContainer", "StopPodSandbox",
                       "RemovePodSandbox"]
     created = plugin.requests("CreateContainer")[0]

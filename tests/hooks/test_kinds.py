@@ -25,7 +25,8 @@ def test_ownership_and_failure_rules_come_from_the_row() -> None:
     # An NRI plugin: containerd's events whose error fails the call, whatever a policy would say.
     assert {event for event in nri_events.EVENT_NAMES if NRI.error_fails_call(event, True, False)} == {
         nri_events.RUN_POD_SANDBOX, nri_events.CREATE_CONTAINER, nri_events.START_CONTAINER,
-        nri_events.UPDATE_CONTAINER, nri_events.UPDATE_POD_SANDBOX}
+        nri_events.UPDATE_CONTAINER, nri_events.UPDATE_POD_SANDBOX,
+        nri_events.VALIDATE_CONTAINER_ADJUSTMENT}
 
 
 def test_a_failure_is_worded_in_its_kinds_terms() -> None:
