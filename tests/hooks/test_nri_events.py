@@ -17,13 +17,14 @@ def test_the_rules_are_containerd_s() -> None:
     assert {event.name for event in EVENTS if event.adjusts} == {nri_events.CREATE_CONTAINER,
                                                                  nri_events.UPDATE_CONTAINER}
     assert FAILING == {nri_events.RUN_POD_SANDBOX, nri_events.CREATE_CONTAINER, nri_events.START_CONTAINER,
-                       nri_events.UPDATE_CONTAINER, nri_events.UPDATE_POD_SANDBOX}
+                       nri_events.UPDATE_CONTAINER, nri_events.UPDATE_POD_SANDBOX,
+                       nri_events.VALIDATE_CONTAINER_ADJUSTMENT}  # a validator's rejection fails the create
     assert {event.name for event in EVENTS if event.updates} == {
         nri_events.CREATE_CONTAINER, nri_events.UPDATE_CONTAINER, nri_events.STOP_CONTAINER}
     # Methods plugins of v0.6-v0.8 implement are no notifications; the rest falls back to StateChange.
     assert {event.name for event in EVENTS if not event.notification} == {
         nri_events.CREATE_CONTAINER, nri_events.UPDATE_CONTAINER, nri_events.STOP_CONTAINER,
-        nri_events.UPDATE_POD_SANDBOX}
+        nri_events.UPDATE_POD_SANDBOX, nri_events.VALIDATE_CONTAINER_ADJUSTMENT}
 
 
 def test_the_nri_kind_s_scopes_and_failures_come_from_the_table() -> None:

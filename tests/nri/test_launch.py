@@ -126,7 +126,7 @@ def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_wi
     assert environ == {"NRI_PLUGIN_NAME": "launched", "NRI_PLUGIN_IDX": "10", "NRI_PLUGIN_SOCKET": "3"}  # only
     assert (configured["name"], configured["index"], configured["runtime"]) == ("launched", "10", "runtimeproxy")
     assert json.loads(configured["configured"])["env"] == {"LAUNCHED": "yes"}
-    assert finished["events"] == ["Configure", "Synchronize", "CreateContainer", "Shutdown"]
+    assert finished["events"] == ["Configure", "Synchronize", "CreateContainer", "ValidateContainerAdjustment", "Shutdown"]
 
 
 def test_a_launched_plugin_that_forks_and_exits_takes_its_connection_and_its_child_with_it(base: Path) -> None:

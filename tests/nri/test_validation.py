@@ -17,8 +17,8 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.validation import Collected
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from hostkit import adjusting, attached, container_info, creation, host_on, plugin, run
-from nrikit import NriPlugin
+from tests.kits.nrihost import adjusting, attached, container_info, creation, host_on, plugin, run
+from tests.kits.nri import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
 VALIDATE = event_mask(nri.VALIDATE_CONTAINER_ADJUSTMENT)
