@@ -21,6 +21,17 @@ from runtimeproxy.app import Proxy
 from tests.kits.machine import missing_client_skips
 from tests.kits.packages import PACKAGE_WORKDIR
 
+# The modules that build the wheel, the release bundle or the node packages (minutes each): marked `packaging`, so
+# a quick loop deselects them with -m "not e2e and not packaging".
+PACKAGING_MODULES = frozenset({"test_packaging.py", "test_binary.py", "test_nodepackages.py", "test_debian_roots.py",
+                               "test_installed.py", "test_documented_node.py"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.path).name in PACKAGING_MODULES:
+            item.add_marker(pytest.mark.packaging)
+
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[LoopThread]:
     thread = LoopThread()
