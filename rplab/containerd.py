@@ -97,10 +97,10 @@ def _process_args(pid: int) -> list[str]:
 
 
 @contextmanager
-def lab_containerd(base_dir: Path, image_cache: Path) -> Iterator[ContainerdInstance]:
-    """A started ``ContainerdInstance`` in ``base_dir`` with the lab's images imported (built, or reused from
-    ``image_cache``), stopped when the block ends."""
-    instance = ContainerdInstance(base_dir)
+def lab_containerd(base_dir: Path, image_cache: Path, runtime: Runtime | None = None) -> Iterator[ContainerdInstance]:
+    """A started ``ContainerdInstance`` in ``base_dir`` (of ``runtime``, else the selected containerd) with the
+    lab's images imported (built, or reused from ``image_cache``), stopped when the block ends."""
+    instance = ContainerdInstance(base_dir, runtime=runtime)
     instance.start()
     try:
         build_and_import(instance.address, image_cache)
@@ -154,6 +154,19 @@ class ContainerdInstance:
     def nri_socket(self) -> Path:
         """Where containerd's own NRI serves plugins (when started with ``nri=True``)."""
         return self.base_dir / "nri.sock"
+
+    @property
+    def cdi_spec_dir(self) -> Path:
+        """Where containerd 1.7+ reads CDI specs (its CDI on, private: never the host's /etc/cdi, /var/run/cdi)."""
+        return self.base_dir / "cdi"
+
+    def _cdi_settings(self) -> str:
+        """containerd 1.7+'s CDI, private (1.7: off by default; 2.x: always on, with the host's spec directories)."""
+        if (self.runtime.major, self.runtime.minor) < (1, 7):
+            return ""
+        enable = "    enable_cdi = true\n" if self.runtime.major == 1 else ""
+        return f"""{enable}    cdi_spec_dirs = [{_toml_str(self.cdi_spec_dir)}]
+"""
 
     @property
     def log_path(self) -> Path:
@@ -252,7 +265,7 @@ oom_score = 0
     disable_tcp_service = true
     max_container_log_line_size = 16384
     netns_mounts_under_state_dir = true
-
+{self._cdi_settings()}
 {self._registry_section(cri)}
     [{cri}.cni]
       bin_dir = {_toml_str(self.cni_bin_dir)}
@@ -289,7 +302,7 @@ oom_score = 0
     restrict_oom_score_adj = true
     max_container_log_line_size = 16384
     netns_mounts_under_state_dir = true
-
+{self._cdi_settings()}
     [{runtime}.cni]
       bin_dirs = [{_toml_str(self.cni_bin_dir)}]
       conf_dir = {_toml_str(self.cni_conf_dir)}
@@ -308,7 +321,7 @@ oom_score = 0
     def write_config(self) -> Path:
         for d in (self.base_dir, self.root, self.state, self.base_dir / "tmp", self.base_dir / "opt",
                   self.base_dir / "runc", self.cni_conf_dir, self.base_dir / "nri" / "plugins",
-                  self.base_dir / "nri" / "conf.d"):
+                  self.base_dir / "nri" / "conf.d", self.cdi_spec_dir):
             d.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_toml())
         return self.config_path

@@ -15,6 +15,7 @@ of it. The third-party clients the Docker-mode tests drive (`cri-dockerd`, `cric
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -120,9 +121,12 @@ class DockerdInstance(_Daemon):
 
     log_name = "dockerd.log"
 
-    def __init__(self, base_dir: Path, runtime: Runtime | None = None) -> None:
+    def __init__(self, base_dir: Path, runtime: Runtime | None = None,
+                 daemon_config: Mapping[str, object] | None = None) -> None:
+        """`daemon_config`: dockerd's daemon.json (e.g. `{"features": {"cdi": true}, "cdi-spec-dirs": [...]}`)."""
         super().__init__(base_dir)
         self.runtime = runtime or selected("dockerd")
+        self.daemon_config = dict(daemon_config or {})
         containerd_socket = self.exec_root / "containerd" / "containerd.sock.ttrpc"
         if len(str(containerd_socket)) > UNIX_PATH_MAX:
             raise DockerdError(f"base dir too long for dockerd's sockets: {self.base_dir}")
@@ -159,7 +163,7 @@ class DockerdInstance(_Daemon):
 
     def _write_files(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        (self.base_dir / "daemon.json").write_text("{}\n")
+        (self.base_dir / "daemon.json").write_text(json.dumps(self.daemon_config) + "\n")
         runc = shutil.which("runc") or "/usr/sbin/runc"
         wrapper = self.base_dir / RUNC_WRAPPER_NAME
         wrapper.write_text(RUNC_WRAPPER % {"runc": runc})

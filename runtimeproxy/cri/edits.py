@@ -1,4 +1,5 @@
-"""A CRI CreateContainerRequest <-> the hook core's ContainerEdits (hooks.edits): argv, mounts, devices, RDT class.
+"""A CRI CreateContainerRequest <-> the hook core's ContainerEdits (hooks.edits): argv, mounts, devices, RDT class,
+seccomp, CDI devices.
 
 Translation only, as containerd 1.6 reads the request:
   argv      containerd runs command + args, and with no command the image's Entrypoint + (args, else the
@@ -16,6 +17,8 @@ Translation only, as containerd 1.6 reads the request:
             names it: "runtime/default", "unconfined", "localhost/<path>". A plugin's policy is written as a
             Localhost profile (cri.seccomp writes the file): carried only when the proxy has a directory for
             the files and the container is not privileged (containerd applies no seccomp to a privileged one).
+  CDI devices  config.CDI_devices (fully qualified names), which containerd 1.7+ injects when its `enable_cdi`
+            is on (cri.runtime asks it); containerd 1.6 reads no CDI devices: not carried there.
 """
 
 from __future__ import annotations
@@ -85,14 +88,15 @@ def seccomp(config: cri.ContainerConfig) -> str | None:
 
 
 def container_edits(request: cri.CreateContainerRequest, argv: tuple[str, ...],
-                    profiles: bool = False) -> ContainerEdits:
+                    profiles: bool = False, cdi: bool = False) -> ContainerEdits:
     """`argv` is the process_argv (the caller reads the image when the config has no command); `profiles`:
-    the proxy can write seccomp profile files."""
+    the proxy can write seccomp profile files; `cdi`: the runtime injects the CDI devices the config names."""
     config = request.config
     carried = CARRIED_WITH_PROFILES if profiles and not config.linux.security_context.privileged else CARRIED
     return ContainerEdits(argv, tuple(bind_mount(m) for m in config.mounts),
                           tuple(device(d) for d in config.devices), rdt_class(request), seccomp=seccomp(config),
-                          carries=carried)
+                          cdi_devices=tuple(d.name for d in config.CDI_devices),
+                          carries=carried | {kinds.CDI_DEVICES} if cdi else carried)
 
 
 def apply_edits(request: cri.CreateContainerRequest, edits: ContainerEdits, changed: frozenset[str],
@@ -113,6 +117,9 @@ def apply_edits(request: cri.CreateContainerRequest, edits: ContainerEdits, chan
             cri.Device(container_path=d.path, host_path=d.host_path, permissions=d.permissions) for d in new]
         del config.devices[:]
         config.devices.extend(devices)
+    if kinds.CDI_DEVICES in changed:
+        del config.CDI_devices[:]
+        config.CDI_devices.extend(cri.CDIDevice(name=name) for name in edits.cdi_devices)
     if kinds.RDT_CLASS in changed and edits.rdt_class is not None:
         config.annotations[RDT_CONTAINER_ANNOTATION] = edits.rdt_class
     if kinds.SECCOMP in changed and edits.seccomp is not None and write_profile is not None:

@@ -88,13 +88,13 @@ class CriHooks:
     async def _edits(self, request: cri.CreateContainerRequest, read_image: bool) -> ContainerEdits:
         """What the hook model lacks (for NRI plugins and the model); the image's Entrypoint and Cmd are read
         only when `read_image` and the config has no command (else the argv is () then: not known)."""
-        profiles = self._profile_dir is not None
+        profiles, cdi = self._profile_dir is not None, await self._runtime.cdi_enabled()
         if request.config.command:
-            return container_edits(request, process_argv(request.config, [], []), profiles)
+            return container_edits(request, process_argv(request.config, [], []), profiles, cdi)
         if not read_image:
-            return container_edits(request, (), profiles)
+            return container_edits(request, (), profiles, cdi)
         entrypoint, cmd = await self._runtime.image_argv(request.config.image.image)
-        return container_edits(request, process_argv(request.config, entrypoint, cmd), profiles)
+        return container_edits(request, process_argv(request.config, entrypoint, cmd), profiles, cdi)
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {

@@ -4,7 +4,8 @@ The loaders and the lister for the store's rebuild and its fills on a miss are c
 calls); the image's entrypoint and command cri.images'; the proxy's own calls (an NRI plugin's update or
 eviction of another container, the removal of a sandbox an NRI plugin failed or of a container an interrupted
 call left Created) are here, sent on the runtime
-channel with their own timeout.
+channel with their own timeout. Whether the runtime injects CDI devices is read from its own configuration, as
+containerd shows it in a verbose Status (cdi_in_status; 1.6 has no CDI).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from __future__ import annotations
 import logging
 
 import grpc
+import orjson
 from google.protobuf.message import Message
 
 from runtimeproxy.cri.backend import Backend
 from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import convert
-from runtimeproxy.cri.recovery import BackendRecords
+from runtimeproxy.cri.recovery import BackendReadError, BackendRecords
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -33,9 +35,20 @@ class CriRuntime(BackendRecords):
         super().__init__(backend.runtime)
         self.backend = backend
         self._images = ImageProcess(backend.image)
+        self._cdi: bool | None = None  # the runtime's answer, once it gave one
 
     async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
         return await self._images.entrypoint_and_cmd(image)
+
+    async def cdi_enabled(self) -> bool:
+        if self._cdi is None:
+            try:
+                status = await self._call("Status", cri.StatusRequest(verbose=True), cri.StatusResponse)
+            except BackendReadError as error:
+                log.warning("cannot tell whether the runtime injects CDI devices: %s", error)
+                return False
+            self._cdi = cdi_in_status(dict(status.info))
+        return self._cdi
 
     async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
         """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers)."""
@@ -69,3 +82,18 @@ class CriRuntime(BackendRecords):
             await call(request.SerializeToString(), timeout=OWN_CALL_TIMEOUT_SECONDS)
         except grpc.aio.AioRpcError as error:
             raise RuntimeError(f"{method}: {error.code().name}: {error.details()}") from None
+
+
+def cdi_in_status(info: dict[str, str]) -> bool:
+    """containerd's verbose Status: info["config"] is its CRI configuration as JSON. containerd 1.7 says
+    `enableCDI` (its `enable_cdi`, off by default); 2.x has CDI always on and shows only its `cdiSpecDirs`;
+    1.6 shows neither."""
+    try:
+        config = orjson.loads(info.get("config", "{}"))
+    except orjson.JSONDecodeError:
+        return False
+    if not isinstance(config, dict):
+        return False
+    if "enableCDI" in config:
+        return config["enableCDI"] is True
+    return bool(config.get("cdiSpecDirs"))

@@ -16,6 +16,9 @@ Translation only, as dockerd reads the body (moby's config merge with the image)
             CpuRealtimeRuntime/CpuRealtimePeriod, seccomp the SecurityOpt entry `seccomp=<profile JSON>`
             (the JSON itself, as the docker CLI sends a profile file's content). dockerd's "not set" (0,
             -1 for swappiness, null) reads as None.
+  CDI devices  HostConfig.DeviceRequests entries of the driver "cdi" (DeviceIDs: fully qualified CDI names,
+            as the docker CLI's `--device vendor.com/class=name` sends them); carried only when dockerd's CDI
+            is on (docker.runtime), else dockerd would refuse the driver.
 dockerd has no RDT (or blockio) class: that kind is not carried, so a plugin setting it is refused.
 """
 
@@ -29,6 +32,7 @@ from runtimeproxy.hooks.edits import (PRIVATE, PROPAGATION_OPTIONS, BindMount, C
 
 Body = dict[str, Any]
 CARRIED = frozenset({kinds.ARGS, kinds.MOUNTS, kinds.DEVICES}) | kinds.LINUX_KINDS
+CDI_DRIVER = "cdi"  # moby's device driver for CDI devices (dockerd 25+)
 RLIMIT_PREFIX = "RLIMIT_"
 SECCOMP_OPTIONS = ("seccomp=", "seccomp:")  # SecurityOpt's seccomp entry (":" is the old separator)
 # ContainerEdits' single-value Linux settings -> HostConfig field; a value dockerd reads as "not set".
@@ -94,7 +98,17 @@ def _list(host_config: Body, key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def container_edits(body: Body, argv: tuple[str, ...]) -> ContainerEdits:
+def _is_cdi_request(entry: Any) -> bool:
+    return isinstance(entry, dict) and entry.get("Driver") == CDI_DRIVER
+
+
+def cdi_devices(host_config: Body) -> tuple[str, ...]:
+    return tuple(str(name) for entry in _list(host_config, "DeviceRequests") if _is_cdi_request(entry)
+                 for name in entry.get("DeviceIDs") or ())
+
+
+def container_edits(body: Body, argv: tuple[str, ...], cdi: bool = False) -> ContainerEdits:
+    """`cdi`: dockerd injects CDI devices (its CDI feature is on)."""
     host_config = body.get("HostConfig")
     host_config = host_config if isinstance(host_config, dict) else {}
     mounts = [m for m in map(bind_of, _list(host_config, "Binds")) if m is not None] + \
@@ -105,7 +119,8 @@ def container_edits(body: Body, argv: tuple[str, ...]) -> ContainerEdits:
     sysctls = host_config.get("Sysctls")
     return ContainerEdits(argv, tuple(mounts), tuple(devices), None, rlimits=tuple(_rlimits(host_config)),
                           sysctls=tuple(sysctls.items()) if isinstance(sysctls, dict) else (),
-                          seccomp=_seccomp(host_config), carries=CARRIED, **settings)
+                          seccomp=_seccomp(host_config), cdi_devices=cdi_devices(host_config),
+                          carries=CARRIED | {kinds.CDI_DEVICES} if cdi else CARRIED, **settings)
 
 
 def _rlimits(host_config: Body) -> list[Rlimit]:
@@ -151,6 +166,10 @@ def apply_edits(body: Body, edits: ContainerEdits, changed: frozenset[str]) -> N
         kept, added_devices = _kept(devices, [device_of(d) for d in devices], edits.devices)
         host_config["Devices"] = kept + [{"PathOnHost": d.host_path, "PathInContainer": d.path,
                                           "CgroupPermissions": d.permissions} for d in added_devices]
+    if kinds.CDI_DEVICES in changed:
+        others = [entry for entry in _list(host_config, "DeviceRequests") if not _is_cdi_request(entry)]
+        host_config["DeviceRequests"] = others + ([{"Driver": CDI_DRIVER, "DeviceIDs": list(edits.cdi_devices)}]
+                                                  if edits.cdi_devices else [])
     _apply_linux_settings(host_config, edits, changed)
 
 

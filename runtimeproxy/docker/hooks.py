@@ -80,12 +80,13 @@ class DockerHooks:
     async def _edits(self, body: Body, read_image: bool) -> ContainerEdits:
         """What the hook model lacks (for NRI plugins and the model); the image is read only when `read_image`
         and the body leaves the argv to it (else the argv is () then: not known)."""
+        cdi = await self._runtime.cdi_enabled()
         if body.get("Entrypoint"):
-            return container_edits(body, process_argv(body, [], []))
+            return container_edits(body, process_argv(body, [], []), cdi)
         if not read_image or not isinstance(body.get("Image"), str):
-            return container_edits(body, ())
+            return container_edits(body, (), cdi)
         entrypoint, cmd = await self._runtime.image_argv(body["Image"])
-        return container_edits(body, process_argv(body, entrypoint, cmd))
+        return container_edits(body, process_argv(body, entrypoint, cmd), cdi)
 
     def changing(self) -> AbstractAsyncContextManager[None]:
         return self.points.changing()

@@ -2,7 +2,8 @@
 
 The loaders, the lister and the image's entrypoint and command are docker.recovery's (list and inspect calls);
 the proxy's own calls (an NRI plugin's update or eviction of another container, the removal of a sandbox an NRI
-plugin failed) are here.
+plugin failed) are here, and whether dockerd injects CDI devices (dockerd 25+ with its CDI feature on: GET /info
+lists the CDI spec directories, an empty list or none when CDI is off).
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ log = logging.getLogger(__name__)
 
 class DockerRuntime(DockerRecords):
     """dockerd's engine API, as the hook core asks it."""
+
+    _cdi: bool | None = None  # dockerd's answer, once it gave one
+
+    async def cdi_enabled(self) -> bool:
+        if self._cdi is None:
+            try:
+                info = await self._engine.get_json("/info")
+            except EngineError as error:
+                log.warning("cannot tell whether dockerd injects CDI devices: %s", error)
+                return False
+            self._cdi = isinstance(info, dict) and bool(info.get("CDISpecDirs"))
+        return self._cdi
 
     async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
         """The proxy's own update on dockerd (NRI plugins' updates of other containers): only the changed,

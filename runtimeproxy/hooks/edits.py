@@ -1,13 +1,15 @@
 """What a container's create request carries beyond the hook protocol's model: argv, bind mounts, devices, RDT
-class, and the Linux settings only some runtimes' requests carry (rlimits, sysctls, pids limit, memory
-reservation/swappiness/OOM killer, CPU realtime, a seccomp policy).
+class, the Linux settings only some runtimes' requests carry (rlimits, sysctls, pids limit, memory
+reservation/swappiness/OOM killer, CPU realtime, a seccomp policy), and the CDI devices a runtime injects where
+its CDI is on.
 
 koordinator's hooks.ContainerResourceHookRequest has no place for these, but plugins of another protocol (NRI,
 hooks.extra) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
 wire request (only when such a plugin subscribed to CreateContainer: hooks.lifecycle asks for it lazily), the
 extra plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
 names the kinds the frontend's request can carry at all (CRI: the first four; Docker: all but the RDT
-class); a plugin changing another kind is refused, naming it.
+class; both the CDI devices when the runtime says its CDI is on: Runtime.cdi_enabled); a plugin changing
+another kind is refused, naming it.
 
 Values are as the runtimes apply them: a bind mount is always recursive with a recursive propagation (CRI
 and Docker's Binds say rbind and r-propagation), a device is a host node the runtime copies into the
@@ -36,11 +38,12 @@ OOM_KILL_DISABLE = "oom_kill_disable"
 CPU_REALTIME_RUNTIME = "cpu_realtime_runtime"
 CPU_REALTIME_PERIOD = "cpu_realtime_period"
 SECCOMP = "seccomp"
+CDI_DEVICES = "cdi_devices"
 # The kinds a CRI request has a field for, and the Linux settings only Docker's create body has one for.
 REQUEST_KINDS = frozenset({ARGS, MOUNTS, DEVICES, RDT_CLASS})
 LINUX_KINDS = frozenset({RLIMITS, SYSCTLS, PIDS_LIMIT, MEMORY_RESERVATION, MEMORY_SWAPPINESS, OOM_KILL_DISABLE,
                          CPU_REALTIME_RUNTIME, CPU_REALTIME_PERIOD, SECCOMP})
-ALL_KINDS = REQUEST_KINDS | LINUX_KINDS
+ALL_KINDS = REQUEST_KINDS | LINUX_KINDS | {CDI_DEVICES}
 # Resources the hook model holds that not every request has a field for (dockerd has neither): named in
 # `carries` only, never a ContainerEdits field.
 HUGEPAGE_LIMITS = "hugepage_limits"
@@ -95,6 +98,7 @@ class ContainerEdits:
     cpu_realtime_runtime: int | None = None  # microseconds
     cpu_realtime_period: int | None = None
     seccomp: str | None = None  # the runtime's seccomp option: a policy as JSON (OCI's LinuxSeccomp), "unconfined"
+    cdi_devices: tuple[str, ...] = ()  # fully qualified CDI names ("vendor.com/class=name"), in the request's order
     carries: frozenset[str] = field(default=frozenset(), compare=False)  # the kinds the request can carry
 
     def changed_kinds(self, before: ContainerEdits) -> frozenset[str]:

@@ -4,8 +4,8 @@ through which plugins change containers the call is not about.
 `Runtime` is everything the core asks of a frontend's backend (containerd through CRI, dockerd): list what runs
 and load one pod or container (the store's rebuild after a restart and its fills on a miss, hooks.context and
 hooks.rebuild), remove a sandbox a plugin failed or a container an interrupted call left (hooks.reconcile),
-update or evict a container a plugin names, and an image's entrypoint and command (what NRI plugins see as the
-argv of a container created without one). Translation only: no hook policy.
+update or evict a container a plugin names, an image's entrypoint and command (what NRI plugins see as the
+argv of a container created without one), and whether it injects CDI devices. Translation only: no hook policy.
 
 `PluginAsks` is what the core offers plugins of another kind (NRI; hooks.extra): the store's snapshot a
 plugin is synchronized with, and updates and evictions of other containers, carried out by the runtime and
@@ -65,6 +65,10 @@ class Runtime(Protocol):
 
     async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
         """The image's entrypoint and command; ([], []) when they cannot be read (logged)."""
+
+    async def cdi_enabled(self) -> bool:
+        """Whether the runtime injects the CDI devices a create names (containerd's `enable_cdi`, dockerd's CDI
+        feature); False when it has no CDI or cannot be asked (not remembered then: asked again next time)."""
 
 
 Snapshot = tuple[list[tuple[str, PodRecord]], list[tuple[str, ContainerRecord]]]

@@ -7,8 +7,8 @@ NRI's removal marker), CPU shares/quota/period, cpuset cpus/mems, memory limit a
 unified (cgroup v2) keys, and at creation the OOM score adjustment. At creation, what the hook model lacks
 is folded into hooks.edits.ContainerEdits (nri.edits: args, bind mounts, devices and their cgroup rules, the
 RDT class; rlimits, sysctls, the pids limit, memory reservation/swappiness/OOM killer, CPU realtime, the
-seccomp policy), for the kinds the frontend's request carries (ContainerEdits.carries). Anything else an
-answer sets (OCI hooks, CDI devices, a cgroups path, blockio class, kernel memory, namespaces, scheduler, I/O
+seccomp policy; CDI devices where the runtime's CDI is on), for the kinds the frontend's request carries
+(ContainerEdits.carries). Anything else an answer sets (OCI hooks, a cgroups path, blockio class, kernel memory, namespaces, scheduler, I/O
 priority, linux.rdt, ...; nri.table says why for each) is refused: the request the proxy forwards has no
 place for it, and dropping it silently would lie to the plugin. `AdjustmentRefused` names the field.
 
@@ -59,6 +59,7 @@ EDIT_FIELDS = {
     kinds.CPU_REALTIME_RUNTIME: frozenset({"linux.resources.cpu.realtime_runtime"}),
     kinds.CPU_REALTIME_PERIOD: frozenset({"linux.resources.cpu.realtime_period"}),
     kinds.SECCOMP: frozenset({"linux.seccomp_policy"}),
+    kinds.CDI_DEVICES: frozenset({"CDI_devices"}),
     **_MODEL_RESOURCES,
 }
 MAX_SWAPPINESS = 100  # the kernel's vm.swappiness range
@@ -158,6 +159,9 @@ class Adjustments:
         if resources.HasField("rdt_class"):
             self._claim(plugin, "rdt class")
             edits = replace(edits, rdt_class=resources.rdt_class.value)
+        for cdi_device in adjust.CDI_devices:
+            self._claim(plugin, f"CDI device {cdi_device.name!r}")
+        edits = nri_edits.apply_cdi_devices(edits, [cdi_device.name for cdi_device in adjust.CDI_devices])
         return self._apply_linux_settings(plugin, adjust, edits)
 
     def _apply_linux_settings(self, plugin: str, adjust: nri.ContainerAdjustment,

@@ -261,6 +261,26 @@ def _rule_text(rule: nri.LinuxDeviceCgroup) -> str:
     return f"{'allow' if rule.allow else 'deny'} {rule.type or 'a'} {major}:{minor} {rule.access}"
 
 
+def apply_cdi_devices(edits: ContainerEdits, names: list[str]) -> ContainerEdits:
+    """Each device the runtime is to inject, by its fully qualified CDI name, added once (NRI removes none)."""
+    devices = list(edits.cdi_devices)
+    for name in names:
+        if not is_qualified_cdi_name(name):
+            raise EditRefused("CDI_devices", f"CDI_devices[{name}]: not a fully qualified CDI device name "
+                                             "(vendor.com/class=name)")
+        if name not in devices:
+            devices.append(name)
+    return replace(edits, cdi_devices=tuple(devices))
+
+
+def is_qualified_cdi_name(name: str) -> bool:
+    """CDI's "vendor.com/class=name" form (the runtime checks the rest: the vendor's spec must name it)."""
+    kind, _, device = name.partition("=")
+    vendor, _, device_class = kind.partition("/")
+    return all(part and not part.startswith(("-", ".")) for part in (vendor, device_class, device)) and \
+        "/" not in device_class and "=" not in device and " " not in name
+
+
 def apply_args(edits: ContainerEdits, args: list[str]) -> ContainerEdits:
     argv = args[1:] if args and args[0] == "" else args
     return replace(edits, args=tuple(argv)) if argv else edits

@@ -105,9 +105,12 @@ ROWS: tuple[Row, ...] = (
             "linux.seccomp_policy",)),
     Row("hooks (OCI hooks)", "refused: a CRI request has no field for them", "refused: nor has dockerd's API",
         ("hooks",)),
-    Row("CDI_devices", "refused: containerd 1.6 reads no CDI devices (1.7 does)",
-        "refused: dockerd 20.10 has no CDI (dockerd 25+ takes CDI `DeviceRequests` when CDI is enabled; not "
-        "carried yet)", ("CDI_devices",)),
+    Row("CDI_devices", "refused on containerd 1.6 (it reads no CDI devices) and wherever the runtime's CDI is off; "
+        "containerd 1.7 with `enable_cdi` and 2.x (CDI always on) get the request's `CDI_devices` and inject them "
+        "(the proxy reads which from containerd's verbose `Status`)",
+        "refused on dockerd 20.10 (no CDI) and wherever dockerd's CDI is off; dockerd 25+ with CDI on (`GET /info` "
+        "lists its CDI spec directories) gets a `HostConfig.DeviceRequests` entry of the driver `cdi`, and "
+        "injects them", ("CDI_devices",)),
     Row("linux.rdt (CLOS id, schemata, monitoring)", "refused: no CRI field (an RDT class goes through rdt_class)",
         "refused: no field", ("linux.rdt",)),
     Row("linux.cgroups_path", "refused: the runtime derives it from the pod's cgroup parent", "refused (same)",

@@ -117,3 +117,14 @@ def test_a_privileged_container_carries_no_seccomp_policy() -> None:
     wire = request()
     wire.config.linux.security_context.privileged = True
     assert "seccomp" not in container_edits(wire, (), profiles=True).carries  # containerd would apply none
+
+
+def test_cdi_devices_are_the_configs_carried_only_where_the_runtimes_cdi_is_on() -> None:
+    wire = request()
+    wire.config.CDI_devices.add(name="v.example/c=a")
+    edits = container_edits(wire, (), cdi=True)
+    assert edits.cdi_devices == ("v.example/c=a",) and "cdi_devices" in edits.carries
+    assert "cdi_devices" not in container_edits(wire, ()).carries
+    apply_edits(wire, replace(edits, cdi_devices=("v.example/c=a", "v.example/c=b")), frozenset({"cdi_devices"}))
+    assert [device.name for device in wire.config.CDI_devices] == ["v.example/c=a", "v.example/c=b"]
+

@@ -84,3 +84,13 @@ def test_the_linux_settings_read_from_and_written_to_their_host_config_fields() 
         "OomKillDisable": True, "CpuRealtimeRuntime": 900, "CpuRealtimePeriod": 1000,
         "SecurityOpt": ["label=x", 'seccomp={"defaultAction":"SCMP_ACT_LOG"}']}
     assert container_edits(body, ()) == after
+
+
+def test_cdi_devices_are_device_requests_of_the_cdi_driver_carried_only_where_dockerds_cdi_is_on() -> None:
+    gpu = {"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}
+    body: dict[str, Any] = {"HostConfig": {"DeviceRequests": [gpu, {"Driver": "cdi", "DeviceIDs": ["v.example/c=a"]}]}}
+    edits = container_edits(body, (), cdi=True)
+    assert edits.cdi_devices == ("v.example/c=a",) and "cdi_devices" in edits.carries
+    assert "cdi_devices" not in container_edits(body, ()).carries
+    apply_edits(body, replace(edits, cdi_devices=("v.example/c=a", "v.example/c=b")), frozenset({"cdi_devices"}))
+    assert body["HostConfig"]["DeviceRequests"] == [gpu, {"Driver": "cdi", "DeviceIDs": ["v.example/c=a", "v.example/c=b"]}]

@@ -3,7 +3,11 @@
 says is carried lands (OCI spec from containerd's verbose status; `docker inspect`, and in the running
 container its cgroup files, /proc limits, sysctl and seccomp mode); a field it says is refused fails the
 create naming the field. One container per runtime carries every carried field at once; a separate one only
-for what cannot run with them (a realtime CPU runtime needs RT time the test's cgroup parent has not)."""
+for what cannot run with them (a realtime CPU runtime needs RT time the test's cgroup parent has not).
+
+CDI devices, refused on containerd 1.6 and dockerd 20.10 (no CDI), are carried where the runtime's CDI is on:
+tried on the newest containerd and dockerd, each with CDI on and a private spec directory holding one device
+whose edit is an environment variable, which the runtime injects into the container."""
 
 from __future__ import annotations
 
@@ -17,13 +21,17 @@ import grpc
 import pytest
 from google.protobuf.message import Message
 
-from rplab.containerd import ContainerdInstance
-from rplab.cridockerd_replay import ReplayError
+from rplab.containerd import ContainerdInstance, lab_containerd
+from rplab.cridockerd_replay import CriDockerdReplay, ReplayError
+from rplab.docker_images import build_docker_archives
+from rplab.dockerd import DockerdInstance, DockerModeProxy
 from rplab.loop import LoopThread
+from rplab.runtimes import newest
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.table import ROWS
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
+from tests.kits.machine import IMAGE_CACHE
 from tests.kits.nri import NriPlugin  # noqa: E402
 from test_nri import nri_lab, run_pod, spec_of  # noqa: E402
 from test_nri_docker import DockerNriLab, base, lab  # noqa: E402,F401 (base, lab: the fixtures)
@@ -210,3 +218,72 @@ def test_each_field_on_dockerd_lands_in_docker_inspect_and_the_container_or_is_r
             lab.create(pod, container_name(path))
         assert "answered 500" in str(failed.value) and f"NRI plugin 10-fields set {path}" in str(failed.value), \
             (path, str(failed.value))
+
+
+# --- CDI devices, where the runtime's CDI is on -------------------------------------------------------
+
+CDI_KIND, CDI_NAME = "runtimeproxy.test/nri", "dev0"
+CDI_ENV = "CDI_INJECTED=dev0"
+
+
+def write_cdi_spec(directory: Path) -> None:
+    """One CDI device whose only edit is an environment variable (no host device needed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "runtimeproxy-test.json").write_text(json.dumps({
+        "cdiVersion": "0.6.0", "kind": CDI_KIND,
+        "devices": [{"name": CDI_NAME, "containerEdits": {"env": [CDI_ENV]}}]}))
+
+
+def cdi_adjustments() -> dict[str, nri.ContainerAdjustment]:
+    return {"cdi": nri.ContainerAdjustment(CDI_devices=[nri.CDIDevice(name=f"{CDI_KIND}={CDI_NAME}")]),
+            "cdi-unknown": nri.ContainerAdjustment(CDI_devices=[nri.CDIDevice(name=f"{CDI_KIND}=nosuch")])}
+
+
+def test_cdi_devices_reach_the_newest_containerd_with_its_cdi_on_which_injects_them(
+        workdir: Path, loop_thread: LoopThread, log_dir: Path) -> None:
+    runtime = newest("containerd")
+    with lab_containerd(workdir / "cdictd", IMAGE_CACHE, runtime) as containerd:
+        write_cdi_spec(containerd.cdi_spec_dir)
+        with nri_lab(containerd.address, workdir / "nricdi", loop_thread) as lab:
+            lab.attach(plugin_by_container(cdi_adjustments()))
+            pods: list[str] = []
+            try:
+                pod_id, pod_config = run_pod(lab.client, log_dir, pods)
+                container_id = lab.client.create_container(pod_id, lab.client.container_config("cdi"), pod_config)
+                assert CDI_ENV in spec_of(lab.client, container_id)["process"]["env"]
+                with pytest.raises(grpc.RpcError) as failed:  # containerd's own error: no such device
+                    lab.client.create_container(pod_id, lab.client.container_config("cdi-unknown"), pod_config)
+                assert "nosuch" in str(failed.value.details()), failed.value.details()  # type: ignore[attr-defined]
+            finally:
+                lab.client.discard_pods(pods)
+
+
+def test_cdi_devices_reach_the_newest_dockerd_with_its_cdi_on_which_injects_them(
+        workdir: Path, loop_thread: LoopThread) -> None:
+    base = workdir / "dkcdi"
+    write_cdi_spec(base / "cdi")
+    dockerd = DockerdInstance(base / "d", newest("dockerd"),
+                              {"features": {"cdi": True}, "cdi-spec-dirs": [str(base / "cdi")]})
+    dockerd.start()
+    try:
+        dockerd.load_images(build_docker_archives(IMAGE_CACHE))
+        proxy = DockerModeProxy(base / "rp.sock", dockerd.socket, extra_args=[
+            f"--nri-socket={base / 'nri.sock'}", "--log-level=debug"])
+        proxy.start()
+        lab = DockerNriLab(dockerd, proxy, loop_thread, CriDockerdReplay(proxy.listen_path))
+        try:
+            lab.attach(plugin_by_container(cdi_adjustments()))
+            pod = lab.run_pod()
+            container_id = lab.create(pod, "cdi")
+            requests = lab.inspect(container_id)["HostConfig"]["DeviceRequests"]
+            assert {"Driver": "cdi", "DeviceIDs": [f"{CDI_KIND}={CDI_NAME}"]}.items() <= requests[0].items()
+            lab.replay.start_container(container_id)
+            # In the container's process (an exec gets the container's Config.Env, which CDI does not edit).
+            pid = lab.inspect(container_id)["State"]["Pid"]
+            environ = Path("/proc", str(pid), "environ").read_bytes().split(b"\0")
+            assert CDI_ENV.encode() in environ, environ
+        finally:
+            lab.close()
+            assert proxy.stop() == 0, proxy.log_tail()
+    finally:
+        dockerd.stop()

@@ -265,8 +265,9 @@ class StubRuntime:
 
     name = "stub"
 
-    def __init__(self, update: Updater | None = None, evict: Evictor | None = None) -> None:
+    def __init__(self, update: Updater | None = None, evict: Evictor | None = None, cdi: bool = False) -> None:
         self._update, self._evict = update, evict
+        self.cdi = cdi  # what cdi_enabled answers
 
     async def list_objects(self) -> Listing:
         return Listing()
@@ -295,3 +296,6 @@ class StubRuntime:
 
     async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
         return [], []
+
+    async def cdi_enabled(self) -> bool:
+        return self.cdi

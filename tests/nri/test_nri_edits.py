@@ -5,6 +5,7 @@ what is applied and how, what is refused naming the field, NRI's conflict rule, 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 import stat
 
 import pytest
@@ -254,3 +255,35 @@ def test_the_linux_settings_are_refused_in_cri_mode_and_checked_and_owned_in_doc
     with pytest.raises(AdjustmentConflict, match="both tried to set sysctl 'kernel.shm_rmid_forced'"):
         folded.apply_adjustment("20-b", nri.ContainerAdjustment(linux=nri.LinuxContainerAdjustment(
             sysctl={"-kernel.shm_rmid_forced": ""})), ACTION)
+
+
+# --- CDI devices ------------------------------------------------------------------------------------------
+
+CDI_GPU, CDI_NIC = "vendor.example/gpu=0", "vendor.example/nic=eth1"
+
+
+def cdi(*names: str) -> nri.ContainerAdjustment:
+    return nri.ContainerAdjustment(CDI_devices=[nri.CDIDevice(name=name) for name in names])
+
+
+def test_cdi_devices_are_added_once_in_order_after_the_requests_own() -> None:
+    edits = edits_after(("10-a", cdi(CDI_GPU, CDI_GPU)), ("20-b", cdi(CDI_NIC)),
+                        edits=replace(REQUEST_EDITS, cdi_devices=("vendor.example/fpga=x",)))
+    assert edits.cdi_devices == ("vendor.example/fpga=x", CDI_GPU, CDI_NIC)
+
+
+def test_two_plugins_adding_one_cdi_device_conflict() -> None:
+    folded = adjustments()
+    folded.apply_adjustment("10-a", cdi(CDI_GPU), ACTION)
+    with pytest.raises(AdjustmentConflict, match="CDI device"):
+        folded.apply_adjustment("20-b", cdi(CDI_GPU), ACTION)
+
+
+@pytest.mark.parametrize("name", ["gpu0", "vendor.example=gpu0", "vendor.example/gpu", "/gpu=0", "v/c=", "v/c=a b"])
+def test_a_cdi_name_that_is_not_fully_qualified_is_refused(name: str) -> None:
+    assert "not a fully qualified CDI device name" in str(refused(cdi(name)))
+
+
+def test_cdi_devices_are_refused_where_the_runtimes_cdi_is_off() -> None:
+    failure = refused(cdi(CDI_GPU), replace(REQUEST_EDITS, carries=ALL_KINDS - {"cdi_devices"}))
+    assert failure.field == "CDI_devices"
