@@ -97,10 +97,12 @@ def _process_args(pid: int) -> list[str]:
 
 
 @contextmanager
-def lab_containerd(base_dir: Path, image_cache: Path, runtime: Runtime | None = None) -> Iterator[ContainerdInstance]:
-    """A started ``ContainerdInstance`` in ``base_dir`` (of ``runtime``, else the selected containerd) with the
-    lab's images imported (built, or reused from ``image_cache``), stopped when the block ends."""
-    instance = ContainerdInstance(base_dir, runtime=runtime)
+def lab_containerd(base_dir: Path, image_cache: Path, runtime: Runtime | None = None,
+                   nri: bool = False) -> Iterator[ContainerdInstance]:
+    """A started ``ContainerdInstance`` in ``base_dir`` (of ``runtime``, else the selected containerd; its own NRI on
+    with ``nri``) with the lab's images imported (built, or reused from ``image_cache``), stopped when the block
+    ends."""
+    instance = ContainerdInstance(base_dir, runtime=runtime, nri=nri)
     instance.start()
     try:
         build_and_import(instance.address, image_cache)

@@ -21,7 +21,8 @@ status=0
 # a machine with no Go cache, nothing once cached) are built in the background at the lowest priority while the
 # first pass runs; their suites run after it, in a process of their own (a test that needs one sooner waits for
 # its build: rplab.peers builds each binary once).
-counterpart_suites=(tests/e2e/test_real_kubelet.py tests/e2e/test_koord_differential.py tests/e2e/test_koordlet.py)
+counterpart_suites=(tests/e2e/test_real_kubelet.py tests/e2e/test_koord_differential.py tests/e2e/test_koordlet.py
+  tests/e2e/test_kubelet_resize.py)
 counterparts_build=
 if [ $# -eq 0 ]; then
   nice -n 19 "$python" -m rplab.peers --counterparts > "$reports/counterpart-peers.log" 2>&1 &
