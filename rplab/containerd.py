@@ -98,11 +98,11 @@ def _process_args(pid: int) -> list[str]:
 
 @contextmanager
 def lab_containerd(base_dir: Path, image_cache: Path, runtime: Runtime | None = None,
-                   nri: bool = False) -> Iterator[ContainerdInstance]:
+                   nri: bool = False, nri_default_validator: str = "") -> Iterator[ContainerdInstance]:
     """A started ``ContainerdInstance`` in ``base_dir`` (of ``runtime``, else the selected containerd; its own NRI on
     with ``nri``) with the lab's images imported (built, or reused from ``image_cache``), stopped when the block
     ends."""
-    instance = ContainerdInstance(base_dir, runtime=runtime, nri=nri)
+    instance = ContainerdInstance(base_dir, runtime=runtime, nri=nri, nri_default_validator=nri_default_validator)
     instance.start()
     try:
         build_and_import(instance.address, image_cache)
@@ -120,7 +120,8 @@ class ContainerdInstance:
 
     def __init__(self, base_dir: Path, *, sandbox_image: str = PAUSE_IMAGE, log_level: str = "info",
                  cni_bin_dir: str = DEFAULT_CNI_BIN_DIR, registry_config_path: Path | None = None,
-                 runtime: Runtime | None = None, nri: bool = False, systemd_cgroup: bool = False) -> None:
+                 runtime: Runtime | None = None, nri: bool = False, systemd_cgroup: bool = False,
+                 nri_default_validator: str = "") -> None:
         """``runtime``: which containerd (rplab.runtimes); by default the one $RUNTIMEPROXY_RUNTIME names.
         ``nri``: containerd's own NRI on, serving ``nri_socket`` (private) and launching no plugin of its own
         (1.6 has no NRI: refused); off, it is disabled (2.x would otherwise open the host-wide socket).
@@ -134,6 +135,8 @@ class ContainerdInstance:
         if nri and (self.runtime.major, self.runtime.minor) < (1, 7):
             raise ContainerdError(f"{self.runtime.name} has no NRI (containerd 1.7 and later have)")
         self.nri = nri
+        # The keys of containerd/nri's built-in default validator table (TOML lines), when NRI is on.
+        self.nri_default_validator = nri_default_validator
         self.systemd_cgroup = systemd_cgroup
         self._proc: subprocess.Popen[bytes] | None = None
         self.removed_containers: list[tuple[str, str]] = []
@@ -242,7 +245,9 @@ oom_score = 0
     plugin_config_path = {_toml_str(b / "nri" / "conf.d")}
     plugin_registration_timeout = "{NRI_REGISTRATION_TIMEOUT}"
     plugin_request_timeout = "{NRI_REQUEST_TIMEOUT}"
-"""
+""" + (f"""
+  [plugins."io.containerd.nri.v1.nri".default_validator]
+{self.nri_default_validator}""" if self.nri_default_validator else "")
 
     def _runc_runtime(self, runtimes: str) -> str:
         return f"""
