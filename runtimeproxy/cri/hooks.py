@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import replace
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypeVar
@@ -86,15 +87,16 @@ class CriHooks:
         self._profile_dir = profile_dir  # NRI plugins' seccomp policies as profile files (None: not carried)
 
     async def _edits(self, request: cri.CreateContainerRequest, read_image: bool) -> ContainerEdits:
-        """What the hook model lacks (for NRI plugins and the model); the image's Entrypoint and Cmd are read
-        only when `read_image` and the config has no command (else the argv is () then: not known)."""
+        """What the hook model lacks (for NRI plugins and the model); the image (its Entrypoint and Cmd where
+        the config has no command, and who it is) is read only when `read_image` (else the argv is () when the
+        config has no command: not known, and the image not known)."""
         profiles, cdi = self._profile_dir is not None, await self._runtime.cdi_enabled()
-        if request.config.command:
-            return container_edits(request, process_argv(request.config, [], []), profiles, cdi)
         if not read_image:
-            return container_edits(request, (), profiles, cdi)
-        entrypoint, cmd = await self._runtime.image_argv(request.config.image.image)
-        return container_edits(request, process_argv(request.config, entrypoint, cmd), profiles, cdi)
+            argv = process_argv(request.config, [], []) if request.config.command else ()
+            return container_edits(request, argv, profiles, cdi)
+        facts = await self._runtime.image_facts(request.config.image.image)
+        argv = process_argv(request.config, list(facts.entrypoint), list(facts.cmd))
+        return replace(container_edits(request, argv, profiles, cdi), image=facts.identity)
 
     def interceptors(self) -> dict[str, UnaryHook]:
         by_method: dict[str, UnaryHook] = {

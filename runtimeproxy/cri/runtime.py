@@ -20,6 +20,7 @@ from runtimeproxy.cri.backend import Backend
 from runtimeproxy.cri.images import ImageProcess
 from runtimeproxy.cri.messages import convert
 from runtimeproxy.cri.recovery import BackendReadError, BackendRecords
+from runtimeproxy.hooks.edits import ImageFacts
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -37,8 +38,8 @@ class CriRuntime(BackendRecords):
         self._images = ImageProcess(backend.image)
         self._cdi: bool | None = None  # the runtime's answer, once it gave one
 
-    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
-        return await self._images.entrypoint_and_cmd(image)
+    async def image_facts(self, image: str) -> ImageFacts:
+        return await self._images.facts(image)
 
     async def cdi_enabled(self) -> bool:
         if self._cdi is None:

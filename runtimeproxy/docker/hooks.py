@@ -21,6 +21,7 @@ plugin failing RunPodSandbox (after dockerd created the sandbox container) has i
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack
 
 from runtimeproxy.docker.bodies import convert_large, parse_body, serialize_body
@@ -81,12 +82,11 @@ class DockerHooks:
         """What the hook model lacks (for NRI plugins and the model); the image is read only when `read_image`
         and the body leaves the argv to it (else the argv is () then: not known)."""
         cdi = await self._runtime.cdi_enabled()
-        if body.get("Entrypoint"):
-            return container_edits(body, process_argv(body, [], []), cdi)
         if not read_image or not isinstance(body.get("Image"), str):
-            return container_edits(body, (), cdi)
-        entrypoint, cmd = await self._runtime.image_argv(body["Image"])
-        return container_edits(body, process_argv(body, entrypoint, cmd), cdi)
+            return container_edits(body, process_argv(body, [], []) if body.get("Entrypoint") else (), cdi)
+        facts = await self._runtime.image_facts(body["Image"])
+        argv = process_argv(body, list(facts.entrypoint), list(facts.cmd))
+        return replace(container_edits(body, argv, cdi), image=facts.identity)
 
     def changing(self) -> AbstractAsyncContextManager[None]:
         return self.points.changing()

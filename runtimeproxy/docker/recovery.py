@@ -27,6 +27,7 @@ from runtimeproxy.docker.messages import (
     inspected,
     pod_from_inspect,
 )
+from runtimeproxy.hooks.edits import ImageFacts, ImageIdentity
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -51,15 +52,21 @@ class DockerRecords:
             log.warning("cannot read %s from dockerd: %s", container_id, error)
             return None
 
-    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
-        """The image's Entrypoint and Cmd (for an NRI plugin's view of the argv); empty when unreadable."""
+    async def image_facts(self, image: str) -> ImageFacts:
+        """The image's Entrypoint and Cmd (for an NRI plugin's view of the argv) and identity (NRI's
+        Container.image: the first repo tag, else repo digest; the first repo digest's digest; the image ID);
+        empty when unreadable."""
         try:
-            config = (await self._engine.get_json(f"/images/{urllib.parse.quote(image, safe='/:@')}/json")
-                      ).get("Config") or {}
-            return list(config.get("Entrypoint") or []), list(config.get("Cmd") or [])
+            inspected = await self._engine.get_json(f"/images/{urllib.parse.quote(image, safe='/:@')}/json")
+            config = inspected.get("Config") or {}
+            tags, digests = list(inspected.get("RepoTags") or []), list(inspected.get("RepoDigests") or [])
+            identity = ImageIdentity(tags[0] if tags else (digests[0] if digests else ""),
+                                     digests[0].rpartition("@")[2] if digests else "", str(inspected.get("Id", "")))
+            return ImageFacts(tuple(config.get("Entrypoint") or ()), tuple(config.get("Cmd") or ()),
+                              identity if identity.config_digest else None)
         except (EngineError, AttributeError, TypeError) as error:
             log.warning("cannot read image %s from dockerd: %s", image, error)
-            return [], []
+            return ImageFacts()
 
     async def list_objects(self) -> Listing:
         """Every Kubernetes sandbox and container dockerd has (the list's labels say which is which)."""

@@ -80,6 +80,24 @@ class Rlimit:
 
 
 @dataclass(frozen=True)
+class ImageIdentity:
+    """The container's image as NRI names it (Container.image), from the runtime's image record."""
+
+    name: str = ""  # the resolved reference: a repo tag, else a repo digest
+    digest: str = ""  # the index or manifest digest ("" when the runtime has none: an image never pulled)
+    config_digest: str = ""  # the image ID
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What the runtime says of an image: its Entrypoint and Cmd, and who it is (None: not known)."""
+
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    identity: ImageIdentity | None = None
+
+
+@dataclass(frozen=True)
 class ContainerEdits:
     """A container's argv, bind mounts, devices, RDT class and Linux settings, as the runtime is to create it."""
 
@@ -99,6 +117,8 @@ class ContainerEdits:
     cpu_realtime_period: int | None = None
     seccomp: str | None = None  # the runtime's seccomp option: a policy as JSON (OCI's LinuxSeccomp), "unconfined"
     cdi_devices: tuple[str, ...] = ()  # fully qualified CDI names ("vendor.com/class=name"), in the request's order
+    # Not an edit (no plugin changes it): the container's image, read with the rest when NRI plugins are attached.
+    image: ImageIdentity | None = field(default=None, compare=False)
     carries: frozenset[str] = field(default=frozenset(), compare=False)  # the kinds the request can carry
 
     def changed_kinds(self, before: ContainerEdits) -> frozenset[str]:

@@ -5,7 +5,7 @@ through which plugins change containers the call is not about.
 and load one pod or container (the store's rebuild after a restart and its fills on a miss, hooks.context and
 hooks.rebuild), remove a sandbox a plugin failed or a container an interrupted call left (hooks.reconcile),
 update or evict a container a plugin names, an image's entrypoint and command (what NRI plugins see as the
-argv of a container created without one), and whether it injects CDI devices. Translation only: no hook policy.
+argv of a container created without one) and identity (NRI's Container.image), and whether it injects CDI devices. Translation only: no hook policy.
 
 `PluginAsks` is what the core offers plugins of another kind (NRI; hooks.extra): the store's snapshot a
 plugin is synchronized with, and updates and evictions of other containers, carried out by the runtime and
@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runtimeproxy.hooks.edits import ImageFacts
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -63,8 +64,8 @@ class Runtime(Protocol):
     async def evict_container(self, container_id: str) -> None:
         """Stop the container at once (containerd's EvictContainer: a stop with timeout 0); raises as above."""
 
-    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
-        """The image's entrypoint and command; ([], []) when they cannot be read (logged)."""
+    async def image_facts(self, image: str) -> ImageFacts:
+        """The image's entrypoint, command and identity; empty when they cannot be read (logged)."""
 
     async def cdi_enabled(self) -> bool:
         """Whether the runtime injects the CDI devices a create names (containerd's `enable_cdi`, dockerd's CDI

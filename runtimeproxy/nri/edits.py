@@ -104,6 +104,9 @@ def fill_container(message: nri.Container, edits: ContainerEdits, stat_path: Sta
             wrapper.value = setting
     if edits.seccomp is not None and edits.seccomp.startswith("{"):
         message.linux.seccomp_policy.CopyFrom(seccomp_policy(edits.seccomp))
+    if edits.image is not None:
+        image = edits.image
+        message.image.CopyFrom(nri.Image(name=image.name, digest=image.digest, config_digest=image.config_digest))
 
 
 # --- the merge ------------------------------------------------------------------------------------

@@ -15,9 +15,9 @@ from runtimeproxy.cri.edits import (
     container_edits,
     process_argv,
 )
-from runtimeproxy.cri.images import entrypoint_and_cmd_of
+from runtimeproxy.cri.images import entrypoint_and_cmd_of, identity_of
 from runtimeproxy.cri.seccomp import ProfileFiles
-from runtimeproxy.hooks.edits import BindMount, Device
+from runtimeproxy.hooks.edits import BindMount, Device, ImageIdentity
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 
 
@@ -128,3 +128,15 @@ def test_cdi_devices_are_the_configs_carried_only_where_the_runtimes_cdi_is_on()
     apply_edits(wire, replace(edits, cdi_devices=("v.example/c=a", "v.example/c=b")), frozenset({"cdi_devices"}))
     assert [device.name for device in wire.config.CDI_devices] == ["v.example/c=a", "v.example/c=b"]
 
+
+
+def test_the_images_identity_is_named_as_containerds_own_nri_names_it() -> None:
+    pulled = cri.Image(id="sha256:cfg", repo_tags=["docker.io/library/busybox:1.36"],
+                       repo_digests=["docker.io/library/busybox@sha256:index"])
+    assert identity_of(pulled) == ImageIdentity("docker.io/library/busybox:1.36", "sha256:index", "sha256:cfg")
+    by_digest = cri.Image(id="sha256:cfg", repo_digests=["docker.io/library/busybox@sha256:index"])
+    assert identity_of(by_digest) == ImageIdentity("docker.io/library/busybox@sha256:index", "sha256:index",
+                                                   "sha256:cfg")
+    imported = cri.Image(id="sha256:cfg", repo_tags=["localhost/busybox:1.0"])
+    assert identity_of(imported) == ImageIdentity("localhost/busybox:1.0", "", "sha256:cfg")
+    assert identity_of(cri.Image()) is None  # the runtime has no such image

@@ -110,6 +110,8 @@ def test_an_nri_plugin_adjusts_env_cpu_shares_and_an_annotation_in_docker_inspec
     assert inspected["Config"]["Labels"][f"annotation.{ANNOTATION}"] == "yes"
     (created,) = plugin.requests("CreateContainer")
     assert created.pod.id == lab.sandboxes[-1] and created.container.name == "box"  # type: ignore[attr-defined]
+    image = created.container.image  # type: ignore[attr-defined]  # dockerd's image inspect: tag, no repo digest
+    assert (image.name, image.digest) == (BUSYBOX_IMAGE, "") and image.config_digest == lab.inspect(container_id)["Image"]
 
 
 def test_updates_of_another_container_reach_dockerd(lab: DockerNriLab) -> None:

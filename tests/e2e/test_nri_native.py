@@ -107,11 +107,18 @@ DIFFERENCES: dict[str, Known] = {
         "containerd sets swap = memory limit in the spec; the hosted container has none until Update (then the "
         "requested swap)"),
     "*.container.user.additional_gids": Known(f"{CANNOT} the image's groups (user.additional_gids)", ("2.4",)),
-    "*.container.image.*": Known(f"{MODEL}: the image's name and digests (ImageStatus)", ("2.4",)),
+    "*.container.image.digest": Known("the lab's images are imported, never pulled: CRI's ImageStatus gives them no "
+                                      "repo digest, so hosted has none; containerd's own NRI gives its image "
+                                      "record's target digest (a pulled image's repo digest is that digest)", ("2.4",)),
     "StartContainer.container.pid": Known("the proxy tells the plugins before it forwards the start; containerd has "
                                           "created the task by then"),
     "Synchronize(early).container.pid": Known("a container started while no NRI plugin was attached: the proxy reads "
                                               "a pid only while one is (the hook-protocol path pays nothing)"),
+    "*.container.image.*": Known("containerd 1.7's NRI has no Container.image; hosted fills it as containerd 2.2 "
+                                 "and later do", ("1.7", "1.6/1.7")),
+    "Synchronize(early).container.image.*": Known("a container created while no NRI plugin was attached: the proxy "
+                                                  "reads its image only while one is (the hook-protocol path pays "
+                                                  "nothing)", ("2.4",)),
     "*.pod.pid": Known(f"{MODEL}: the sandbox's pid (verbose PodSandboxStatus)"),
     "*.container.*_at": Known("the proxy sends created/started/finished times as containerd 2.2 and later do; "
                               "containerd 1.7 sends none", ("1.7", "1.6/1.7")),

@@ -20,6 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from runtimeproxy.hooks.edits import ImageFacts
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
 from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)
 from rplab.loop import LoopThread
@@ -294,8 +295,8 @@ class StubRuntime:
             raise NoRuntime("this frontend cannot stop containers")
         await self._evict(container_id)
 
-    async def image_argv(self, image: str) -> tuple[list[str], list[str]]:
-        return [], []
+    async def image_facts(self, image: str) -> ImageFacts:
+        return ImageFacts()
 
     async def cdi_enabled(self) -> bool:
         return self.cdi

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.edits import BindMount, ContainerEdits
+from runtimeproxy.hooks.edits import BindMount, ContainerEdits, ImageIdentity
 from runtimeproxy.hooks.extra import Subject
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri import convert
@@ -29,6 +31,15 @@ def test_a_container_shows_its_model_labels_state_pid_times_and_edits() -> None:
     assert (message.created_at, message.started_at, message.finished_at) == (10, 20, 0)
     assert list(message.args) == ["/bin/app", "-v"] and [m.destination for m in message.mounts] == ["/data"]
     assert list(message.env) == ["PATH=/bin"] and message.linux.resources.cpu.shares.value == 512
+
+
+def test_a_container_shows_its_image_when_it_was_read() -> None:
+    record = model()
+    assert not convert.container("c", record).HasField("image")
+    assert record.edits is not None
+    record.edits = replace(record.edits, image=ImageIdentity("busybox:1.36", "sha256:index", "sha256:cfg"))
+    image = convert.container("c", record).image
+    assert (image.name, image.digest, image.config_digest) == ("busybox:1.36", "sha256:index", "sha256:cfg")
 
 
 def test_each_state_is_nri_s() -> None:
