@@ -49,6 +49,10 @@ RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+NRI_SOCKET_UNDER_VAR_RUN = "nri/nri.sock"  # koordlet's --runtime-hooks-nri-socket-path default
+NRI_PLUGIN = "00-koordlet_nri"  # its NRI plugin, as the runtime names it (index-name)
+
+
 class KoordletError(RuntimeError):
     pass
 
@@ -73,13 +77,18 @@ def extended_resource_spec(containers: dict[str, dict[str, Any]]) -> str:
 
 @dataclass
 class Koordlet:
-    """koordlet in hook mode for ``node`` (a KubeletNode registered with the cluster of ``kubeconfig``)."""
+    """koordlet for ``node`` (a KubeletNode registered with the cluster of ``kubeconfig``): in hook mode, or with
+    ``nri_socket`` in NRI mode (its plugin koordlet_nri, index 00, on that socket, which koordlet finds under its
+    --var-run-root-dir as nri/nri.sock: a link to it is put there). In NRI mode its hook server still runs and
+    writes its registration into ``hook_config_dir``: give it a directory no proxy reads, as a node without
+    koord-runtime-proxy has."""
 
     directory: Path
     kubeconfig: Path
     node: KubeletNode
     hook_config_dir: Path
     binary: Path | None = None
+    nri_socket: Path | None = None
     started_at: float = 0.0
     ready_seconds: float = 0.0
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -138,7 +147,7 @@ class Koordlet:
                 "--sys-fs-root-dir=/sys/fs/", f"--var-lib-kubelet-dir={self.node.directory / 'root'}/",
                 "--runtime-hooks-network=unix", f"--runtime-hooks-addr={self.socket}",
                 f"--runtime-hooks-host-endpoint={self.socket}", f"--runtime-hooks-config-path={self.hook_config_dir}",
-                "--enable-nri-runtime-hook=false",
+                f"--enable-nri-runtime-hook={str(self.nri_socket is not None).lower()}",
                 "--kubelet-insecure-tls", f"--kubelet-read-only-port={self.node.read_only_port}",
                 "--disable-query-kubelet-config", "--kubelet-preferred-address-type=Hostname",
                 f"--tsdb-path={state / 'tsdb'}", f"--audit-log-dir={state / 'audit'}",
@@ -150,6 +159,11 @@ class Koordlet:
         """Starts koordlet; returns once it has written its registration into the proxy's hook directory."""
         for directory in ("state/tsdb", "state/audit", "state/var-run", "state/run"):
             (self.directory / directory).mkdir(parents=True, exist_ok=True)
+        if self.nri_socket is not None:  # koordlet dials <var-run-root-dir>/nri/nri.sock
+            link = self.directory / "state" / "var-run" / NRI_SOCKET_UNDER_VAR_RUN
+            link.parent.mkdir(exist_ok=True)
+            link.unlink(missing_ok=True)
+            link.symlink_to(self.nri_socket)
         self.hook_config_dir.mkdir(parents=True, exist_ok=True)
         argv = self.argv(self._prepare_cgroup_view())
         environment = {**os.environ, "NODE_NAME": NODE_NAME, "KUBECONFIG": str(self.kubeconfig)}
