@@ -49,6 +49,8 @@ class _ConfigFile:
     # Empty and just modified: being written (`cat > x.json` creates it, then writes). Not reported, and
     # re-read until it settles (signature None): then an empty file is reported like any broken one.
     settling: bool = False
+    # Why calls to a new or changed config's endpoint would fail now (read with the file, said once it is in force).
+    endpoint_warning: str | None = None
 
 
 
@@ -199,9 +201,20 @@ class PluginRegistry:
         self._files = files
         configs = [state.config for state in files.values() if state.config is not None]
         # Compared with what is installed, so that a failed _apply is retried on the next poll.
-        if configs == [plugin.config for plugin in self._plugins]:
+        installed = {plugin.config.name: plugin.config for plugin in self._plugins}
+        if configs == list(installed.values()):
             return False
         self._apply(configs)
+        # Said once in force, not when read: whoever waits for the line may rely on the next call using it. An
+        # endpoint nothing serves is registered all the same (a plugin may start after its file is written), but
+        # said at once: else the first sign is a pod failing under Fail.
+        for config in configs:
+            if installed.get(config.name) != config:
+                log.info("plugin %s %s: %s", config.name, "changed" if config.name in installed else "registered",
+                         config.describe())
+                warning = files[config.name].endpoint_warning
+                if warning:
+                    log.warning("%s", warning)
         return True
 
     def _list_config_names(self) -> list[str] | None:
@@ -389,20 +402,13 @@ def _parse(name: str, signature: Signature, data: bytes, previous: _ConfigFile |
         problem = str(PluginConfigError(name, f"unexpected error: {error!r}"))
         log.exception("invalid plugin config %s", problem)
         return _ConfigFile(signature, data, last_good, problem)
-    if last_good is None or config != last_good:
-        log.info("plugin %s %s: %s", name, "registered" if last_good is None else "changed", config.describe())
-        _warn_endpoint(name, config, owners)
+    warning = None
+    if last_good is None or config != last_good:  # said once it is in force (PluginRegistry._install)
+        problem = endpoint_problem(config.endpoint, owners)
+        warning = f"plugin {name}: {problem}" if problem else None
     elif previous is not None and previous.problem is not None:
         log.info("plugin %s is valid again (unchanged): %s", name, config.describe())
-    return _ConfigFile(signature, data, config, None)
-
-
-def _warn_endpoint(name: str, config: PluginConfig, owners: TrustedOwners) -> None:
-    """Registered all the same (a plugin may start after its file is written), but said at once: else the
-    first sign is a pod failing under Fail."""
-    problem = endpoint_problem(config.endpoint, owners)
-    if problem:
-        log.warning("plugin %s: %s", name, problem)
+    return _ConfigFile(signature, data, config, None, endpoint_warning=warning)
 
 
 def _gone(name: str, previous: _ConfigFile | None) -> _ConfigFile:
