@@ -87,8 +87,16 @@ class ProxyProcess:
         return self._proc.pid if self._proc else None
 
     def start(self, timeout: float = 30.0, wait_serving: bool = True) -> None:
+        """Spawn it and wait until it serves; one that never does is stopped before the error is raised (no test
+        may leave a proxy running behind it)."""
         self.spawn()
-        self.wait_until_listening(timeout, wait_serving)
+        try:
+            self.wait_until_listening(timeout, wait_serving)
+        except BaseException:
+            proc, self._proc = self._proc, None
+            if proc is not None and proc.poll() is None:
+                end_process(proc, 5)
+            raise
 
     def spawn(self) -> None:
         """Start the process without waiting for it to listen."""
