@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -70,9 +71,10 @@ func (s *settings) bind(fs *flag.FlagSet) {
 
 type plugin struct {
 	settings
-	stub stub.Stub
-	mu   sync.Mutex
-	out  *os.File
+	stub     stub.Stub
+	mu       sync.Mutex
+	out      *os.File
+	shutDown bool // Shutdown came: the runtime closing the connection next is the normal end
 }
 
 // record is one JSON line: the event and what the tests look at.
@@ -160,6 +162,18 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox,
 
 func (p *plugin) Shutdown(context.Context) {
 	p.write(record{"event": "Shutdown"})
+	p.mu.Lock()
+	p.shutDown = true
+	p.mu.Unlock()
+}
+
+// endedNormally: Run's error is the runtime closing the connection, which after Shutdown is how a plugin's life ends.
+// Stub v0.12 reports that as ErrServerClosed; v0.8 as nil or, when its connection watcher loses the race with the
+// server loop, as io.EOF.
+func (p *plugin) endedNormally(err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return err == nil || errors.Is(err, ttrpc.ErrServerClosed) || (p.shutDown && errors.Is(err, io.EOF))
 }
 
 func (p *plugin) podEvent(event string, pod *api.PodSandbox) error {
@@ -320,8 +334,7 @@ func main() {
 		os.Exit(1)
 	}
 	p.stub = s
-	// Stub v0.12's Run reports the runtime closing the connection (after Shutdown) as ErrServerClosed; v0.8's as nil.
-	if err := s.Run(context.Background()); err != nil && !errors.Is(err, ttrpc.ErrServerClosed) {
+	if err := s.Run(context.Background()); !p.endedNormally(err) {
 		fmt.Fprintf(os.Stderr, "nriplugin: %v\n", err)
 		os.Exit(1)
 	}
