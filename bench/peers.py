@@ -228,7 +228,7 @@ class Lab:
         key = f"{kind} {label or upstream.name}"
         starters = {"proxy": self._proxy, "aio-relay": self._aio_relay, "go-relay": self._go_relay,
                     "socat": self._socat, "go-proxy": self._go_proxy, "baseline": self._baseline,
-                    "koord": self._koord}
+                    "koord": self._koord, "frame-relay": self._frame_relay}
         return self._once(key, lambda: starters[kind](key.replace(" ", "-"), upstream))
 
     def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning",
@@ -250,6 +250,12 @@ class Lab:
         assert proxy.pid is not None
         self._started[f"process {name}"] = proxy
         return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid), http=upstream.http)
+
+    def _frame_relay(self, name: str, upstream: Peer) -> Peer:
+        """The proxy with --cri-frame-relay (CRI mode only): callers paired with backend connections."""
+        peer = self._proxy(name, upstream, extra_args=("--cri-frame-relay",))
+        peer.name = "frame-relay"
+        return peer
 
     def _baseline(self, name: str, upstream: Peer) -> Peer:
         """The baseline checkout's proxy in front of `upstream` (CRI mode, or Docker mode before dockerd)."""

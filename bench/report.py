@@ -21,13 +21,19 @@ from typing import Any
 # baseline, baseline-plugin: the proxy and the plugin peer of another revision (--baseline); koord-plugin:
 # koord-runtime-proxy with the same no-op plugin on all seven hooks; soak: the proxy with both plugin kinds (the
 # no-op hook plugin and a hosted no-op NRI plugin), the soak case's.
-PEERS = ("direct", "proxy", "baseline", "koord", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
+PEERS = ("direct", "proxy", "frame-relay", "baseline", "koord", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
          "plugin-notrace", "baseline-plugin", "koord-plugin", "nri", "soak", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
-RATIOS = (("proxy", "direct"), ("proxy", "koord"), ("proxy", "aio-relay"), ("proxy", "go-relay"),
-          ("proxy", "go-proxy"), ("proxy", "baseline"))
+RATIOS = (("proxy", "direct"), ("proxy", "koord"), ("frame-relay", "koord"), ("proxy", "aio-relay"),
+          ("proxy", "go-relay"), ("proxy", "go-proxy"), ("proxy", "baseline"))
 RATIO_HEADS = {"direct": "/direct", "koord": "/koord", "aio-relay": "/aio", "go-relay": "/go",
                "go-proxy": "/go-http", "baseline": "/base"}
+
+
+def ratio_head(pair: tuple[str, str]) -> str:
+    """A ratio column's heading: the anchor's short name, after the frame relay's when it is the numerator."""
+    figure, anchor = pair
+    return RATIO_HEADS[anchor] if figure == "proxy" else f"fr{RATIO_HEADS[anchor]}"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -114,7 +120,7 @@ def render_case(report: CaseReport, metric_width: int = 40) -> list[str]:
     peers, ratios = columns_used(report.rows), ratios_used(report.rows)
     if report.rows:
         header = f"{'metric':<{metric_width}} {'unit':<8}" + "".join(f" {peer:>10}" for peer in peers)
-        header += "".join(f" {RATIO_HEADS[anchor]:>8}" for _, anchor in ratios)
+        header += "".join(f" {ratio_head(pair):>8}" for pair in ratios)
         lines.append(header + "  target")
     for row in report.rows:
         line = f"{row.metric:<{metric_width}} {row.unit:<8}"

@@ -19,6 +19,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -32,7 +33,7 @@ import h2.frame_buffer
 import h2.settings
 import hpack
 
-from runtimeproxy.listener import KEEP_SOCKET_FILE, listen_backlog
+from runtimeproxy.cri.h2frames import MessageMeter
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024
 MAX_HEADER_LIST_BYTES = 16 * 1024 * 1024  # as runtimeproxy.cri.limits.MAX_METADATA_BYTES
 # gRPC status codes the relay answers with itself.
 CANCELLED, UNKNOWN, RESOURCE_EXHAUSTED, UNAVAILABLE = 1, 2, 8, 14
-MESSAGE_PREFIX_BYTES = 5  # gRPC's length-prefixed message: compressed flag, 4-byte big-endian length
 # h2 refuses a header block of more than 64 CONTINUATION frames (1 MiB at gRPC's 16 KiB frames); the metadata limit
 # is the one bound here. A module setting of h2's (its comment leaves it open to change); only this module uses h2.
 h2.frame_buffer.CONTINUATION_BACKLOG = MAX_HEADER_LIST_BYTES // 16384 + 1
@@ -102,12 +102,25 @@ def status_trailers(code: int, message: str) -> Headers:
             (b"grpc-message", quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode())]
 
 
+class CallSide(Protocol):
+    """One end of a relayed call as _Call and _Pipe drive it: an h2 connection's side (_Side), or a caller's
+    connection of cri.framefront, whose `conn` writes the same h2 calls as frames of its own."""
+
+    conn: Any  # h2's H2Connection, or what stands for it
+    calls: dict[int, _Call]
+    usable: bool
+
+    def touch(self) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 class _Flusher:
     """Sides written to while handling one read are flushed once at its end: one write per connection. One
     for the process: every side lives on the one event loop."""
 
     def __init__(self) -> None:
-        self.touched: set[_Side] = set()
+        self.touched: set[CallSide] = set()
 
     def flush(self) -> None:
         while self.touched:
@@ -127,7 +140,6 @@ class _Side(asyncio.Protocol):
         self.usable = True  # for new streams: no GOAWAY received, not lost
         self._flusher = flusher
         self._on_lost = on_lost
-        self.on_request: Callable[[_Side, h2.events.RequestReceived], None] | None = None  # server side only
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -164,9 +176,6 @@ class _Side(asyncio.Protocol):
                 call.data(self, event.data, event.flow_controlled_length, event.stream_ended is not None)
             else:
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        elif isinstance(event, h2.events.RequestReceived):
-            assert self.on_request is not None
-            self.on_request(self, event)
         elif isinstance(event, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
             call = self.calls.get(event.stream_id)
             if call is not None:
@@ -192,12 +201,6 @@ class _Side(asyncio.Protocol):
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             for call in list(self.calls.values()):
                 call.drain()
-
-    def go_away(self) -> None:
-        """A graceful GOAWAY: streams opened so far go on, the peer opens no new ones here."""
-        self.usable = False
-        self.conn.close_connection(last_stream_id=self.conn.highest_inbound_stream_id)
-        self.touch()
 
     def close(self) -> None:
         self.usable = False
@@ -226,9 +229,9 @@ class _Pipe:
     Received bytes are acknowledged to the source only once sent on, so a slow reader stalls its writer.
     With a `limit`, the gRPC messages it carries are measured as they pass (their 5-byte prefixes)."""
 
-    def __init__(self, source: _Side, source_id: int, limit: int | None = None) -> None:
+    def __init__(self, source: CallSide, source_id: int, limit: int | None = None) -> None:
         self.source, self.source_id = source, source_id
-        self.target: _Side | None = None
+        self.target: CallSide | None = None
         self.target_id = 0
         self.headers: Headers | None = None  # the first headers, not yet sent
         self.buffer = bytearray()
@@ -236,10 +239,9 @@ class _Pipe:
         self.end = False  # all received: END_STREAM is due once the buffer is sent
         self.done = False  # END_STREAM sent on the target
         self.limit = limit
-        self._prefix = bytearray()  # of the next message, while split across frames
-        self._remaining = 0  # bytes of the current message still to come
+        self._meter: MessageMeter | None = None
 
-    def attach(self, target: _Side, target_id: int) -> None:
+    def attach(self, target: CallSide, target_id: int) -> None:
         self.target, self.target_id = target, target_id
 
     def push(self, data: bytes, flow_length: int, end: bool) -> int | None:
@@ -258,23 +260,9 @@ class _Pipe:
 
     def _oversized(self, data: bytes) -> int | None:
         assert self.limit is not None
-        offset, size = 0, len(data)
-        while offset < size:
-            if self._remaining:
-                step = min(self._remaining, size - offset)
-                self._remaining -= step
-                offset += step
-                continue
-            need = MESSAGE_PREFIX_BYTES - len(self._prefix)
-            self._prefix += data[offset:offset + need]
-            offset += need
-            if len(self._prefix) == MESSAGE_PREFIX_BYTES:
-                length = int.from_bytes(self._prefix[1:], "big")
-                self._prefix.clear()
-                if length > self.limit:
-                    return length
-                self._remaining = length
-        return None
+        if self._meter is None or self._meter.limit != self.limit:
+            self._meter = MessageMeter(self.limit)
+        return self._meter.oversized(data)
 
     def finish(self, trailers: Headers | None = None) -> None:
         self.trailers = trailers
@@ -325,7 +313,7 @@ class _Call:
     """One relayed stream: the caller's end (front) and the upstream's (back), a pipe each way. `on_close` is told
     once, when both directions are done or either end reset or lost."""
 
-    def __init__(self, front: _Side, front_id: int, path: bytes, unreachable: Callable[[str], str],
+    def __init__(self, front: CallSide, front_id: int, path: bytes, unreachable: Callable[[str], str],
                  on_close: Callable[[_Call], None], limits: tuple[int | None, int | None] = (None, None)) -> None:
         self.front, self.front_id, self.path = front, front_id, path
         self.back: _Side | None = None
@@ -363,7 +351,7 @@ class _Call:
         self.up.drain()
         return True
 
-    def data(self, side: _Side, data: bytes, flow_length: int, end: bool) -> None:
+    def data(self, side: CallSide, data: bytes, flow_length: int, end: bool) -> None:
         pipe = self.up if side is self.front else self.down
         oversized = pipe.push(data, flow_length, end)
         if oversized is not None:
@@ -385,7 +373,7 @@ class _Call:
             self.down.drain()
         self._close_if_done()
 
-    def ended(self, side: _Side) -> None:
+    def ended(self, side: CallSide) -> None:
         pipe = self.up if side is self.front else self.down
         if not pipe.end:
             pipe.finish(pipe.trailers)
@@ -395,7 +383,7 @@ class _Call:
         self.up.drain()
         self.down.drain()
 
-    def reset_from(self, side: _Side, error_code: int) -> None:
+    def reset_from(self, side: CallSide, error_code: int) -> None:
         """`side` reset its stream: so is the other side's, with the same code."""
         other, other_id = (self.back, self.back_id) if side is self.front else (self.front, self.front_id)
         if other is not None:
@@ -404,7 +392,7 @@ class _Call:
             self.code = CANCELLED if side is self.front else UNKNOWN
         self._close()
 
-    def lost(self, side: _Side, why: str) -> None:
+    def lost(self, side: CallSide, why: str) -> None:
         """`side`'s connection is gone (or will not take the stream): end the call on the other side."""
         if side is not self.front:
             self.fail(UNAVAILABLE, self.unreachable(why))
@@ -449,7 +437,7 @@ class _Call:
         self._on_close(self)
 
 
-def _reset(side: _Side, stream_id: int, error_code: int) -> None:
+def _reset(side: CallSide, stream_id: int, error_code: int) -> None:
     try:
         side.conn.reset_stream(stream_id, error_code)
     except h2.exceptions.NoSuchStreamError:
@@ -529,99 +517,3 @@ class Limits:
     max_request_bytes: int
     max_response_bytes: int
     max_calls: int
-
-
-def _as_is(details: str) -> str:
-    return details
-
-
-class FrameRelay:
-    """Serves callers' HTTP/2 connections on `listening`: each stream to the upstream `router` picks for its path,
-    or to the gRPC server's private socket (`fallback_path`) when it picks none or its upstream cannot be
-    connected to. A runtimeproxy.relay.SocketFront."""
-
-    def __init__(self, listening: socket.socket, fallback_path: Path, router: Router, limits: Limits) -> None:
-        self._listening = listening
-        self._router = router
-        self._limits = limits
-        self.fallback = Upstream(fallback_path)
-        self._fronts: set[_Side] = set()
-        self._pending: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
-        self.calls_started = 0  # read by the idle trimmer
-        self.calls_in_flight = 0
-
-    def new_front(self) -> _Side:
-        side = _Side(client_side=False, on_lost=self._fronts.discard)
-        side.on_request = self._on_request
-        self._fronts.add(side)
-        return side
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(self.new_front, sock=self._listening, backlog=listen_backlog(),
-                                                     **KEEP_SOCKET_FILE)
-
-    def _on_request(self, front: _Side, event: h2.events.RequestReceived) -> None:
-        self.calls_started += 1
-        headers = list(event.headers)
-        path = next((value for name, value in headers if name == b":path"), b"")
-        route = self._router(path)
-        call = _Call(front, event.stream_id, path, route.unreachable if route else _as_is, self._closed,
-                     self._limits_for(route))
-        call.up.end = event.stream_ended is not None
-        self.calls_in_flight += 1
-        if self.calls_in_flight > self._limits.max_calls:
-            call.fail(RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")  # gRPC's own words
-            return
-        upstream = route.upstream if route is not None else self.fallback
-        back = upstream.ready()
-        if back is not None and call.attach(back, headers, route):
-            return
-        task = asyncio.get_running_loop().create_task(self._attach_later(call, route, headers))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-
-    def _limits_for(self, route: Route | None) -> tuple[int | None, int | None]:
-        if route is None:
-            return None, None  # the gRPC server holds its calls to them itself
-        return self._limits.max_request_bytes, self._limits.max_response_bytes
-
-    def _closed(self, call: _Call) -> None:
-        self.calls_in_flight -= 1
-        if call.route is not None:  # the gRPC server counts its own calls
-            call.route.ended(call.path, call.code if call.code >= 0 else UNKNOWN, time.perf_counter() - call.started)
-
-    async def _attach_later(self, call: _Call, route: Route | None, headers: Headers) -> None:
-        """Connect first: to the route's upstream, else (nothing serves it) to the gRPC server, which answers
-        UNAVAILABLE in its words while the backend is down."""
-        for upstream, relayed in ((route.upstream, route) if route else (None, None), (self.fallback, None)):
-            if upstream is None:
-                continue
-            back = await upstream.connect()
-            if call.closed:
-                return
-            if back is not None and call.attach(back, headers, relayed):
-                FLUSHER.flush()
-                return
-        call.fail(UNAVAILABLE, call.unreachable("nothing accepts connections"))
-        FLUSHER.flush()
-
-    async def stop_accepting(self) -> None:
-        """Close the listening socket and tell callers to make no new calls here (GOAWAY)."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for front in self._fronts:
-            front.go_away()
-        FLUSHER.flush()
-
-    async def drain(self, seconds: float) -> None:
-        """Wait (up to `seconds`) for the calls in flight, then close every connection."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while loop.time() < deadline and self.calls_in_flight:
-            await asyncio.sleep(0.01)
-        for front in list(self._fronts):
-            front.close()
-        self.fallback.close()

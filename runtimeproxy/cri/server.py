@@ -29,7 +29,8 @@ from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.relay import FrontFactory, GrpcListenSocket
-from runtimeproxy.cri.framerelay import FrameRelay, Limits
+from runtimeproxy.cri.framefront import FrameRelay
+from runtimeproxy.cri.framerelay import Limits
 from runtimeproxy.cri.routes import relayed_routes
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ class CriFrontend:
         limits = Limits(options.max_request_bytes, options.max_message_bytes, options.max_concurrent_calls)
 
         def make(listening: socket.socket, private: Path) -> FrameRelay:
-            self._front = FrameRelay(listening, private, router, limits)
+            self._front = FrameRelay(listening, private, router, limits, self.backend.runtime.path)
             return self._front
 
         return make

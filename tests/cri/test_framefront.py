@@ -1,0 +1,154 @@
+"""The frame relay's front: callers paired with backend connections of their own, diverted calls written into the
+same connection, callers served alone while no backend answers and paired again once one does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import h2.config
+import h2.connection
+import pytest
+
+from rplab.cri import metadata_limit_options
+from rplab.loop import LoopThread
+from rplab.synthetic import SyntheticBackend
+from runtimeproxy.app import Proxy
+from runtimeproxy.cri import h2frames as wire
+from runtimeproxy.cri.framefront import FrameRelay
+
+VERSION = "/runtime.v1.RuntimeService/Version"
+LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"
+LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
+MiB = 1024 * 1024
+ProxyFactory = Callable[..., Proxy]
+
+
+def _relay(proxy: Proxy) -> FrameRelay:
+    relay = proxy.frontend._front  # type: ignore[attr-defined]
+    assert isinstance(relay, FrameRelay)
+    return relay
+
+
+def _small_window_channel(path: Path) -> grpc.Channel:
+    """A caller that never grows its windows past HTTP/2's 64 KiB: every answer runs into them."""
+    return grpc.insecure_channel(f"unix://{path}", options=[
+        ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+        ("grpc.http2.bdp_probe", 0), *metadata_limit_options()])
+
+
+def test_diverted_and_relayed_answers_share_the_callers_window(
+    start_proxy: ProxyFactory, synthetic: SyntheticBackend, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    """Image calls to another socket are diverted (h2 legs), runtime calls relayed on the pair: large answers of
+    both at once on one connection keep within its window, each arriving whole."""
+    images = SyntheticBackend(tmp_path / "images.sock")
+    containers, image_list = os.urandom(3 * MiB), os.urandom(3 * MiB)
+
+    async def many_containers(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return containers
+
+    async def many_images(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return image_list
+
+    synthetic.unary[LIST_CONTAINERS] = many_containers
+    images.unary[LIST_IMAGES] = many_images
+    loop_thread.run(images.start())
+    try:
+        proxy = start_proxy(runtime_path=synthetic.path, image_path=images.path, frame_relay=True)
+        with _small_window_channel(proxy.options.listen_path) as channel, ThreadPoolExecutor(8) as pool:
+            calls = [pool.submit(channel.unary_unary(path), b"", timeout=60)
+                     for _ in range(6) for path in (LIST_CONTAINERS, LIST_IMAGES)]
+            answers = [call.result() for call in calls]
+            front, = _relay(proxy)._fronts  # all through one connection, now idle
+            assert front.pairs_with_backend and front.held_data == 0 and not front.held
+        assert answers == [containers, image_list] * 6
+        assert len(images.calls_to(LIST_IMAGES)) >= 6 and len(synthetic.calls_to(LIST_CONTAINERS)) >= 6  # and the store's
+    finally:
+        loop_thread.run(images.stop(0))
+
+
+def test_a_caller_served_alone_is_paired_once_the_backend_answers(
+    start_proxy: ProxyFactory, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    path = tmp_path / "late.sock"
+    proxy = start_proxy(runtime_path=path, frame_relay=True)
+    backend = SyntheticBackend(path)
+    with _small_window_channel(proxy.options.listen_path) as channel:
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.unary_unary(VERSION)(b"", timeout=10)
+        assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert f"runtime backend unix://{path} is unreachable" in (raised.value.details() or "")
+        assert not any(front.pairs_with_backend for front in _relay(proxy)._fronts)
+        loop_thread.run(backend.start())
+        try:
+            deadline = time.monotonic() + 20
+            while not any(front.pairs_with_backend for front in _relay(proxy)._fronts):
+                assert time.monotonic() < deadline, "the caller was never paired"
+                try:
+                    channel.unary_unary(VERSION)(b"v", timeout=10)
+                except grpc.RpcError:
+                    pass  # UNAVAILABLE while the proxy's own channel reconnects
+                time.sleep(0.1)
+            assert channel.unary_unary(VERSION)(b"paired", timeout=10) == b"paired"
+        finally:
+            loop_thread.run(backend.stop(0))
+    assert [call.request for call in backend.calls_to(VERSION)][-1] == b"paired"
+
+
+def _first_frames(path: Path, method: str) -> list[tuple[int, int]]:
+    """(type, flags) of the frames a raw HTTP/2 caller gets for one call, until the call ends."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", method), (":authority", "x"),
+                          ("content-type", "application/grpc"), ("te", "trailers")])
+    conn.send_data(1, b"\x00\x00\x00\x00\x00", end_stream=True)
+    received, seen = bytearray(), []
+    with socket.socket(socket.AF_UNIX) as caller:
+        caller.settimeout(10)
+        caller.connect(str(path))
+        caller.sendall(conn.data_to_send())
+        while not any(kind == wire.HEADERS and flags & wire.END_STREAM for kind, flags in seen):
+            chunk = caller.recv(65536)
+            assert chunk, f"closed after {seen}"
+            received += chunk
+            seen = [(kind, flags) for kind, flags, *_ in wire.frames(received, wire.MAX_FRAME_PAYLOAD)]
+    return seen
+
+
+def test_a_diverted_answer_waits_for_the_backends_settings(
+    start_proxy: ProxyFactory, synthetic: SyntheticBackend, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    """The server's first frame must be SETTINGS: with the paired backend slow to send its own, a diverted call's
+    answer (the health service's, here the caller's first call) and its window updates wait for them."""
+    slow = tmp_path / "slow.sock"
+
+    async def serve() -> asyncio.Server:
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        async def delayed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await asyncio.sleep(0.5)
+            up_reader, up_writer = await asyncio.open_unix_connection(str(synthetic.path))
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+        return await asyncio.start_unix_server(delayed, str(slow))
+
+    server = loop_thread.run(serve())
+    try:
+        proxy = start_proxy(runtime_path=slow, frame_relay=True)
+        assert _first_frames(proxy.options.listen_path, "/grpc.health.v1.Health/Check")[0] == (wire.SETTINGS, 0)
+        with _small_window_channel(proxy.options.listen_path) as channel:
+            assert channel.unary_unary(VERSION)(b"after", timeout=10) == b"after"
+            assert any(front.pairs_with_backend for front in _relay(proxy)._fronts)
+    finally:
+        server.close()
