@@ -2,8 +2,8 @@
 connection of its own.
 
 Why pairs: with one backend connection per caller, a relayed stream keeps its stream id, and everything but header
-blocks passes as the bytes it came as — DATA, WINDOW_UPDATE, PING, SETTINGS and RST_STREAM — with no HTTP/2
-state machine run on them (h2's costs most of a sparse call's CPU). What the relay does by hand:
+blocks passes as the bytes it came as — DATA, WINDOW_UPDATE, SETTINGS and RST_STREAM — with no HTTP/2 state
+machine run on them (h2's costs most of a sparse call's CPU). What the relay does by hand:
 - header blocks are decoded (HPACK state is per connection and some streams do not reach the backend) and
   written on as literals that never touch a dynamic table (cri.h2frames), so a block can be left out or added;
 - a stream the router does not send to the paired backend (hooked methods, the proxy's own services, unknown
@@ -13,7 +13,9 @@ state machine run on them (h2's costs most of a sparse call's CPU). What the rel
 - the caller's connection window is shared by the backend's DATA and the diverted answers: the relay counts it,
   holds backend frames that would overrun it, and keeps back from the backend the caller's credit for what the
   relay itself sent (`_debt`);
-- the gRPC server's limits are kept on relayed streams: message sizes from the 5-byte prefixes, calls at once.
+- the gRPC server's limits are kept on relayed streams: message sizes from the 5-byte prefixes, calls at once;
+- PINGs are answered on each side, never passed on: the caller's follow the diverted answers too, and a grpc-go
+  backend sends away a connection that pings it after none of its own DATA.
 A caller whose backend cannot be connected to is served alone (every call diverted, SETTINGS and PING answered
 here); a lost backend ends the relayed calls UNAVAILABLE in the gRPC server's words and leaves the caller alone,
 a departing one (GOAWAY) finishes what it took. Either way the caller is told to go away (GOAWAY) once the
@@ -293,10 +295,8 @@ class PairedFront(asyncio.Protocol):
         elif kind == wire.SETTINGS:
             self._caller_settings(flags, buffer, start, end)
         elif kind == wire.PING:
-            if self._back is not None:
-                self._back_out += buffer[start - wire.FRAME_HEADER_BYTES:end]
-            elif not flags & wire.ACK:
-                self.to_caller(wire.frame(wire.PING, wire.ACK, 0, bytes(buffer[start:end])))
+            if not flags & wire.ACK:  # answered here, never passed on (see _from_back)
+                self.to_caller_now(wire.frame(wire.PING, wire.ACK, 0, bytes(buffer[start:end])))
         # PRIORITY, GOAWAY (the caller leaves: its calls end or its connection closes) and unknown kinds: nothing.
 
     def _caller_data(self, flags: int, stream_id: int, start: int, end: int) -> None:
@@ -438,9 +438,15 @@ class PairedFront(asyncio.Protocol):
             whole = self._back_blocks.feed(kind, flags, stream_id, buffer, start, end)
             if whole is not None:
                 self._back_headers(*whole)
-        elif kind in (wire.WINDOW_UPDATE, wire.PING):
+        elif kind == wire.WINDOW_UPDATE:
             if stream_id == 0 or stream_id in self._streams:
                 self.to_caller(bytes(buffer[start - wire.FRAME_HEADER_BYTES:end]))
+        elif kind == wire.PING:
+            # Each side's PINGs are answered here: a caller's BDP pings follow every DATA it gets, ours too, and
+            # a grpc-go backend that saw pings after no DATA of its own sends the connection away
+            # (ENHANCE_YOUR_CALM, "too_many_pings").
+            if not flags & wire.ACK:
+                self._back_out += wire.frame(wire.PING, wire.ACK, 0, bytes(buffer[start:end]))
         elif kind == wire.RST_STREAM:
             stream = self._streams.pop(stream_id, None)
             if stream is not None:
@@ -460,6 +466,10 @@ class PairedFront(asyncio.Protocol):
                     return
             self.to_caller(raw)
         elif kind == wire.GOAWAY:
+            error_code = int.from_bytes(buffer[start + 4:start + 8], "big")
+            if error_code != wire.NO_ERROR:
+                log.warning("frame relay: the backend %s went away with HTTP/2 error %d: %s", self.relay.paired_path,
+                            error_code, bytes(buffer[start + 8:end]).decode(errors="replace"))
             self._back_goaway(int.from_bytes(buffer[start:start + 4], "big") & 0x7FFFFFFF)
         # PUSH_PROMISE (callers turn push off), PRIORITY and unknown kinds: nothing.
 
@@ -515,6 +525,9 @@ class PairedFront(asyncio.Protocol):
         if not self._server_preface_sent:  # lost before its SETTINGS came: ours open the caller's connection
             self._send_server_preface()
         why = f"connection lost: {exc}" if exc else "connection closed"
+        if self._streams:
+            log.warning("frame relay: the connection to %s was lost with %d calls on it: %s", self.relay.paired_path,
+                        len(self._streams), why)
         for stream_id, stream in list(self._streams.items()):
             self._fail(stream_id, stream, UNAVAILABLE, stream.route.unreachable(why))
         FLUSHER.flush()

@@ -152,3 +152,58 @@ def test_a_diverted_answer_waits_for_the_backends_settings(
             assert any(front.pairs_with_backend for front in _relay(proxy)._fronts)
     finally:
         server.close()
+
+
+def test_pings_are_answered_here_and_never_reach_the_backend(
+    start_proxy: ProxyFactory, synthetic: SyntheticBackend, loop_thread: LoopThread, tmp_path: Path
+) -> None:
+    """A caller's PING (grpc clients send one after every DATA they get, diverted answers' too) is answered by the
+    relay: a grpc-go backend that sees pings after none of its own DATA sends the connection away
+    (ENHANCE_YOUR_CALM, too_many_pings)."""
+    spying = tmp_path / "spying.sock"
+    to_backend = bytearray()
+
+    async def serve() -> asyncio.Server:
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seen: bytearray | None) -> None:
+            while data := await reader.read(65536):
+                if seen is not None:
+                    seen += data
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        async def spy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_unix_connection(str(synthetic.path))
+            await asyncio.gather(pipe(reader, up_writer, to_backend), pipe(up_reader, writer, None),
+                                 return_exceptions=True)
+
+        return await asyncio.start_unix_server(spy, str(spying))
+
+    server = loop_thread.run(serve())
+    try:
+        proxy = start_proxy(runtime_path=spying, frame_relay=True)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.ping(b"12345678")
+        received = bytearray()
+        with socket.socket(socket.AF_UNIX) as caller:
+            caller.settimeout(10)
+            caller.connect(str(proxy.options.listen_path))
+            caller.sendall(conn.data_to_send())
+            while (wire.PING, wire.ACK) not in [(kind, flags) for kind, flags, *_ in
+                                                wire.frames(received, wire.MAX_FRAME_PAYLOAD)]:
+                chunk = caller.recv(65536)
+                assert chunk
+                received += chunk
+        frames = list(wire.frames(received, wire.MAX_FRAME_PAYLOAD))
+        ack = next((start, end) for kind, flags, _, start, end in frames if kind == wire.PING)
+        assert received[ack[0]:ack[1]] == b"12345678"
+        deadline = time.monotonic() + 10
+        while len(to_backend) <= len(wire.PREFACE) and time.monotonic() < deadline:  # the caller's SETTINGS passed
+            time.sleep(0.01)
+        time.sleep(0.2)
+        sent_on = bytes(to_backend[len(wire.PREFACE):])
+        assert sent_on
+        assert wire.PING not in [kind for kind, *_ in wire.frames(sent_on, wire.MAX_FRAME_PAYLOAD)]
+    finally:
+        server.close()
