@@ -15,8 +15,8 @@ Peers, each its own process, all in one run:
              proxy on first use, ~6 min cold), the program ours replaces: it decodes and re-encodes every
              runtime.v1 message. In a private mount namespace (rplab.koord_proxy): its plugin directory
              /etc/runtime/hookserver.d is hard-coded, and the host's /etc stays untouched
-  frame-relay  the proxy with --cri-frame-relay: each caller paired with a backend connection, frames passed
-             as they are (runtimeproxy.cri.framefront); CRI cases
+  grpc-only  the proxy with --cri-frame-relay=false: every call through its gRPC server, the transport
+             before the frame relay became the default; CRI cases
   aio-relay  the smallest grpcio aio relay (bench/aio_relay.py): the floor for a Python relay
   go-relay   `benchgo relay`: grpc-go UnknownServiceHandler + pass-through codec, the engine
              koord-runtime-proxy forwards with

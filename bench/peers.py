@@ -228,7 +228,7 @@ class Lab:
         key = f"{kind} {label or upstream.name}"
         starters = {"proxy": self._proxy, "aio-relay": self._aio_relay, "go-relay": self._go_relay,
                     "socat": self._socat, "go-proxy": self._go_proxy, "baseline": self._baseline,
-                    "koord": self._koord, "frame-relay": self._frame_relay}
+                    "koord": self._koord, "grpc-only": self._grpc_only}
         return self._once(key, lambda: starters[kind](key.replace(" ", "-"), upstream))
 
     def _proxy(self, name: str, upstream: Peer, hook_dir: Path | None = None, log_level: str = "warning",
@@ -251,10 +251,10 @@ class Lab:
         self._started[f"process {name}"] = proxy
         return Peer("proxy", proxy.listen_path, proxy.pid, settled_rss(proxy.pid), http=upstream.http)
 
-    def _frame_relay(self, name: str, upstream: Peer) -> Peer:
-        """The proxy with --cri-frame-relay (CRI mode only): callers paired with backend connections."""
-        peer = self._proxy(name, upstream, extra_args=("--cri-frame-relay",))
-        peer.name = "frame-relay"
+    def _grpc_only(self, name: str, upstream: Peer) -> Peer:
+        """The proxy with --cri-frame-relay=false (CRI mode only): every call through the gRPC server."""
+        peer = self._proxy(name, upstream, extra_args=("--cri-frame-relay=false",))
+        peer.name = "grpc-only"
         return peer
 
     def _baseline(self, name: str, upstream: Peer) -> Peer:

@@ -21,19 +21,19 @@ from typing import Any
 # baseline, baseline-plugin: the proxy and the plugin peer of another revision (--baseline); koord-plugin:
 # koord-runtime-proxy with the same no-op plugin on all seven hooks; soak: the proxy with both plugin kinds (the
 # no-op hook plugin and a hosted no-op NRI plugin), the soak case's.
-PEERS = ("direct", "proxy", "frame-relay", "baseline", "koord", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
+PEERS = ("direct", "proxy", "grpc-only", "baseline", "koord", "aio-relay", "go-relay", "go-proxy", "socat", "echo-hop", "plugin",
          "plugin-notrace", "baseline-plugin", "koord-plugin", "nri", "soak", "decode-all")
 # Ratio columns: the proxy's figure over each anchor's, headed by the anchor's short name.
-RATIOS = (("proxy", "direct"), ("proxy", "koord"), ("frame-relay", "koord"), ("proxy", "aio-relay"),
+RATIOS = (("proxy", "direct"), ("proxy", "koord"), ("grpc-only", "koord"), ("proxy", "aio-relay"),
           ("proxy", "go-relay"), ("proxy", "go-proxy"), ("proxy", "baseline"))
 RATIO_HEADS = {"direct": "/direct", "koord": "/koord", "aio-relay": "/aio", "go-relay": "/go",
                "go-proxy": "/go-http", "baseline": "/base"}
 
 
 def ratio_head(pair: tuple[str, str]) -> str:
-    """A ratio column's heading: the anchor's short name, after the frame relay's when it is the numerator."""
+    """A ratio column's heading: the anchor's short name, after "g" when the gRPC-only proxy is the numerator."""
     figure, anchor = pair
-    return RATIO_HEADS[anchor] if figure == "proxy" else f"fr{RATIO_HEADS[anchor]}"
+    return RATIO_HEADS[anchor] if figure == "proxy" else f"g{RATIO_HEADS[anchor]}"
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 from runtimeproxy import __version__
 from runtimeproxy.allocator import reexec_with_huge_pages
 from runtimeproxy.endpoints import BindAddressError, parse_bind_address
-from runtimeproxy.klogflags import KlogSettings, add_klog_flags, klog_settings
+from runtimeproxy.klogflags import KlogSettings, add_klog_flags, go_bool, klog_settings
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.usage import OneLineParser, flag_problem, unix_endpoint
 from runtimeproxy.options import (
@@ -123,9 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(parser, "max-request-bytes", type=_positive_int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
           help="largest request message accepted from a client; larger ones get RESOURCE_EXHAUSTED "
           "(default: %(default)s, the kubelet's own limit)")
-    _flag(parser, "cri-frame-relay", action="store_true",
+    _flag(parser, "cri-frame-relay", type=go_bool, nargs="?", const=True, default=True, metavar="BOOL",
           help="serve CRI through an HTTP/2 frame relay: calls no hook intercepts go straight to the runtime "
-          "without gRPC's per-call cost; the rest to the gRPC server (experimental; default: off)")
+          "without gRPC's per-call cost; the rest to the gRPC server; =false serves every call through "
+          "the gRPC server (default: true)")
     _flag(parser, "log-level", type=_choice(LOG_LEVELS), default=None, metavar="LEVEL",
           help=f"one of {', '.join(LOG_LEVELS)} (default: info; the Go binary's -v=N: 4 and up is debug)")
     _operator_flags(parser)

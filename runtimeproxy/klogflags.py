@@ -39,7 +39,7 @@ class KlogSettings:
     warnings: list[str] = field(default_factory=list)  # logged once at start
 
 
-def _go_bool(value: str) -> bool:
+def go_bool(value: str) -> bool:
     """Go's strconv.ParseBool, as flag parses -logtostderr=VALUE."""
     if value in _GO_TRUE:
         return True
@@ -65,7 +65,7 @@ def add_klog_flags(parser: argparse.ArgumentParser) -> None:
 
     flag("v", type=_verbosity, metavar="N")
     for name in _BOOLEANS:
-        flag(name, type=_go_bool, nargs="?", const=True)
+        flag(name, type=go_bool, nargs="?", const=True)
     for name in ("log_file", "log_dir"):
         flag(name, type=Path)
     for name in ("vmodule", "log_file_max_size", "stderrthreshold", "log_backtrace_at"):

@@ -77,7 +77,7 @@ class ProxyOptions:
     decode_all: bool = False
     # The CRI frontend's transport: an HTTP/2 frame relay on the public socket (cri.framerelay) sends the calls
     # no hook intercepts straight to the backend, the rest to the gRPC server on a private socket.
-    frame_relay: bool = False
+    frame_relay: bool = True
     # Operator pieces; None: off (in-process tests), the command line turns them on.
     admin_path: Path | None = None
     state_dir: Path | None = None  # toggles are kept in memory only when None

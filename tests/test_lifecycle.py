@@ -105,7 +105,8 @@ def test_a_refused_second_proxy_leaves_the_first_ones_sockets_and_locks(tmp_path
             "running process") in log and log.rstrip().endswith(
                 "; give --koord-runtimeproxy-endpoint a path no other process serves"), log
     names = [path.name for path in _leftovers(first.listen_path.parent, first.admin_path.parent)]
-    assert names == ["admin.sock", "admin.sock.lock", "rp.sock", "rp.sock.lock", "state"]
+    relay = [".rp.sock.relay"] if mode == "Containerd" else []  # the frame relay's gRPC server (CRI mode)
+    assert names == ["admin.sock", "admin.sock.lock", *relay, "rp.sock", "rp.sock.lock", "state"]
     assert (first.listen_path.parent / "state" / "toggles.json.lock").is_file()  # the first one's state lock
     assert first.stop() == 0, first.log_tail()
 

@@ -106,7 +106,7 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
     starters: dict[str, Callable[[], Peer]] = {
         "direct": lambda: containerd,
         "proxy": lambda: lab.hop("proxy", containerd, "containerd"),
-        "frame-relay": lambda: lab.hop("frame-relay", containerd, "containerd"),
+        "grpc-only": lambda: lab.hop("grpc-only", containerd, "containerd"),
         "koord": lambda: lab.hop("koord", containerd, "containerd"),
         "aio-relay": lambda: lab.hop("aio-relay", containerd, "containerd"),
         "go-relay": lambda: lab.hop("go-relay", containerd, "containerd"),
@@ -158,10 +158,6 @@ def case_kubelet(lab: Lab, scale: Scale, report: CaseReport) -> None:
     ratio = row.ratio("proxy", "koord")
     if ratio is not None:
         report.target(row, "proxy CPU under the kubelet's mix <= koord-runtime-proxy's", ratio <= 1.0, f"{ratio:.2f}x")
-    ratio = row.ratio("frame-relay", "koord")
-    if ratio is not None:
-        report.target(row, "frame relay's CPU under the kubelet's mix <= koord-runtime-proxy's", ratio <= 1.0,
-                      f"{ratio:.2f}x")
     for name, measured in lists.items():
         size = measured.get("direct", {}).get("response_bytes")
         report.row(f"{name}, {scale.pods} pods, 5 calls/s, p50", "us", column(measured, "p50_us"),

@@ -16,7 +16,7 @@ from bench.report import CaseReport
 from rplab.images import BUSYBOX_IMAGE
 from rplab.kubelet_node import KubeletNode, wait_until
 
-HOPS = ("direct", "proxy", "frame-relay", "koord")
+HOPS = ("direct", "proxy", "grpc-only", "koord")
 SETTLE_SECONDS = 10.0  # after every pod runs: the pod workers' first syncs are done
 
 
@@ -69,10 +69,6 @@ def case_kubelet_node(lab: Lab, scale: Scale, report: CaseReport) -> None:
     ratio = row.ratio("proxy", "koord")
     if ratio is not None:
         report.target(row, "proxy CPU under the real kubelet <= koord-runtime-proxy's", ratio <= 1.0, f"{ratio:.2f}x")
-    ratio = row.ratio("frame-relay", "koord")
-    if ratio is not None:
-        report.target(row, "frame relay's CPU under the real kubelet <= koord-runtime-proxy's", ratio <= 1.0,
-                      f"{ratio:.2f}x")
     report.row("containerd's CPU of one core, same windows", "%", column("containerd_cpu_percent"))
     report.row("the kubelet's CPU of one core, same windows", "%", column("kubelet_cpu_percent"))
     report.row("pods running after the kubelet's start", "s", column("pods_running_s"))

@@ -30,7 +30,7 @@ def synthetic_peers(lab: Lab, report: CaseReport, with_echo: bool) -> list[Peer]
     starters: dict[str, Callable[[], Peer]] = {
         "direct": lambda: backend,
         "proxy": lambda: lab.hop("proxy", backend),
-        "frame-relay": lambda: lab.hop("frame-relay", backend),
+        "grpc-only": lambda: lab.hop("grpc-only", backend),
         "koord": lambda: lab.hop("koord", backend),
         "aio-relay": lambda: lab.hop("aio-relay", backend),
         "go-relay": lambda: lab.hop("go-relay", backend),

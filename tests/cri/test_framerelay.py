@@ -1,4 +1,5 @@
-"""The HTTP/2 frame relay (--cri-frame-relay): every forwarding and server test again with it on, and its parts alone."""
+"""The HTTP/2 frame relay (--cri-frame-relay, on by default): its parts alone and what only it does. The forwarding
+and server tests run through it (the default) and again without it (test_grpc_only.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ from pathlib import Path
 import grpc
 import h2.connection
 import pytest
-from test_forwarding import *  # noqa: F403 - the same guards, through the frame relay (start_proxy below)
-from test_server import *  # noqa: F403
-
 from rplab.cri import open_channel
 from rplab.loop import LoopThread
 from rplab.synthetic import SyntheticBackend
@@ -34,14 +32,6 @@ VERSION = "/runtime.v1.RuntimeService/Version"
 RUN_POD = "/runtime.v1.RuntimeService/RunPodSandbox"
 LIST_IMAGES = "/runtime.v1.ImageService/ListImages"
 ProxyFactory = Callable[..., Proxy]
-
-
-@pytest.fixture
-def start_proxy(start_proxy: ProxyFactory) -> ProxyFactory:  # the conftest's, with the frame relay on
-    def start(**overrides: object) -> Proxy:
-        return start_proxy(**{"frame_relay": True, **overrides})
-
-    return start
 
 
 def _message(length: int) -> bytes:
