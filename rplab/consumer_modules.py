@@ -69,6 +69,8 @@ def kubernetes_version_variables(version: str) -> tuple[tuple[str, str], ...]:
 
 
 KUBERNETES_VERSION = "v1.35.8"
+# The newest Kubernetes release: its kubelet where it runs (cgroup v2, the systemd guest; rplab.guest_kubelet).
+NEWEST_KUBERNETES_VERSION = "v1.37.2"
 KOORDINATOR_VERSION = "v1.8.0"
 ETCD_VERSION = "v3.6.5"
 # One module per program, so that adding a program leaves the digests (and cached binaries) of the others alone.
@@ -76,6 +78,8 @@ MODULES: dict[str, ConsumerModule] = {module.name: module for module in (
     # The kubelet of one Kubernetes release, and the small cluster's API server of the same release.
     ConsumerModule("kubelet", "k8s.io/kubernetes", KUBERNETES_VERSION, ("k8s.io/kubernetes/cmd/kubelet",),
                    kubernetes_version_variables(KUBERNETES_VERSION)),
+    ConsumerModule("kubelet-newest", "k8s.io/kubernetes", NEWEST_KUBERNETES_VERSION, ("k8s.io/kubernetes/cmd/kubelet",),
+                   kubernetes_version_variables(NEWEST_KUBERNETES_VERSION)),
     ConsumerModule("kube-apiserver", "k8s.io/kubernetes", KUBERNETES_VERSION,
                    ("k8s.io/kubernetes/cmd/kube-apiserver",), kubernetes_version_variables(KUBERNETES_VERSION)),
     # koordinator's own runtime proxy: the reference this project replaces; and koordlet, the plugin it serves.

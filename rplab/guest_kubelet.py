@@ -94,7 +94,7 @@ class GuestKubeletNode(KubeletNode):
         guest = self._guest
         self._refuse_foreign_pods()
         self.directory.mkdir(parents=True, exist_ok=True)
-        binary = self.binary or peer_binary("kubelet")
+        binary = self.binary or peer_binary(self.peer)
         if guest.shell(f"stat -c %s {GUEST_BINARY} 2>/dev/null || true").strip() != str(binary.stat().st_size):
             copying = time.monotonic()
             guest.put(binary, GUEST_BINARY)

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from rplab.consumer_modules import KUBERNETES_VERSION
+from rplab.consumer_modules import KUBERNETES_VERSION, NEWEST_KUBERNETES_VERSION
 from rplab.cri import CriClient, open_channel
 from rplab.peers import peer_binary
 from rplab.process import end_process
@@ -58,6 +58,10 @@ from rplab.registry import free_port
 
 PEER = "kubelet"
 KUBELET_VERSION = KUBERNETES_VERSION
+# The newest release's kubelet (refuses cgroup v1 unless told not to; run where it runs: the cgroup v2 guest).
+NEWEST_PEER = "kubelet-newest"
+NEWEST_KUBELET_VERSION = NEWEST_KUBERNETES_VERSION
+VERSIONS = {PEER: KUBELET_VERSION, NEWEST_PEER: NEWEST_KUBELET_VERSION}
 NODE_NAME = "rplab-node"  # static pods are named <manifest name>-<node name>
 NODE_LABEL = "rplab.kubelet-node"  # every pod write_pod writes: this node's id, to find its pods in the runtime
 # Every sysctl the kubelet's container manager sets when it differs (setupKernelTunables, no opt-out).
@@ -204,6 +208,7 @@ class KubeletNode:
     endpoint: Path
     directory: Path
     binary: Path | None = None
+    peer: str = PEER  # which kubelet, when no binary is given: PEER or NEWEST_PEER
     # A kubeconfig (rplab.cluster's node user): the kubelet registers as NODE_NAME with that API server and runs
     # the pods bound to it besides its static pods. None: standalone.
     kubeconfig: Path | None = None
@@ -213,6 +218,10 @@ class KubeletNode:
     http_timeout: float = 10.0  # seconds for an answer of its read-only port (an emulated node needs more)
     host_before: HostState | None = None
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def version(self) -> str:
+        return VERSIONS[self.peer]
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).absolute()
@@ -283,7 +292,7 @@ class KubeletNode:
         return "\n".join([*lines, 'exec "$@"', ""])
 
     def argv(self) -> list[str]:
-        binary = self.binary or peer_binary(PEER)
+        binary = self.binary or peer_binary(self.peer)
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._namespace_script(), "sh",
                 str(binary), f"--config={self.directory / 'kubelet.json'}", f"--root-dir={self.directory / 'root'}",
                 f"--cert-dir={self.directory / 'pki'}", f"--hostname-override={NODE_NAME}", *self._node_flags(),

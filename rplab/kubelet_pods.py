@@ -44,8 +44,8 @@ from typing import Any
 
 from rplab.cri import CriClient, open_channel
 from rplab.images import BUSYBOX_IMAGE, IMAGE_CACHE, build_and_import
-from rplab.kubelet_node import (KUBELET_VERSION, NODE_LABEL, NODE_NAME, KubeletNode, KubeletNodeError, seconds_since,
-                                wait_until)
+from rplab.kubelet_node import (KUBELET_VERSION, NEWEST_KUBELET_VERSION, NODE_LABEL, NODE_NAME, VERSIONS, KubeletNode,
+                                KubeletNodeError, seconds_since, wait_until)
 from rplab.registry import free_port
 from runtimeproxy.usage import OneLineParser
 
@@ -281,12 +281,13 @@ class NodeOutcome:
     overlay_writes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     pods: list[str] = field(default_factory=lambda: list(SETTLED))  # the pods the run wrote
+    kubelet_version: str = KUBELET_VERSION
 
     def ok(self) -> bool:
         return not self.problems and not self.host_changes and not unsettled(self.kubelet, self.pods)
 
     def summary(self) -> dict[str, Any]:
-        return {"kubelet": KUBELET_VERSION, "ok": self.ok(), "figures": self.figures,
+        return {"kubelet": self.kubelet_version, "ok": self.ok(), "figures": self.figures,
                 "problems": self.problems, "host_changes": self.host_changes,
                 "kept_off_the_host": {"sysctls": self.written_sysctls, "files": self.overlay_writes},
                 "pods": self.kubelet}
@@ -314,7 +315,7 @@ def run_node(node: KubeletNode, ports: NodePorts | None = None, runtime_endpoint
     ``runtime_endpoint``: where the runtime's view is read (default: the node's endpoint); ``while_settled(node)``:
     the caller's own checks while the pods are settled, before they are stopped."""
     chosen = [name for name in SETTLED if pods is None or name in pods]
-    outcome = NodeOutcome(pods=chosen)
+    outcome = NodeOutcome(pods=chosen, kubelet_version=node.version)
     manifests = [m for m in node_pods(ports or NodePorts.free(), pace.probes) if m["metadata"]["name"] in chosen]
     timeout, interval = pace.settle_timeout, pace.poll_interval
     try:
@@ -398,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="first import the lab's busybox and pause images (built offline) into this containerd "
                         f"(namespace k8s.io); the pods use {BUSYBOX_IMAGE} and never pull it")
     parser.add_argument("--dir", type=Path, help="the kubelet's directory, kept (default: a temporary one, removed)")
+    parser.add_argument("--kubelet", choices=sorted(VERSIONS.values()), default=KUBELET_VERSION,
+                        help=f"which kubelet (default: %(default)s; {NEWEST_KUBELET_VERSION} refuses cgroup v1 hosts "
+                        "unless its failCgroupV1 is off, which this node's config does)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("rplab.kubelet_pods: the kubelet runs as root (sudo)", file=sys.stderr)
@@ -407,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     directory = args.dir or Path(tempfile.mkdtemp(prefix="rplab-kubelet-", dir="/tmp"))
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        outcome = run_node(KubeletNode(args.endpoint, directory))
+        peer = next(name for name, version in VERSIONS.items() if version == args.kubelet)
+        outcome = run_node(KubeletNode(args.endpoint, directory, peer=peer))
     except KubeletNodeError as error:
         print(f"rplab.kubelet_pods: {error}", file=sys.stderr)
         return 1

@@ -74,6 +74,7 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     # The real counterparts, each from its consumer module (rplab.consumer_modules): the kubelet process, and
     # koordinator's own runtime proxy, the program this project replaces.
     Peer("kubelet", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet", counterpart=True),
+    Peer("kubelet-newest", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet-newest", counterpart=True),
     Peer("koord-runtime-proxy", "github.com/koordinator-sh/koordinator/cmd/koord-runtime-proxy",
          consumer="koordinator", counterpart=True),
     # The plugin the proxy exists for, and the small cluster it needs (rplab.cluster): an API server and its etcd.

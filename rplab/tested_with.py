@@ -31,6 +31,7 @@ from pathlib import Path
 from rplab import CHECKOUT
 from rplab.conformance import report_dir
 from rplab.consumer_modules import KUBERNETES_VERSION as KUBELET_VERSION
+from rplab.consumer_modules import NEWEST_KUBERNETES_VERSION as NEWEST_KUBELET_VERSION
 from rplab.runtimes import selected
 from runtimeproxy.usage import OneLineParser
 
@@ -38,8 +39,10 @@ TESTED_WITH_ENV = "RUNTIMEPROXY_TESTED_WITH"
 CI_SOURCE = "scripts/test.sh"  # the value scripts/test.sh gives TESTED_WITH_ENV; any other is a run by hand
 BY_HAND = "by hand"
 RECORD_GLOB = "tested-with-*.json"
-# Suites that run a real kubelet process: a record of a run with one of them names the kubelet's version.
-KUBELET_SUITES = ("test_real_kubelet.py", "test_cgroup_v2_kubelet.py", "test_koord_differential.py")
+# Suites that run a real kubelet process, and its version: a record of a run with one of them names the kubelets.
+KUBELET_SUITES = {"test_real_kubelet.py": KUBELET_VERSION, "test_koord_differential.py": KUBELET_VERSION,
+                  "test_koordlet.py": KUBELET_VERSION, "test_kubelet_resize.py": KUBELET_VERSION,
+                  "test_cgroup_v2_kubelet.py": NEWEST_KUBELET_VERSION}  # the newest, where it runs: cgroup v2
 TABLE_NAME = "tested-with.md"
 DOCS_RECORDS = CHECKOUT / "docs" / "tested-with"
 DOCS_PAGE = CHECKOUT / "docs" / "tested-with.md"
@@ -76,9 +79,15 @@ def run_record(outcomes: dict[str, str]) -> Record:
         "suites": {name: dict(counts) for name, counts in sorted(suites.items())},
         "run": this_run(),
     }
-    if any(suite in suites for suite in KUBELET_SUITES):
-        record["kubelet"] = KUBELET_VERSION
+    kubelets = {version for suite, version in KUBELET_SUITES.items() if suite in suites}
+    if kubelets:
+        record["kubelet"] = kubelet_versions(kubelets)
     return record
+
+
+def kubelet_versions(versions: set[str]) -> str:
+    """The kubelet versions a record names, oldest first ("v1.35.8, v1.37.2")."""
+    return ", ".join(sorted(versions, key=lambda v: tuple(int(part) for part in v.lstrip("v").split("."))))
 
 
 def record_path(record: dict[str, object], directory: Path) -> Path:
@@ -95,8 +104,9 @@ def write_record(outcomes: dict[str, str], directory: Path | None = None) -> Pat
         earlier = json.loads(path.read_text())
         record["suites"] = dict(sorted((earlier["suites"] | record["suites"]).items()))
         record["run"] = earlier.get("run", record["run"])  # the run it joins
-        if "kubelet" in earlier:
-            record.setdefault("kubelet", earlier["kubelet"])
+        kubelets = {v for r in (earlier, record) for v in str(r.get("kubelet", "")).split(", ") if v}
+        if kubelets:
+            record["kubelet"] = kubelet_versions(kubelets)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path

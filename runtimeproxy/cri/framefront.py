@@ -44,6 +44,10 @@ from runtimeproxy.listener import KEEP_SOCKET_FILE, listen_backlog
 
 log = logging.getLogger(__name__)
 
+# A backend that takes the connection but sends no SETTINGS (containerd frozen by SIGSTOP, or wedged: the kernel
+# accepts for it) would leave the caller with nothing, health checks included: after this long the caller is
+# served alone, its calls diverted, as when the backend cannot be connected to.
+BACKEND_SETTINGS_TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -187,6 +191,7 @@ class PairedFront(asyncio.Protocol):
         self.held_data = 0
         self.debt = 0  # DATA bytes we sent the caller and did not yet keep back from its credit to the backend
         self._back_max_frame = wire.DEFAULT_MAX_FRAME_BYTES  # the backend's, for the header frames we send it
+        self._settings_owed = 0  # the caller's SETTINGS passed to the backend and not yet acknowledged by it
 
     # -- the caller's connection --------------------------------------------------------------------
 
@@ -212,11 +217,19 @@ class PairedFront(asyncio.Protocol):
         self._connecting = False
         if back is not None:
             self._back, self._back_open = back, True
+            asyncio.get_running_loop().call_later(BACKEND_SETTINGS_TIMEOUT_SECONDS, self._backend_silent, back)
         else:
             self._alone = True
             self._send_server_preface()
         self._read()
         FLUSHER.flush()
+
+    def _backend_silent(self, back: _Back) -> None:
+        if back is not self._back or self._server_preface_sent or back.transport is None:
+            return
+        log.warning("frame relay: the backend %s took the connection but sent no SETTINGS in %.0f s; serving the "
+                    "caller alone", self.relay.paired_path, BACKEND_SETTINGS_TIMEOUT_SECONDS)
+        back.transport.abort()  # back_lost follows: alone, our SETTINGS first
 
     def _send_server_preface(self, settings: bytes = wire.frame(wire.SETTINGS, 0, 0)) -> None:
         """The server's first frame, SETTINGS (ours, or the paired backend's): what waited for it follows."""
@@ -400,6 +413,7 @@ class PairedFront(asyncio.Protocol):
                 self._back_blocks.decoder.set_max_allowed_table_size(value)  # what the backend's encoder may use
         if self._back is not None:
             self._back_out += buffer[start - wire.FRAME_HEADER_BYTES:end]
+            self._settings_owed += 1
         else:
             self.to_caller(wire.frame(wire.SETTINGS, wire.ACK, 0))
         for call in list(self.calls.values()):
@@ -464,6 +478,8 @@ class PairedFront(asyncio.Protocol):
                 if not self._server_preface_sent:
                     self._send_server_preface(raw)
                     return
+            else:
+                self._settings_owed = max(0, self._settings_owed - 1)
             self.to_caller(raw)
         elif kind == wire.GOAWAY:
             error_code = int.from_bytes(buffer[start + 4:start + 8], "big")
@@ -524,6 +540,9 @@ class PairedFront(asyncio.Protocol):
         self._alone = True
         if not self._server_preface_sent:  # lost before its SETTINGS came: ours open the caller's connection
             self._send_server_preface()
+        for _ in range(self._settings_owed):  # the caller's settings it never acknowledged: applied here
+            self.to_caller(wire.frame(wire.SETTINGS, wire.ACK, 0))
+        self._settings_owed = 0
         why = f"connection lost: {exc}" if exc else "connection closed"
         if self._streams:
             log.warning("frame relay: the connection to %s was lost with %d calls on it: %s", self.relay.paired_path,

@@ -207,3 +207,22 @@ def test_pings_are_answered_here_and_never_reach_the_backend(
         assert wire.PING not in [kind for kind, *_ in wire.frames(sent_on, wire.MAX_FRAME_PAYLOAD)]
     finally:
         server.close()
+
+
+def test_a_backend_that_accepts_but_never_speaks_leaves_the_caller_served_alone(
+    start_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    """containerd frozen by SIGSTOP: the kernel takes the connection, no SETTINGS ever come. The caller gets ours
+    after BACKEND_SETTINGS_TIMEOUT_SECONDS, its own settings acknowledged, and the health service answers."""
+    silent = tmp_path / "silent.sock"
+    with socket.socket(socket.AF_UNIX) as listening:  # listens, never accepts
+        listening.bind(str(silent))
+        listening.listen(16)
+        proxy = start_proxy(runtime_path=silent, frame_relay=True)
+        started = time.monotonic()
+        frames = _first_frames(proxy.options.listen_path, "/grpc.health.v1.Health/Check")
+        assert frames[0] == (wire.SETTINGS, 0) and (wire.SETTINGS, wire.ACK) in frames
+        assert time.monotonic() - started < 10
+        with grpc.insecure_channel(f"unix://{proxy.options.listen_path}") as channel:
+            check = channel.unary_unary("/grpc.health.v1.Health/Check")
+            assert check(b"", timeout=10) is not None  # NOT_SERVING, answered by the gRPC server

@@ -1,5 +1,6 @@
 """The real kubelet on the node most clusters run: inside the cgroup v2 + systemd guest (rplab.guest: systemd as PID 1,
-containerd 1.6 with `SystemdCgroup = true`), with `cgroupDriver: systemd` (rplab.guest_kubelet). Static pods of
+containerd 1.6 with `SystemdCgroup = true`), with `cgroupDriver: systemd` (rplab.guest_kubelet); the newest release's
+kubelet (NEWEST_KUBELET_VERSION: on cgroup v1 it refuses to start unless told not to, here it runs as meant). Static pods of
 tests/e2e/test_real_kubelet.py's node (rplab.kubelet_pods: exec, HTTP and TCP probes, a liveness restart, a crash
 loop, an init container), once straight to the guest's containerd and once
 through the proxy with the example plugin on all seven hooks under policy Fail. The proxy and the plugin run on this
@@ -25,22 +26,30 @@ import pytest
 from rplab.example_plugin import ExampleSettings, plugin_process, registration
 from rplab.guest import Guest
 from rplab.guest_kubelet import GuestKubeletNode, through_host
-from rplab.kubelet_node import KUBELET_VERSION, KubeletNode
+from rplab.kubelet_node import NEWEST_KUBELET_VERSION, NEWEST_PEER, KubeletNode
 from rplab.kubelet_pods import NodePorts, Pace, run_node
+from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 from test_cgroup_v2 import cgroup_files, scope_path
-from test_real_kubelet import (HOOK_ENV, LIFECYCLE_HOOKS, Run, cri_calls, kubelet_binary, spec_reader,
-                               without_edits)
-
-__all__ = ["kubelet_binary"]  # a fixture of test_real_kubelet's, used here
+from tests.kits.machine import skip_or_fail
+from test_real_kubelet import HOOK_ENV, LIFECYCLE_HOOKS, Run, cri_calls, spec_reader, without_edits
 
 PACE = Pace(probes={"timeoutSeconds": 10, "periodSeconds": 5}, settle_timeout=600.0, poll_interval=2.0)
 # A lighter node than on the host (emulated, each sandbox and container takes seconds of the guest's CPUs):
 # the probes of each kind, the liveness restart, the crash loop, the init container.
 PODS = ("exec-probes", "http-probes", "tcp-probes", "liveness-restart", "crash-loop", "init-container")
+
+
+@pytest.fixture(scope="module")
+def kubelet_binary() -> Path:
+    try:
+        return peer_binary(NEWEST_PEER)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build the kubelet {NEWEST_KUBELET_VERSION}: {error}")
+        raise
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +77,14 @@ def guest_run(node: GuestKubeletNode, ports: NodePorts, guest: Guest) -> Run:
 
 def summary(name: str, run: Run) -> str:
     figures = ", ".join(f"{what} {seconds} s" for what, seconds in run.outcome.figures.items())
-    return f"kubelet {KUBELET_VERSION} in the guest (systemd driver), {name}: {figures}; run {run.seconds} s"
+    return f"kubelet {NEWEST_KUBELET_VERSION} in the guest (systemd driver), {name}: {figures}; run {run.seconds} s"
 
 
 @pytest.fixture(scope="module")
 def direct(guest_containerd: Guest, kubelet_binary: Path, ports: NodePorts, workdir: Path,
            kubelet_summary: list[str]) -> Run:
     node = GuestKubeletNode(Path(guest_containerd.address), workdir / "gk-direct", binary=kubelet_binary,
-                            guest=guest_containerd)
+                            peer=NEWEST_PEER, guest=guest_containerd)
     run = guest_run(node, ports, guest_containerd)
     kubelet_summary.append(summary("direct", run) + f"; the binary copied in {node.copy_seconds:.1f} s")
     return run
@@ -98,8 +107,8 @@ def proxied(direct: Run, guest_containerd: Guest, kubelet_binary: Path, ports: N
     with plugin_process(hook_socket, hook_record):
         proxy.start()
         try:
-            node = GuestKubeletNode(proxy.listen_path, base / "node", binary=kubelet_binary, guest=guest_containerd,
-                                    guest_endpoint=through_host(guest_containerd))
+            node = GuestKubeletNode(proxy.listen_path, base / "node", binary=kubelet_binary, peer=NEWEST_PEER,
+                                    guest=guest_containerd, guest_endpoint=through_host(guest_containerd))
             run = guest_run(node, ports, guest_containerd)
             run.calls = cri_calls(metrics_port)
         finally:

@@ -56,3 +56,11 @@ def test_kube_apiserver_and_the_kubelet_are_the_same_release_in_modules_of_their
     assert (apiserver.upstream, apiserver.version) == (kubelet.upstream, kubelet.version)
     assert apiserver.directory != kubelet.directory
     assert (apiserver.directory / "go.mod").read_text().count("k8s.io/kubernetes/cmd/kube-apiserver") == 2
+
+
+def test_the_newest_kubelet_is_a_module_of_its_own_with_its_releases_staging_versions() -> None:
+    newest = MODULES["kubelet-newest"]
+    assert newest.version != MODULES["kubelet"].version
+    committed = (newest.directory / "go.mod").read_text()
+    assert f"of k8s.io/kubernetes {newest.version} with its own replace block" in committed
+    assert f"k8s.io/api => k8s.io/api {newest.staging_version()}" in committed

@@ -123,6 +123,6 @@ def test_one_build_at_a_time_and_a_waiting_caller_takes_the_binary_built(tmp_pat
 
 def test_setup_builds_all_but_the_counterparts_which_the_test_command_builds() -> None:
     counterparts = {name for name, peer in peers.PEERS.items() if peer.counterpart}
-    assert counterparts == {"kubelet", "koord-runtime-proxy", "koordlet", "kube-apiserver", "etcd"}
+    assert counterparts == {"kubelet", "kubelet-newest", "koord-runtime-proxy", "koordlet", "kube-apiserver", "etcd"}
     test_command = (peers.MODULE.parent / "scripts" / "test.sh").read_text()
     assert "-m rplab.peers --counterparts" in test_command

@@ -13,7 +13,7 @@ from rplab.tested_with import (
     BY_HAND, CI_SOURCE, DOCS_PAGE, DOCS_RECORDS, TESTED_WITH_ENV, docs_page, main, merged_outcome, read_records,
     write_record,
 )
-from rplab.kubelet_node import KUBELET_VERSION
+from rplab.kubelet_node import KUBELET_VERSION, NEWEST_KUBELET_VERSION
 
 
 def test_a_failure_in_any_phase_wins_then_a_skip() -> None:
@@ -113,3 +113,9 @@ def test_a_run_of_the_kubelet_suite_records_the_kubelet_version(tmp_path: Path) 
     assert json.loads(again.read_text())["kubelet"] == KUBELET_VERSION
     assert "kubelet" not in json.loads(write_record({"tests/e2e/test_hooks.py::a": "passed"},
                                                     tmp_path / "other").read_text())
+
+
+def test_the_guest_kubelet_suite_adds_the_newest_kubelet_to_the_runs_record(tmp_path: Path) -> None:
+    write_record({"tests/e2e/test_real_kubelet.py::a": "passed"}, tmp_path)  # the first pass
+    path = write_record({"tests/e2e/test_cgroup_v2_kubelet.py::a": "passed"}, tmp_path)  # the guest's process
+    assert json.loads(path.read_text())["kubelet"] == f"{KUBELET_VERSION}, {NEWEST_KUBELET_VERSION}"
