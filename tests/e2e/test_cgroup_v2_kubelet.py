@@ -28,13 +28,12 @@ from rplab.guest import Guest
 from rplab.guest_kubelet import GuestKubeletNode, through_host
 from rplab.kubelet_node import NEWEST_KUBELET_VERSION, NEWEST_PEER, KubeletNode
 from rplab.kubelet_pods import NodePorts, Pace, run_node
-from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 from test_cgroup_v2 import cgroup_files, scope_path
-from tests.kits.machine import skip_or_fail
+from tests.kits.machine import built_peer
 from test_real_kubelet import HOOK_ENV, LIFECYCLE_HOOKS, Run, cri_calls, spec_reader, without_edits
 
 PACE = Pace(probes={"timeoutSeconds": 10, "periodSeconds": 5}, settle_timeout=600.0, poll_interval=2.0)
@@ -45,11 +44,7 @@ PODS = ("exec-probes", "http-probes", "tcp-probes", "liveness-restart", "crash-l
 
 @pytest.fixture(scope="module")
 def kubelet_binary() -> Path:
-    try:
-        return peer_binary(NEWEST_PEER)
-    except PeerBuildError as error:
-        skip_or_fail(f"cannot build the kubelet {NEWEST_KUBELET_VERSION}: {error}")
-        raise
+    return built_peer(NEWEST_PEER, f"the kubelet {NEWEST_KUBELET_VERSION}")
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.options import DEFAULT_SKIP_LABEL_KEY, DEFAULT_SKIP_LABEL_VALUE
 
 from tests.kits.docs import doc_page, table_rows
-from tests.kits.machine import IMAGE_CACHE, skip_or_fail
+from tests.kits.machine import IMAGE_CACHE, built_peer, skip_or_fail
 from test_crictl import HOST_NETWORK, container_config, crictl_on, write_json
 
 MiB = 1024 * 1024
@@ -226,11 +226,7 @@ class Side:
 
 @pytest.fixture(scope="module")
 def koord_binary() -> Path:
-    try:
-        return peer_binary(REFERENCE)
-    except PeerBuildError as error:
-        skip_or_fail(f"cannot build koordinator's koord-runtime-proxy: {error}")
-        raise
+    return built_peer(REFERENCE, "koordinator's koord-runtime-proxy")
 
 
 # What a side's plugins are: registration file name -> (settings, failure policy).

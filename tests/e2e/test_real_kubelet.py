@@ -30,12 +30,11 @@ from rplab.example_plugin import ANNOTATION, ExampleSettings, plugin_process, re
 from rplab.kubelet_node import KUBELET_VERSION, NODE_NAME, PEER, KubeletNode, KubeletNodeError
 from rplab.kubelet_pods import NodeOutcome, NodePorts, run_node
 from rplab.nri_stub import StubPlugin
-from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
 
-from tests.kits.machine import IMAGE_CACHE, skip_or_fail
+from tests.kits.machine import IMAGE_CACHE, built_peer
 
 NRI_ANNOTATION = "nri.runtimeproxy.test/kubelet"
 NRI_ENV = "NRI_STUB=kubelet"
@@ -60,11 +59,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def kubelet_binary() -> Path:
-    try:
-        return peer_binary(PEER)
-    except PeerBuildError as error:
-        skip_or_fail(f"cannot build the kubelet: {error}")
-        raise
+    return built_peer(PEER, "the kubelet")
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,16 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def built_peer(name: str, what: str) -> Path:
+    """The binary of peer `name` (built on first use); a build that fails skips or fails the test, saying `what`."""
+    from rplab.peers import PeerBuildError, peer_binary
+    try:
+        return peer_binary(name)
+    except PeerBuildError as error:
+        skip_or_fail(f"cannot build {what}: {error}")
+        raise
+
+
 # Every skip for a missing third-party client starts with this, so the summary can count them.
 MISSING_CLIENT_SKIP = "third-party CRI client missing"
 
