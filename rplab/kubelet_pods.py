@@ -400,8 +400,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"(namespace k8s.io); the pods use {BUSYBOX_IMAGE} and never pull it")
     parser.add_argument("--dir", type=Path, help="the kubelet's directory, kept (default: a temporary one, removed)")
     parser.add_argument("--kubelet", choices=sorted(VERSIONS.values()), default=KUBELET_VERSION,
-                        help=f"which kubelet (default: %(default)s; {NEWEST_KUBELET_VERSION} refuses cgroup v1 hosts "
-                        "unless its failCgroupV1 is off, which this node's config does)")
+                        help=f"which kubelet (default: %(default)s; {NEWEST_KUBELET_VERSION}, the newest, is tested "
+                        "on cgroup v2 only: the suite runs it in the cgroup v2 + systemd guest)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("rplab.kubelet_pods: the kubelet runs as root (sudo)", file=sys.stderr)
