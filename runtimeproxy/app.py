@@ -171,7 +171,7 @@ class Proxy:
                 await host.start()
         except SocketInUseError as error:
             raise SocketInUseError(f"{error}. {NRI_SOCKET_TAKEN_ADVICE}") from None
-        service.extra = host
+        service.nri = host
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, give in-flight calls `grace` seconds, then release everything (also after a
@@ -180,10 +180,10 @@ class Proxy:
         if self.frontend is not None:
             await self.frontend.stop(grace)
         if self.nri is not None:
-            from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS
+            from runtimeproxy.hooks.nri_plugins import NO_NRI_PLUGINS
 
             if self.hook_service is not None:
-                self.hook_service.extra = NO_EXTRA_PLUGINS
+                self.hook_service.nri = NO_NRI_PLUGINS
             await self.nri.stop()
             self.nri = None
         if self._trimmer is not None:

@@ -2,7 +2,7 @@
 
 Nothing is counted twice: the series are read from the frontend's call counters (runtimeproxy.report), the
 dispatcher's hook statistics, the plugin registry, the toggles, the store, the NRI plugins'
-statistics (hooks.extra, through the hook service) and the backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
+statistics (hooks.nri_plugins, through the hook service) and the backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
 code names only (bounded; no pod or container IDs). prometheus_client does the text
 exposition.
 """
@@ -113,9 +113,9 @@ class ProxyCollector(Collector):
                                 value=len(hooks.registry.config_problems()))
 
     def _nri_plugins(self) -> Iterator[Metric]:
-        extra = self._parts.hooks.extra
+        nri = self._parts.hooks.nri
         yield GaugeMetricFamily(f"{PREFIX}_nri_plugins", "NRI plugins attached (registered, configured, "
-                                "synchronized).", value=len(extra.statuses()))
+                                "synchronized).", value=len(nri.statuses()))
         yield from self._nri_toggles()
         calls = CounterMetricFamily(f"{PREFIX}_nri_calls", "NRI plugin calls, by plugin (index-name), NRI event "
                                     "and outcome (ok, detached, conflict, refused, invalid or the ttrpc code).",
@@ -128,7 +128,7 @@ class ProxyCollector(Collector):
         disagreements = CounterMetricFamily(
             f"{PREFIX}_nri_shadow_disagreements", "Answers of NRI plugins in shadow that would have set a field to "
             "another value than the one applied.", labels=["plugin", "event"])
-        for (plugin, event), stats in extra.stats.items():
+        for (plugin, event), stats in nri.stats.items():
             for outcome, count in sorted(stats.outcomes.items()):
                 calls.add_metric([plugin, event, outcome], count)
             if stats.latency.count:
@@ -140,7 +140,7 @@ class ProxyCollector(Collector):
             f"{PREFIX}_nri_evictions", "Containers NRI plugins asked to evict, by plugin and outcome (ok: stopped; "
             "failed; unknown: not a container the proxy knows; shadow: the plugin is in shadow, not carried out).",
             labels=["plugin", "outcome"])
-        for (plugin, outcome), count in sorted(extra.stats.evictions.items()):
+        for (plugin, outcome), count in sorted(nri.stats.evictions.items()):
             evictions.add_metric([plugin, outcome], count)
         yield calls
         yield latency
@@ -152,7 +152,7 @@ class ProxyCollector(Collector):
         """As plugins_disabled and hooks_disabled, for the attached NRI plugins and the events they subscribed."""
         hooks = self._parts.hooks
         allows = hooks.toggles.allows
-        attached = hooks.extra.statuses()
+        attached = hooks.nri.statuses()
         yield GaugeMetricFamily(f"{PREFIX}_nri_plugins_disabled", "Attached NRI plugins whose every subscribed "
                                 "event is toggled off on this node.",
                                 value=sum(1 for p in attached if not any(allows(p.toggle_name, event)

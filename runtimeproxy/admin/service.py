@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 from runtimeproxy.admin.status import ProxyParts, shadow_messages, status, toggle_messages
 from runtimeproxy.admin.trace import not_traced, trace_response
 from runtimeproxy.hooks.toggles import (
-    ALL_PLUGINS, EXTRA_PREFIX, ToggleError, UnknownPlugin, extra_toggle_name, plugin_file_name, scopes_named,
+    ALL_PLUGINS, NRI_PREFIX, ToggleError, UnknownPlugin, nri_toggle_name, plugin_file_name, scopes_named,
     unknown_plugin,
 )
 from runtimeproxy.activation import InheritedSockets
@@ -96,14 +96,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         """A bare NRI plugin id (`10-name`) is its toggle name (`nri:10-name`) when it is attached or toggled,
         unless a hook plugin config file of that name is registered."""
         name = typed.strip()
-        if name.startswith(EXTRA_PREFIX):
+        if name.startswith(NRI_PREFIX):
             return name
-        as_extra = extra_toggle_name(name)
+        as_nri = nri_toggle_name(name)
         known = plugin_file_name(name) in self._parts.hooks.registry.config_file_names()
-        return as_extra if not known and self._knows(as_extra) else name
+        return as_nri if not known and self._knows(as_nri) else name
 
-    def _extra_names(self) -> set[str]:
-        return {plugin.toggle_name for plugin in self._parts.hooks.extra.statuses()}
+    def _nri_names(self) -> set[str]:
+        return {plugin.toggle_name for plugin in self._parts.hooks.nri.statuses()}
 
     async def _change(self, context: grpc.aio.ServicerContext, request: admin.ToggleRequest,
                       change: Callable[[str, frozenset[str]], list[str]]) -> admin.ToggleResponse:
@@ -141,13 +141,13 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             return
         await hooks.registry.reload()  # a file written just before the command is not a typo
         if not self._knows(name):
-            raise unknown_plugin(plugin, hooks.registry.config_file_names() | self._extra_names(),
+            raise unknown_plugin(plugin, hooks.registry.config_file_names() | self._nri_names(),
                                  hooks.registry.directory_problem(),
                                  toggled={t.plugin for t in hooks.toggles.active})
 
     def _knows(self, name: str) -> bool:
         hooks = self._parts.hooks
-        return (name in hooks.registry.config_file_names() or name in self._extra_names()
+        return (name in hooks.registry.config_file_names() or name in self._nri_names()
                 or bool(hooks.toggles.of(name)) or hooks.toggles.shadow_override(name) is not None)
 
 

@@ -2,7 +2,7 @@
 
 Builds the admin API's StatusResponse from the frontend's report (runtimeproxy.report), the plugin registry,
 the node's toggles, the dispatcher's call statistics, the store, and the NRI plugins the hook service's
-extra plugins (hooks.extra) report. Reading only:
+NRI plugins (hooks.nri_plugins) report. Reading only:
 nothing here changes the proxy.
 """
 
@@ -159,9 +159,9 @@ def _plugin_status(
 def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
     """The attached NRI plugins, their toggle state and their calls by event (as a hook plugin's by hook: enabled
     while one of its events is on; each event on or OFF)."""
-    toggles, stats = hooks.toggles, hooks.extra.stats
+    toggles, stats = hooks.toggles, hooks.nri.stats
     answers = []
-    for plugin in hooks.extra.statuses():
+    for plugin in hooks.nri.statuses():
         name = plugin.toggle_name
         # A plugin that subscribed to nothing is asked about as a whole ("" is no event: only a whole toggle).
         enabled_events = [event for event in plugin.events or ("",) if toggles.allows(name, event)]
@@ -183,7 +183,7 @@ def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
 
 def _present_names(hooks: HookService) -> frozenset[str]:
     """What a toggle or shadow setting may name now: config files, attached NRI plugins (else it is staged)."""
-    return hooks.registry.config_file_names() | {plugin.toggle_name for plugin in hooks.extra.statuses()}
+    return hooks.registry.config_file_names() | {plugin.toggle_name for plugin in hooks.nri.statuses()}
 
 
 def toggle_messages(hooks: HookService) -> list[admin.Toggle]:

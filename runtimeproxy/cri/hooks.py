@@ -36,7 +36,7 @@ from runtimeproxy.cri.messages import (
 )
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.extra import PodResize
+from runtimeproxy.hooks.nri_plugins import PodResize
 from runtimeproxy.hooks.lifecycle import HookPoints
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService

@@ -4,7 +4,7 @@
   kinds, step           the table of plugin kinds (hook, NRI) and the one chain step both use: toggle, shadow,
                         timing, statistics, validation's refusal, trace, the failure and ownership rules
   dispatcher, chain     calling a hook point's plugins in order; what one run did (changes, collisions, shadows)
-  extra                 the interface to plugins of another protocol (NRI)
+  nri_plugins           the interface to NRI plugins, the core's other plugin kind
   nri_events            NRI's event table (name, wire number, messages, rules), every list about NRI events
   names, config, registry, plugin, dirwatch, trusted_files
                         hook plugins' registration files: parsed, trusted, watched, their channels

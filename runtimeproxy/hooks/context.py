@@ -2,7 +2,7 @@
 frontend's backend on a miss (after a restart, or past the store's bound), and the hook request of a
 recorded container with its pod's context as it is now. How an object is read back from the backend
 (containerd's verbose status, dockerd's inspect) is the frontend's `hooks.runtime.Runtime`; what is recorded
-of it (the skip rule included) is decided here, and so is `tell_extra`: how plugins of another kind (hooks.extra)
+of it (the skip rule included) is decided here, and so is `tell_nri`: how plugins of another kind (hooks.nri_plugins)
 hear of a recorded pod or container, the one flow for the hook points and for the stops plugins cause.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from runtimeproxy.hooks.extra import ExtraPlugins, PodResize, Subject
+from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.merge import with_pod
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.skip import SkipRule
@@ -68,7 +68,7 @@ def request_of(record: ContainerRecord, pod: PodRecord | None) -> hooks.Containe
 
 
 async def subject_of(context: HookContext, pod_id: str = "", container_id: str = "") -> Subject | None:
-    """A recorded pod or container as the extra plugins hear of it; None: unknown, or of a skip-labelled pod."""
+    """A recorded pod or container as the NRI plugins hear of it; None: unknown, or of a skip-labelled pod."""
     if container_id:
         found = await context.container(container_id)
         request = request_of(*found) if found is not None else None
@@ -82,13 +82,13 @@ async def subject_of(context: HookContext, pod_id: str = "", container_id: str =
     return Subject(pod_id, pod_record.info, pod_model=pod_record)
 
 
-async def tell_extra(context: HookContext, extra: ExtraPlugins, event: str, pod_id: str = "",
+async def tell_nri(context: HookContext, plugins: NriPlugins, event: str, pod_id: str = "",
                      container_id: str = "", resize: PodResize | None = None) -> None:
-    """An event for the extra plugins about a recorded pod or container (skip-labelled pods spared); `resize`:
+    """An event for the NRI plugins about a recorded pod or container (skip-labelled pods spared); `resize`:
     the pod's resources as they are to be (UpdatePodSandbox)."""
-    if not extra.wants(event):
+    if not plugins.wants(event):
         return
     subject = await subject_of(context, pod_id, container_id)
     if subject is not None:
         subject.resize = resize
-        await extra.notify(event, subject)
+        await plugins.notify(event, subject)

@@ -4,9 +4,9 @@ reservation/swappiness/OOM killer, CPU realtime, a seccomp policy), and the CDI 
 its CDI is on.
 
 koordinator's hooks.ContainerResourceHookRequest has no place for these, but plugins of another protocol (NRI,
-hooks.extra) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
+hooks.nri_plugins) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
 wire request (only when such a plugin subscribed to CreateContainer: hooks.lifecycle asks for it lazily), the
-extra plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
+NRI plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
 names the kinds the frontend's request can carry at all (CRI: the first four; Docker: all but the RDT
 class; both the CDI devices when the runtime says its CDI is on: Runtime.cdi_enabled); a plugin changing
 another kind is refused, naming it.

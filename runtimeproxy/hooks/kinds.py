@@ -48,7 +48,8 @@ class PluginKind:
     scope_names: tuple[str, ...]
     scope_named: Callable[[str], str | None]  # a person's spelling of a scope, without case
     scope_noun: str  # "hook", "NRI event"
-    scope_word: str  # "hooks", "events"
+    scope_word: str  # "hooks", "events": also the key of a toggle's scopes in the state file
+    scope_article: str  # "a" hook, "an" NRI event
     trace_prefix: str
     ownership: Ownership
     failure: FailureRule
@@ -82,12 +83,12 @@ class PluginKind:
 
 HOOK = PluginKind(
     name="hook", prefix="", scope_names=HOOK_NAMES, scope_named=hook_named, scope_noun="hook", scope_word="hooks",
-    trace_prefix="", ownership=Ownership.LATER_WINS, failure=FailureRule.POLICY,
+    scope_article="a", trace_prefix="", ownership=Ownership.LATER_WINS, failure=FailureRule.POLICY,
 )
 NRI = PluginKind(
     name="NRI", prefix="nri:", scope_names=nri_events.EVENT_NAMES, scope_named=nri_events.event_named,
-    scope_noun="NRI event", scope_word="events", trace_prefix="NRI ", ownership=Ownership.CONFLICT_FAILS,
-    failure=FailureRule.NRI, failing_scopes=nri_events.FAILING,
+    scope_noun="NRI event", scope_word="events", scope_article="an", trace_prefix="NRI ",
+    ownership=Ownership.CONFLICT_FAILS, failure=FailureRule.NRI, failing_scopes=nri_events.FAILING,
 )
 KINDS: tuple[PluginKind, ...] = (HOOK, NRI)
 

@@ -22,10 +22,10 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.context import request_of, tell_extra
+from runtimeproxy.hooks.context import request_of, tell_nri
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.extra import ExtraPlugins, PodResize, Subject
+from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
@@ -57,7 +57,7 @@ class ContainerCreation:
     request: hooks.ContainerResourceHookRequest  # with its pod's context, as the plugins left it
     changed: bool  # the plugins changed it: the frontend writes it back into its request
     hooked: bool  # False for a container of a pod with the skip label
-    edits: ContainerEdits | None = None  # argv, mounts, ... as the extra plugins left them (None: not asked)
+    edits: ContainerEdits | None = None  # argv, mounts, ... as the NRI plugins left them (None: not asked)
     edits_seen: ContainerEdits | None = None  # as the frontend's request said
     labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
     read_edits: EditsReader | None = None  # the frontend's request's edits, for the model
@@ -128,14 +128,14 @@ class HookPoints:
         return self._service.sync_gate.changing()
 
     @property
-    def extra(self) -> ExtraPlugins:
-        """Plugins of another protocol (NRI; hooks.extra), called after the hook-protocol chain."""
-        return self._service.extra
+    def nri(self) -> NriPlugins:
+        """Plugins of another protocol (NRI; hooks.nri_plugins), called after the hook-protocol chain."""
+        return self._service.nri
 
-    async def _notify_extra(self, event: str, pod_id: str = "", container_id: str = "",
+    async def _notify_nri(self, event: str, pod_id: str = "", container_id: str = "",
                             resize: PodResize | None = None) -> None:
-        """An event for the extra plugins about a recorded pod or container (hooks.context.tell_extra)."""
-        await tell_extra(self.context, self.extra, event, pod_id, container_id, resize)
+        """An event for the NRI plugins about a recorded pod or container (hooks.context.tell_nri)."""
+        await tell_nri(self.context, self.nri, event, pod_id, container_id, resize)
 
     async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None,
                         ignored: list[str] | None = None) -> Req:
@@ -172,7 +172,7 @@ class HookPoints:
         return PodSandboxRun(changed, changed != pod, skip, tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
-        """The runtime created the pod: record it as created. An extra plugin failing RunPodSandbox raises
+        """The runtime created the pod: record it as created. An NRI plugin failing RunPodSandbox raises
         HookFailed, as containerd fails the call: the plugins are told the pod stopped and was removed, the
         store forgets it (its trace stays: it says why), and the runtime's `remove_sandbox` (the frontend's
         stop and remove) takes away the sandbox just created."""
@@ -185,40 +185,40 @@ class HookPoints:
             self.missed.note(pod_id, pod_id, f"{meta.namespace}/{meta.name}", "", dispatcher.PRE_RUN_POD_SANDBOX.name,
                              run.missed)
             try:
-                await self._notify_extra(nri_events.RUN_POD_SANDBOX, pod_id)
+                await self._notify_nri(nri_events.RUN_POD_SANDBOX, pod_id)
             except HookFailed as failure:  # logged where it was raised
                 log.warning("RunPodSandbox failed by %s: the sandbox %s is stopped and removed", failure.plugin.name,
                             pod_id, extra=failure_fields(failure.plugin, failure.point, failure.code))
-                await self._notify_extra(nri_events.STOP_POD_SANDBOX, pod_id)
-                await self._notify_extra(nri_events.REMOVE_POD_SANDBOX, pod_id)
+                await self._notify_nri(nri_events.STOP_POD_SANDBOX, pod_id)
+                await self._notify_nri(nri_events.REMOVE_POD_SANDBOX, pod_id)
                 self.store.remove_pod(pod_id)
                 await self.runtime.remove_sandbox(pod_id)
                 raise
 
     async def post_stop_pod_sandbox(self, pod_id: str, time_remaining: float | None) -> None:
         await self._post_hook(dispatcher.POST_STOP_POD_SANDBOX, lambda: self.context.pod_request(pod_id), time_remaining)
-        await self._notify_extra(nri_events.STOP_POD_SANDBOX, pod_id)
+        await self._notify_nri(nri_events.STOP_POD_SANDBOX, pod_id)
         self.store.pod_stopped(pod_id)
 
     async def pod_sandbox_removed(self, pod_id: str) -> None:
         """Forget the pod and its containers (also after the runtime said it did not know it)."""
         if self.store.pod(pod_id) is not None:  # only a recorded pod: the runtime no longer has it
-            await self._notify_extra(nri_events.REMOVE_POD_SANDBOX, pod_id)
+            await self._notify_nri(nri_events.REMOVE_POD_SANDBOX, pod_id)
         self.store.remove_pod(pod_id)
         self.missed.forget_pod(pod_id)
         self.dispatcher.trace.forget_pod(pod_id)
 
     async def pre_update_pod_sandbox_resources(self, pod_id: str, resize: PodResize) -> None:
-        """An in-place pod resize (CRI's UpdatePodSandboxResources, a kubelet of 1.33+): the extra plugins hear
+        """An in-place pod resize (CRI's UpdatePodSandboxResources, a kubelet of 1.33+): the NRI plugins hear
         UpdatePodSandbox with the resources as they are to be and may fail the call (HookFailed), as containerd
         2.2+'s NRI does. The hook protocol has no such point."""
-        await self._notify_extra(nri_events.UPDATE_POD_SANDBOX, pod_id, resize=resize)
+        await self._notify_nri(nri_events.UPDATE_POD_SANDBOX, pod_id, resize=resize)
 
     async def pod_sandbox_resources_updated(self, pod_id: str, resize: PodResize) -> None:
         """The resize went through (or the runtime has no such call: the proxy plays containerd 2.2+'s part):
-        the store records the pod's new resources, then the extra plugins hear PostUpdatePodSandbox."""
+        the store records the pod's new resources, then the NRI plugins hear PostUpdatePodSandbox."""
         self.store.pod_resized(pod_id, resize.overhead, resize.resources)
-        await self._notify_extra(nri_events.POST_UPDATE_POD_SANDBOX, pod_id)
+        await self._notify_nri(nri_events.POST_UPDATE_POD_SANDBOX, pod_id)
 
     # -- containers ------------------------------------------------------------------------------------
 
@@ -230,7 +230,7 @@ class HookPoints:
         """`container` has only its container part; the pod part is filled here from the recorded pod (read
         from the backend on a miss), else from `sandbox()`: what the frontend's request says of the pod. A pod
         the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels).
-        `edits(read_image)` reads what the hook model lacks from the frontend's request: here only when an extra
+        `edits(read_image)` reads what the hook model lacks from the frontend's request: here only when an NRI
         plugin subscribed to CreateContainer; the model records it once the container is created.
         `labels`: the container's labels as its runtime keeps them (the CRI labels and the runtime's own)."""
         shown = dict(labels or {})
@@ -249,32 +249,32 @@ class HookPoints:
             changed = await self._pre_hook(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining, ignored)
         missed = tuple(ignored)
         seen = None
-        if self.extra.wants(nri_events.CREATE_CONTAINER):
+        if self.nri.wants(nri_events.CREATE_CONTAINER):
             seen = await edits(True) if edits is not None else None
             model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
             subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
-            changed = await self.extra.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining)
+            changed = await self.nri.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining)
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits,
                                      missed)
         return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits,
                                  missed=missed)
 
     async def _pid_of(self, container_id: str) -> int:
-        """The started container's pid for the model, read back from the runtime only while an extra plugin is
+        """The started container's pid for the model, read back from the runtime only while an NRI plugin is
         attached (the hook protocol has no pid: no read on its path); 0 when not read or not known."""
-        if not self.extra.attached():
+        if not self.nri.attached():
             return 0
         loaded = await self.context.source.load_container(container_id)
         return loaded.pid if loaded is not None else 0
 
     async def _created_edits(self, creation: ContainerCreation) -> ContainerEdits | None:
-        """The edits the runtime creates the container with: as the extra plugins left them, else the request's
-        (the image read only when an extra plugin is attached: none may ever ask for the argv)."""
+        """The edits the runtime creates the container with: as the NRI plugins left them, else the request's
+        (the image read only when an NRI plugin is attached: none may ever ask for the argv)."""
         if creation.edits is not None:
             return creation.edits
         if creation.read_edits is None:
             return None
-        return await creation.read_edits(self.extra.attached())
+        return await creation.read_edits(self.nri.attached())
 
     async def container_created(self, container_id: str, creation: ContainerCreation) -> None:
         """The runtime created the container: record it as created, under its new ID."""
@@ -287,27 +287,27 @@ class HookPoints:
             request = creation.request
             self.missed.note(container_id, creation.pod_id, f"{request.pod_meta.namespace}/{request.pod_meta.name}",
                              request.container_meta.name, dispatcher.PRE_CREATE_CONTAINER.name, creation.missed)
-            await self._notify_extra(nri_events.POST_CREATE_CONTAINER, container_id=container_id)
+            await self._notify_nri(nri_events.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
-        """The start carries nothing to change: plugins act on the container's cgroups themselves. An extra plugin
-        failing StartContainer fails the start (HookFailed) and the extra plugins hear StopContainer, as
+        """The start carries nothing to change: plugins act on the container's cgroups themselves. An NRI plugin
+        failing StartContainer fails the start (HookFailed) and the NRI plugins hear StopContainer, as
         containerd does for a start NRI failed."""
         if self.dispatcher.has_plugins(dispatcher.PRE_START_CONTAINER):
             request = await self.context.container_request(container_id)
             if request is not None:
                 await self._pre_hook(dispatcher.PRE_START_CONTAINER, request, time_remaining)
         try:
-            await self._notify_extra(nri_events.START_CONTAINER, container_id=container_id)
+            await self._notify_nri(nri_events.START_CONTAINER, container_id=container_id)
         except HookFailed:
-            await self._notify_extra(nri_events.STOP_CONTAINER, container_id=container_id)
+            await self._notify_nri(nri_events.STOP_CONTAINER, container_id=container_id)
             raise
 
     async def post_start_container(self, container_id: str, time_remaining: float | None) -> None:
         self.store.container_started(container_id, await self._pid_of(container_id))
         await self._post_hook(dispatcher.POST_START_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
-        await self._notify_extra(nri_events.POST_START_CONTAINER, container_id=container_id)
+        await self._notify_nri(nri_events.POST_START_CONTAINER, container_id=container_id)
 
     async def pre_update_container_resources(
         self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: Mapping[str, str],
@@ -316,8 +316,8 @@ class HookPoints:
         """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
         the way the runtime applies it, and the recorded annotations with the update's. None: no hook ran."""
         hooked = self.dispatcher.has_plugins(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES)
-        extra_wants = self.extra.wants(nri_events.UPDATE_CONTAINER)
-        if not hooked and not extra_wants:
+        nri_wants = self.nri.wants(nri_events.UPDATE_CONTAINER)
+        if not hooked and not nri_wants:
             return None
         found = await self.context.container(container_id)
         seen = request_of(*found) if found is not None else None
@@ -329,29 +329,29 @@ class HookPoints:
         changed = seen
         if hooked:
             changed = await self._pre_hook(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
-        if extra_wants:
+        if nri_wants:
             record, pod = found
             subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
                               pod_model=pod)
-            changed = await self.extra.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining)
+            changed = await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining)
         return ResourceUpdate(seen, changed)
 
     async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
                                           annotations: Mapping[str, str]) -> None:
         """The runtime applied the update as sent: the recorded resources follow it."""
         self.store.update_container(container_id, sent, dict(annotations))
-        await self._notify_extra(nri_events.POST_UPDATE_CONTAINER, container_id=container_id)
+        await self._notify_nri(nri_events.POST_UPDATE_CONTAINER, container_id=container_id)
 
     async def post_stop_container(self, container_id: str, time_remaining: float | None) -> None:
         await self._post_hook(dispatcher.POST_STOP_CONTAINER, lambda: self.context.container_request(container_id),
                               time_remaining)
         # As containerd's NRI: StopContainer shows the container as it was before the stop (RUNNING).
-        await self._notify_extra(nri_events.STOP_CONTAINER, container_id=container_id)
+        await self._notify_nri(nri_events.STOP_CONTAINER, container_id=container_id)
         self.store.container_stopped(container_id)
 
     async def container_removed(self, container_id: str) -> None:
         if self.store.container(container_id) is not None:  # only a recorded one: the runtime no longer has it
-            await self._notify_extra(nri_events.REMOVE_CONTAINER, container_id=container_id)
+            await self._notify_nri(nri_events.REMOVE_CONTAINER, container_id=container_id)
         self.store.remove_container(container_id)
         self.missed.forget_container(container_id)
 
@@ -366,7 +366,7 @@ class HookPoints:
         a miss; nothing is looked up when neither point has plugins)."""
         if not (self.dispatcher.has_plugins(dispatcher.POST_STOP_POD_SANDBOX)
                 or self.dispatcher.has_plugins(dispatcher.POST_STOP_CONTAINER)
-                or self.extra.wants(nri_events.STOP_POD_SANDBOX) or self.extra.wants(nri_events.STOP_CONTAINER)):
+                or self.nri.wants(nri_events.STOP_POD_SANDBOX) or self.nri.wants(nri_events.STOP_CONTAINER)):
             self.store.pod_stopped(object_id)  # the model's state (whichever it is)
             self.store.container_stopped(object_id)
             return

@@ -7,7 +7,7 @@ response messages (by name in package nri.pkg.api.v1alpha1: the core never loads
 resolves them), and three rules:
 
 - `adjusts`: the answer changes the call (CreateContainer: the container to be created; UpdateContainer: its
-  resources as they are to be): the core calls `ExtraPlugins.adjust`, the others `notify`;
+  resources as they are to be): the core calls `NriPlugins.adjust`, the others `notify`;
 - `fails_call`: an error a plugin answers fails the call (containerd: sandbox_run.go, container_start.go,
   sandbox_update_resources.go and the two adjusting events); other events' errors are logged;
 - `updates`: the answer may update (and, where its message has the field, evict) other containers;

@@ -13,9 +13,9 @@ kubelet. What the kubelet does next decides the rule (k8s.io/kubernetes, pkg/kub
 So, for each interrupted call, the container it names is read again from the runtime (after the store's
 rebuild):
 - still `Created`: no kubelet will start it, and its GC keeps it as long as the pod lives: it is removed
-  (RemoveContainer on the runtime; the store and the extra plugins forget it, as for the kubelet's removal);
+  (RemoveContainer on the runtime; the store and the NRI plugins forget it, as for the kubelet's removal);
 - `Running` (a start that went through): the post-start it missed runs now (PostStartContainer plugins, the
-  extra plugins' PostStartContainer);
+  NRI plugins' PostStartContainer);
 - exited (containerd fails a start whose client went away: container_start.go marks it exited, code 128,
   reason StartError): left alone, like any container that exits: the kubelet starts the next attempt and keeps
   this one as the previous instance;

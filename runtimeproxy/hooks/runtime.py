@@ -7,7 +7,7 @@ hooks.rebuild), remove a sandbox a plugin failed or a container an interrupted c
 update or evict a container a plugin names, an image's entrypoint and command (what NRI plugins see as the
 argv of a container created without one) and identity (NRI's Container.image), and whether it injects CDI devices. Translation only: no hook policy.
 
-`PluginAsks` is what the core offers plugins of another kind (NRI; hooks.extra): the store's snapshot a
+`PluginAsks` is what the core offers plugins of another kind (NRI; hooks.nri_plugins): the store's snapshot a
 plugin is synchronized with, and updates and evictions of other containers, carried out by the runtime and
 written to the store by the core (the store has one writer: the core). An eviction is a stop the plugins hear
 of: the core says what it is about (`stopped_subject`: hooks.context's subject, the skip rule applied) and the
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runtimeproxy.hooks.edits import ImageFacts
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -84,7 +84,7 @@ class PluginAsks:
 
     def __init__(self, store: Store, runtime: Runtime | None = None,
                  subject_of: Callable[[str], Awaitable[Subject | None]] | None = None) -> None:
-        """`subject_of`: a recorded container as the extra plugins hear of it (hooks.context.subject_of; none:
+        """`subject_of`: a recorded container as the NRI plugins hear of it (hooks.context.subject_of; none:
         nobody hears of a stop)."""
         self.store = store
         self.runtime = runtime

@@ -22,7 +22,7 @@ from typing import Any
 
 from runtimeproxy.hooks.context import HookContext, subject_of
 from runtimeproxy.hooks.dispatcher import Dispatcher
-from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, Subject
+from runtimeproxy.hooks.nri_plugins import NO_NRI_PLUGINS, NriPlugins, Subject
 from runtimeproxy.hooks.journal import CallJournal, InFlight
 from runtimeproxy.hooks.missed import MissedPlugins
 from runtimeproxy.hooks.rebuild import rebuild_store
@@ -52,7 +52,7 @@ class HookService:
         self.toggles = Toggles(options.state_dir)
         self.trace = TraceRecorder(options.hook_trace_entries)
         self.dispatcher = Dispatcher(self.registry, self.toggles, self.trace)
-        self.extra: ExtraPlugins = NO_EXTRA_PLUGINS  # plugins of another protocol (NRI), set by the process
+        self.nri: NriPlugins = NO_NRI_PLUGINS  # plugins of another protocol (NRI), set by the process
         # Lifecycle calls against plugin synchronization (containerd/nri's BlockPluginSync): hooks.syncgate.
         self.sync_gate = SyncGate()
         self._tasks: list[asyncio.Task[None]] = []
@@ -112,7 +112,7 @@ class HookService:
             await self.rebuilt.wait()
 
     async def _container_subject(self, container_id: str) -> Subject | None:
-        """A container a plugin's eviction stopped outside any CRI call, as the extra plugins hear of it (they
+        """A container a plugin's eviction stopped outside any CRI call, as the NRI plugins hear of it (they
         hear StopContainer, as they hear containerd's own stop of an evicted container)."""
         return await subject_of(self.context, container_id=container_id) if self.context is not None else None
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import orjson
 
+from runtimeproxy.hooks.kinds import kind_of
 from runtimeproxy.hooks.toggle_words import (
-    ALL_PLUGINS, clean_author, in_order, is_extra, plugin_file_name, scope_names, scope_word, scopes_named,
+    ALL_PLUGINS, clean_author, in_order, plugin_file_name, scope_names, scope_word, scopes_named,
     timestamp, toggle_scopes,
 )
 
@@ -122,7 +123,8 @@ def encode(toggles: dict[tuple[str, str], Toggle], shadows: dict[str, ShadowSett
 
     entries = []
     for t in sorted(toggles.values(), key=order):
-        hooks, hooks_on = ("events", "events_on") if is_extra(t.plugin) else ("hooks", "hooks_on")
+        hooks = kind_of(t.plugin).scope_word  # "hooks", an NRI plugin's "events"
+        hooks_on = f"{hooks}_on"
         entry: dict[str, object] = {"plugin": t.plugin, "hooks": [], "reason": t.reason,
                                     "since": t.since_unix_seconds, "author": t.author}
         if t.hook:
@@ -151,7 +153,8 @@ def decode(data: bytes) -> dict[tuple[str, str], Toggle]:
             plugin = plugin_file_name(plugin)
         reason, since = str(item.get("reason", "")), float(item.get("since", 0))
         author = clean_author(str(item.get("author", "")))
-        hooks, on = ("events", "events_on") if is_extra(plugin) else ("hooks", "hooks_on")
+        hooks = kind_of(plugin).scope_word
+        on = f"{hooks}_on"
         hooks_on = scopes_named(plugin, list(item.get(on, [])))
         for scope in toggle_scopes(plugin, scopes_named(plugin, list(item.get(hooks, [])))):
             toggle = Toggle(plugin, scope, reason, since, author, hooks_on if not scope else frozenset())

@@ -15,12 +15,10 @@ import re
 from collections.abc import Collection
 
 from runtimeproxy.hooks.config import CONFIG_SUFFIX
-from runtimeproxy.hooks.nri_events import event_named
-from runtimeproxy.hooks.kinds import NRI, kind_of
-from runtimeproxy.hooks.names import hook_named
+from runtimeproxy.hooks.kinds import KINDS, NRI, PluginKind, kind_of
 
 ALL_PLUGINS = "*"
-EXTRA_PREFIX = NRI.prefix  # toggles of NRI plugins (hooks.extra): "nri:10-resource-policy"
+NRI_PREFIX = NRI.prefix  # toggles of NRI plugins (hooks.nri_plugins): "nri:10-resource-policy"
 WHOLE_PLUGIN = ""  # the scope of a toggle that covers every hook (NRI: every event) of its plugin
 _NRI_ID = re.compile(r"^\d{2}-.")  # NRI's plugin ids: a two-digit index, a dash, the name
 _MAX_NAMES_SHOWN = 10
@@ -39,21 +37,25 @@ def plugin_file_name(name: str) -> str:
     """`koordlet` and `koordlet.json` name the same plugin; anything path-like is refused. An NRI
     plugin's toggle name (`nri:10-name`) is kept as it is."""
     name = name.strip()
-    if not name or "/" in name or name.startswith(".") or name == EXTRA_PREFIX:
+    if not name or "/" in name or name.startswith(".") or name == NRI_PREFIX:
         raise ToggleError(f"{name!r} is not a plugin config file name (e.g. koordlet.json)")
-    if name.startswith(EXTRA_PREFIX):
+    if name.startswith(NRI_PREFIX):
         return name
     return name if name.endswith(CONFIG_SUFFIX) else name + CONFIG_SUFFIX
 
 
-def extra_toggle_name(plugin_id: str) -> str:
-    """The toggle name of an NRI plugin (hooks.extra): "10-name" -> "nri:10-name"."""
+def nri_toggle_name(plugin_id: str) -> str:
+    """The toggle name of an NRI plugin (hooks.nri_plugins): "10-name" -> "nri:10-name"."""
     return NRI.toggle_name(plugin_id)
 
 
-def is_extra(plugin: str) -> bool:
-    """An NRI plugin's toggle name (`nri:10-name`)."""
-    return plugin.startswith(EXTRA_PREFIX)
+def _scope_of_another_kind(kind: PluginKind, name: str) -> tuple[PluginKind | None, str]:
+    """The other kind whose scope a person's name spells, and the scope; (None, "") for none."""
+    for other in KINDS:
+        scope = other.scope_named(name) if other is not kind else None
+        if scope is not None:
+            return other, scope
+    return None, ""
 
 
 def scope_names(plugin: str) -> tuple[str, ...]:
@@ -81,18 +83,18 @@ def scopes_named(plugin: str, names: list[str] | tuple[str, ...]) -> frozenset[s
 
 
 def not_a_scope(plugin: str, name: str) -> str:
-    valid = scope_names(plugin)
-    if is_extra(plugin) and hook_named(name) is not None:
-        message = (f"{hook_named(name)} is a hook of hook plugins; NRI plugin {plugin} is toggled by NRI event: "
-                   f"{', '.join(valid)}")
-    elif not is_extra(plugin) and event_named(name) is not None:
-        what = f"{plugin} is a hook plugin, toggled" if plugin else "hook plugins are toggled"
-        message = f"{event_named(name)} is an NRI event; {what} by hook: {', '.join(valid)}"
-        stem = plugin.removesuffix(CONFIG_SUFFIX)
-        if _NRI_ID.match(stem):
-            message += f" (an NRI plugin that is not attached is named {extra_toggle_name(stem)})"
+    kind = kind_of(plugin)
+    valid = kind.scope_names
+    other, scope = _scope_of_another_kind(kind, name)
+    if other is None:
+        message = f"unknown {kind.scope_noun} {name!r} (known: {', '.join(valid)})"
     else:
-        message = f"unknown {kind_of(plugin).scope_noun} {name!r} (known: {', '.join(valid)})"
+        who = f"{kind.name} plugin {plugin} is" if plugin else f"{kind.name} plugins are"
+        message = (f"{scope} is {other.scope_article} {other.scope_noun} of {other.name} plugins; {who} toggled by "
+                   f"{kind.scope_noun}: {', '.join(valid)}")
+        stem = plugin.removesuffix(CONFIG_SUFFIX)
+        if other.prefix and _NRI_ID.match(stem):
+            message += f" (an {other.name} plugin that is not attached is named {other.toggle_name(stem)})"
     folded = {scope.casefold(): scope for scope in valid}
     import difflib  # only for a typo's suggestion: kept off the start path
     close = difflib.get_close_matches(name.casefold(), list(folded), n=1, cutoff=0.6)

@@ -9,8 +9,8 @@ appears. `disable --all` (plugin `*`) turns every hook on the node off.
 Each toggle has a scope (a whole plugin, or one hook of it) and keeps its own reason, author
 and time: a per-hook toggle never rewrites the whole-plugin one. Whether a name is a
 registered plugin is the admin service's question (it knows the registry); `unknown_plugin`
-words the refusal. Plugins of another kind (NRI, hooks.extra) are toggled under their kind's prefix
-(hooks.kinds: `nri:<index-name>`, `extra_toggle_name`), a name no config file can have, whole or per NRI event
+words the refusal. Plugins of another kind (NRI, hooks.nri_plugins) are toggled under their kind's prefix
+(hooks.kinds: `nri:<index-name>`, `nri_toggle_name`), a name no config file can have, whole or per NRI event
 (hooks.nri_events.EVENT_NAMES) where a hook plugin's toggle names a hook: `scope_names` says which names a
 plugin's toggles take, `scopes_named` refuses the other kind's names in one line.
 
@@ -31,19 +31,20 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from runtimeproxy.hooks.kinds import kind_of
 from runtimeproxy.hooks.toggle_state import (
     STATE_FILE_NAME, ShadowSetting, Toggle, decode, decode_shadows, encode, scope_order, write_atomically,
 )
 from runtimeproxy.hooks.toggle_words import (
-    ALL_PLUGINS, EXTRA_PREFIX, WHOLE_PLUGIN, ToggleError, UnknownPlugin, check_scopes, clean_author,
-    extra_toggle_name, hook_names, in_order, is_extra, plugin_file_name, scope_names, scope_word, scopes_named,
+    ALL_PLUGINS, NRI_PREFIX, WHOLE_PLUGIN, ToggleError, UnknownPlugin, check_scopes, clean_author,
+    nri_toggle_name, hook_names, in_order, plugin_file_name, scope_names, scope_word, scopes_named,
     toggle_scopes, unknown_plugin,
 )
 from runtimeproxy.usage import os_reason
 
 __all__ = [  # the words and the persisted decisions, for callers that know the toggles as one thing
-    "ALL_PLUGINS", "EXTRA_PREFIX", "STATE_FILE_NAME", "WHOLE_PLUGIN", "ShadowSetting", "Toggle", "ToggleError",
-    "Toggles", "UnknownPlugin", "clean_author", "extra_toggle_name", "hook_names", "is_extra", "plugin_file_name",
+    "ALL_PLUGINS", "NRI_PREFIX", "STATE_FILE_NAME", "WHOLE_PLUGIN", "ShadowSetting", "Toggle", "ToggleError",
+    "Toggles", "UnknownPlugin", "clean_author", "nri_toggle_name", "hook_names", "plugin_file_name",
     "scope_names", "scopes_named", "unknown_plugin", "write_atomically",
 ]
 
@@ -176,10 +177,11 @@ class Toggles:
     def _still_off_by_all(self, name: str, hooks: frozenset[str]) -> list[str]:
         """`enable koordlet` does not undo `disable --all`: say so rather than let it look on. (`--all` names
         hooks; its whole-plugin toggle covers NRI plugins' events too.)"""
+        same_kind = kind_of(name) is kind_of(ALL_PLUGINS)  # `--all --hook X` names hooks, which NRI events are not
         return [
             f"still off: {toggle.describe()} is disabled ({toggle.provenance()}); `enable --all` clears it"
             for toggle in self.of(ALL_PLUGINS)
-            if not hooks or not toggle.hook or (not is_extra(name) and hooks & toggle.hooks_off)
+            if not hooks or not toggle.hook or (same_kind and hooks & toggle.hooks_off)
         ]
 
     def _change(self, toggles: dict[tuple[str, str], Toggle]) -> None:

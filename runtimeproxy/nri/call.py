@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.step import HookFailed, KindSteps
 from runtimeproxy.hooks.validate import answer_problem

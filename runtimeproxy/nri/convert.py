@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks import extra
+from runtimeproxy.hooks import nri_plugins
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri.edits import fill_container
@@ -35,7 +35,7 @@ STATES = {
 }
 
 
-def subject_pod(subject: extra.Subject) -> nri.PodSandbox:
+def subject_pod(subject: nri_plugins.Subject) -> nri.PodSandbox:
     """An event's pod: its model, else the hook request the subject carries."""
     if subject.pod_model is not None:
         return pod_sandbox(subject.pod_id, subject.pod_model)
@@ -82,7 +82,7 @@ def container(container_id: str, record: ContainerRecord, shown: hooks.Container
     return message
 
 
-def event_container(event: WireEvent, subject: extra.Subject, request: hooks.ContainerResourceHookRequest,
+def event_container(event: WireEvent, subject: nri_plugins.Subject, request: hooks.ContainerResourceHookRequest,
                     edits: ContainerEdits | None) -> nri.Container:
     """The container of an adjusting event: as the plugins before this one left it (`request`, `edits`:
     CreateContainer); where the request carries the change apart (UpdateContainer's linux_resources), as it is now,
@@ -92,12 +92,12 @@ def event_container(event: WireEvent, subject: extra.Subject, request: hooks.Con
     return container(subject.container_id, subject.record(), request, edits)
 
 
-def subject_container(subject: extra.Subject) -> nri.Container | None:
+def subject_container(subject: nri_plugins.Subject) -> nri.Container | None:
     """The container an event is about, as recorded (None: a pod event)."""
     return container(subject.container_id, subject.record()) if subject.container is not None else None
 
 
-def event_fields(subject: extra.Subject, shown: nri.Container | None) -> dict[str, Message]:
+def event_fields(subject: nri_plugins.Subject, shown: nri.Container | None) -> dict[str, Message]:
     """What an event's request may carry besides the pod (nri.events.WireEvent.message takes those its message
     has): the container it is about (`shown`); a pod resize's overhead and resources."""
     fields: dict[str, Message] = {}

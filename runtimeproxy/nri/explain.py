@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks.changes import show
 from runtimeproxy.hooks.edits import LINUX_KINDS, ContainerEdits, Rlimit
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.step import KindSteps
 from runtimeproxy.hooks.trace import pod_key

@@ -1,7 +1,7 @@
 """The proxy as an NRI runtime, its registry and fan-out (containerd/nri's adaptation.go): the plugins attached
 to its NRI socket, as plugins of the hook core.
 
-`NriHost` implements hooks.extra.ExtraPlugins. It listens on the NRI socket (refusing one a live NRI server
+`NriHost` implements hooks.nri_plugins.NriPlugins. It listens on the NRI socket (refusing one a live NRI server
 holds), keeps the registered plugins in NRI's order (index, then name), lets a reconnecting plugin replace
 its old connection (one live registration per index and name), and synchronizes each new plugin with the
 pods and containers the store records, all under its one lock (which every event's fan-out holds too). The hook
@@ -47,7 +47,7 @@ import grpc
 
 from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.extra import ExtraPluginStatus, Subject
+from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.nri_events import EVENTS
 from runtimeproxy.hooks.runtime import PluginAsks
@@ -263,7 +263,7 @@ class NriHost:
             self._plugins.remove(plugin)
             log.warning("NRI plugin %s detached: %s", plugin.plugin_id, plugin.detached_reason)
 
-    # -- hooks.extra.ExtraPlugins ----------------------------------------------------------------
+    # -- hooks.nri_plugins.NriPlugins ----------------------------------------------------------------
 
     def _subscribed(self, event: str) -> list[PluginSession]:
         number = WIRE[event].number
@@ -274,8 +274,8 @@ class NriHost:
         allows = self.steps.allows
         return [plugin for plugin in self._subscribed(event) if allows(plugin.plugin_id, event)]
 
-    def statuses(self) -> list[ExtraPluginStatus]:
-        return [ExtraPluginStatus(
+    def statuses(self) -> list[NriPluginStatus]:
+        return [NriPluginStatus(
             name=plugin.plugin_id, toggle_name=NRI.toggle_name(plugin.plugin_id),
             kind="launched" if plugin.launched else "connected",
             events=tuple(event.name for event in EVENTS if plugin.subscribed(event.number)),

@@ -20,7 +20,7 @@ from runtimeproxy.admin.ctl import EXIT_OK, EXIT_USAGE
 from runtimeproxy.app import Proxy
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -50,7 +50,7 @@ def hosting(start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend, tmp_
 def run_pod(proxy: Proxy, loop_thread: LoopThread) -> None:
     assert proxy.hook_service is not None
     subject = Subject("pod-1", hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web")))
-    loop_thread.run(proxy.hook_service.extra.notify(nri_events.RUN_POD_SANDBOX, subject))
+    loop_thread.run(proxy.hook_service.nri.notify(nri_events.RUN_POD_SANDBOX, subject))
 
 
 def test_status_and_metrics_show_an_nri_plugin_and_its_calls(hosting: tuple[Proxy, NriPlugin],
@@ -105,7 +105,7 @@ def test_one_event_of_an_nri_plugin_is_toggled_off_and_status_metrics_and_errors
     assert "nri:10-ops  RunPodSandbox" in out and "slow on pods" in out
     run_pod(proxy, loop_thread)
     assert plugin.requests("RunPodSandbox") == []
-    assert proxy.hook_service is not None and proxy.hook_service.extra.wants(nri_events.STOP_POD_SANDBOX)
+    assert proxy.hook_service is not None and proxy.hook_service.nri.wants(nri_events.STOP_POD_SANDBOX)
 
     status = json.loads(ctl(proxy, "status", "-o", "json")[1])
     (shown,) = status["nri_plugins"]
@@ -230,9 +230,9 @@ def test_plugin_text_is_clipped_and_escaped_in_status_trace_logs_and_the_kubelet
         time.sleep(0.01)
     assert proxy.hook_service is not None
     subject = Subject("pod-1", hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web")))
-    loop_thread.run(proxy.hook_service.extra.notify(nri_events.STOP_POD_SANDBOX, subject))  # both errors: logged
+    loop_thread.run(proxy.hook_service.nri.notify(nri_events.STOP_POD_SANDBOX, subject))  # both errors: logged
     with pytest.raises(HookFailed) as failed:
-        loop_thread.run(proxy.hook_service.extra.notify(nri_events.RUN_POD_SANDBOX, subject))
+        loop_thread.run(proxy.hook_service.nri.notify(nri_events.RUN_POD_SANDBOX, subject))
     assert_bounded_and_escaped(str(failed.value), 2048)  # the CRI status message the kubelet gets
     eviction = nri.ContainerEviction(container_id="gone\n\x1b[2K", reason=FORGED + "r" * MiB)
     loop_thread.run(plugins[0].update_containers(evict=(eviction,)))

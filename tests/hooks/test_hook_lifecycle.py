@@ -17,7 +17,7 @@ from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState
-from runtimeproxy.hooks.extra import NO_EXTRA_PLUGINS, ExtraPlugins, PodResize, Subject
+from runtimeproxy.hooks.nri_plugins import NO_NRI_PLUGINS, NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CallJournal
 from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.missed import MissedPlugins
@@ -66,7 +66,7 @@ class Core:
     dispatcher: Dispatcher
     store: Store = field(default_factory=Store)
     skip: SkipRule = field(default_factory=lambda: SKIP)
-    extra: ExtraPlugins = NO_EXTRA_PLUGINS
+    nri: NriPlugins = NO_NRI_PLUGINS
     missed: MissedPlugins = field(default_factory=MissedPlugins)
     journal: CallJournal = field(default_factory=lambda: CallJournal(None))
     resumer: object = None
@@ -276,12 +276,12 @@ def test_the_rebuild_never_overwrites_what_a_call_recorded_meanwhile(core: Point
     assert container is not None and container.info.container_resources.cpu_shares == 4242
 
 
-# --- plugins of another protocol (hooks.extra: NRI) -----------------------------------------------------
+# --- plugins of another protocol (hooks.nri_plugins: NRI) -----------------------------------------------------
 
 
 @dataclass
-class RecordingExtra:
-    """An ExtraPlugins that wants every event, records them, and adds an annotation on CreateContainer."""
+class RecordingNri:
+    """An NriPlugins that wants every event, records them, and adds an annotation on CreateContainer."""
 
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -304,10 +304,10 @@ class RecordingExtra:
         self.events.append((event, subject.pod_id, subject.container_id))
 
 
-def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_removals(core: Points) -> None:
+def test_nri_plugins_see_every_event_after_the_hook_chain_and_only_recorded_removals(core: Points) -> None:
     core.plugin({"PreCreateContainer": lambda request, _: hooks.ContainerResourceHookResponse(
         container_annotations={"hooked": "yes"})}, ["PreCreateContainer"])
-    recorder = core.core.extra = RecordingExtra()
+    recorder = core.core.nri = RecordingNri()
     points = core.points
     core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
     creation = core.run(points.pre_create_container("p1", bare_container(), None))
@@ -336,7 +336,7 @@ def test_extra_plugins_see_every_event_after_the_hook_chain_and_only_recorded_re
     ]
 
 
-def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(core: Points) -> None:
+def test_edits_are_read_only_for_an_nri_plugin_and_come_back_as_it_left_them(core: Points) -> None:
     reads: list[str] = []
     seen = ContainerEdits(args=("/bin/sh",), rdt_class="gold")
 
@@ -346,16 +346,16 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
 
     points = core.points
     creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
-    assert reads == [] and creation.edits is None and creation.changed_edits() == frozenset()  # no extra plugin
+    assert reads == [] and creation.edits is None and creation.changed_edits() == frozenset()  # no NRI plugin
 
-    class EditingExtra(RecordingExtra):
+    class EditingNri(RecordingNri):
         async def adjust(self, event: str, subject: Subject, time_remaining: float | None
                          ) -> hooks.ContainerResourceHookRequest:
             assert subject.edits == seen
             subject.edits = replace(seen, args=("/bin/true",))
             return await super().adjust(event, subject, time_remaining)
 
-    core.core.extra = EditingExtra()
+    core.core.nri = EditingNri()
     creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
     assert reads == ["edits (image: True)"] and creation.edits_seen == seen
     assert creation.edits is not None and creation.edits.args == ("/bin/true",)
@@ -363,7 +363,7 @@ def test_edits_are_read_only_for_an_extra_plugin_and_come_back_as_it_left_them(c
 
 
 @dataclass
-class FailingExtra(RecordingExtra):
+class FailingNri(RecordingNri):
     """Fails RunPodSandbox and StartContainer as an NRI plugin answering an error does (nri.host raises
     HookFailed)."""
 
@@ -381,9 +381,9 @@ class NamedPlugin:
     endpoint: Path
 
 
-def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_removed_and_forgotten(
+def test_an_nri_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_removed_and_forgotten(
         core: Points) -> None:
-    recorder = core.core.extra = FailingExtra()
+    recorder = core.core.nri = FailingNri()
     points = core.points
     run = core.run(points.pre_run_pod_sandbox(pod_request(), None))
     with pytest.raises(HookFailed) as failed:
@@ -395,11 +395,11 @@ def test_an_extra_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped
     assert core.core.store.pod("p1") is None
 
 
-def test_an_extra_plugin_failing_start_container_fails_the_start_and_the_plugins_hear_it_stopped(
+def test_an_nri_plugin_failing_start_container_fails_the_start_and_the_plugins_hear_it_stopped(
         core: Points) -> None:
     core.core.store.put_pod("p1", PodRecord(pod_request()))
     core.core.store.put_container("c1", ContainerRecord("p1", container_request()))
-    recorder = core.core.extra = FailingExtra()
+    recorder = core.core.nri = FailingNri()
     with pytest.raises(HookFailed):
         core.run(core.points.pre_start_container("c1", None))
     assert recorder.events == [(nri_events.START_CONTAINER, "p1", "c1"), (nri_events.STOP_CONTAINER, "p1", "c1")]
@@ -409,12 +409,12 @@ def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_re
     core.core.store.put_pod("p1", PodRecord(pod_request()))
     heard: list[tuple[str, PodResize | None, int]] = []
 
-    class ResizeExtra(RecordingExtra):
+    class ResizeNri(RecordingNri):
         async def notify(self, event: str, subject: Subject) -> None:
             assert subject.pod is not None
             heard.append((event, subject.resize, subject.pod.resources.cpu_shares))
 
-    core.core.extra = ResizeExtra()
+    core.core.nri = ResizeNri()
     resize = PodResize(None, resources(cpu_shares=2048))
     core.run(core.points.pre_update_pod_sandbox_resources("p1", resize))
     core.run(core.points.pod_sandbox_resources_updated("p1", resize))
@@ -428,17 +428,17 @@ def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_re
     assert record.resized_resources is not None and record.resized_resources.cpu_shares == 2048
 
 
-def test_an_extra_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points) -> None:
+def test_an_nri_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points) -> None:
     core.core.store.put_pod("p1", PodRecord(pod_request()))
 
-    class RefusingResize(RecordingExtra):
+    class RefusingResize(RecordingNri):
         async def notify(self, event: str, subject: Subject) -> None:
             await super().notify(event, subject)
             point = HookPoint(f"NRI {event}", hooks.PodSandboxHookRequest, hooks.PodSandboxHookResponse, None)
             raise HookFailed(point, NamedPlugin("10-refuser", Path("/run/nri.sock")), grpc.StatusCode.UNKNOWN,
                              "INVALID_ARGUMENT: too big")
 
-    core.core.extra = RefusingResize()
+    core.core.nri = RefusingResize()
     with pytest.raises(HookFailed):
         core.run(core.points.pre_update_pod_sandbox_resources("p1", PodResize(None, resources(cpu_shares=4096))))
     record = core.core.store.pod("p1")
@@ -463,14 +463,14 @@ def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Poin
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
     assert record is not None and record.labels == labels and record.state is ContainerState.CREATED
-    # No extra plugin attached: the request's edits are recorded without reading the image.
+    # No NRI plugin attached: the request's edits are recorded without reading the image.
     assert reads == [False] and record.edits == ContainerEdits() and record.created_ns > 0
 
-    class StateRecordingExtra(RecordingExtra):
+    class StateRecordingNri(RecordingNri):
         async def notify(self, event: str, subject: Subject) -> None:
             told.append((event, subject.record().state))
 
-    core.core.extra = StateRecordingExtra()
+    core.core.nri = StateRecordingNri()
     core.run(points.pre_start_container("c1", None))
     core.run(points.post_start_container("c1", None))
     assert record.state is ContainerState.RUNNING
@@ -485,7 +485,7 @@ def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Poin
     assert pod is not None and not pod.ready
 
 
-def test_the_model_records_the_edits_the_extra_plugins_left_and_reads_the_image_once_one_is_attached(
+def test_the_model_records_the_edits_the_nri_plugins_left_and_reads_the_image_once_one_is_attached(
         core: Points) -> None:
     reads: list[bool] = []
 
@@ -493,7 +493,7 @@ def test_the_model_records_the_edits_the_extra_plugins_left_and_reads_the_image_
         reads.append(read_image)
         return ContainerEdits(args=("/entry", "cmd"))
 
-    class EditingExtra(RecordingExtra):
+    class EditingNri(RecordingNri):
         async def adjust(self, event: str, subject: Subject, time_remaining: float | None
                          ) -> hooks.ContainerResourceHookRequest:
             assert subject.record().labels == {"l": "1"} and subject.record().state is ContainerState.UNKNOWN
@@ -501,7 +501,7 @@ def test_the_model_records_the_edits_the_extra_plugins_left_and_reads_the_image_
             return await super().adjust(event, subject, time_remaining)
 
     points, store = core.points, core.core.store
-    core.core.extra = EditingExtra()
+    core.core.nri = EditingNri()
     creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels={"l": "1"}))
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
@@ -516,14 +516,14 @@ def test_a_docker_stop_nobody_hooks_still_records_the_container_stopped(core: Po
     assert record is not None and record.state is ContainerState.STOPPED
 
 
-def test_a_started_container_s_pid_is_read_back_only_while_an_extra_plugin_is_attached(core: Points) -> None:
+def test_a_started_container_s_pid_is_read_back_only_while_an_nri_plugin_is_attached(core: Points) -> None:
     store, backend = core.core.store, core.backend
     backend.containers["c1"] = ContainerRecord("p1", state=ContainerState.RUNNING, pid=4242)
     for cid in ("c1", "c2"):
         store.put_container(cid, ContainerRecord("p1", state=ContainerState.CREATED))
     core.run(core.points.post_start_container("c1", None))
     assert backend.reads == [] and store.container("c1").pid == 0  # type: ignore[union-attr]
-    core.core.extra = RecordingExtra()
+    core.core.nri = RecordingNri()
     core.run(core.points.post_start_container("c1", None))
     assert store.container("c1").pid == 4242  # type: ignore[union-attr]
     core.run(core.points.post_start_container("c2", None))  # the runtime does not know it: no pid

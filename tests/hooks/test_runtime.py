@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.kits.hooks import StubRuntime
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store

@@ -26,10 +26,10 @@ def test_an_nri_plugin_s_toggles_name_nri_events_without_case() -> None:
 @pytest.mark.parametrize("plugin, typed, expected", [
     (NRI, "PreCreateContainer", "PreCreateContainer is a hook of hook plugins; NRI plugin nri:10-res is toggled by "
      f"NRI event: {', '.join(EVENT_NAMES)}; did you mean CreateContainer?"),
-    ("koordlet", "CreateContainer", "CreateContainer is an NRI event; koordlet is a hook plugin, toggled by hook: "
-     f"{', '.join(HOOK_NAMES)}; did you mean PreCreateContainer?"),
-    ("10-res", "createcontainer", "CreateContainer is an NRI event; 10-res is a hook plugin, toggled by hook: "
-     f"{', '.join(HOOK_NAMES)} (an NRI plugin that is not attached is named nri:10-res); did you mean "
+    ("koordlet", "CreateContainer", "CreateContainer is an NRI event of NRI plugins; hook plugin koordlet is "
+     f"toggled by hook: {', '.join(HOOK_NAMES)}; did you mean PreCreateContainer?"),
+    ("10-res", "createcontainer", "CreateContainer is an NRI event of NRI plugins; hook plugin 10-res is toggled "
+     f"by hook: {', '.join(HOOK_NAMES)} (an NRI plugin that is not attached is named nri:10-res); did you mean "
      "PreCreateContainer?"),
     (NRI, "CreateContaner", f"unknown NRI event 'CreateContaner' (known: {', '.join(EVENT_NAMES)}); did you mean "
      "CreateContainer?"),

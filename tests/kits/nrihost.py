@@ -11,7 +11,7 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.context import HookContext, subject_of
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import Store

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, ImageIdentity
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.events import WIRE

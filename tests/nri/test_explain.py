@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, Device
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.store import ContainerRecord, Store
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecorder

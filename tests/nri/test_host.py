@@ -15,7 +15,7 @@ from google.protobuf.message import Message
 from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
-from runtimeproxy.hooks.extra import PodResize, Subject
+from runtimeproxy.hooks.nri_plugins import PodResize, Subject
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.hooks.toggles import Toggles

@@ -10,7 +10,7 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.nri.session import event_mask

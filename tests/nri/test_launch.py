@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.extra import Subject
+from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.nri.host import NriHost

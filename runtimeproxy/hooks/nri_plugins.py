@@ -1,9 +1,9 @@
-"""Plugins of another protocol on the same lifecycle calls (NRI plugins): the interface the core calls.
+"""NRI plugins, the core's second plugin kind on the same lifecycle calls: the interface the core calls.
 
 The core knows NRI as a plugin kind (its row in hooks.kinds) and by its events (hooks.nri_events); its wire is not
-the core's: runtimeproxy.nri implements `ExtraPlugins` and the process (runtimeproxy.app) puts it on the HookService; without it `NO_EXTRA_PLUGINS` costs one attribute read per call. The hook points
-(hooks.lifecycle) call it after the hook-protocol chain, so the extra plugins see the request as the hook
-plugins left it. Events are named as NRI names them; `adjust` is for those whose answers change the call (the
+the core's: runtimeproxy.nri implements `NriPlugins` and the process (runtimeproxy.app) puts it on the
+HookService; without it `NO_NRI_PLUGINS` costs one attribute read per call. The hook points (hooks.lifecycle)
+call it after the hook-protocol chain, so the NRI plugins see the request as the hook plugins left it. Events are named as NRI names them; `adjust` is for those whose answers change the call (the
 table's `adjusts`: CreateContainer, UpdateContainer), `notify` for the others. Both raise
 hooks.dispatcher.HookFailed to fail the call (`notify` only for the table's `fails_call`: RunPodSandbox,
 StartContainer, UpdatePodSandbox). At CreateContainer the subject also carries
@@ -12,7 +12,7 @@ frontend's request says); `adjust` leaves them in `subject.edits` as the plugins
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
-NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.extra_toggle_name), and
+NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.nri_toggle_name), and
 its events as hooks.nri_events does (a toggle can turn one event of a plugin off).
 """
 
@@ -57,7 +57,7 @@ class Subject:
 
 
 @dataclass(frozen=True)
-class ExtraPluginStatus:
+class NriPluginStatus:
     """One attached plugin as `runtimeproxyctl status` shows it."""
 
     name: str  # the plugin's id in its protocol ("10-resource-policy")
@@ -68,10 +68,10 @@ class ExtraPluginStatus:
     protocol_version: str = ""
 
 
-class ExtraPlugins(Protocol):
+class NriPlugins(Protocol):
     stats: HookStats
 
-    def statuses(self) -> list[ExtraPluginStatus]:
+    def statuses(self) -> list[NriPluginStatus]:
         """Every attached plugin, in the order they are called."""
 
     def wants(self, event: str) -> bool:
@@ -89,10 +89,10 @@ class ExtraPlugins(Protocol):
         """Any other event; raises HookFailed only for the events that fail the call (hooks.nri_events)."""
 
 
-class _NoExtraPlugins:
+class _NoNriPlugins:
     stats = HookStats()
 
-    def statuses(self) -> list[ExtraPluginStatus]:
+    def statuses(self) -> list[NriPluginStatus]:
         return []
 
     def wants(self, event: str) -> bool:
@@ -110,4 +110,4 @@ class _NoExtraPlugins:
         return None
 
 
-NO_EXTRA_PLUGINS: ExtraPlugins = _NoExtraPlugins()
+NO_NRI_PLUGINS: NriPlugins = _NoNriPlugins()
