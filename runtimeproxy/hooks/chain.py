@@ -1,10 +1,16 @@
-"""What one run of a hook chain did, collected by the dispatcher loop: each plugin's step, what the applied
-answers changed, who collided with whom, and what plugins in shadow would have changed.
+"""What one kubelet call's chain did: each plugin's step, what the applied answers changed, who collided with
+whom, and what plugins in shadow would have changed. The steps may be of several plugin kinds (hooks.kinds): a
+CreateContainer's hook plugins and then its NRI plugins are one chain, one record, one trace entry (hooks.step).
 
 Collisions (containerd/nri's result.go fails a second plugin touching a field another owns; here the chain
 goes on): a field is owned by the last plugin that changed it; a later plugin changing an owned field is a
 collision between the owner and it, and the later plugin's value stands (file-name order decides, as it
 decides the chain). Echoing a value is no change, so two plugins agreeing never collide.
+
+Across kinds the same holds (an NRI plugin changing what a hook plugin set collides with it and stands); a
+kind whose conflicts fail the call (NRI's) never gets here with two of its own plugins on one field, and
+`counted_collisions` leaves such pairs to its fold (a field-level walk can see, e.g., one list where NRI owns
+each entry).
 
 Shadow: a plugin in shadow sees the request as the chain has it at its place and is merged privately; a
 field it would set is a disagreement when the value applied in the end is another.
@@ -16,13 +22,19 @@ when something reads them (the trace is on, a second plugin changed the request,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.changes import FieldChange, field_changes
+from runtimeproxy.hooks.kinds import Ownership, PluginKind
 from runtimeproxy.hooks.trace import Collision, Step, TraceEntry, bounded_changes, kept_request
 from runtimeproxy.hooks.validate import printable
+
+
+# A shadow's outcome counted by its kind: (it would have changed something, it disagrees with what was applied).
+ShadowTally = Callable[[bool, bool], None]
 
 
 @dataclass
@@ -31,6 +43,7 @@ class _Answer:
     before: Message
     after: Message
     changes: list[FieldChange] | None = None  # computed once read
+    tally: ShadowTally | None = None  # in shadow: who counts its outcome (its kind's statistics)
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,7 @@ class ShadowOutcome:
     plugin: str
     changed: bool
     disagreements: tuple[FieldChange, ...]
+    tally: ShadowTally | None = None
 
 
 class ChainRecord:
@@ -49,6 +63,11 @@ class ChainRecord:
         self.steps: list[Step] = []
         self._applied: list[_Answer] = []
         self._shadows: list[_Answer] = []
+        self._kinds: dict[str, PluginKind] = {}  # the steps' plugins (toggle names) -> their kind
+
+    def of_kind(self, plugin: str, kind: PluginKind) -> None:
+        """A step's plugin (its toggle name) is of `kind` (hooks.step tells each step's kind)."""
+        self._kinds[plugin] = kind
 
     def step(self, plugin: str, outcome: str, seconds: float = 0.0, shadow: bool = False, code: str = "",
              details: str = "") -> None:
@@ -59,9 +78,9 @@ class ChainRecord:
         if after is not before:
             self._applied.append(_Answer(self.steps[-1], before, after))
 
-    def shadowed(self, before: Message, would_be: Message) -> None:
-        """The last step (in shadow) would have left `would_be`."""
-        self._shadows.append(_Answer(self.steps[-1], before, would_be))
+    def shadowed(self, before: Message, would_be: Message, tally: ShadowTally | None = None) -> None:
+        """The last step (in shadow) would have left `would_be`; `tally` counts the outcome."""
+        self._shadows.append(_Answer(self.steps[-1], before, would_be, tally=tally))
 
     @property
     def has_shadows(self) -> bool:
@@ -85,6 +104,15 @@ class ChainRecord:
                 answer.step.changes = bounded_changes(changes)
         return found
 
+    def counted_collisions(self, collisions: list[Collision]) -> list[Collision]:
+        """The collisions the later-wins rule counts: all but those between two plugins of a kind whose own
+        fold fails the call on a conflict (NRI's: a second plugin on a field it owns never gets this far)."""
+        return [collision for collision in collisions if not self._one_conflict_kind(collision)]
+
+    def _one_conflict_kind(self, collision: Collision) -> bool:
+        earlier, later = self._kinds.get(collision.earlier_plugin), self._kinds.get(collision.later_plugin)
+        return earlier is not None and earlier is later and earlier.ownership is Ownership.CONFLICT_FAILS
+
     def shadow_outcomes(self, final: Message) -> list[ShadowOutcome]:
         """Per answer in shadow: would it have changed anything, and where it differs from what was applied."""
         outcomes = []
@@ -94,7 +122,8 @@ class ChainRecord:
             differences = [change for change in field_changes(final, answer.after) if change.field in wanted]
             answer.step.changes = bounded_changes(changes)
             answer.step.disagreements = bounded_changes(differences)
-            outcomes.append(ShadowOutcome(answer.step.plugin, bool(changes), answer.step.disagreements))
+            outcomes.append(ShadowOutcome(answer.step.plugin, bool(changes), answer.step.disagreements,
+                                          answer.tally))
         return outcomes
 
     def entry(self, target: str, final: Message, collisions: list[Collision], result: str,

@@ -9,7 +9,9 @@ What each answer changed is logged at debug level (field, before -> after), and 
 environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
 
 Each run is collected in a `hooks.chain.ChainRecord` (steps, changes, collisions, shadows) and, with the
-trace on, kept in the pod's ring (hooks.trace). What every plugin kind's step shares (toggle, shadow, timing,
+trace on, kept in the pod's ring (hooks.trace). `chain` opens a kubelet call's chain for its hook point: the
+hook plugins run in it (`run_hooks`), and the plugins of another kind on the same call (NRI's CreateContainer,
+UpdateContainer; hooks.lifecycle) record into the same record before it is finished once. What every plugin kind's step shares (toggle, shadow, timing,
 statistics, trace, failure and ownership rules) is hooks.step's, with this kind's row of hooks.kinds. A plugin in shadow (its config's `"shadow": true`, or
 `runtimeproxyctl shadow`) is called in its place in the chain, its answer validated, merged privately,
 counted and traced, never applied; its failures never fail a call whatever its policy.
@@ -18,9 +20,10 @@ counted and traced, never applied; its failures never fail a call whatever its p
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import grpc
@@ -112,6 +115,18 @@ def failure_fields(plugin: PluginRef, point: PointRef, code: grpc.StatusCode) ->
 _NOT_WRITTEN_BACK = frozenset({names.PRE_START_CONTAINER})
 
 
+@dataclass
+class CallChain(Generic[Req]):
+    """One kubelet call's chain at a hook point: its record, the request as the plugins so far left it, and the
+    plugins whose failure it went on without (policy Ignore). Plugins of another kind record into `record` and
+    hand their result back as `request`."""
+
+    point: HookPoint
+    record: ChainRecord
+    request: Req
+    without: list[str] = field(default_factory=list)
+
+
 class Dispatcher:
     def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None,
                  trace: TraceRecorder | None = None) -> None:
@@ -145,39 +160,52 @@ class Dispatcher:
                   ignored: list[str] | None = None) -> Req:
         """Call every plugin of the hook; returns the request as the plugins left it. `ignored` gets the plugins
         whose failure the call went on without (policy Ignore; never one in shadow)."""
-        record = self.steps.record(point.name, request)
-        without: list[str] = []
-        try:
-            for plugin in self._registry.plugins_for(point.name):
-                if self.steps.toggled_off(record, plugin.name, point.name):
-                    continue
-                shadow = self.in_shadow(plugin)
-                response = await self._call(point, plugin, request, time_remaining, record, shadow)
-                if response is None and not shadow:
-                    without.append(plugin.name)
-                if response is None or point.merge is None:
-                    continue
-                merged = point.merge(request, response)
-                if shadow:
-                    record.shadowed(request, merged)
-                    continue
-                if merged != request:
-                    self.stats.changed(plugin.name, point.name)
-                    record.applied(request, merged)
-                report_answer(point, plugin, request, response, merged)
-                request = merged
-        except HookFailed as failure:
-            self._finish(point, record, request, self.steps.failed_result(failure))
-            raise
-        self._finish(point, record, request, without=without)
+        async with self.chain(point, request) as chain:
+            await self.run_hooks(chain, time_remaining)
         if ignored is not None:
-            ignored.extend(without)
-        return request
+            ignored.extend(chain.without)
+        return chain.request
+
+    @contextlib.asynccontextmanager
+    async def chain(self, point: HookPoint[Req, Resp], request: Req) -> AsyncIterator[CallChain[Req]]:
+        """A kubelet call's chain, finished once when the block ends: with a HookFailed of any kind's plugin
+        (re-raised), or with the request as it was left."""
+        chain = CallChain(point, self.steps.record(point.name, request), request)
+        try:
+            yield chain
+        except HookFailed as failure:
+            self._finish(point, chain.record, chain.request, self.steps.failed_result(failure))
+            raise
+        self._finish(point, chain.record, chain.request, without=chain.without)
+
+    async def run_hooks(self, chain: CallChain[Req], time_remaining: float | None) -> None:
+        """The hook plugins of the chain's point, in order, each answer folded into `chain.request`."""
+        point, record = chain.point, chain.record
+        for plugin in self._registry.plugins_for(point.name):
+            if self.steps.toggled_off(record, plugin.name, point.name):
+                continue
+            shadow = self.in_shadow(plugin)
+            request = chain.request
+            response = await self._call(point, plugin, request, time_remaining, record, shadow)
+            if response is None and not shadow:
+                chain.without.append(plugin.name)
+            if response is None or point.merge is None:
+                continue
+            merged = point.merge(request, response)
+            if shadow:
+                self.steps.shadowed(record, plugin.name, point.name, request, merged)
+                continue
+            if merged != request:
+                self.stats.changed(plugin.name, point.name)
+                record.applied(request, merged)
+            report_answer(point, plugin, request, response, merged)
+            chain.request = merged
 
     def _finish(self, point: HookPoint, record: ChainRecord, final: Message, failure: str = "",
                 without: list[str] | None = None) -> None:
         written_back = point.is_pre and point.name not in _NOT_WRITTEN_BACK and not failure
-        self.steps.finish(record, point.name, final, failure or _result(point, without or []), written_back)
+        self.steps.finish(record, point.name, final, failure or _result(point, without or []), written_back,
+                          bool(failure))
 
     def trace_skipped(self, point: HookPoint, request: Message) -> None:
         """A call of a pod with the skip label: its plugins are not called, the trace says why."""

@@ -6,6 +6,9 @@ is here too. Everything policy-like lives here: the skip rule, "is anyone regist
 a call nobody hooks costs a lookup), running the chain, the cgroup-follow rule, the effective resources
 an update leaves, filling the pod part of a container's request, and what the store records.
 
+CreateContainer and UpdateContainerResources are one chain each (`_chain`): the hook plugins, then the NRI
+plugins on the request they left, recorded as one run (hooks.step): one trace entry, collisions across kinds.
+
 A Fail-policy failure of a pre-hook is logged here and raised as `HookFailed` (hooks.dispatcher): the
 frontend turns it into its own error (a gRPC status with ErrorInfo, a Docker 500) and does not call the
 backend. Post-hooks never change a call's outcome. `time_remaining` is the caller's deadline (None: none).
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks import dispatcher
+from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import request_of, tell_nri
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
@@ -34,6 +38,9 @@ from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
+# The NRI plugins' part of a kubelet call's chain: the request as the hook plugins left it, the call's record
+# (None: no hook plugin ran, the NRI plugins' own entry) -> the request as the NRI plugins leave it.
+NriPart = Callable[[Req, "ChainRecord | None"], Awaitable[Req]]
 # Reads a create request's ContainerEdits; True: also read the image when the request leaves the argv to it
 # (a runtime call), False: the argv is () then (not known).
 EditsReader = Callable[[bool], Awaitable[ContainerEdits]]
@@ -137,13 +144,24 @@ class HookPoints:
         """An event for the NRI plugins about a recorded pod or container (hooks.context.tell_nri)."""
         await tell_nri(self.context, self.nri, event, pod_id, container_id, resize)
 
-    async def _pre_hook(self, point: HookPoint, request: Req, time_remaining: float | None,
-                        ignored: list[str] | None = None) -> Req:
+    async def _chain(self, point: HookPoint, request: Req, time_remaining: float | None,
+                     nri_part: NriPart | None, ignored: list[str]) -> Req:
+        """One kubelet call's chain: the point's hook plugins, then `nri_part` on the request they left, into the
+        same record (finished once, also when either kind's plugin fails the call). `ignored` gets the hook
+        plugins the call went on without."""
+        if not self.dispatcher.has_plugins(point):
+            return await nri_part(request, None) if nri_part is not None else request
         try:
-            return await self.dispatcher.run(point, request, time_remaining, ignored)
+            async with self.dispatcher.chain(point, request) as chain:
+                await self.dispatcher.run_hooks(chain, time_remaining)
+                if nri_part is not None:
+                    chain.request = await nri_part(chain.request, chain.record)
         except HookFailed as failure:
-            log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
+            if not failure.logged:
+                log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
             raise
+        ignored.extend(chain.without)
+        return chain.request
 
     async def _post_hook(self, point: HookPoint, request_factory: Callable[[], Awaitable[Message | None]],
                          time_remaining: float | None) -> None:
@@ -168,7 +186,7 @@ class HookPoints:
                 self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, pod)
             return PodSandboxRun(pod, False, skip)
         ignored: list[str] = []
-        changed = await self._pre_hook(dispatcher.PRE_RUN_POD_SANDBOX, pod, time_remaining, ignored)
+        changed = await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, pod, time_remaining, None, ignored)
         return PodSandboxRun(changed, changed != pod, skip, tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
@@ -243,17 +261,23 @@ class HookPoints:
                 if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
                     self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
                 return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits)
-        changed = container
         ignored: list[str] = []
-        if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
-            changed = await self._pre_hook(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining, ignored)
-        missed = tuple(ignored)
-        seen = None
-        if self.nri.wants(nri_events.CREATE_CONTAINER):
+        subject: Subject | None = None  # the NRI plugins' (their edits), when they took part
+        seen: ContainerEdits | None = None  # the request's edits, as the NRI plugins were shown them
+
+        async def nri_part(changed: hooks.ContainerResourceHookRequest,
+                           chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
+            nonlocal subject, seen
             seen = await edits(True) if edits is not None else None
             model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
             subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
-            changed = await self.nri.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining)
+            return await self.nri.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining, chain)
+
+        wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
+        changed = await self._chain(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining,
+                                    nri_part if wants_nri else None, ignored)
+        missed = tuple(ignored)
+        if subject is not None:
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits,
                                      missed)
         return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits,
@@ -296,7 +320,7 @@ class HookPoints:
         if self.dispatcher.has_plugins(dispatcher.PRE_START_CONTAINER):
             request = await self.context.container_request(container_id)
             if request is not None:
-                await self._pre_hook(dispatcher.PRE_START_CONTAINER, request, time_remaining)
+                await self._chain(dispatcher.PRE_START_CONTAINER, request, time_remaining, None, [])
         try:
             await self._notify_nri(nri_events.START_CONTAINER, container_id=container_id)
         except HookFailed:
@@ -326,14 +350,16 @@ class HookPoints:
         if update is not None:
             seen.container_resources.CopyFrom(apply_resource_update(seen.container_resources, update))
         seen.container_annotations.update(annotations)
-        changed = seen
-        if hooked:
-            changed = await self._pre_hook(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining)
-        if nri_wants:
-            record, pod = found
+        record, pod = found
+
+        async def nri_part(changed: hooks.ContainerResourceHookRequest,
+                           chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
             subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
                               pod_model=pod)
-            changed = await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining)
+            return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain)
+
+        changed = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,
+                                    nri_part if nri_wants else None, [])
         return ResourceUpdate(seen, changed)
 
     async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,

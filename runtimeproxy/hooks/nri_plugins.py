@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.stats import HookStats
@@ -80,10 +81,11 @@ class NriPlugins(Protocol):
     def attached(self) -> bool:
         """Some plugin is attached (cheap): what only such plugins see (a pid, an image's argv) is read then."""
 
-    async def adjust(self, event: str, subject: Subject,
-                     time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
+                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
         """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated); at
-        CreateContainer subject.edits is replaced by the edits as the plugins leave them."""
+        CreateContainer subject.edits is replaced by the edits as the plugins leave them. `chain`: the kubelet
+        call's record (its hook plugins' steps), which the NRI plugins' steps join; the caller finishes it."""
 
     async def notify(self, event: str, subject: Subject) -> None:
         """Any other event; raises HookFailed only for the events that fail the call (hooks.nri_events)."""
@@ -101,8 +103,8 @@ class _NoNriPlugins:
     def attached(self) -> bool:
         return False
 
-    async def adjust(self, event: str, subject: Subject,
-                     time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
+                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
         return subject.container
 

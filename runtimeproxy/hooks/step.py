@@ -11,9 +11,13 @@ from a branch on the kind:
   plugin's own name and the scope: a hook, or an NRI event) and the trace step (under the toggle name);
 - failure: `fails_call` applies the kind's failure rule, `failure` builds the one `HookFailed` the frontends turn
   into their error, worded in the kind's terms;
-- end of the chain: `finish` counts the shadows' outcomes, applies the ownership rule to collisions (counted
-  and logged when the later plugin wins; a kind whose conflicts fail the call failed it while folding) and
-  keeps the entry in the pod's trace.
+- end of the chain: `finish` counts the shadows' outcomes (each by its own kind), applies the ownership rule to
+  collisions (counted and logged when the later plugin wins, across kinds too; a kind whose conflicts fail the
+  call failed it while folding) and keeps the entry in the pod's trace.
+
+One kubelet call is one chain: a CreateContainer's or an UpdateContainerResources' hook plugins and then its NRI
+plugins record their steps into one `ChainRecord` (the hook chain's, hooks.dispatcher.Dispatcher.chain), which is
+finished once: one trace entry listing both kinds' steps, collisions across kinds named with both owners.
 
 Validation (hooks.validate) is called by each protocol on its folded answer, since only it knows how an answer
 folds; its refusal is a `failed(..., refused=True)` step here.
@@ -62,9 +66,12 @@ class HookFailed(Exception):
     """A plugin failed a call its kind's failure rule fails: the frontend fails the call (the core's one failure)."""
 
     def __init__(self, point: PointRef, plugin: PluginRef, code: grpc.StatusCode, details: str,
-                 field: str = "", text: str = "") -> None:
-        """`text`: the kind's wording (KindSteps.failure); without it, a hook plugin's under failure-policy Fail."""
+                 field: str = "", text: str = "", clause: str = " under failure-policy Fail") -> None:
+        """`text`: the kind's wording (KindSteps.failure); without it, a hook plugin's under failure-policy Fail.
+        `clause`: why the failure fails the call, as the trace's result says it (the kind's `fails_clause`)."""
         self.point = point
+        self.clause = clause
+        self.logged = False  # logged where it was raised (an NRI plugin's), not again by the hook point
         self.plugin = plugin
         self.code = code
         self.details = details = printable(details)  # the CRI status message the kubelet gets and logs
@@ -122,8 +129,16 @@ class KindSteps:
            details: str = "") -> float:
         seconds = time.perf_counter() - started
         self.stats.record(plugin, scope, OK, seconds)
-        record.step(self.kind.toggle_name(plugin), STEP_OK, seconds, shadow, details=details)
+        name = self.kind.toggle_name(plugin)
+        record.step(name, STEP_OK, seconds, shadow, details=details)
+        record.of_kind(name, self.kind)
         return seconds
+
+    def shadowed(self, record: ChainRecord, plugin: str, scope: str, before: Message, would_be: Message) -> None:
+        """The last ok step (of `plugin`, in shadow) would have left `would_be`: counted here when finished."""
+        stats = self.stats
+        record.shadowed(before, would_be,
+                        lambda changed, disagreed: stats.shadowed(plugin, scope, changed, disagreed))
 
     def failed(self, record: ChainRecord, plugin: str, scope: str, started: float, shadow: bool, outcome: str,
                details: str, refused: bool = False) -> float:
@@ -141,23 +156,26 @@ class KindSteps:
                 field: str = "") -> HookFailed:
         text = self.kind.failure_text(point.name, scope, plugin.name, str(plugin.endpoint), code.name,
                                       printable(details))
-        return HookFailed(point, plugin, code, details, field, text)
+        return HookFailed(point, plugin, code, details, field, text, self.kind.fails_clause())
 
-    def failed_result(self, failure: HookFailed) -> str:
-        """The trace's result of a chain a failure ended."""
-        return f"not sent: {failure.plugin.name} failed{self.kind.fails_clause()} ({failure.code.name}); the call fails"
+    @staticmethod
+    def failed_result(failure: HookFailed) -> str:
+        """The trace's result of a chain a failure ended (by a plugin of any kind)."""
+        return f"not sent: {failure.plugin.name} failed{failure.clause} ({failure.code.name}); the call fails"
 
-    def finish(self, record: ChainRecord, scope: str, final: Message, result: str, written_back: bool) -> None:
-        """Shadows' outcomes counted, collisions by the ownership rule, the run kept in the pod's trace."""
+    def finish(self, record: ChainRecord, scope: str, final: Message, result: str, written_back: bool,
+               failed: bool = False) -> None:
+        """Shadows' outcomes counted, collisions by the ownership rule (not for a call a failure ended: no value
+        stood), the run kept in the pod's trace."""
         later_wins = self.kind.ownership is Ownership.LATER_WINS
         collisions = record.collisions() if later_wins or record.traced else []  # else: a conflict failed the fold
-        if later_wins:
-            for collision in collisions:
+        if later_wins and not failed:
+            for collision in record.counted_collisions(collisions):
                 self._collided(scope, collision)
         if record.has_shadows:
             for outcome in record.shadow_outcomes(final):
-                plugin = outcome.plugin.removeprefix(self.kind.prefix)
-                self.stats.shadowed(plugin, scope, outcome.changed, bool(outcome.disagreements))
+                if outcome.tally is not None:
+                    outcome.tally(outcome.changed, bool(outcome.disagreements))
         if record.traced:
             who = pod_key(record.original)
             self.trace.record(who, record.entry(who.target, final, collisions, result, written_back))

@@ -132,7 +132,7 @@ class PluginCall:
         if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
             after = hooks.ContainerResourceHookRequest()
             after.CopyFrom(folded.container)
-            record.changed(before, after, shadow)
+            record.changed(plugin.plugin_id, before, after, shadow)
         if shadow:
             self._results.count_shadowed(plugin.plugin_id, asked.evictions)
             return None
@@ -163,4 +163,5 @@ class PluginCall:
         failure = self.steps.failure(NriEventRef(NRI.trace_hook(event)), event,
                                      NriPluginRef(plugin.plugin_id, self.socket_path), code, details, field)
         log.warning("%s", failure)
+        failure.logged = True
         return failure

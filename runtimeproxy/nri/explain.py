@@ -8,7 +8,9 @@ connection; refused with `conflict`, `refused` or `invalid` and the reason; in s
 hook plugin whose hook is off, with the toggle's reason), its latency, the
 fields its adjustment or update changed in the container (hooks.changes, `before -> after`; the argv, bind
 mounts, devices and RDT class, which the hook model lacks, in words), what a plugin in shadow would have changed, and in words its requests to update or evict other containers. `finish` counts
-the shadow outcomes in the host's statistics and keeps the entry. Field changes are only computed when read:
+the shadow outcomes in the host's statistics and keeps the entry. An adjusting event of a call whose hook plugins
+ran (CreateContainer, UpdateContainer) records into the hook chain's record instead, which the hook point
+finishes: one entry for the kubelet's call, both kinds' steps in it (hooks.step). Field changes are only computed when read:
 the trace is on, or a plugin is in shadow. The statistics count each call under the plugin's id and the event.
 """
 
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.changes import show
 from runtimeproxy.hooks.edits import LINUX_KINDS, ContainerEdits, Rlimit
 from runtimeproxy.hooks.nri_plugins import Subject
@@ -114,10 +117,15 @@ def _plain(value: object) -> object:
 
 
 class EventRecord:
-    def __init__(self, event: str, subject: Subject, steps: KindSteps) -> None:
-        """The event's subject is traced as its request: the container (with its pod's metadata), else the pod."""
+    def __init__(self, event: str, subject: Subject, steps: KindSteps, chain: ChainRecord | None = None) -> None:
+        """The event's subject is traced as its request: the container (with its pod's metadata), else the pod.
+        `chain`: the kubelet call's record, into which the steps go (its owner finishes it)."""
         self.event = event
         self._steps = steps
+        self._owned = chain is None
+        if chain is not None:
+            self._chain = chain
+            return
         request: Message | None = subject.container if subject.container is not None else subject.pod
         traced = steps.trace.enabled and request is not None
         if traced and subject.container is not None and subject.pod is not None \
@@ -143,15 +151,18 @@ class EventRecord:
         self._steps.failed(self._chain, plugin_id, self.event, started, shadow, outcome, message,
                            refused=outcome in REFUSALS)
 
-    def changed(self, before: Message, after: Message, shadow: bool) -> None:
-        """The last ok step left the container `after` (in shadow: would have)."""
+    def changed(self, plugin_id: str, before: Message, after: Message, shadow: bool) -> None:
+        """The last ok step (of `plugin_id`) left the container `after` (in shadow: would have)."""
         if shadow:
-            self._chain.shadowed(before, after)
+            self._steps.shadowed(self._chain, plugin_id, self.event, before, after)
         elif after != before:
             self._chain.applied(before, after)
 
     def finish(self, final: Message | None, result: str, written_back: bool = False) -> None:
-        """Shadow outcomes counted; the entry kept in the pod's trace (a pod known by uid or name only)."""
+        """Shadow outcomes counted; the entry kept in the pod's trace (a pod known by uid or name only). Nothing
+        for a record of the kubelet call's chain: its owner finishes it."""
+        if not self._owned:
+            return
         final = final if final is not None else self._chain.original
         if self._chain.traced:
             who = pod_key(self._chain.original)

@@ -48,6 +48,7 @@ import grpc
 from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
+from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.nri_events import EVENTS
 from runtimeproxy.hooks.runtime import PluginAsks
@@ -350,21 +351,23 @@ class NriHost:
         record.finish(None, NOTIFIED)
         return [stopped for request in asked for stopped in await self.results.carry_out(request, subject.container_id)]
 
-    async def adjust(self, event: str, subject: Subject,
-                     time_remaining: float | None) -> hooks.ContainerResourceHookRequest:
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
+                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
         async with self._lock.held():
-            adjusted, stopped = await self._adjust(WIRE[event], subject)
+            adjusted, stopped = await self._adjust(WIRE[event], subject, chain)
             await self._stops_heard(stopped)
             return adjusted
 
-    async def _adjust(self, wire: WireEvent, subject: Subject) -> tuple[hooks.ContainerResourceHookRequest, list[str]]:
+    async def _adjust(self, wire: WireEvent, subject: Subject,
+                      chain: ChainRecord | None) -> tuple[hooks.ContainerResourceHookRequest, list[str]]:
         """An event whose answers change the call (the lock held): the container as the plugins leave it, and the
-        containers what they asked stopped."""
+        containers what they asked stopped. `chain`: the kubelet call's record the steps go into (None: the
+        event's own entry)."""
         assert subject.container is not None and wire.row.adjusts
         event = wire.name
         pod = convert.subject_pod(subject)
         adjustments = Adjustments(subject.container, subject.edits)
-        record = EventRecord(event, subject, self.steps)
+        record = EventRecord(event, subject, self.steps, chain)
         asked: list[Asked] = []
         validators = self._subscribers(nri_events.VALIDATE_CONTAINER_ADJUSTMENT) if wire.answers("adjust") else []
         collected, original = None, None
@@ -387,20 +390,20 @@ class NriHost:
             raise
         record.finish(adjustments.container, SENT, written_back=True)
         if collected is not None and original is not None:
-            await self._validate(collected.request(pod, original), validators, subject)
+            await self._validate(collected.request(pod, original), validators, subject, chain)
         stopped = [stopped for request in asked
                    for stopped in await self.results.carry_out(request, subject.container_id)]
         subject.edits = adjustments.edits
         return adjustments.container, stopped
 
     async def _validate(self, request: nri.ValidateContainerAdjustmentRequest, validators: list[PluginSession],
-                        subject: Subject) -> None:
+                        subject: Subject, chain: ChainRecord | None = None) -> None:
         """ValidateContainerAdjustment to every validator at once (the lock held), as containerd/nri v0.12.5's
         validateContainerAdjustment: a rejection, an error or a timeout of any of them fails the CreateContainer
         whatever its failure policy (which only decides whether a timed-out one stays attached). A validator in
         shadow is called and traced; its verdict is only logged."""
         event = nri_events.VALIDATE_CONTAINER_ADJUSTMENT
-        record = EventRecord(event, subject, self.steps)
+        record = EventRecord(event, subject, self.steps, chain)
         failures: list[tuple[PluginSession | None, str]] = []
         if self.default_validator is not None:
             reason = self.default_validator.validate(request)
@@ -424,7 +427,7 @@ class NriHost:
             else:
                 verdict = rejection(plugin.plugin_id, answer)
                 if verdict is None:
-                    record.ok(plugin.plugin_id, started, shadow)
+                    record.ok(plugin.plugin_id, started, shadow, [f"{event}: accepted"])
                 else:
                     record.failed(plugin.plugin_id, started, shadow, "rejected", verdict)
             if verdict is not None and shadow:
@@ -440,6 +443,7 @@ class NriHost:
                                          NriPluginRef(DEFAULT_VALIDATOR_NAME, self.socket_path),
                                          grpc.StatusCode.UNKNOWN, verdict, "")
             log.warning("%s", failure)
+            failure.logged = True
         else:
             failure = self.call.failed(event, offender, grpc.StatusCode.UNKNOWN, verdict)
         record.finish(None, self.steps.failed_result(failure))

@@ -291,7 +291,7 @@ class RecordingNri:
     def attached(self) -> bool:
         return True
 
-    async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
                      ) -> hooks.ContainerResourceHookRequest:
         assert subject.container is not None
         self.events.append((event, subject.pod_id, subject.container_id))
@@ -349,7 +349,7 @@ def test_edits_are_read_only_for_an_nri_plugin_and_come_back_as_it_left_them(cor
     assert reads == [] and creation.edits is None and creation.changed_edits() == frozenset()  # no NRI plugin
 
     class EditingNri(RecordingNri):
-        async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
                          ) -> hooks.ContainerResourceHookRequest:
             assert subject.edits == seen
             subject.edits = replace(seen, args=("/bin/true",))
@@ -494,7 +494,7 @@ def test_the_model_records_the_edits_the_nri_plugins_left_and_reads_the_image_on
         return ContainerEdits(args=("/entry", "cmd"))
 
     class EditingNri(RecordingNri):
-        async def adjust(self, event: str, subject: Subject, time_remaining: float | None
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
                          ) -> hooks.ContainerResourceHookRequest:
             assert subject.record().labels == {"l": "1"} and subject.record().state is ContainerState.UNKNOWN
             subject.edits = ContainerEdits(args=("/bin/true",))
