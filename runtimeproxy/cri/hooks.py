@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import replace
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -44,6 +44,24 @@ from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
+
+
+class _CreateRequest:
+    """A CRI CreateContainerRequest as a creation is written back into it (hooks.lifecycle.CreateWriter)."""
+
+    def __init__(self, request: cri.CreateContainerRequest, write_profile: Callable[[str], str]) -> None:
+        self._request = request
+        self._env_order = [kv.key for kv in request.config.envs]  # as the kubelet sent them
+        self._write_profile = write_profile  # a seccomp policy's profile file (cri.seccomp)
+
+    async def container(self, request: hooks.ContainerResourceHookRequest) -> None:
+        apply_to_container_config(self._request, request, self._env_order)
+
+    def edits(self, edits: ContainerEdits, kinds: frozenset[str]) -> None:
+        apply_edits(self._request, edits, kinds, self._write_profile)
+
+    def cgroup_parent(self, parent: str) -> bool:
+        return align_sandbox_cgroup_parent(self._request, parent)  # containerd reads sandbox_config's
 Context = grpc.aio.ServicerContext
 CRI_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
 M = TypeVar("M", bound=Message)
@@ -189,21 +207,9 @@ class CriHooks:
             creation = await self.points.pre_create_container(
                 request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
                 lambda read_image: self._edits(request, read_image), container_labels(request.config.labels))
-        rewritten = False
-        if creation.changed:
-            apply_to_container_config(request, creation.request, [kv.key for kv in request.config.envs])
-            rewritten = True
         # A seccomp policy's profile file lives until containerd has read it: the create's end.
         with ProfileFiles(self._profile_dir or Path()) as profiles:
-            edited = creation.changed_edits()
-            if edited:
-                assert creation.edits is not None
-                apply_edits(request, creation.edits, edited, profiles.write)
-                rewritten = True
-            # containerd places the container under sandbox_config's cgroup parent.
-            if align_sandbox_cgroup_parent(request, creation.cgroup_parent):
-                rewritten = True
-            if rewritten:
+            if await creation.write_back(_CreateRequest(request, profiles.write)):
                 data = request.SerializeToString()
             # Journaled until the answer is about to go back: a crash meanwhile is the next proxy's (hooks.reconcile).
             with self.points.creating(request.pod_sandbox_id, creation.request):

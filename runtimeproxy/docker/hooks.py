@@ -172,17 +172,7 @@ class DockerHooks:
             lambda read_image: self._edits(body, read_image), container_labels_of(body["Labels"]))
         call.notes[_CREATED_NOTE] = creation
         _journal(call, self.points.creating(creation.pod_id, creation.request))
-        rewritten = False
-        if creation.changed:
-            await convert_large(len(data), apply_to_container_body, body, creation.request)
-            rewritten = True
-        edited = creation.changed_edits()
-        if edited:
-            assert creation.edits is not None
-            apply_edits(body, creation.edits, edited)
-            rewritten = True
-        if apply_cgroup_parent(body, creation.cgroup_parent):
-            rewritten = True
+        rewritten = await creation.write_back(_CreateBody(body, len(data)))
         return await serialize_body(body, len(data)) if rewritten else data
 
     async def after_create(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
@@ -215,6 +205,23 @@ class DockerHooks:
         apply_to_update_body(body, update)
         call.notes[_UPDATE_NOTE] = update_resources(body)
         return await serialize_body(body, len(data))
+
+
+class _CreateBody:
+    """A Docker create body as a creation is written back into it (hooks.lifecycle.CreateWriter)."""
+
+    def __init__(self, body: Body, size: int) -> None:
+        self._body = body
+        self._size = size  # the body's bytes: a large one is converted off the event loop
+
+    async def container(self, request: hooks.ContainerResourceHookRequest) -> None:
+        await convert_large(self._size, apply_to_container_body, self._body, request)
+
+    def edits(self, edits: ContainerEdits, kinds: frozenset[str]) -> None:
+        apply_edits(self._body, edits, kinds)
+
+    def cgroup_parent(self, parent: str) -> bool:
+        return apply_cgroup_parent(self._body, parent)  # dockerd reads HostConfig.CgroupParent
 
 
 def _journal(call: InterceptedCall, in_flight: AbstractContextManager[None]) -> None:

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from google.protobuf.message import Message
 
@@ -56,6 +57,19 @@ class PodSandboxRun:
     missed: tuple[str, ...] = ()  # plugins that failed under Ignore: the pod is created without their answer
 
 
+class CreateWriter(Protocol):
+    """A frontend's create request (its wire's translator), as a creation's outcome is written back into it."""
+
+    async def container(self, request: hooks.ContainerResourceHookRequest) -> None:
+        """The container as the plugins left it (annotations, environment, resources)."""
+
+    def edits(self, edits: ContainerEdits, kinds: frozenset[str]) -> None:
+        """The kinds of edits (hooks.edits) the NRI plugins changed, as they left them."""
+
+    def cgroup_parent(self, parent: str) -> bool:
+        """The container goes under `parent` ("" leaves it); True if the request changed."""
+
+
 @dataclass
 class ContainerCreation:
     """The outcome of PreCreateContainer: the container as the runtime is to create it."""
@@ -75,6 +89,19 @@ class ContainerCreation:
         if self.edits is None or self.edits_seen is None:
             return frozenset()
         return self.edits.changed_kinds(self.edits_seen)
+
+    async def write_back(self, writer: CreateWriter) -> bool:
+        """What the plugins changed, written into the frontend's request; True if it changed (re-encode it)."""
+        rewritten = False
+        if self.changed:
+            await writer.container(self.request)
+            rewritten = True
+        edited = self.changed_edits()
+        if edited:
+            assert self.edits is not None
+            writer.edits(self.edits, edited)
+            rewritten = True
+        return writer.cgroup_parent(self.cgroup_parent) or rewritten
 
     @property
     def cgroup_parent(self) -> str:
