@@ -3,7 +3,8 @@
   lifecycle             the flow of each hook point, one short function per point (the frontends call these)
   kinds, step           the table of plugin kinds (hook, NRI) and the one chain step both use: toggle, shadow,
                         timing, statistics, validation's refusal, trace, the failure and ownership rules
-  dispatcher, chain     calling a hook point's plugins in order; what one run did (changes, collisions, shadows)
+  dispatcher, chain     calling a hook point's plugins in order; what one kubelet call's chain did, both plugin
+                        kinds' steps in one record (changes, collisions across kinds, shadows)
   nri_plugins           the interface to NRI plugins, the core's other plugin kind
   nri_events            NRI's event table (name, wire number, messages, rules), every list about NRI events
   names, config, registry, plugin, dirwatch, trusted_files
