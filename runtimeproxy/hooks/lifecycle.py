@@ -172,11 +172,11 @@ class HookPoints:
         await tell_nri(self.context, self.nri, event, pod_id, container_id, resize)
 
     async def _chain(self, point: HookPoint, request: Req, time_remaining: float | None,
-                     nri_part: NriPart | None, ignored: list[str]) -> Req:
+                     nri_part: NriPart | None, ignored: list[str], hooked: bool = True) -> Req:
         """One kubelet call's chain: the point's hook plugins, then `nri_part` on the request they left, into the
         same record (finished once, also when either kind's plugin fails the call). `ignored` gets the hook
-        plugins the call went on without."""
-        if not self.dispatcher.has_plugins(point):
+        plugins the call went on without; `hooked`: the point has plugins (the caller asked once)."""
+        if not hooked:
             return await nri_part(request, None) if nri_part is not None else request
         try:
             async with self.dispatcher.chain(point, request) as chain:
@@ -302,7 +302,8 @@ class HookPoints:
 
         wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
         changed = await self._chain(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining,
-                                    nri_part if wants_nri else None, ignored)
+                                    nri_part if wants_nri else None, ignored,
+                                    self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
         missed = tuple(ignored)
         if subject is not None:
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits,
@@ -386,7 +387,7 @@ class HookPoints:
             return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain)
 
         changed = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,
-                                    nri_part if nri_wants else None, [])
+                                    nri_part if nri_wants else None, [], hooked)
         return ResourceUpdate(seen, changed)
 
     async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
