@@ -26,7 +26,7 @@ import pytest
 
 from rplab.example_plugin import ExampleSettings, plugin_process, registration
 from rplab.guest import Guest
-from rplab.guest_kubelet import GuestKubeletNode, through_host
+from rplab.guest_kubelet import UNIT as GUEST_KUBELET_UNIT, GuestKubeletNode, through_host
 from rplab.kubelet_node import NEWEST_KUBELET_VERSION, NEWEST_PEER, KubeletNode
 from rplab.kubelet_pods import NodePorts, Pace, run_node
 from rplab.process import ProxyProcess
@@ -65,10 +65,18 @@ def settled_reader(guest: Guest, into: dict[str, Any]) -> Callable[[KubeletNode]
 
 def guest_run(node: GuestKubeletNode, ports: NodePorts, guest: Guest) -> Run:
     started = time.monotonic()
+    since = guest.shell("date +%s").strip()
     specs: dict[str, Any] = {}
     outcome = run_node(node, ports, Path(guest.address), while_settled=settled_reader(guest, specs), pods=PODS,
                        pace=PACE)
-    return Run(outcome, specs, seconds=round(time.monotonic() - started, 1))
+    return Run(outcome, specs, seconds=round(time.monotonic() - started, 1), kubelet_log=restart_events(guest, since))
+
+
+def restart_events(guest: Guest, since: str) -> str:
+    """The kubelet's journal lines of this run about liveness-restart's containers (its PLEG events say when each
+    attempt started, died and was removed): the evidence the open finding below is waiting for."""
+    return guest.shell(f"journalctl -u {GUEST_KUBELET_UNIT} --since=@{since} --no-pager -o short-precise "
+                       "| grep -E 'liveness-restart|DeleteContainer' | tail -40", check=False)
 
 
 def summary(name: str, run: Run) -> str:
@@ -144,7 +152,8 @@ def test_through_the_proxy_the_kubelet_sees_what_it_sees_directly(direct: Run, p
     assert proxied_view == direct_view
     if proxied_last != direct_last:
         warnings.warn(f"liveness-restart's last state: {proxied_last} through the proxy, {direct_last} directly "
-                      "(the open finding of docs/runtimes.md)")
+                      "(the open finding of docs/runtimes.md); the kubelet's journal through the proxy:\n"
+                      f"{proxied.kubelet_log}\ndirectly:\n{direct.kubelet_log}")
 
 
 def test_through_the_proxy_the_runtime_holds_the_same_pods_plus_the_plugins_annotations(

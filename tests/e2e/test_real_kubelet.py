@@ -55,6 +55,7 @@ class Run:
     hooks: Counter[str] = field(default_factory=Counter)
     nri_events: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    kubelet_log: str = ""  # the kubelet's log lines a comparison reports when it differs
 
 
 @pytest.fixture(scope="module")
