@@ -165,7 +165,8 @@ class Proxy:
                                   request_timeout=options.nri_request_timeout, toggles=service.toggles,
                                   plugin_dir=options.nri_plugin_path, plugin_config_dir=options.nri_plugin_config_path,
                                   owners=TrustedOwners.with_extra(options.hook_config_trusted_uids),
-                                  trace=service.trace, gate=service.sync_gate, default_validator=validator)
+                                  trace=service.trace, stats=service.stats, gate=service.sync_gate,
+                                  default_validator=validator)
         try:
             with naming_flag("--nri-socket", socket_path, socket_fix("--nri-socket")):
                 await host.start()

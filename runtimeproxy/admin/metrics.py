@@ -1,8 +1,9 @@
 """The proxy's Prometheus series (prefix `runtimeproxy_`), built from its parts at scrape time.
 
 Nothing is counted twice: the series are read from the frontend's call counters (runtimeproxy.report), the
-dispatcher's hook statistics, the plugin registry, the toggles, the store, the NRI plugins'
-statistics (hooks.nri_plugins, through the hook service) and the backend channels when Prometheus scrapes. Labels are method, plugin file, hook and
+hook core's one table of plugin calls (hooks.stats, read kind by kind: CALL_FAMILIES), the plugin registry, the
+toggles, the store, the NRI plugins' statuses (hooks.nri_plugins, through the hook service) and the backend
+channels when Prometheus scrapes. Labels are method, plugin file, hook and
 code names only (bounded; no pod or container IDs). prometheus_client does the text
 exposition.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -19,7 +21,8 @@ from prometheus_client.registry import Collector
 from runtimeproxy import __version__
 from runtimeproxy.admin.status import ProxyParts
 from runtimeproxy.hooks.nri_events import EVENT_NAMES
-from runtimeproxy.hooks.stats import LatencyHistogram
+from runtimeproxy.hooks.kinds import HOOK, NRI, PluginKind
+from runtimeproxy.hooks.stats import KindStats, LatencyHistogram
 from runtimeproxy.hooks.names import HOOK_NAMES
 
 PREFIX = "runtimeproxy"
@@ -32,7 +35,7 @@ class ProxyCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._frontend_calls()
-        yield from self._hook_calls()
+        yield from self._plugin_calls()
         yield from self._plugins()
         yield from self._nri_plugins()
         yield from self._backend_and_store()
@@ -56,42 +59,25 @@ class ProxyCollector(Collector):
             yield calls
             yield latency
 
-    def _hook_calls(self) -> Iterator[Metric]:
-        calls = CounterMetricFamily(f"{PREFIX}_hook_calls", "Hook plugin calls, by plugin file, hook and outcome "
-                                    "(ok or the gRPC code).", labels=["plugin", "hook", "outcome"])
-        latency = HistogramMetricFamily(f"{PREFIX}_hook_call_duration_seconds", "Time a plugin took to answer a hook.",
-                                        labels=["plugin", "hook"])
-        changes = CounterMetricFamily(f"{PREFIX}_hook_changes_applied",
-                                      "Pre-hook answers that changed the CRI request.", labels=["plugin", "hook"])
-        shadow_changes = CounterMetricFamily(
-            f"{PREFIX}_shadow_changes", "Answers of plugins in shadow that would have changed the request "
-            "(never applied).", labels=["plugin", "hook"])
-        disagreements = CounterMetricFamily(
-            f"{PREFIX}_shadow_disagreements", "Answers of plugins in shadow that would have set a field to another "
-            "value than the one applied.", labels=["plugin", "hook"])
-        stats_by_key = self._parts.hooks.dispatcher.stats
-        for (plugin, hook), stats in stats_by_key.items():
-            for outcome, count in sorted(stats.outcomes.items()):
-                calls.add_metric([plugin, hook, outcome], count)
-            if stats.latency.count:
-                _add_histogram(latency, [plugin, hook], stats.latency)
-            if stats.changes:
-                changes.add_metric([plugin, hook], stats.changes)
-            if stats.shadow_changes or stats.shadow_disagreements:
-                shadow_changes.add_metric([plugin, hook], stats.shadow_changes)
-                disagreements.add_metric([plugin, hook], stats.shadow_disagreements)
+    def _plugin_calls(self) -> Iterator[Metric]:
+        """Every plugin kind's calls from the core's one table, each kind under its published names."""
+        table = self._parts.hooks.stats
+        for names in CALL_FAMILIES:
+            yield from _kind_calls(names, table.of_kind(names.kind.name))
         collisions = CounterMetricFamily(
             f"{PREFIX}_hook_collisions", "Calls where two plugins of one chain set a field to different values "
             "(the later plugin's stands), by hook, plugin pair and field (map keys as [*]).",
             labels=["hook", "plugin", "overridden_plugin", "field"])
-        for (hook, earlier, later, family), count in sorted(stats_by_key.collisions.items()):
+        for (hook, earlier, later, family), count in sorted(table.collisions.items()):
             collisions.add_metric([hook, later, earlier, family], count)
-        yield calls
-        yield latency
-        yield changes
-        yield shadow_changes
-        yield disagreements
         yield collisions
+        evictions = CounterMetricFamily(
+            f"{PREFIX}_nri_evictions", "Containers NRI plugins asked to evict, by plugin and outcome (ok: stopped; "
+            "failed; unknown: not a container the proxy knows; shadow: the plugin is in shadow, not carried out).",
+            labels=["plugin", "outcome"])
+        for (plugin, outcome), count in sorted(table.evictions.items()):
+            evictions.add_metric([plugin, outcome], count)
+        yield evictions
 
     def _plugins(self) -> Iterator[Metric]:
         hooks = self._parts.hooks
@@ -117,36 +103,6 @@ class ProxyCollector(Collector):
         yield GaugeMetricFamily(f"{PREFIX}_nri_plugins", "NRI plugins attached (registered, configured, "
                                 "synchronized).", value=len(nri.statuses()))
         yield from self._nri_toggles()
-        calls = CounterMetricFamily(f"{PREFIX}_nri_calls", "NRI plugin calls, by plugin (index-name), NRI event "
-                                    "and outcome (ok, detached, conflict, refused, invalid or the ttrpc code).",
-                                    labels=["plugin", "event", "outcome"])
-        latency = HistogramMetricFamily(f"{PREFIX}_nri_call_duration_seconds",
-                                        "Time an NRI plugin took to answer an event.", labels=["plugin", "event"])
-        shadow_changes = CounterMetricFamily(
-            f"{PREFIX}_nri_shadow_changes", "Answers of NRI plugins in shadow that would have changed the container.",
-            labels=["plugin", "event"])
-        disagreements = CounterMetricFamily(
-            f"{PREFIX}_nri_shadow_disagreements", "Answers of NRI plugins in shadow that would have set a field to "
-            "another value than the one applied.", labels=["plugin", "event"])
-        for (plugin, event), stats in nri.stats.items():
-            for outcome, count in sorted(stats.outcomes.items()):
-                calls.add_metric([plugin, event, outcome], count)
-            if stats.latency.count:
-                _add_histogram(latency, [plugin, event], stats.latency)
-            if stats.shadow_changes or stats.shadow_disagreements:
-                shadow_changes.add_metric([plugin, event], stats.shadow_changes)
-                disagreements.add_metric([plugin, event], stats.shadow_disagreements)
-        evictions = CounterMetricFamily(
-            f"{PREFIX}_nri_evictions", "Containers NRI plugins asked to evict, by plugin and outcome (ok: stopped; "
-            "failed; unknown: not a container the proxy knows; shadow: the plugin is in shadow, not carried out).",
-            labels=["plugin", "outcome"])
-        for (plugin, outcome), count in sorted(nri.stats.evictions.items()):
-            evictions.add_metric([plugin, outcome], count)
-        yield calls
-        yield latency
-        yield shadow_changes
-        yield disagreements
-        yield evictions
 
     def _nri_toggles(self) -> Iterator[Metric]:
         """As plugins_disabled and hooks_disabled, for the attached NRI plugins and the events they subscribed."""
@@ -186,6 +142,63 @@ class ProxyCollector(Collector):
                                   "of a plugin failing under Ignore, since the start.", value=missed.noted_total)
         yield GaugeMetricFamily(f"{PREFIX}_uptime_seconds", "Seconds since the proxy started.",
                                 value=self._parts.uptime_seconds)
+
+
+@dataclass(frozen=True)
+class CallFamilies:
+    """One plugin kind's call series: their names and help as first published (hook plugins' without a kind
+    word for the shadow series, NRI plugins' with `nri_`)."""
+
+    kind: PluginKind
+    calls: str
+    calls_help: str
+    scope_label: str  # "hook", "event"
+    latency: str
+    latency_help: str
+    shadow_prefix: str
+    plugins: str  # as the help names them
+    changed_what: str  # what a change changes
+    changes: str = ""  # the series of answers that changed the call, if the kind has one
+    changes_help: str = ""
+
+
+CALL_FAMILIES = (
+    CallFamilies(HOOK, "hook_calls", "Hook plugin calls, by plugin file, hook and outcome (ok or the gRPC code).",
+                 "hook", "hook_call_duration_seconds", "Time a plugin took to answer a hook.", "", "plugins",
+                 "request", "hook_changes_applied", "Pre-hook answers that changed the CRI request."),
+    CallFamilies(NRI, "nri_calls", "NRI plugin calls, by plugin (index-name), NRI event and outcome (ok, detached, "
+                 "conflict, refused, invalid or the ttrpc code).", "event", "nri_call_duration_seconds",
+                 "Time an NRI plugin took to answer an event.", "nri_", "NRI plugins", "container"),
+)
+
+
+def _kind_calls(names: CallFamilies, rows: KindStats) -> Iterator[Metric]:
+    labels = ["plugin", names.scope_label]
+    calls = CounterMetricFamily(f"{PREFIX}_{names.calls}", names.calls_help, labels=[*labels, "outcome"])
+    latency = HistogramMetricFamily(f"{PREFIX}_{names.latency}", names.latency_help, labels=labels)
+    changes = CounterMetricFamily(f"{PREFIX}_{names.changes}", names.changes_help, labels=labels)
+    shadow_changes = CounterMetricFamily(
+        f"{PREFIX}_{names.shadow_prefix}shadow_changes", f"Answers of {names.plugins} in shadow that would have "
+        f"changed the {names.changed_what} (never applied).", labels=labels)
+    disagreements = CounterMetricFamily(
+        f"{PREFIX}_{names.shadow_prefix}shadow_disagreements", f"Answers of {names.plugins} in shadow that would "
+        "have set a field to another value than the one applied.", labels=labels)
+    for (plugin, scope), stats in rows.items():
+        for outcome, count in sorted(stats.outcomes.items()):
+            calls.add_metric([plugin, scope, outcome], count)
+        if stats.latency.count:
+            _add_histogram(latency, [plugin, scope], stats.latency)
+        if stats.changes:
+            changes.add_metric([plugin, scope], stats.changes)
+        if stats.shadow_changes or stats.shadow_disagreements:
+            shadow_changes.add_metric([plugin, scope], stats.shadow_changes)
+            disagreements.add_metric([plugin, scope], stats.shadow_disagreements)
+    yield calls
+    yield latency
+    if names.changes:
+        yield changes
+    yield shadow_changes
+    yield disagreements
 
 
 def _add_histogram(family: HistogramMetricFamily, labels: list[str], histogram: LatencyHistogram) -> None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from runtimeproxy import __version__
 from runtimeproxy.endpoints import EndpointError, listener_problem, parse_unix_endpoint
+from runtimeproxy.hooks.kinds import HOOK, NRI
 from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.stats import HookCallStats
 from runtimeproxy.hooks.toggles import ALL_PLUGINS, Toggle, scope_names
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 from runtimeproxy.hooks.config import PluginConfig
@@ -118,7 +120,7 @@ def plugin_statuses(hooks: HookService) -> list[admin.PluginStatus]:
 def _plugin_status(
     name: str, config: PluginConfig | None, problem: str, hooks: HookService
 ) -> admin.PluginStatus:
-    toggles, stats = hooks.toggles, hooks.dispatcher.stats
+    toggles, stats = hooks.toggles, hooks.stats.of_kind(HOOK.name)
     answer = admin.PluginStatus(file=name, config_problem=problem)
     if config is None:
         answer.enabled = False
@@ -139,27 +141,24 @@ def _plugin_status(
     answer.enabled = bool(enabled_hooks)
     if not enabled_hooks:
         answer.disabled_reason = toggles.reason_for(name) or toggles.reason_for(name, config.ordered_hooks[0])
-    for hook in config.ordered_hooks:
-        calls = stats.of(name, hook)
-        answer.hook_stats.append(admin.HookStats(
-            hook=hook,
-            enabled=toggles.allows(name, hook),
-            calls=calls.calls,
-            failures=calls.failures,
-            last_error=calls.last_error,
-            last_error_unix_seconds=calls.last_error_unix_seconds,
-            p50_seconds=calls.percentile_seconds(0.50),
-            p99_seconds=calls.percentile_seconds(0.99),
-            shadow_changes=calls.shadow_changes,
-            shadow_disagreements=calls.shadow_disagreements,
-        ))
+    answer.hook_stats.extend(scope_stats(hook, toggles.allows(name, hook), stats.of(name, hook))
+                             for hook in config.ordered_hooks)
     return answer
+
+
+def scope_stats(scope: str, enabled: bool, calls: HookCallStats) -> admin.HookStats:
+    """One plugin's calls of one hook or event, whatever its kind."""
+    return admin.HookStats(
+        hook=scope, enabled=enabled, calls=calls.calls, failures=calls.failures, last_error=calls.last_error,
+        last_error_unix_seconds=calls.last_error_unix_seconds, p50_seconds=calls.percentile_seconds(0.50),
+        p99_seconds=calls.percentile_seconds(0.99), shadow_changes=calls.shadow_changes,
+        shadow_disagreements=calls.shadow_disagreements)
 
 
 def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
     """The attached NRI plugins, their toggle state and their calls by event (as a hook plugin's by hook: enabled
     while one of its events is on; each event on or OFF)."""
-    toggles, stats = hooks.toggles, hooks.nri.stats
+    toggles, stats = hooks.toggles, hooks.stats.of_kind(NRI.name)
     answers = []
     for plugin in hooks.nri.statuses():
         name = plugin.toggle_name
@@ -170,13 +169,8 @@ def nri_plugin_statuses(hooks: HookService) -> list[admin.NriPluginStatus]:
             name=plugin.name, toggle_name=name, kind=plugin.kind, events=plugin.events,
             connected_since_unix_seconds=plugin.since_unix_seconds, nri_version=plugin.protocol_version,
             enabled=bool(enabled_events), disabled_reason=reason, shadow=toggles.shadow_override(name) is True)
-        for event in plugin.events:
-            calls = stats.of(plugin.name, event)
-            answer.event_stats.append(admin.HookStats(
-                hook=event, enabled=event in enabled_events, calls=calls.calls, failures=calls.failures,
-                last_error=calls.last_error, last_error_unix_seconds=calls.last_error_unix_seconds,
-                p50_seconds=calls.percentile_seconds(0.50), p99_seconds=calls.percentile_seconds(0.99),
-                shadow_changes=calls.shadow_changes, shadow_disagreements=calls.shadow_disagreements))
+        answer.event_stats.extend(scope_stats(event, event in enabled_events, stats.of(plugin.name, event))
+                                  for event in plugin.events)
         answers.append(answer)
     return answers
 

@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError, Message
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
 from runtimeproxy.hooks.kinds import HOOK
+from runtimeproxy.hooks.stats import CallStats
 from runtimeproxy.hooks.step import HookFailed, KindSteps, PluginRef, PointRef
 from runtimeproxy.hooks.trace import SKIPPED_LABEL, TraceRecorder, pod_key
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
@@ -129,11 +130,11 @@ class CallChain(Generic[Req]):
 
 class Dispatcher:
     def __init__(self, registry: PluginRegistry, toggles: Toggles | None = None,
-                 trace: TraceRecorder | None = None) -> None:
+                 trace: TraceRecorder | None = None, stats: CallStats | None = None) -> None:
         self._registry = registry
         # Operator pieces (runtimeproxyctl, metrics): what is switched off, how calls went (counted there only).
         self.toggles = toggles or Toggles(None)
-        self.steps = KindSteps(HOOK, self.toggles, trace or TraceRecorder())
+        self.steps = KindSteps(HOOK, self.toggles, trace or TraceRecorder(), stats)
         self.stats = self.steps.stats
         self.trace = self.steps.trace
 
@@ -248,7 +249,7 @@ class Dispatcher:
         return response
 
     def failures(self, plugin: str) -> int:
-        return sum(calls.failures for (name, _), calls in self.stats.items() if name == plugin)
+        return self.stats.failures(plugin)
 
     def _failed(
         self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, started: float,

@@ -11,8 +11,8 @@ what the hook model lacks (hooks.edits.ContainerEdits: argv, bind mounts, device
 frontend's request says); `adjust` leaves them in `subject.edits` as the plugins changed them.
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
-attached plugin in plain values and `stats` holds its calls per event (hooks.stats, keyed by plugin id and
-NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.nri_toggle_name), and
+attached plugin in plain values; its calls per event are the NRI kind's rows of the core's one table
+(hooks.stats, HookService.stats: keyed by plugin id and NRI event name). The node's toggles name such a plugin `toggle_name` (hooks.toggles.nri_toggle_name), and
 its events as hooks.nri_events does (a toggle can turn one event of a plugin off).
 """
 
@@ -24,8 +24,8 @@ from typing import Protocol
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord
-from runtimeproxy.hooks.stats import HookStats
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
 
 @dataclass(frozen=True)
 class PodResize:
@@ -70,8 +70,6 @@ class NriPluginStatus:
 
 
 class NriPlugins(Protocol):
-    stats: HookStats
-
     def statuses(self) -> list[NriPluginStatus]:
         """Every attached plugin, in the order they are called."""
 
@@ -92,8 +90,6 @@ class NriPlugins(Protocol):
 
 
 class _NoNriPlugins:
-    stats = HookStats()
-
     def statuses(self) -> list[NriPluginStatus]:
         return []
 

@@ -30,6 +30,7 @@ from runtimeproxy.hooks.reconcile import Reconciled, Resumer, reconcile_until_fo
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
+from runtimeproxy.hooks.stats import CallStats
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.hooks.toggles import STATE_FILE_NAME, Toggles
@@ -51,7 +52,8 @@ class HookService:
         self.state_dir = options.state_dir
         self.toggles = Toggles(options.state_dir)
         self.trace = TraceRecorder(options.hook_trace_entries)
-        self.dispatcher = Dispatcher(self.registry, self.toggles, self.trace)
+        self.stats = CallStats()  # every kind's plugin calls, one table (status and metrics read it kind by kind)
+        self.dispatcher = Dispatcher(self.registry, self.toggles, self.trace, self.stats)
         self.nri: NriPlugins = NO_NRI_PLUGINS  # plugins of another protocol (NRI), set by the process
         # Lifecycle calls against plugin synchronization (containerd/nri's BlockPluginSync): hooks.syncgate.
         self.sync_gate = SyncGate()

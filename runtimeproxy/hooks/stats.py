@@ -1,7 +1,8 @@
-"""Call statistics of hook plugins, per plugin and hook: outcomes, last error, latency, changes.
+"""Call statistics of plugins of every kind, one table: outcomes, last error, latency, changes per (kind, plugin,
+scope).
 
-Recorded by the dispatcher on every plugin call; read by the admin status and the metrics
-endpoint. Bounded: one entry per (plugin file, hook), a fixed bucket array and a fixed-size
+Recorded by each kind's chain step (hooks.step) on every plugin call; read by the admin status and the metrics
+endpoint, kind by kind. Bounded: one entry per (kind, plugin, hook or event), a fixed bucket array and a fixed-size
 sample window each; collisions by (hook, plugin pair, field with map keys collapsed). Knows no transport.
 """
 
@@ -82,18 +83,61 @@ class HookCallStats:
         return samples[min(len(samples) - 1, int(fraction * len(samples)))]
 
 
-class HookStats:
-    """All (plugin, hook) statistics of this proxy process."""
+class CallStats:
+    """Every plugin call of this proxy process, one table for every plugin kind: one entry per (kind, plugin,
+    scope); collisions by (hook, earlier plugin, later plugin, field family), whatever the plugins' kinds;
+    evictions by (plugin, outcome). A kind's chain step records through its rows (`of_kind`)."""
 
     def __init__(self) -> None:
-        self._by_key: dict[tuple[str, str], HookCallStats] = {}
+        self._by_key: dict[tuple[str, str, str], HookCallStats] = {}
         # (hook, earlier plugin, later plugin, field family) -> calls where both set the field differently.
         self.collisions: collections.Counter[tuple[str, str, str, str]] = collections.Counter()
         # (plugin, outcome) -> containers a plugin of another protocol (NRI) asked to evict.
         self.evictions: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._kinds: dict[str, KindStats] = {}
 
-    def record(self, plugin: str, hook: str, outcome: str, seconds: float, error: str = "") -> None:
-        stats = self.of(plugin, hook)
+    def of_kind(self, kind: str) -> KindStats:
+        """The rows of one plugin kind (hooks.kinds.PluginKind.name)."""
+        rows = self._kinds.get(kind)
+        if rows is None:
+            rows = self._kinds[kind] = KindStats(self, kind)
+        return rows
+
+    def entry(self, kind: str, plugin: str, scope: str) -> HookCallStats:
+        stats = self._by_key.get((kind, plugin, scope))
+        if stats is None:
+            stats = self._by_key[(kind, plugin, scope)] = HookCallStats()
+        return stats
+
+    def items(self) -> list[tuple[tuple[str, str, str], HookCallStats]]:
+        """(kind, plugin, scope) -> calls, sorted."""
+        return sorted(self._by_key.items())
+
+    def collided(self, hook: str, earlier: str, later: str, family: str) -> None:
+        self.collisions[(hook, earlier, later, family)] += 1
+
+    def evicted(self, plugin: str, outcome: str, containers: int = 1) -> None:
+        """Containers a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
+        self.evictions[(plugin, outcome)] += containers
+
+
+class KindStats:
+    """One plugin kind's rows of the table: what its chain step records, what status and metrics read of it."""
+
+    def __init__(self, table: CallStats, kind: str) -> None:
+        self.table = table
+        self.kind = kind
+
+    @property
+    def collisions(self) -> collections.Counter[tuple[str, str, str, str]]:
+        return self.table.collisions
+
+    @property
+    def evictions(self) -> collections.Counter[tuple[str, str]]:
+        return self.table.evictions
+
+    def record(self, plugin: str, scope: str, outcome: str, seconds: float, error: str = "") -> None:
+        stats = self.of(plugin, scope)
         stats.outcomes[outcome] += 1
         stats.latency.observe(seconds)
         stats.recent_seconds.append(seconds)
@@ -101,28 +145,28 @@ class HookStats:
             stats.last_error = printable(f"{outcome}: {error}") if error else outcome
             stats.last_error_unix_seconds = time.time()
 
-    def changed(self, plugin: str, hook: str) -> None:
-        """A pre-hook answer of this plugin changed the request."""
-        self.of(plugin, hook).changes += 1
+    def changed(self, plugin: str, scope: str) -> None:
+        """An answer of this plugin changed the request."""
+        self.of(plugin, scope).changes += 1
 
-    def shadowed(self, plugin: str, hook: str, changed: bool, disagreed: bool) -> None:
+    def shadowed(self, plugin: str, scope: str, changed: bool, disagreed: bool) -> None:
         """An answer in shadow: would it have changed the request, and would it have set something else?"""
-        stats = self.of(plugin, hook)
+        stats = self.of(plugin, scope)
         stats.shadow_changes += changed
         stats.shadow_disagreements += disagreed
 
-    def evicted(self, plugin: str, outcome: str, containers: int = 1) -> None:
-        """Containers a plugin asked to evict: stopped ("ok"), or why not ("failed", "unknown", "shadow")."""
-        self.evictions[(plugin, outcome)] += containers
-
     def collided(self, hook: str, earlier: str, later: str, family: str) -> None:
-        self.collisions[(hook, earlier, later, family)] += 1
+        self.table.collided(hook, earlier, later, family)
 
-    def of(self, plugin: str, hook: str) -> HookCallStats:
-        stats = self._by_key.get((plugin, hook))
-        if stats is None:
-            stats = self._by_key[(plugin, hook)] = HookCallStats()
-        return stats
+    def evicted(self, plugin: str, outcome: str, containers: int = 1) -> None:
+        self.table.evicted(plugin, outcome, containers)
+
+    def of(self, plugin: str, scope: str) -> HookCallStats:
+        return self.table.entry(self.kind, plugin, scope)
 
     def items(self) -> list[tuple[tuple[str, str], HookCallStats]]:
-        return sorted(self._by_key.items())
+        """(plugin, scope) -> calls of this kind, sorted."""
+        return [((plugin, scope), stats) for (kind, plugin, scope), stats in self.table.items() if kind == self.kind]
+
+    def failures(self, plugin: str) -> int:
+        return sum(calls.failures for (name, _), calls in self.items() if name == plugin)

@@ -35,7 +35,7 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.kinds import Ownership, PluginKind
-from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.stats import OK, CallStats
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import (
     FAILED, OK as STEP_OK, REFUSED, SKIPPED_TOGGLE, Collision, TraceRecorder, field_family, pod_key,
@@ -91,14 +91,15 @@ class StepToggles(Protocol):
 
 
 class KindSteps:
-    """The chain steps of one plugin kind: its statistics, the node's toggles and the pod trace it records into."""
+    """The chain steps of one plugin kind: its rows of the statistics, the node's toggles and the pod trace it
+    records into (all three shared by every kind)."""
 
     def __init__(self, kind: PluginKind, toggles: StepToggles | None = None, trace: TraceRecorder | None = None,
-                 stats: HookStats | None = None) -> None:
+                 stats: CallStats | None = None) -> None:
         self.kind = kind
         self.toggles: StepToggles = toggles if toggles is not None else Toggles(None)
         self.trace = trace if trace is not None else TraceRecorder()
-        self.stats = stats if stats is not None else HookStats()
+        self.stats = (stats if stats is not None else CallStats()).of_kind(kind.name)  # its rows of the one table
         self._collisions_logged: set[tuple[str, str, str, str]] = set()
 
     def record(self, scope: str, request: Message, traced: bool = True) -> ChainRecord:

@@ -52,6 +52,7 @@ from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.nri_events import EVENTS
 from runtimeproxy.hooks.runtime import PluginAsks
+from runtimeproxy.hooks.stats import CallStats
 from runtimeproxy.hooks.step import HookFailed, KindSteps, StepToggles
 from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.hooks.trace import TraceRecorder
@@ -93,10 +94,11 @@ class NriHost:
                  ready: Callable[[], Awaitable[None]] | None = None,
                  plugin_dir: Path | None = None, plugin_config_dir: Path | None = None,
                  owners: TrustedOwners | None = None, trace: TraceRecorder | None = None,
+                 stats: CallStats | None = None,
                  gate: SyncGate | None = None, default_validator: DefaultValidator | None = None) -> None:
         """`plugin_dir`: launch the plugins found there (configs from `plugin_config_dir`), trusting the
         files of `owners` (default: root and the proxy's user). `trace`: the hook core's per-pod trace, where
-        each event's calls are kept; `toggles`: the node's toggles (hooks.toggles), which turn a plugin or one
+        each event's calls are kept, and `stats` its table of calls; `toggles`: the node's toggles (hooks.toggles), which turn a plugin or one
         of its events off and put a plugin in shadow, by its toggle name (`nri:10-name`); `gate`:
         the hook core's gate against its lifecycle calls, held alone while a plugin is synchronized."""
         self.socket_path = socket_path
@@ -107,9 +109,9 @@ class NriHost:
         self.asks = asks  # the core: the sync snapshot, updates and evictions of other containers
         self.registration_timeout = registration_timeout
         self.request_timeout = request_timeout
-        # The core's chain step for NRI plugins: toggles, shadow, timing, statistics (by plugin id and event, for
-        # status and metrics), the pod trace, failures in NRI's terms.
-        self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0))
+        # The core's chain step for NRI plugins: toggles, shadow, timing, statistics (the NRI rows of the core's
+        # table `stats`, by plugin id and event, for status and metrics), the pod trace, failures in NRI's terms.
+        self.steps = KindSteps(NRI, toggles, trace if trace is not None else TraceRecorder(0), stats)
         self.stats = self.steps.stats
         self.results = Results(asks, self.stats)  # what answers ask of other containers (nri.result)
         self.call = PluginCall(self.steps, socket_path, self.results, self._drop)  # one plugin's call (nri.call)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from runtimeproxy.hooks.merge import changed_resources
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
-from runtimeproxy.hooks.stats import OK, HookStats
+from runtimeproxy.hooks.stats import OK, KindStats
 from runtimeproxy.nri.adjust import AdjustmentError, Adjustments
 from runtimeproxy.nri.explain import shown_id, shown_reason, some_ids
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -36,7 +36,7 @@ class Asked:
 class Results:
     """Carries out what the plugins asked of other containers (the host's statistics count the evictions)."""
 
-    def __init__(self, asks: PluginAsks, stats: HookStats) -> None:
+    def __init__(self, asks: PluginAsks, stats: KindStats) -> None:
         self.asks = asks
         self.stats = stats
 

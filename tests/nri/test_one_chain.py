@@ -62,8 +62,8 @@ def create_through_both_kinds(tmp_path: Path, socket_path: Path, *nri_plugins: N
                  timeout=2)
         await service.registry.reload()
         try:
-            async with host_on(socket_path, store=service.store, trace=service.trace,
-                               toggles=service.toggles) as host:
+            async with host_on(socket_path, store=service.store, trace=service.trace, toggles=service.toggles,
+                               stats=service.stats) as host:
                 service.nri = host
                 points = HookPoints(service, StubRuntime())
                 await attached(host, *nri_plugins)
@@ -100,6 +100,9 @@ def test_a_hook_plugin_and_an_nri_plugin_setting_one_field_are_one_chain_one_ent
     assert [(c.field, c.before, c.after) for c in entry.sent_changes] == [(SHARES, 512, 4096)]
     assert service.dispatcher.stats.collisions == {
         ("PreCreateContainer", "10-koordlet.json", "nri:10-cpu", SHARES): 1}
+    # One table of calls for both kinds, keyed by kind, plugin and scope (what status and metrics read).
+    assert [(key, calls.outcomes) for key, calls in service.stats.items()] == [
+        (("NRI", "10-cpu", "CreateContainer"), {OK: 1}), (("hook", "10-koordlet.json", "PreCreateContainer"), {OK: 1})]
 
 
 def test_two_nri_plugins_on_one_field_still_fail_the_call_by_nri_s_rule_and_the_one_entry_says_so(
