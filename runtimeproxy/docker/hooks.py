@@ -9,8 +9,9 @@
 | POST /containers/{id}/stop           | PostStopContainer or PostStopPodSandbox               |
 | DELETE /containers/{id}              | none: the store forgets the sandbox or container      |
 
-Translation only: each route's body becomes hook values, the hook core (hooks.lifecycle) runs the point, the
-result is written back into the body; the hook policy (skip rule, cgroup-follow, effective resources, what
+Translation only: each route is one row of steps (`DockerHooks.routes`: before dockerd, after its answer); its
+body becomes hook values, the hook core (hooks.lifecycle) runs the point, the result is written back into the
+body (a create's through `ContainerCreation.write_back`, as CRI mode's); the hook policy (skip rule, cgroup-follow, effective resources, what
 the store records) is the core's. Containers Kubernetes did not create (no `io.kubernetes.docker.type` label:
 a person's `docker run`) are no hook point at all. A body that is not what Docker expects is relayed untouched
 (dockerd answers it). A Fail-policy failure answers 500 with a Docker error body naming plugin and hook;
@@ -21,8 +22,9 @@ plugin failing RunPodSandbox (after dockerd created the sandbox container) has i
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, ExitStack
+from dataclasses import dataclass, replace
 
 from runtimeproxy.docker.bodies import convert_large, parse_body, serialize_body
 from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
@@ -58,17 +60,59 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 log = logging.getLogger(__name__)
 
 HOOK_FAILED_STATUS = 500  # Docker clients print the message of any error status
-_CREATED_NOTE = "created"  # notes of a create: the core's PodSandboxRun or ContainerCreation
-_UPDATE_NOTE = "update"  # notes of an update: the resources sent to dockerd
-# Notes of a container's create or start: its entry in the journal of calls in flight (hooks.journal), ended
-# in after(), before the answer goes back; an exchange after() never sees (dockerd unreachable or broken) leaves
-# it open, for the next proxy to reconcile after a restart, as a crash would.
-_JOURNAL_NOTE = "journaled"
 NO_DEADLINE = None  # Docker requests carry no deadline: each plugin's own timeout applies
+_EXCHANGE_NOTE = "exchange"  # the call's one note: its _Exchange
+
+
+@dataclass
+class _Exchange:
+    """What a hooked request's before() leaves for its after()."""
+
+    created: PodSandboxRun | ContainerCreation | None = None  # a create: the core's run or creation
+    resources: hooks.LinuxContainerResources | None = None  # an update: the resources sent to dockerd
+    # A container's create or start: its entry in the journal of calls in flight (hooks.journal), ended in
+    # after(), before the answer goes back; an exchange after() never sees (dockerd unreachable or broken) leaves
+    # it open, for the next proxy to reconcile after a restart, as a crash would.
+    journaled: ExitStack | None = None
+
+    def journal(self, in_flight: AbstractContextManager[None]) -> None:
+        """The call is journaled from here to its after(), or to a pre-hook's failure."""
+        self.journaled = ExitStack()
+        self.journaled.enter_context(in_flight)
+
+    def end_journal(self) -> None:
+        if self.journaled is not None:
+            self.journaled.close()
+            self.journaled = None
+
+
+def _exchange(call: InterceptedCall) -> _Exchange:
+    exchange = call.notes.get(_EXCHANGE_NOTE)
+    if not isinstance(exchange, _Exchange):
+        exchange = call.notes[_EXCHANGE_NOTE] = _Exchange()
+    return exchange
 
 
 def _succeeded(answer: UpstreamAnswer) -> bool:
     return 200 <= answer.status < 300 or answer.status == 304  # 304: already started / stopped
+
+
+def _succeeded_or_gone(answer: UpstreamAnswer) -> bool:
+    return _succeeded(answer) or answer.status == 404  # a removal: the container is gone either way
+
+
+Before = Callable[[InterceptedCall, _Exchange, bytes], Awaitable[bytes]]
+After = Callable[[InterceptedCall, _Exchange, UpstreamAnswer], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _RouteHooks:
+    """One hooked route's steps: `before` rewrites the body (None: relayed as sent), `after` runs on the answers
+    `hears` (None: nothing after). A new route is a row of routes._PATTERNS and a row of DockerHooks.routes."""
+
+    before: Before | None
+    after: After | None
+    hears: Callable[[UpstreamAnswer], bool] = _succeeded
 
 
 class DockerHooks:
@@ -77,6 +121,13 @@ class DockerHooks:
     def __init__(self, service: HookService, runtime: Runtime) -> None:
         self.points = HookPoints(service, runtime)
         self._runtime = runtime  # an image's Entrypoint and Cmd, for NRI plugins' view of the argv (docker.runtime)
+        self.routes: dict[HookedRoute, _RouteHooks] = {
+            HookedRoute.CREATE: _RouteHooks(self._before_create, self._after_create),
+            HookedRoute.START: _RouteHooks(self._before_start, self._after_start),
+            HookedRoute.UPDATE: _RouteHooks(self._before_update, self._after_update),
+            HookedRoute.STOP: _RouteHooks(None, self._after_stop),
+            HookedRoute.REMOVE: _RouteHooks(None, self._after_remove, _succeeded_or_gone),
+        }
 
     async def _edits(self, body: Body, read_image: bool) -> ContainerEdits:
         """What the hook model lacks (for NRI plugins and the model); the image is read only when `read_image`
@@ -92,53 +143,34 @@ class DockerHooks:
         return self.points.changing()
 
     async def before(self, call: InterceptedCall, body: bytes) -> bytes | ErrorReply:
-        route = call.match.route
+        route = self.routes[call.match.route]
+        if route.before is None:
+            return body
+        exchange = _exchange(call)
         try:
-            if route is HookedRoute.CREATE:
-                return await self.before_create(call, body)
-            if route is HookedRoute.START:
-                await self.before_start(call, call.match.container_id or "")
-            elif route is HookedRoute.UPDATE:
-                return await self.before_update(call, body)
+            return await route.before(call, exchange, body)
         except HookFailed as failure:
-            _journal_end(call)  # the start is failed here: nothing reaches dockerd
+            exchange.end_journal()  # the call is failed here: nothing reaches dockerd
             return ErrorReply(HOOK_FAILED_STATUS, str(failure))
         except BodyError as error:
-            log.info("%s relayed without hooks: %s", route.value, error)
+            log.info("%s relayed without hooks: %s", call.match.route.value, error)
         return body
 
     async def after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
+        route = self.routes[call.match.route]
+        exchange = _exchange(call)
         try:
-            return await self._after(call, answer)
+            if route.after is not None and route.hears(answer):
+                await route.after(call, exchange, answer)
+        except HookFailed as failure:  # RunPodSandbox failed by an NRI plugin: the sandbox was removed
+            return ErrorReply(HOOK_FAILED_STATUS, str(failure))
         finally:
-            _journal_end(call)
-
-    async def _after(self, call: InterceptedCall, answer: UpstreamAnswer) -> ErrorReply | None:
-        route, container_id = call.match.route, call.match.container_id or ""
-        if route is HookedRoute.REMOVE:
-            if _succeeded(answer) or answer.status == 404:
-                await self.points.pod_sandbox_removed(container_id)
-                await self.points.container_removed(container_id)
-            return None
-        if not _succeeded(answer):
-            return None
-        if route is HookedRoute.CREATE:
-            try:
-                await self.after_create(call, answer)
-            except HookFailed as failure:  # RunPodSandbox failed by an NRI plugin: the sandbox was removed
-                return ErrorReply(HOOK_FAILED_STATUS, str(failure))
-        elif route is HookedRoute.START:
-            if not self.points.recorded_pod(container_id):  # a sandbox's start is part of RunPodSandbox
-                await self.points.post_start_container(container_id, NO_DEADLINE)
-        elif route is HookedRoute.UPDATE:
-            await self.points.container_resources_updated(container_id, call.notes.get(_UPDATE_NOTE), {})
-        elif route is HookedRoute.STOP:
-            await self.points.post_stop(container_id, NO_DEADLINE)
+            exchange.end_journal()
         return None
 
     # -- create ----------------------------------------------------------------------------------------
 
-    async def before_create(self, call: InterceptedCall, data: bytes) -> bytes:
+    async def _before_create(self, call: InterceptedCall, exchange: _Exchange, data: bytes) -> bytes:
         name = parse_kube_name(create_name(call.match.query))
         if name is None:  # known from the query alone: the body is not even decoded
             log.debug("create %s: not created by Kubernetes (no hooks)", call.match.query)
@@ -150,61 +182,76 @@ class DockerHooks:
             log.debug("create %s: not created by Kubernetes (no hooks)", call.match.query)
             return data  # not created by Kubernetes: no hooks, not recorded
         if kind == SANDBOX_TYPE:
-            return await self._before_sandbox_create(call, name, body, data)
-        return await self._before_container_create(call, name, body, data)
+            return await self._before_sandbox_create(exchange, name, body, data)
+        return await self._before_container_create(exchange, name, body, data)
 
-    async def _before_sandbox_create(self, call: InterceptedCall, name: KubeName, body: Body, data: bytes) -> bytes:
+    async def _before_sandbox_create(self, exchange: _Exchange, name: KubeName, body: Body, data: bytes) -> bytes:
         request = await convert_large(len(data), sandbox_create_request, name, body)
-        run = await self.points.pre_run_pod_sandbox(request, NO_DEADLINE)
-        call.notes[_CREATED_NOTE] = run
+        run = exchange.created = await self.points.pre_run_pod_sandbox(request, NO_DEADLINE)
         if not run.changed:
             return data
         await convert_large(len(data), apply_to_sandbox_body, body, run.request)
         return await serialize_body(body, len(data))
 
-    async def _before_container_create(self, call: InterceptedCall, name: KubeName, body: Body, data: bytes) -> bytes:
+    async def _before_container_create(self, exchange: _Exchange, name: KubeName, body: Body, data: bytes) -> bytes:
         def sandbox() -> hooks.PodSandboxHookRequest:
             return pod_of_container(name, body)
 
         request = await convert_large(len(data), container_create_request, name, body)
-        creation = await self.points.pre_create_container(
+        creation = exchange.created = await self.points.pre_create_container(
             body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox,
             lambda read_image: self._edits(body, read_image), container_labels_of(body["Labels"]))
-        call.notes[_CREATED_NOTE] = creation
-        _journal(call, self.points.creating(creation.pod_id, creation.request))
+        exchange.journal(self.points.creating(creation.pod_id, creation.request))
         rewritten = await creation.write_back(_CreateBody(body, len(data)))
         return await serialize_body(body, len(data)) if rewritten else data
 
-    async def after_create(self, call: InterceptedCall, answer: UpstreamAnswer) -> None:
+    async def _after_create(self, call: InterceptedCall, exchange: _Exchange, answer: UpstreamAnswer) -> None:
         try:
             container_id = str((await parse_body(answer.body)).get("Id", ""))
         except BodyError:
             log.warning("cannot read the new container's ID from dockerd's answer")
             return
-        created = call.notes.get(_CREATED_NOTE)
-        if isinstance(created, PodSandboxRun):
-            await self.points.pod_sandbox_ran(container_id, created)
-        elif isinstance(created, ContainerCreation):
-            await self.points.container_created(container_id, created)
+        if isinstance(exchange.created, PodSandboxRun):
+            await self.points.pod_sandbox_ran(container_id, exchange.created)
+        elif isinstance(exchange.created, ContainerCreation):
+            await self.points.container_created(container_id, exchange.created)
 
-    # -- start, update, stop ---------------------------------------------------------------------------
+    # -- start, update, stop, remove -------------------------------------------------------------------
 
-    async def before_start(self, call: InterceptedCall, container_id: str) -> None:
+    async def _before_start(self, call: InterceptedCall, exchange: _Exchange, data: bytes) -> bytes:
+        container_id = call.match.container_id or ""
         if not self.points.recorded_pod(container_id):  # a sandbox's start is part of RunPodSandbox
-            _journal(call, self.points.starting(container_id))
+            exchange.journal(self.points.starting(container_id))
             await self.points.pre_start_container(container_id, NO_DEADLINE)
+        return data
 
-    async def before_update(self, call: InterceptedCall, data: bytes) -> bytes:
+    async def _after_start(self, call: InterceptedCall, exchange: _Exchange, answer: UpstreamAnswer) -> None:
+        container_id = call.match.container_id or ""
+        if not self.points.recorded_pod(container_id):
+            await self.points.post_start_container(container_id, NO_DEADLINE)
+
+    async def _before_update(self, call: InterceptedCall, exchange: _Exchange, data: bytes) -> bytes:
         body = await parse_body(data)
-        call.notes[_UPDATE_NOTE] = update_resources(body)
+        exchange.resources = update_resources(body)
         # A Docker update carries no annotations.
         update = await self.points.pre_update_container_resources(
-            call.match.container_id or "", call.notes[_UPDATE_NOTE], {}, NO_DEADLINE)
+            call.match.container_id or "", exchange.resources, {}, NO_DEADLINE)
         if update is None or not update.changed:
             return data
         apply_to_update_body(body, update)
-        call.notes[_UPDATE_NOTE] = update_resources(body)
+        exchange.resources = update_resources(body)
         return await serialize_body(body, len(data))
+
+    async def _after_update(self, call: InterceptedCall, exchange: _Exchange, answer: UpstreamAnswer) -> None:
+        await self.points.container_resources_updated(call.match.container_id or "", exchange.resources, {})
+
+    async def _after_stop(self, call: InterceptedCall, exchange: _Exchange, answer: UpstreamAnswer) -> None:
+        await self.points.post_stop(call.match.container_id or "", NO_DEADLINE)
+
+    async def _after_remove(self, call: InterceptedCall, exchange: _Exchange, answer: UpstreamAnswer) -> None:
+        container_id = call.match.container_id or ""
+        await self.points.pod_sandbox_removed(container_id)
+        await self.points.container_removed(container_id)
 
 
 class _CreateBody:
@@ -223,15 +270,3 @@ class _CreateBody:
     def cgroup_parent(self, parent: str) -> bool:
         return apply_cgroup_parent(self._body, parent)  # dockerd reads HostConfig.CgroupParent
 
-
-def _journal(call: InterceptedCall, in_flight: AbstractContextManager[None]) -> None:
-    """The call is journaled from here to its after() (hooks.journal), or to a pre-hook's failure."""
-    stack = ExitStack()
-    stack.enter_context(in_flight)
-    call.notes[_JOURNAL_NOTE] = stack
-
-
-def _journal_end(call: InterceptedCall) -> None:
-    journaled = call.notes.pop(_JOURNAL_NOTE, None)
-    if isinstance(journaled, ExitStack):
-        journaled.close()

@@ -15,7 +15,7 @@ from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.hooks import HOOK_FAILED_STATUS, DockerHooks
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
 from runtimeproxy.docker.runtime import DockerRuntime
-from runtimeproxy.docker.routes import hooked_route
+from runtimeproxy.docker.routes import HookedRoute, hooked_route
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.journal import (
     CREATE_CONTAINER, JOURNAL_FILE_NAME, START_CONTAINER, CallJournal, InFlight, read_open_entries,
@@ -70,6 +70,11 @@ def docker_bench(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Bench]:
     bench = Bench(loop_thread, tmp_path)
     yield bench
     bench.close()
+
+
+def test_every_hooked_route_has_its_row_of_steps(docker_bench: Bench) -> None:
+    """A route routes.py matches and the hooks have no row for would fail every such request."""
+    assert set(docker_bench.hooks.routes) == set(HookedRoute)
 
 
 def test_a_fail_policy_failure_is_a_docker_error_naming_plugin_and_hook(docker_bench: Bench) -> None:
