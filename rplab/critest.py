@@ -72,13 +72,19 @@ def exact_spec_regexp(names: list[str]) -> str:
 
 
 def run_critest(critest: Path, socket: str | Path, report: Path, *, skip: str = OFFLINE_SKIP, focus: str = "",
-                timeout: float = CRITEST_TIMEOUT_SECONDS) -> CritestResult:
-    """Run every spec but ``skip`` (only ``focus``, if given) against the CRI socket; junit report to ``report``."""
+                timeout: float = CRITEST_TIMEOUT_SECONDS, parallel: int = 1,
+                ginkgo: Path | None = None) -> CritestResult:
+    """Run every spec but ``skip`` (only ``focus``, if given) against the CRI socket; junit report to ``report``.
+    ``parallel`` > 1: that many spec processes, run by the ginkgo CLI ``ginkgo`` (as critest's -parallel)."""
     endpoint = f"unix://{socket}"
     report.parent.mkdir(parents=True, exist_ok=True)
     command = [str(critest), "--runtime-endpoint", endpoint, "--image-endpoint", endpoint,
                f"-ginkgo.skip={skip}", f"-ginkgo.junit-report={report}", "-ginkgo.no-color",
                *([f"-ginkgo.focus={focus}"] if focus else [])]
+    if parallel > 1:
+        if ginkgo is None:
+            raise ValueError("critest's -parallel needs the ginkgo CLI")
+        command += [f"-parallel={parallel}", f"-ginkgo-cli={ginkgo}"]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, "GINKGO_NO_COLOR": "TRUE"}, cwd=report.parent)
     output = proc.stdout + proc.stderr
@@ -89,9 +95,11 @@ def run_critest(critest: Path, socket: str | Path, report: Path, *, skip: str = 
     return result
 
 
-def run_critest_retrying(critest: Path, socket: str | Path, report: Path) -> CritestResult:
-    """``run_critest``, then the failed specs once more on their own: those that pass now move to ``flaky``."""
-    result = run_critest(critest, socket, report)
+def run_critest_retrying(critest: Path, socket: str | Path, report: Path, parallel: int = 1,
+                         ginkgo: Path | None = None) -> CritestResult:
+    """``run_critest``, then the failed specs once more on their own, one at a time: those that pass now move to
+    ``flaky``."""
+    result = run_critest(critest, socket, report, parallel=parallel, ginkgo=ginkgo)
     if not result.failed:
         return result
     retry = run_critest(critest, socket, report.with_name(report.stem + "-retry.xml"),
