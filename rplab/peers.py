@@ -101,6 +101,12 @@ def build_environment(peer: Peer) -> dict[str, str]:
     return {**os.environ, "CGO_ENABLED": "1" if peer.cgo else "0", "GOFLAGS": "-buildvcs=false -mod=readonly"}
 
 
+# Test programs, never debugged here: no DWARF from the compiler, no symbol table or DWARF from the linker (the
+# kubelet links a third smaller; less for a machine with no build cache to compile, link and write).
+NO_DEBUG_INFO = ("-gcflags=all=-dwarf=false",)
+NO_DEBUG_LINK = ("-s", "-w")
+
+
 def build_arguments(peer: Peer, output: Path) -> list[str]:
     """The go command's arguments that build `peer` into `output` (run in peers/)."""
     arguments = ["test", "-c"] if peer.test_binary else ["build"]
@@ -108,14 +114,13 @@ def build_arguments(peer: Peer, output: Path) -> list[str]:
         arguments.append(f"-modfile={peer.modfile}")
     if peer.tags:
         arguments.append(f"-tags={','.join(peer.tags)}")
+    link = list(NO_DEBUG_LINK)
     if peer.version_stamp:
         module_path, variable = peer.version_stamp
-        arguments.append(f"-ldflags=-X {module_path}/{variable}={required_version(module_path)}")
+        link.append(f"-X {module_path}/{variable}={required_version(module_path)}")
     if peer.consumer:
-        stamps = MODULES[peer.consumer].version_variables
-        if stamps:
-            arguments.append("-ldflags=" + " ".join(f"-X {name}={value}" for name, value in stamps))
-    return [*arguments, "-o", str(output), peer.package]
+        link += [f"-X {name}={value}" for name, value in MODULES[peer.consumer].version_variables]
+    return [*arguments, *NO_DEBUG_INFO, f"-ldflags={' '.join(link)}", "-o", str(output), peer.package]
 
 
 def required_version(module_path: str, module: Path = MODULE) -> str:

@@ -78,10 +78,20 @@ def test_fallback_go_when_none_is_on_path(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_the_v08_nri_plugin_is_the_same_package_built_with_its_own_go_mod_and_tag() -> None:
     newest, v08 = peers.PEERS["nriplugin-v0.12"], peers.PEERS["nriplugin-v0.8"]
-    assert peers.build_arguments(newest, Path("/out")) == ["build", "-o", "/out", "./nriplugin"]
-    assert peers.build_arguments(v08, Path("/out")) == ["build", "-modfile=nri-v0.8.mod", "-tags=nri_v08", "-o", "/out",
-                                                  "./nriplugin"]
+    no_debug = ["-gcflags=all=-dwarf=false", "-ldflags=-s -w"]
+    assert peers.build_arguments(newest, Path("/out")) == ["build", *no_debug, "-o", "/out", "./nriplugin"]
+    assert peers.build_arguments(v08, Path("/out")) == ["build", "-modfile=nri-v0.8.mod", "-tags=nri_v08", *no_debug,
+                                                  "-o", "/out", "./nriplugin"]
     assert (peers.MODULE / "nri-v0.8.mod").is_file() and (peers.MODULE / "nri-v0.8.sum").is_file()
+
+
+def test_a_stamped_peer_links_its_stamps_in_one_ldflags_without_debug_information() -> None:
+    kubelet, crictl = peers.build_arguments(peers.PEERS["kubelet"], Path("/out")), \
+        peers.build_arguments(peers.PEERS["crictl"], Path("/out"))
+    for arguments in (kubelet, crictl):
+        ldflags = [argument for argument in arguments if argument.startswith("-ldflags=")]
+        assert len(ldflags) == 1 and ldflags[0].startswith("-ldflags=-s -w -X "), arguments
+    assert "k8s.io/component-base/version.gitVersion=v1.35.8" in " ".join(kubelet)
 
 
 def test_the_cache_key_changes_with_an_alternate_go_mod(tmp_path: Path) -> None:
