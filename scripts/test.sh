@@ -17,20 +17,23 @@ rm -f "$reports"/tested-with-*.json "$reports/tested-with.md"
 # this script's (rplab.tested_with: `.venv/bin/python -m rplab.tested_with --docs` commits a clean run's records).
 export RUNTIMEPROXY_REQUIRE_E2E=1 RUNTIMEPROXY_TESTED_WITH=scripts/test.sh
 status=0
+# Each pass ends with its slowest tests (what docs/development.md's costs are read from).
+slowest=(--durations=25)
 # The real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd: minutes each to build on
-# a machine with no Go cache, nothing once cached) are built in the background at the lowest priority while the
-# first pass runs; their suites run after it, in a process of their own (a test that needs one sooner waits for
-# its build: rplab.peers builds each binary once).
+# a machine with no Go cache, nothing once cached) are built in the background while the first and second passes
+# run, as an idle-priority process (SCHED_IDLE: it gets only the CPU the suites leave, much of the time they wait
+# on containers); their suites run after both passes, in a process of their own (a test that needs one sooner
+# waits for its build: rplab.peers builds each binary once).
 counterpart_suites=(tests/e2e/test_real_kubelet.py tests/e2e/test_koord_differential.py tests/e2e/test_koordlet.py
   tests/e2e/test_kubelet_resize.py)
 counterparts_build=
 if [ $# -eq 0 ]; then
-  nice -n 19 "$python" -m rplab.peers --counterparts > "$reports/counterpart-peers.log" 2>&1 &
+  chrt --idle 0 nice -n 19 "$python" -m rplab.peers --counterparts > "$reports/counterpart-peers.log" 2>&1 &
   counterparts_build=$!
 fi
-# The cgroup v2 + systemd node (a qemu guest) runs in a pytest process of its own, after the first pass: inside
-# the long first-pass process its emulated machine twice stalled (a restore that never answered, a cold boot
-# stopped at 0.9 s), while a fresh process brought it up every time. The real kubelet in the guest
+# The cgroup v2 + systemd node (a qemu guest) runs in a pytest process of its own, last: inside the long
+# first-pass process its emulated machine twice stalled (a restore that never answered, a cold boot stopped at
+# 0.9 s), while a fresh process brought it up every time. The real kubelet in the guest
 # (test_cgroup_v2_kubelet.py, about 5 minutes on a quiet 2-core machine) runs there too;
 # RUNTIMEPROXY_GUEST_KUBELET=0 leaves it out.
 guest_tests=(tests/e2e/test_cgroup_v2.py)
@@ -40,10 +43,31 @@ first_pass=()
 if [ $# -eq 0 ]; then
   for suite in "${guest_tests[@]}" "$guest_kubelet" "${counterpart_suites[@]}"; do first_pass+=(--ignore="$suite"); done
 fi
-"$python" -m pytest "${first_pass[@]}" "$@" || status=$?
+"$python" -m pytest "${slowest[@]}" "${first_pass[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
+fi
+
+# Second pass: what differs by runtime version (CRI answers, hooks' effects in the OCI spec, swap, the store's
+# rebuild after a restart and the reconciliation after a kill mid-call, NRI with the project's and NRI's own stub
+# plugins, crictl, critest's specs (about 3 min more: direct and three proxies), the kubelet's CRI client, Docker
+# mode's wire) on the newest containerd and dockerd; the real kubelet (about 40 s) on them after the
+# counterparts' build. (test_nri_native.py names its runtimes itself, containerd 1.6, 1.7 and 2.4: it runs in the
+# first pass.)
+second_pass=(tests/e2e/test_differential.py tests/e2e/test_hooks.py tests/e2e/test_swap.py tests/e2e/test_nri.py
+  tests/e2e/test_answers.py tests/e2e/test_post_hooks.py tests/e2e/test_crash_reconcile.py tests/e2e/test_crictl.py
+  tests/e2e/test_cri_client.py tests/e2e/test_nri_stub.py tests/e2e/test_critest.py
+  tests/e2e/test_docker_replay.py tests/e2e/test_docker_cli.py tests/e2e/test_nri_docker.py)
+second_pass_counterparts=(tests/e2e/test_real_kubelet.py)
+newest=()
+if [ $# -eq 0 ] && [ "${RUNTIMEPROXY_SECOND_PASS:-1}" != 0 ]; then
+  read -r containerd dockerd < <("$python" -m rplab.runtimes newest)
+  newest=(env RUNTIMEPROXY_RUNTIME="$containerd" RUNTIMEPROXY_DOCKERD="$dockerd")
+  echo "test.sh: second pass on $containerd and $dockerd"
+  started=$SECONDS
+  "${newest[@]}" "$python" -m pytest -q "${slowest[@]}" "${second_pass[@]}" || status=$?
+  echo "test.sh: second pass took $((SECONDS - started)) s"
 fi
 
 if [ $# -eq 0 ]; then
@@ -52,27 +76,14 @@ if [ $# -eq 0 ]; then
     echo "test.sh: building the counterparts failed (their suites build what they need again):" >&2
     tail -20 "$reports/counterpart-peers.log" >&2
   fi
-  echo "test.sh: the real counterparts (waited $((SECONDS - started)) s for their build after the first pass)"
-  "$python" -m pytest -q "${counterpart_suites[@]}" || status=$?
+  echo "test.sh: the real counterparts (waited $((SECONDS - started)) s for their build after the passes)"
+  "$python" -m pytest -q "${slowest[@]}" "${counterpart_suites[@]}" || status=$?
+  if ((${#newest[@]})); then
+    echo "test.sh: the second pass's real kubelet on $containerd"
+    "${newest[@]}" "$python" -m pytest -q "${slowest[@]}" "${second_pass_counterparts[@]}" || status=$?
+  fi
   echo "test.sh: the cgroup v2 + systemd node"
-  "$python" -m pytest -q "${guest_tests[@]}" || status=$?
-fi
-
-# Second pass: what differs by runtime version (CRI answers, hooks' effects in the OCI spec, swap, the store's
-# rebuild after a restart and the reconciliation after a kill mid-call, NRI with the project's and NRI's own stub
-# plugins, crictl, critest's specs (about 6 min more: direct and three proxies), the kubelet's CRI client, the
-# real kubelet (about 40 s), Docker mode's wire) on the newest containerd and dockerd. (test_nri_native.py names
-# its runtimes itself, containerd 1.6, 1.7 and 2.4: it runs in the first pass.)
-second_pass=(tests/e2e/test_differential.py tests/e2e/test_hooks.py tests/e2e/test_swap.py tests/e2e/test_nri.py
-  tests/e2e/test_answers.py tests/e2e/test_post_hooks.py tests/e2e/test_crash_reconcile.py tests/e2e/test_crictl.py
-  tests/e2e/test_cri_client.py tests/e2e/test_nri_stub.py tests/e2e/test_critest.py tests/e2e/test_real_kubelet.py
-  tests/e2e/test_docker_replay.py tests/e2e/test_docker_cli.py tests/e2e/test_nri_docker.py)
-if [ $# -eq 0 ] && [ "${RUNTIMEPROXY_SECOND_PASS:-1}" != 0 ]; then
-  read -r containerd dockerd < <("$python" -m rplab.runtimes newest)
-  echo "test.sh: second pass on $containerd and $dockerd"
-  started=$SECONDS
-  RUNTIMEPROXY_RUNTIME=$containerd RUNTIMEPROXY_DOCKERD=$dockerd "$python" -m pytest -q "${second_pass[@]}" || status=$?
-  echo "test.sh: second pass took $((SECONDS - started)) s"
+  "$python" -m pytest -q "${slowest[@]}" "${guest_tests[@]}" || status=$?
 fi
 "$python" -m rplab.tested_with || true
 exit "$status"
