@@ -66,17 +66,18 @@ def test_exact_spec_regexp_leaves_out_ginkgo_labels() -> None:
 
 
 def test_a_spec_that_passes_on_retry_is_flaky_not_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
+    calls: list[tuple[str, int]] = []
 
-    def fake_run(critest: Path, socket: str, report: Path, *, focus: str = "") -> CritestResult:
-        calls.append(focus)
+    def fake_run(critest: Path, socket: str, report: Path, *, focus: str = "", parallel: int = 1,
+                 ginkgo: Path | None = None) -> CritestResult:
+        calls.append((focus, parallel))
         if not focus:
             return CritestResult(passed=["[It] a"], failed=["[It] oom", "[It] broken"], output="first")
         return CritestResult(passed=["[It] oom"], failed=["[It] broken"], output="retry")
 
     monkeypatch.setattr(critest_module, "run_critest", fake_run)
-    result = critest_module.run_critest_retrying(Path("critest"), "sock", tmp_path / "junit.xml")
-    assert calls == ["", exact_spec_regexp(["[It] oom", "[It] broken"])]
+    result = critest_module.run_critest_retrying(Path("critest"), "sock", tmp_path / "junit.xml", 4, Path("ginkgo"))
+    assert calls == [("", 4), (exact_spec_regexp(["[It] oom", "[It] broken"]), 1)]  # the retry one spec at a time
     assert result.passed == ["[It] a", "[It] oom"] and result.failed == ["[It] broken"]
     assert result.flaky == ["[It] oom"]
     assert result.counts() == "2 passed, 1 failed, 0 skipped (flaky, passed on retry: [It] oom)"
