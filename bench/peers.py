@@ -131,7 +131,7 @@ class Lab:
 
     def __init__(self, base: Path, stack: ExitStack, baseline: Path | None = None) -> None:
         """`baseline`: a checkout of another revision, run as the extra peers "baseline" (and
-        "baseline-plugin") beside this checkout's proxy, so one run compares before and after a change."""
+        "baseline-plugin", "baseline-nri") beside this checkout's proxy, so one run compares before and after a change."""
         self.base = base
         self.stack = stack
         self.baseline = baseline
@@ -416,7 +416,13 @@ class Lab:
         hosted no-op NRI plugin on every event (the soak's node)."""
         return self._once("soak proxy", lambda: self._nri_hosting_proxy("soak", self.noop_registration("soak")))
 
-    def _nri_hosting_proxy(self, name: str, hook_dir: Path | None) -> Peer:
+    @property
+    def baseline_nri_proxy(self) -> Peer:
+        """The baseline checkout's proxy hosting NRI with the same no-op NRI plugin."""
+        return self._once("baseline nri proxy",
+                          lambda: self._nri_hosting_proxy("baseline-nri", hook_dir=None, checkout=self.baseline))
+
+    def _nri_hosting_proxy(self, name: str, hook_dir: Path | None, checkout: Path | None = None) -> Peer:
         directory = self.base / f"{name}-nri"
         plugins = directory / "plugins"
         directory.mkdir(mode=0o755, parents=True)
@@ -424,7 +430,7 @@ class Lab:
         install_noop(plugins)
         peer = self._proxy(f"{name}-proxy", self.containerd, hook_dir=hook_dir, log_level="info", extra_args=(
             f"--nri-socket={directory / 'nri.sock'}", f"--nri-plugin-path={plugins}",
-            f"--nri-plugin-config-path={directory / 'conf.d'}"))
+            f"--nri-plugin-config-path={directory / 'conf.d'}"), checkout=checkout)
         proxy = self._started[f"process {name}-proxy"]
         wait_until(lambda: "NRI plugin 10-noop attached" in proxy.log_tail(200), "NRI plugin attach", 15)
         if hook_dir is not None:

@@ -50,7 +50,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--markdown", action="store_true", help="also print the rows as one markdown table")
     parser.add_argument("--baseline", metavar="REV",
                         help="also run the proxy of git revision REV (a temporary worktree) as peer 'baseline' "
-                             "(and 'baseline-plugin'), to compare before and after a change in one run")
+                             "(and 'baseline-plugin', 'baseline-nri'), to compare before and after a change in one run")
     parser.add_argument("--cases", default=",".join(DEFAULT_CASES),
                         help=f"comma-separated subset of {', '.join(CASES)}, or all (every one but {', '.join(LONG_CASES)}; "
                              "default: %(default)s)")

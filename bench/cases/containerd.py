@@ -120,6 +120,8 @@ def containerd_peers(lab: Lab, report: CaseReport, with_plugin: bool) -> list[Pe
             starters["baseline-plugin"] = lambda: lab.baseline_plugin_proxy
         starters["koord-plugin"] = lambda: lab.koord_plugin_proxy
         starters["nri"] = lambda: lab.nri_proxy
+        if lab.baseline is not None:
+            starters["baseline-nri"] = lambda: lab.baseline_nri_proxy
     return available(lab, report, starters)
 
 

@@ -62,6 +62,8 @@ class _CreateRequest:
 
     def cgroup_parent(self, parent: str) -> bool:
         return align_sandbox_cgroup_parent(self._request, parent)  # containerd reads sandbox_config's
+
+
 Context = grpc.aio.ServicerContext
 CRI_VERSIONS = ("runtime.v1", "runtime.v1alpha2")
 M = TypeVar("M", bound=Message)
