@@ -1,4 +1,6 @@
-"""The hooked CRI calls through a real in-process proxy in front of the synthetic backend."""
+"""The hooked CRI calls' policy, without a transport (tests.kits.cri): each call through its hook to a recording
+backend, as the proxy's relay would send it; the gRPC server and relay around them are tested in test_forwarding.py,
+test_server.py and the e2e suites."""
 
 from __future__ import annotations
 
@@ -14,12 +16,11 @@ from tests.kits.hooks import ScriptedPlugin, fill, mark_unknown, refresh_on_loop
 from rplab.cri import env_entry
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from rplab.loop import LoopThread
-from rplab.synthetic import SyntheticBackend
+from tests.kits.cri import HookedCalls, RecordingBackend
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
-from runtimeproxy.app import Proxy
 
 VERSIONS = ["runtime.v1", "runtime.v1alpha2"]
 API = {"runtime.v1": v1, "runtime.v1alpha2": v1alpha2}
@@ -30,24 +31,22 @@ def path(version: str, method: str) -> str:
 
 
 class Plugins:
-    """In-process plugins registered in the proxy's config dir (refreshed on the loop)."""
+    """In-process plugins registered in the hook service's config dir (refreshed on the loop)."""
 
-    def __init__(self, loop: LoopThread, proxy: Proxy, base: Path) -> None:
+    def __init__(self, loop: LoopThread, calls: HookedCalls, base: Path) -> None:
         self.loop = loop
-        self.proxy = proxy
+        self.service = calls.service
         self.base = base
-        self.config_dir = proxy.options.hook_config_dir
+        self.config_dir = self.service.registry.config_dir
         self._started: list[Any] = []
 
     @property
     def registry(self):  # type: ignore[no-untyped-def]
-        assert self.proxy.hook_service is not None
-        return self.proxy.hook_service.registry
+        return self.service.registry
 
     @property
     def outcomes(self):  # type: ignore[no-untyped-def]
-        assert self.proxy.hook_service is not None
-        return self.proxy.hook_service.dispatcher.outcomes
+        return self.service.dispatcher.outcomes
 
     def serve(self, plugin: Any) -> Path:
         socket = self.base / f"plugin{len(self._started)}.sock"
@@ -67,8 +66,15 @@ class Plugins:
 
 
 @pytest.fixture
-def plugins(loop_thread: LoopThread, proxy: Proxy, tmp_path: Path) -> Iterator[Plugins]:
-    plugins = Plugins(loop_thread, proxy, tmp_path)
+def client(loop_thread: LoopThread, backend: RecordingBackend, tmp_path: Path) -> Iterator[HookedCalls]:
+    calls = HookedCalls(loop_thread, tmp_path, backend)
+    yield calls
+    calls.close()
+
+
+@pytest.fixture
+def plugins(loop_thread: LoopThread, client: HookedCalls, tmp_path: Path) -> Iterator[Plugins]:
+    plugins = Plugins(loop_thread, client, tmp_path)
     yield plugins
     plugins.close()
 
@@ -82,35 +88,26 @@ def answer_with(message: Any):  # type: ignore[no-untyped-def]
     return answer
 
 
-async def not_found(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-    await context.abort(grpc.StatusCode.NOT_FOUND, "not found")
-    return b""
-
-
 @pytest.fixture
-def backend(synthetic: SyntheticBackend) -> SyntheticBackend:
-    """The synthetic backend answering the hooked calls like a runtime (same bytes for both versions).
-
-    It knows no pods or containers when asked for their status: the store is filled only by the calls
-    the tests make through the proxy (the default echo would decode as some nonsense status).
-    """
+def backend() -> RecordingBackend:
+    """A backend answering the hooked calls like a runtime (same bytes for both versions). The hook core's runtime
+    knows no pods or containers (tests.kits.hooks.StubRuntime): its store holds only what the tests' calls made."""
+    answers = RecordingBackend()
     for version in VERSIONS:
-        synthetic.unary[path(version, "PodSandboxStatus")] = not_found
-        synthetic.unary[path(version, "ContainerStatus")] = not_found
-        synthetic.unary[path(version, "RunPodSandbox")] = answer_with(v1.RunPodSandboxResponse(pod_sandbox_id="p1"))
-        synthetic.unary[path(version, "CreateContainer")] = answer_with(v1.CreateContainerResponse(container_id="c1"))
+        answers.unary[path(version, "RunPodSandbox")] = answer_with(v1.RunPodSandboxResponse(pod_sandbox_id="p1"))
+        answers.unary[path(version, "CreateContainer")] = answer_with(v1.CreateContainerResponse(container_id="c1"))
         for method in ("StopPodSandbox", "RemovePodSandbox", "StartContainer", "StopContainer", "RemoveContainer",
                        "UpdateContainerResources"):
             response = getattr(v1, f"{method}Response")()
-            synthetic.unary[path(version, method)] = answer_with(response)
-    return synthetic
+            answers.unary[path(version, method)] = answer_with(response)
+    return answers
 
 
-def call(client: grpc.Channel, method_path: str, data: bytes) -> bytes:
-    return client.unary_unary(method_path)(data, timeout=10)
+def call(client: HookedCalls, method_path: str, data: bytes) -> bytes:
+    return client.call(method_path, data)
 
 
-def received(backend: SyntheticBackend, method_path: str) -> bytes:
+def received(backend: RecordingBackend, method_path: str) -> bytes:
     (only,) = backend.calls_to(method_path)
     return only.request
 
@@ -141,7 +138,7 @@ def create_request(api: Any, envs: dict[str, str] | dict[str, str | bytes] | Non
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("method", ["RunPodSandbox", "CreateContainer", "StopContainer", "UpdateContainerResources"])
-def test_a_garbled_hooked_request_is_invalid_argument(client: grpc.Channel, backend: SyntheticBackend,
+def test_a_garbled_hooked_request_is_invalid_argument(client: HookedCalls, backend: RecordingBackend,
                                                       version: str, method: str) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         call(client, path(version, method), b"\xff\xff\xff")
@@ -150,7 +147,7 @@ def test_a_garbled_hooked_request_is_invalid_argument(client: grpc.Channel, back
     assert backend.calls_to(path(version, method)) == []
 
 
-def test_a_garbled_request_is_refused_with_plugins_too(client: grpc.Channel, backend: SyntheticBackend,
+def test_a_garbled_request_is_refused_with_plugins_too(client: HookedCalls, backend: RecordingBackend,
                                                        plugins: Plugins) -> None:
     plugin = ExamplePlugin()
     plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
@@ -175,7 +172,7 @@ def non_canonical_run_pod_sandbox(api: Any) -> bytes:
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_without_plugins_the_backend_gets_the_exact_bytes(client: grpc.Channel, backend: SyntheticBackend,
+def test_without_plugins_the_backend_gets_the_exact_bytes(client: HookedCalls, backend: RecordingBackend,
                                                            version: str) -> None:
     data = non_canonical_run_pod_sandbox(API[version])
     response = call(client, path(version, "RunPodSandbox"), data)
@@ -183,7 +180,7 @@ def test_without_plugins_the_backend_gets_the_exact_bytes(client: grpc.Channel, 
     assert received(backend, path(version, "RunPodSandbox")) == data
 
 
-def test_a_plugin_that_changes_nothing_leaves_the_bytes_alone(client: grpc.Channel, backend: SyntheticBackend,
+def test_a_plugin_that_changes_nothing_leaves_the_bytes_alone(client: HookedCalls, backend: RecordingBackend,
                                                                plugins: Plugins) -> None:
     def echo(request: hooks.PodSandboxHookRequest, _: Any) -> hooks.PodSandboxHookResponse:
         return hooks.PodSandboxHookResponse(labels=request.labels, annotations=request.annotations,
@@ -197,7 +194,7 @@ def test_a_plugin_that_changes_nothing_leaves_the_bytes_alone(client: grpc.Chann
     assert received(backend, path("runtime.v1", "RunPodSandbox")) == data
 
 
-def test_an_ignored_failing_plugin_leaves_the_bytes_alone(client: grpc.Channel, backend: SyntheticBackend,
+def test_an_ignored_failing_plugin_leaves_the_bytes_alone(client: HookedCalls, backend: RecordingBackend,
                                                            plugins: Plugins) -> None:
     plugins.register("10-dead.json", plugins.base / "nobody.sock", ["PreRunPodSandbox"], "Ignore")
     data = non_canonical_run_pod_sandbox(v1alpha2)
@@ -210,7 +207,7 @@ def test_an_ignored_failing_plugin_leaves_the_bytes_alone(client: grpc.Channel, 
 
 
 def test_v1alpha2_run_pod_sandbox_gets_the_annotation_and_nothing_else(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugin = ExamplePlugin()
     plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox"])
@@ -233,7 +230,7 @@ def test_v1alpha2_run_pod_sandbox_gets_the_annotation_and_nothing_else(
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_create_container_gets_the_plugins_changes(client: grpc.Channel, backend: SyntheticBackend,
+def test_create_container_gets_the_plugins_changes(client: HookedCalls, backend: RecordingBackend,
                                                    plugins: Plugins, version: str) -> None:
     plugin = ExamplePlugin(ExampleSettings(cpu_shares=700, memory_limit_in_bytes=64 << 20, envs={"ADDED": "1"}))
     plugins.register("10-example.json", plugins.serve(plugin), ["PreCreateContainer"])
@@ -266,20 +263,20 @@ def binary_env_request() -> Any:
     return create_request(v1, {"PLAIN": "text", "SECRET": SECRET})
 
 
-def upstream_envs(backend: SyntheticBackend) -> list[tuple[str, bytes]]:
+def upstream_envs(backend: RecordingBackend) -> list[tuple[str, bytes]]:
     upstream = v1.CreateContainerRequest.FromString(received(backend, path("runtime.v1", "CreateContainer")))
     return [(kv.key, kv.value) for kv in upstream.config.envs]
 
 
-def test_a_binary_env_value_passes_a_bare_proxy_byte_for_byte(client: grpc.Channel,
-                                                              backend: SyntheticBackend) -> None:
+def test_a_binary_env_value_passes_a_bare_proxy_byte_for_byte(client: HookedCalls,
+                                                              backend: RecordingBackend) -> None:
     data = binary_env_request().SerializeToString()
     call(client, path("runtime.v1", "CreateContainer"), data)
     assert received(backend, path("runtime.v1", "CreateContainer")) == data
 
 
 def test_a_plugin_sees_a_binary_env_value_as_the_container_will_and_echoing_it_keeps_the_bytes(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     def echo_env_and_annotate(request: hooks.ContainerResourceHookRequest, _: Any) -> Any:
         return hooks.ContainerResourceHookResponse(container_envs=request.container_envs,
@@ -299,7 +296,7 @@ def test_a_plugin_sees_a_binary_env_value_as_the_container_will_and_echoing_it_k
     ({"PLAIN": "changed", "SECRET": SHOWN_SECRET}, [("PLAIN", b"changed"), ("SECRET", SECRET)]),
 ])
 def test_a_plugin_may_remove_or_replace_a_binary_env_value(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins,
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins,
     answer: dict[str, str], expected: list[tuple[str, bytes]]
 ) -> None:
     plugin = ScriptedPlugin({"PreCreateContainer": lambda request, _: hooks.ContainerResourceHookResponse(
@@ -310,7 +307,7 @@ def test_a_plugin_may_remove_or_replace_a_binary_env_value(
 
 
 def test_the_pod_recorded_at_run_pod_sandbox_is_the_context_of_its_containers(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be"))
     plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer",
@@ -341,7 +338,7 @@ def test_the_pod_recorded_at_run_pod_sandbox_is_the_context_of_its_containers(
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_dead_fail_plugin_stops_run_pod_sandbox_before_the_backend(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins, version: str
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins, version: str
 ) -> None:
     socket = plugins.base / "nobody.sock"
     plugins.register("10-dead.json", socket, ["PreRunPodSandbox"], "Fail")
@@ -360,7 +357,7 @@ def test_a_dead_fail_plugin_stops_run_pod_sandbox_before_the_backend(
 
 
 def test_a_failing_fail_plugin_stops_create_container_before_the_backend(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugin = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.FAILED_PRECONDITION))
     plugins.register("10-strict.json", plugins.serve(plugin), ["PreCreateContainer"], "Fail")
@@ -371,7 +368,7 @@ def test_a_failing_fail_plugin_stops_create_container_before_the_backend(
 
 
 def test_a_post_hook_failure_under_fail_does_not_fail_stop_container(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugin = ExamplePlugin(ExampleSettings(fail_with=grpc.StatusCode.INTERNAL))
     plugins.register("10-strict.json", plugins.serve(plugin), ["PostStopContainer", "PostStopPodSandbox"], "Fail")
@@ -392,7 +389,7 @@ def test_a_post_hook_failure_under_fail_does_not_fail_stop_container(
 
 
 def test_a_backend_failure_is_relayed_and_skips_the_post_hook(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         await context.abort(grpc.StatusCode.NOT_FOUND, "no such container")
@@ -410,7 +407,7 @@ def test_a_backend_failure_is_relayed_and_skips_the_post_hook(
 
 
 def test_update_container_resources_hook_sees_the_requested_resources(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugin = ExamplePlugin()
     plugins.register("10-example.json", plugins.serve(plugin), ["PreCreateContainer", "PreUpdateContainerResources",
@@ -437,7 +434,7 @@ def test_update_container_resources_hook_sees_the_requested_resources(
 
 
 def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     """containerd puts a container under CreateContainer's sandbox_config cgroup parent, not the sandbox's."""
     plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be"))
@@ -454,7 +451,7 @@ def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along(
 
 
 def test_create_container_bytes_untouched_when_the_pod_was_not_moved(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugin = ScriptedPlugin()  # answers PreRunPodSandbox with an empty response: no change
     plugins.register("10-noop.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
@@ -465,7 +462,7 @@ def test_create_container_bytes_untouched_when_the_pod_was_not_moved(
     assert received(backend, path("runtime.v1", "CreateContainer")) == data
 
 
-def test_a_skipped_pod_is_not_moved(client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins) -> None:
+def test_a_skipped_pod_is_not_moved(client: HookedCalls, backend: RecordingBackend, plugins: Plugins) -> None:
     plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be"))
     plugins.register("10-example.json", plugins.serve(plugin), ["PreRunPodSandbox", "PreCreateContainer"])
     config = pod_config(v1)
@@ -484,7 +481,7 @@ def test_a_skipped_pod_is_not_moved(client: grpc.Channel, backend: SyntheticBack
 
 
 def test_update_hook_sees_the_effective_resources_and_the_backend_only_the_changes(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     def add_period(request: hooks.ContainerResourceHookRequest, _: Any) -> hooks.ContainerResourceHookResponse:
         resources = hooks.LinuxContainerResources()
@@ -519,7 +516,7 @@ def test_update_hook_sees_the_effective_resources_and_the_backend_only_the_chang
 
 
 def test_the_store_follows_updates_without_plugins_too(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
     plugin = ScriptedPlugin()
@@ -541,7 +538,7 @@ def escape(request: hooks.PodSandboxHookRequest, _: Any) -> hooks.PodSandboxHook
 
 
 def test_an_invalid_answer_under_fail_stops_the_call_before_the_backend(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugins.register("10-liar.json", plugins.serve(ScriptedPlugin({"PreRunPodSandbox": escape})),
                      ["PreRunPodSandbox"], "Fail")
@@ -559,7 +556,7 @@ def test_an_invalid_answer_under_fail_stops_the_call_before_the_backend(
 
 
 def test_an_invalid_answer_under_ignore_leaves_the_bytes_alone(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins
 ) -> None:
     plugins.register("10-liar.json", plugins.serve(ScriptedPlugin({"PreRunPodSandbox": escape})),
                      ["PreRunPodSandbox"], "Ignore")
@@ -607,7 +604,7 @@ def hooked_requests(api: Any) -> list[tuple[str, Any]]:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_unknown_fields_in_every_hooked_request_reach_the_backend_also_when_a_plugin_changed_it(
-    client: grpc.Channel, backend: SyntheticBackend, plugins: Plugins, version: str
+    client: HookedCalls, backend: RecordingBackend, plugins: Plugins, version: str
 ) -> None:
     """A newer kubelet's fields (unknown to the proxy's protos) must not be dropped by a re-encoded request."""
     plugin = ExamplePlugin(ExampleSettings(pod_cgroup_parent="/kubepods/koord-be", envs={"KEEP": "me", "ADDED": "1"},
@@ -634,7 +631,7 @@ def test_unknown_fields_in_every_hooked_request_reach_the_backend_also_when_a_pl
 
 @pytest.mark.parametrize("code", [None, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND])
 def test_a_pod_resize_reaches_the_runtime_as_sent_its_answer_comes_back_and_the_store_follows(
-    client: grpc.Channel, backend: SyntheticBackend, proxy: Proxy, code: grpc.StatusCode | None
+    client: HookedCalls, backend: RecordingBackend, code: grpc.StatusCode | None
 ) -> None:
     """containerd before 2.2 answers UNIMPLEMENTED (the kubelet takes it as nothing to do): the answer is the
     kubelet's unchanged, and the proxy records the pod's new resources apart, as containerd 2.2+ does; a runtime's
@@ -658,8 +655,7 @@ def test_a_pod_resize_reaches_the_runtime_as_sent_its_answer_comes_back_and_the_
             call(client, resize_path, resize.SerializeToString())
         assert (raised.value.code(), raised.value.details()) == (code, "the runtime's own words")
     assert received(backend, resize_path) == resize.SerializeToString()
-    assert proxy.hook_service is not None
-    record = proxy.hook_service.store.pod("p1")
+    record = client.service.store.pod("p1")
     assert record is not None
     assert record.info.resources.cpu_shares == 1024  # the sandbox config's, which containerd's NRI keeps showing
     resized = record.resized_resources
