@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # The test command: set up a fresh machine, then run the whole suite, e2e against real containerd and dockerd
 # (this machine's own: Debian 12's containerd 1.6 and dockerd 20.10); then a second pass of the suites that
-# drive a runtime hardest on the newest containerd and dockerd of the runtime matrix (rplab/runtimes.py);
-# then the "Tested with" table of both passes (reports/tested-with.md).
+# drive a runtime hardest on the newest containerd and dockerd of the runtime matrix (rplab/runtimes.py); then
+# the real counterparts' suites and the cgroup v2 + systemd guest; then the "Tested with" table of both passes
+# (reports/tested-with.md).
 # Extra arguments go to pytest and skip the second pass (e.g. scripts/test.sh -k lifecycle).
 # RUNTIMEPROXY_SECOND_PASS=0 skips it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
 python="${RUNTIMEPROXY_VENV:-$PWD/.venv}/bin/python"
 reports="${RUNTIMEPROXY_REPORT_DIR:-$PWD/reports}"
 mkdir -p "$reports"
 rm -f "$reports"/tested-with-*.json "$reports/tested-with.md"
+# The real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd: minutes each to build on
+# a machine with no Go cache, nothing once cached) are built in the background from set-up on (scripts/setup.sh:
+# RUNTIMEPROXY_COUNTERPARTS_LOG) while set-up and both passes run, at idle priority; their suites run after both
+# passes, in a process of their own (a test that needs one sooner waits for its build: rplab.peers builds each
+# binary once).
+counterparts_log="$reports/counterpart-peers.log"
+if [ $# -eq 0 ]; then
+  RUNTIMEPROXY_COUNTERPARTS_LOG=$counterparts_log bash scripts/setup.sh
+else
+  bash scripts/setup.sh
+fi
 
 # e2e tests fail instead of skipping when the machine cannot run containerd; each pass records its outcomes as
 # this script's (rplab.tested_with: `.venv/bin/python -m rplab.tested_with --docs` commits a clean run's records).
@@ -19,18 +30,8 @@ export RUNTIMEPROXY_REQUIRE_E2E=1 RUNTIMEPROXY_TESTED_WITH=scripts/test.sh
 status=0
 # Each pass ends with its slowest tests (what docs/development.md's costs are read from).
 slowest=(--durations=25)
-# The real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd: minutes each to build on
-# a machine with no Go cache, nothing once cached) are built in the background while the first and second passes
-# run, as an idle-priority process (SCHED_IDLE: it gets only the CPU the suites leave, much of the time they wait
-# on containers); their suites run after both passes, in a process of their own (a test that needs one sooner
-# waits for its build: rplab.peers builds each binary once).
 counterpart_suites=(tests/e2e/test_real_kubelet.py tests/e2e/test_koord_differential.py tests/e2e/test_koordlet.py
   tests/e2e/test_kubelet_resize.py)
-counterparts_build=
-if [ $# -eq 0 ]; then
-  chrt --idle 0 nice -n 19 "$python" -m rplab.peers --counterparts > "$reports/counterpart-peers.log" 2>&1 &
-  counterparts_build=$!
-fi
 # The cgroup v2 + systemd node (a qemu guest) runs in a pytest process of its own, last: inside the long
 # first-pass process its emulated machine twice stalled (a restore that never answered, a cold boot stopped at
 # 0.9 s), while a fresh process brought it up every time. The real kubelet in the guest
@@ -43,7 +44,9 @@ first_pass=()
 if [ $# -eq 0 ]; then
   for suite in "${guest_tests[@]}" "$guest_kubelet" "${counterpart_suites[@]}"; do first_pass+=(--ignore="$suite"); done
 fi
+started=$SECONDS
 "$python" -m pytest "${slowest[@]}" "${first_pass[@]}" "$@" || status=$?
+echo "test.sh: the first pass took $((SECONDS - started)) s"
 if [ "$status" -eq 5 ]; then
   echo "test.sh: pytest collected no tests; that is a failure" >&2
   exit 1
@@ -72,9 +75,9 @@ fi
 
 if [ $# -eq 0 ]; then
   started=$SECONDS
-  if ! wait "$counterparts_build"; then
-    echo "test.sh: building the counterparts failed (their suites build what they need again):" >&2
-    tail -20 "$reports/counterpart-peers.log" >&2
+  if ! "$python" -m rplab.peers --counterparts; then
+    echo "test.sh: building the counterparts failed (their suites build what they need again); the background build:" >&2
+    tail -20 "$counterparts_log" >&2
   fi
   echo "test.sh: the real counterparts (waited $((SECONDS - started)) s for their build after the passes)"
   "$python" -m pytest -q "${slowest[@]}" "${counterpart_suites[@]}" || status=$?
@@ -84,6 +87,7 @@ if [ $# -eq 0 ]; then
   fi
   echo "test.sh: the cgroup v2 + systemd node"
   "$python" -m pytest -q "${slowest[@]}" "${guest_tests[@]}" || status=$?
+  echo "test.sh: all done at $SECONDS s"
 fi
 "$python" -m rplab.tested_with || true
 exit "$status"
