@@ -176,7 +176,8 @@ def _kind_calls(names: CallFamilies, rows: KindStats) -> Iterator[Metric]:
     labels = ["plugin", names.scope_label]
     calls = CounterMetricFamily(f"{PREFIX}_{names.calls}", names.calls_help, labels=[*labels, "outcome"])
     latency = HistogramMetricFamily(f"{PREFIX}_{names.latency}", names.latency_help, labels=labels)
-    changes = CounterMetricFamily(f"{PREFIX}_{names.changes}", names.changes_help, labels=labels)
+    changes = CounterMetricFamily(f"{PREFIX}_{names.changes}", names.changes_help, labels=labels) \
+        if names.changes else None
     shadow_changes = CounterMetricFamily(
         f"{PREFIX}_{names.shadow_prefix}shadow_changes", f"Answers of {names.plugins} in shadow that would have "
         f"changed the {names.changed_what} (never applied).", labels=labels)
@@ -188,14 +189,14 @@ def _kind_calls(names: CallFamilies, rows: KindStats) -> Iterator[Metric]:
             calls.add_metric([plugin, scope, outcome], count)
         if stats.latency.count:
             _add_histogram(latency, [plugin, scope], stats.latency)
-        if stats.changes:
+        if changes is not None and stats.changes:
             changes.add_metric([plugin, scope], stats.changes)
         if stats.shadow_changes or stats.shadow_disagreements:
             shadow_changes.add_metric([plugin, scope], stats.shadow_changes)
             disagreements.add_metric([plugin, scope], stats.shadow_disagreements)
     yield calls
     yield latency
-    if names.changes:
+    if changes is not None:
         yield changes
     yield shadow_changes
     yield disagreements
