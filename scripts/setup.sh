@@ -48,14 +48,6 @@ if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/li
   echo "setup: installing Debian's golang-go"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go >/dev/null
 fi
-# RUNTIMEPROXY_COUNTERPARTS_LOG (scripts/test.sh sets it): the real counterparts' build begins here, in the
-# background at idle priority (SCHED_IDLE: only the CPU the rest leaves, much of it while modules, wheels and
-# packages download), its output to that file; whoever needs them runs `rplab.peers --counterparts` again, which
-# waits for a build under way (each binary's lock) and builds what is missing.
-if [ -n "${RUNTIMEPROXY_COUNTERPARTS_LOG:-}" ]; then
-  echo "setup: building the real counterparts in the background at ${SECONDS} s (log: $RUNTIMEPROXY_COUNTERPARTS_LOG)"
-  chrt --idle 0 nice -n 19 "$venv/bin/python" -m rplab.peers --counterparts > "$RUNTIMEPROXY_COUNTERPARTS_LOG" 2>&1 &
-fi
 echo "setup: building the compiled test peers (peers/) at ${SECONDS} s"
 "$venv/bin/python" -m rplab.peers
 

@@ -12,17 +12,7 @@ python="${RUNTIMEPROXY_VENV:-$PWD/.venv}/bin/python"
 reports="${RUNTIMEPROXY_REPORT_DIR:-$PWD/reports}"
 mkdir -p "$reports"
 rm -f "$reports"/tested-with-*.json "$reports/tested-with.md"
-# The real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd: minutes each to build on
-# a machine with no Go cache, nothing once cached) are built in the background from set-up on (scripts/setup.sh:
-# RUNTIMEPROXY_COUNTERPARTS_LOG) while set-up and both passes run, at idle priority; their suites run after both
-# passes, in a process of their own (a test that needs one sooner waits for its build: rplab.peers builds each
-# binary once).
-counterparts_log="$reports/counterpart-peers.log"
-if [ $# -eq 0 ]; then
-  RUNTIMEPROXY_COUNTERPARTS_LOG=$counterparts_log bash scripts/setup.sh
-else
-  bash scripts/setup.sh
-fi
+bash scripts/setup.sh
 
 # e2e tests fail instead of skipping when the machine cannot run containerd; each pass records its outcomes as
 # this script's (rplab.tested_with: `.venv/bin/python -m rplab.tested_with --docs` commits a clean run's records).
@@ -30,8 +20,19 @@ export RUNTIMEPROXY_REQUIRE_E2E=1 RUNTIMEPROXY_TESTED_WITH=scripts/test.sh
 status=0
 # Each pass ends with its slowest tests (what docs/development.md's costs are read from).
 slowest=(--durations=25)
+# The real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd: minutes each to build on
+# a machine with no Go cache, nothing once cached) are built in the background while the first and second passes
+# run, as an idle-priority process (SCHED_IDLE: it gets only the CPU the suites leave, much of the time they wait
+# on containers); their suites run after both passes, in a process of their own (a test that needs one sooner
+# waits for its build: rplab.peers builds each binary once). Begun during set-up instead, it gained nothing.
 counterpart_suites=(tests/e2e/test_real_kubelet.py tests/e2e/test_koord_differential.py tests/e2e/test_koordlet.py
   tests/e2e/test_kubelet_resize.py)
+counterparts_log="$reports/counterpart-peers.log"
+counterparts_build=
+if [ $# -eq 0 ]; then
+  chrt --idle 0 nice -n 19 "$python" -m rplab.peers --counterparts > "$counterparts_log" 2>&1 &
+  counterparts_build=$!
+fi
 # The cgroup v2 + systemd node (a qemu guest) runs in a pytest process of its own, last: inside the long
 # first-pass process its emulated machine twice stalled (a restore that never answered, a cold boot stopped at
 # 0.9 s), while a fresh process brought it up every time. The real kubelet in the guest
@@ -75,8 +76,8 @@ fi
 
 if [ $# -eq 0 ]; then
   started=$SECONDS
-  if ! "$python" -m rplab.peers --counterparts; then
-    echo "test.sh: building the counterparts failed (their suites build what they need again); the background build:" >&2
+  if ! wait "$counterparts_build"; then
+    echo "test.sh: building the counterparts failed (their suites build what they need again):" >&2
     tail -20 "$counterparts_log" >&2
   fi
   echo "test.sh: the real counterparts (waited $((SECONDS - started)) s for their build after the passes)"
