@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +47,17 @@ class Peer:
     version_stamp: tuple[str, str] | None = None
     # A consumer module of rplab.consumer_modules (peers/<name>/, its own go.mod) instead of peers/ itself.
     consumer: str | None = None
-    # Built with cgo (koordlet's perf counters link libpfm4: Debian's libpfm4-dev); the others are static.
+    # Built with cgo: koordlet (its perf counters link libpfm4: Debian's libpfm4-dev), and koord-runtime-proxy beside
+    # it: CGO_ENABLED picks other files of the standard library's net package, so a program built with the other
+    # setting shares no compiled package above net with it; the others are static.
     cgo: bool = False
     # A real counterpart (a Kubernetes or koordinator program: minutes each to build, cold): left out of a plain
     # `python -m rplab.peers` (what setup runs, so the lab never waits for them); built on first use, or ahead by
     # `python -m rplab.peers --counterparts` (the test command, in the background).
     counterpart: bool = False
+    # A counterpart only the cgroup v2 guest's suite runs (the newest kubelet): built last, while the host's
+    # counterpart suites run instead of before them.
+    guest_only: bool = False
 
     @property
     def module(self) -> Path:
@@ -74,9 +80,10 @@ PEERS: dict[str, Peer] = {peer.name: peer for peer in (
     # The real counterparts, each from its consumer module (rplab.consumer_modules): the kubelet process, and
     # koordinator's own runtime proxy, the program this project replaces.
     Peer("kubelet", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet", counterpart=True),
-    Peer("kubelet-newest", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet-newest", counterpart=True),
+    Peer("kubelet-newest", "k8s.io/kubernetes/cmd/kubelet", consumer="kubelet-newest", counterpart=True,
+         guest_only=True),
     Peer("koord-runtime-proxy", "github.com/koordinator-sh/koordinator/cmd/koord-runtime-proxy",
-         consumer="koordinator", counterpart=True),
+         consumer="koordinator", cgo=True, counterpart=True),
     # The plugin the proxy exists for, and the small cluster it needs (rplab.cluster): an API server and its etcd.
     Peer("koordlet", "github.com/koordinator-sh/koordinator/cmd/koordlet", consumer="koordlet", cgo=True, counterpart=True),
     Peer("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", consumer="kube-apiserver", counterpart=True),
@@ -170,16 +177,32 @@ def _build(peer: Peer, binary: Path) -> None:
     partial.replace(binary)
 
 
+def counterparts_in_order(host_only: bool = False) -> list[str]:
+    """The counterparts by name, the guest's last (or left out)."""
+    chosen = [peer for peer in PEERS.values() if peer.counterpart and not (host_only and peer.guest_only)]
+    return [peer.name for peer in sorted(chosen, key=lambda peer: (peer.guest_only, peer.name))]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m rplab.peers", description=__doc__)
     parser.add_argument("names", nargs="*", help="peers to build (when none is named: all but the counterparts)")
     parser.add_argument("--counterparts", action="store_true",
-                        help="the real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd)")
+                        help="the real counterparts (the kubelet, koord-runtime-proxy, koordlet, kube-apiserver, etcd; "
+                             "the cgroup v2 guest's newest kubelet last)")
+    parser.add_argument("--host-only", action="store_true",
+                        help="with --counterparts: only those the host's suites run (waits for a build under way)")
     args = parser.parse_args(argv)
-    chosen = args.names or sorted(name for name, peer in PEERS.items() if peer.counterpart == args.counterparts)
+    if args.names:
+        chosen = args.names
+    elif args.counterparts:
+        chosen = counterparts_in_order(args.host_only)
+    else:
+        chosen = sorted(name for name, peer in PEERS.items() if not peer.counterpart)
     try:
         for name in chosen:
-            print(f"{name}: {peer_binary(name)}", flush=True)
+            started = time.monotonic()
+            binary = peer_binary(name)
+            print(f"{name}: {binary} ({time.monotonic() - started:.0f} s)", flush=True)
     except PeerBuildError as error:
         print(f"rplab.peers: {error}", file=sys.stderr)
         return 1

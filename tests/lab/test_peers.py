@@ -102,9 +102,10 @@ def test_the_cache_key_changes_with_an_alternate_go_mod(tmp_path: Path) -> None:
     assert peers.source_digest(tmp_path) != before
 
 
-def test_only_koordlet_is_built_with_cgo_and_each_consumer_module_builds_one_program() -> None:
+def test_koordinators_two_programs_are_built_with_cgo_and_each_consumer_module_builds_one_program() -> None:
+    """koordlet needs cgo; koord-runtime-proxy shares its compiled packages only when built the same way."""
     assert [name for name, peer in peers.PEERS.items() if peers.build_environment(peer)["CGO_ENABLED"] == "1"] == \
-        ["koordlet"]
+        ["koord-runtime-proxy", "koordlet"]
     consumers = [peer.consumer for peer in peers.PEERS.values() if peer.consumer]
     assert len(consumers) == len(set(consumers)), "a program added to a consumer module changes its peers' digests"
 
@@ -136,3 +137,10 @@ def test_setup_builds_all_but_the_counterparts_which_the_test_command_builds() -
     assert counterparts == {"kubelet", "kubelet-newest", "koord-runtime-proxy", "koordlet", "kube-apiserver", "etcd"}
     test_command = (peers.MODULE.parent / "scripts" / "test.sh").read_text()
     assert "-m rplab.peers --counterparts" in test_command
+    assert "-m rplab.peers --counterparts --host-only" in test_command
+
+
+def test_the_guests_newest_kubelet_is_built_last_and_the_host_suites_do_not_wait_for_it() -> None:
+    assert peers.counterparts_in_order() == ["etcd", "koord-runtime-proxy", "koordlet", "kube-apiserver", "kubelet",
+                                             "kubelet-newest"]
+    assert "kubelet-newest" not in peers.counterparts_in_order(host_only=True)
