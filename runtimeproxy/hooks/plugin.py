@@ -151,6 +151,10 @@ def plugin_channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
         # A connection nobody uses is released; the next call reconnects.
         ("grpc.client_idle_timeout_ms", _IDLE_TIMEOUT_MS),
         ("grpc.enable_retries", 0),
+        # Subchannels of its own: with gRPC's process-wide pool, the channel opened after an unreachable plugin's
+        # was dropped (still closing, in its grace period) shares its subchannel, in reconnect backoff for a
+        # second or more, and fails at once although the plugin now serves.
+        ("grpc.use_local_subchannel_pool", 1),
     ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -13,6 +14,8 @@ from tests.kits.hooks import PluginBench, ScriptedPlugin
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.cri.failures import ERROR_DOMAIN, ERROR_REASON, trailing_metadata
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.plugin import grpc_target, plugin_channel_options
+from runtimeproxy.hooks.registry import DEFAULT_PLUGIN_MAX_MESSAGE_BYTES
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -384,6 +387,32 @@ def test_a_plugin_that_starts_late_is_called_by_the_next_hook(bench: PluginBench
     bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
     assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "ok")] == 1
     assert len(plugin.seen) == 1
+
+
+def test_a_plugin_that_starts_late_is_called_while_a_dropped_channel_still_closes(bench: PluginBench) -> None:
+    """The dropped channel closes in the background (a grace period for calls still on it); held open here, as a
+    busy loop leaves it, its subchannel waits out gRPC's reconnect backoff. The next call's channel has subchannels
+    of its own: it connects at once (with gRPC's shared pool it failed UNAVAILABLE for a second or more)."""
+    socket = bench.socket("late")
+    lingering = bench.loop.run(_failed_channel(socket))  # a dropped channel's twin: same target, same options
+    try:
+        bench.register("10-late.json", socket, ["PreCreateContainer"])
+        plugin = ScriptedPlugin()
+        bench.serve(plugin, socket)
+        bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
+        assert bench.dispatcher.outcomes[("10-late.json", "PreCreateContainer", "ok")] == 1
+    finally:
+        bench.loop.run(lingering.close())
+
+
+async def _failed_channel(socket: Path) -> grpc.aio.Channel:
+    """A channel in the process-wide subchannel pool, as the plugin's were, after a call to `socket` failed."""
+    shared = [option for option in plugin_channel_options(DEFAULT_PLUGIN_MAX_MESSAGE_BYTES)
+              if option[0] != "grpc.use_local_subchannel_pool"]
+    channel = grpc.aio.insecure_channel(grpc_target(socket), options=shared)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await channel.unary_unary("/runtime.v1alpha1.RuntimeHookService/PreCreateContainerHook")(b"", timeout=5)
+    return channel
 
 
 def test_a_plugin_unregistered_while_picked_is_a_failed_call(bench: PluginBench) -> None:
