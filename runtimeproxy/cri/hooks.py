@@ -38,6 +38,7 @@ from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import PodResize
 from runtimeproxy.hooks.lifecycle import HookPoints
+from runtimeproxy.hooks.hook_messages import resources_of
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -183,8 +184,10 @@ class CriHooks:
         containerd's part."""
         request = await decode(cri.UpdatePodSandboxResourcesRequest, data, context)
         resize = PodResize(
-            convert(request.overhead, hooks.LinuxContainerResources) if request.HasField("overhead") else None,
-            convert(request.resources, hooks.LinuxContainerResources) if request.HasField("resources") else None)
+            resources_of(convert(request.overhead, hooks.LinuxContainerResources))
+            if request.HasField("overhead") else None,
+            resources_of(convert(request.resources, hooks.LinuxContainerResources))
+            if request.HasField("resources") else None)
         pod_id = request.pod_sandbox_id
         async with failing_the_call(context):
             await self.points.pre_update_pod_sandbox_resources(pod_id, resize)

@@ -61,7 +61,7 @@ def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hook
 
 
 def container_hook_request(config: cri.ContainerConfig, container_id: str = "") -> hooks.ContainerResourceHookRequest:
-    """The container part of the hook request (the core fills the pod part: hooks.merge.set_pod_context)."""
+    """The container part of the hook request (the core fills the pod part: hooks.hook_messages.fill_pod_part)."""
     request = hooks.ContainerResourceHookRequest(
         container_meta=hooks.ContainerMetadata(
             name=config.metadata.name, attempt=config.metadata.attempt, id=container_id

@@ -33,6 +33,7 @@ from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.edits import container_edits
 from runtimeproxy.cri.messages import container_hook_request, container_labels, convert, pod_hook_request
 from runtimeproxy.gotext import go_text
+from runtimeproxy.hooks import hook_messages
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -188,7 +189,7 @@ def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest, c
         edits = container_edits(cri.CreateContainerRequest(config=config),
                                 tuple(str(arg) for arg in argv) if isinstance(argv, list) else ())
     pid = info.get("pid")
-    return ContainerRecord(
+    return hook_messages.container_record(
         pod_id, request, container_labels(config.labels if config is not None else status.labels), edits,
         _STATES.get(status.state, ContainerState.UNKNOWN), pid if isinstance(pid, int) and pid > 0 else 0,
         status.created_at, status.started_at, status.finished_at)

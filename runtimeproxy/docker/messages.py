@@ -156,7 +156,7 @@ def pod_hook_request(name: KubeName, labels: Mapping[str, str], host_config: Map
 def container_hook_request(
     name: KubeName, labels: Mapping[str, str], env: Any, host_config: Mapping[str, Any], container_id: str = "",
 ) -> hooks.ContainerResourceHookRequest:
-    """The container part of the hook request (the core fills the pod part: hooks.merge.set_pod_context)."""
+    """The container part of the hook request (the core fills the pod part: hooks.hook_messages.fill_pod_part)."""
     request = hooks.ContainerResourceHookRequest(
         container_meta=hooks.ContainerMetadata(name=name.container, attempt=name.attempt, id=container_id),
         container_annotations=annotations_of(labels),

@@ -28,6 +28,7 @@ from runtimeproxy.docker.messages import (
     pod_from_inspect,
 )
 from runtimeproxy.hooks.edits import ImageFacts, ImageIdentity
+from runtimeproxy.hooks import hook_messages
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -101,7 +102,7 @@ def container_record(found: Inspected) -> ContainerRecord:
     (HostConfig), state, pid and times (State, Created)."""
     state = found.state
     pid = state.get("Pid")
-    return ContainerRecord(
+    return hook_messages.container_record(
         found.sandbox_id, container_from_inspect(found), container_labels_of(found.labels),
         container_edits({"HostConfig": found.host_config}, found.argv),
         _STATES.get(str(state.get("Status", "")), ContainerState.UNKNOWN),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
-from runtimeproxy.hooks.merge import with_pod
+from runtimeproxy.hooks import hook_messages
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.skip import SkipRule
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
@@ -28,8 +28,8 @@ class HookContext:
         self.pod_labels = dict(pod_labels or {})
 
     def pod_record(self, info: hooks.PodSandboxHookRequest) -> PodRecord:
-        """The record of a pod: its hook request and whether the skip rule spares it hooks."""
-        return PodRecord(info, self.skip.applies(info.labels), runtime_labels=dict(self.pod_labels))
+        """The record of a pod as its hook request has it, and whether the skip rule spares it hooks."""
+        return hook_messages.pod_record(info, self.skip.applies(info.labels), self.pod_labels)
 
     async def pod(self, pod_id: str) -> PodRecord | None:
         record = self.store.pod(pod_id)
@@ -52,7 +52,7 @@ class HookContext:
     async def pod_request(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
         """The hook request for a known pod with hooks; None otherwise."""
         record = await self.pod(pod_id)
-        return None if record is None or record.skip_hooks else record.info
+        return None if record is None or record.skip_hooks else hook_messages.pod_request(record)
 
     async def container_request(self, container_id: str) -> hooks.ContainerResourceHookRequest | None:
         """The hook request for a known container of a pod with hooks; None otherwise."""
@@ -64,7 +64,7 @@ def request_of(record: ContainerRecord, pod: PodRecord | None) -> hooks.Containe
     """A found container's hook request (with its pod's part); None for a container of a skip-labelled pod."""
     if pod is not None and pod.skip_hooks:
         return None
-    return with_pod(record.info, pod.info if pod else None)
+    return hook_messages.container_request(record, pod)
 
 
 async def subject_of(context: HookContext, pod_id: str = "", container_id: str = "") -> Subject | None:
@@ -75,11 +75,11 @@ async def subject_of(context: HookContext, pod_id: str = "", container_id: str =
         if found is None or request is None:
             return None
         record, pod = found
-        return Subject(record.pod_id, pod.info if pod else None, container_id, request, model=record, pod_model=pod)
-    pod_record = await context.pod(pod_id)
-    if pod_record is None or pod_record.skip_hooks:
+        return Subject(record.pod_id, pod, container_id, request, model=record)
+    recorded = await context.pod(pod_id)
+    if recorded is None or recorded.skip_hooks:
         return None
-    return Subject(pod_id, pod_record.info, pod_model=pod_record)
+    return Subject(pod_id, recorded)
 
 
 async def tell_nri(context: HookContext, plugins: NriPlugins, event: str, pod_id: str = "",

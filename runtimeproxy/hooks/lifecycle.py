@@ -32,8 +32,9 @@ from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fi
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
-from runtimeproxy.hooks.merge import apply_resource_update, changed_resources, set_pod_context
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
+from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
+from runtimeproxy.hooks.hook_messages import container_record, fill_pod_part
+from runtimeproxy.hooks.model import ContainerState, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -283,7 +284,7 @@ class HookPoints:
         if pod is None and sandbox is not None:
             pod = self.context.pod_record(sandbox())
         if pod is not None:
-            set_pod_context(container, pod.info)
+            fill_pod_part(container, pod)
             if pod.skip_hooks:
                 if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
                     self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
@@ -296,8 +297,8 @@ class HookPoints:
                            chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
             nonlocal subject, seen
             seen = await edits(True) if edits is not None else None
-            model = ContainerRecord(pod_id, changed, shown, seen)  # not created yet: its state is unknown
-            subject = Subject(pod_id, pod.info if pod else None, "", changed, seen, model, pod)
+            model = container_record(pod_id, changed, shown, seen)  # not created yet: its state is unknown
+            subject = Subject(pod_id, pod, "", changed, seen, model)
             return await self.nri.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining, chain)
 
         wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
@@ -332,7 +333,7 @@ class HookPoints:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
             creation.request.container_meta.id = container_id
-            self.store.put_container(container_id, ContainerRecord(
+            self.store.put_container(container_id, container_record(
                 creation.pod_id, creation.request, creation.labels, await self._created_edits(creation),
                 ContainerState.CREATED, created_ns=now_ns()))
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
@@ -382,8 +383,7 @@ class HookPoints:
 
         async def nri_part(changed: hooks.ContainerResourceHookRequest,
                            chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            subject = Subject(record.pod_id, pod.info if pod else None, container_id, changed, model=record,
-                              pod_model=pod)
+            subject = Subject(record.pod_id, pod, container_id, changed, model=record)
             return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain)
 
         changed = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,

@@ -1,8 +1,8 @@
 """The merge rules of the hook protocol, in one place for both frontends.
 
 What a plugin's answer changes in a hook request (koordlet's semantics: it echoes the
-request back and edits fields), how a container's request takes its pod's current
-context, and what a resource update leaves of a container's resources. Knows hook
+request back and edits fields) and what a resource update leaves of a container's resources (a container's
+request takes its pod's current context in hooks.hook_messages). Knows hook
 messages only: no CRI, no Docker, no transport.
 """
 
@@ -16,28 +16,6 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 def replace_map(target: MutableMapping[str, str], source: Mapping[str, str]) -> None:
     target.clear()
     target.update(source)
-
-
-def with_pod(
-    container: hooks.ContainerResourceHookRequest, pod: hooks.PodSandboxHookRequest | None
-) -> hooks.ContainerResourceHookRequest:
-    """A copy of a container's hook request with the pod context as it is now."""
-    request = hooks.ContainerResourceHookRequest()
-    request.CopyFrom(container)
-    if pod is not None:
-        set_pod_context(request, pod)
-    return request
-
-
-def set_pod_context(request: hooks.ContainerResourceHookRequest, pod: hooks.PodSandboxHookRequest) -> None:
-    """The pod part of a container's hook request (pod_*), from the pod's hook request: the one place
-    it is filled, for both frontends (a frontend builds only the container part)."""
-    request.pod_meta.CopyFrom(pod.pod_meta)
-    replace_map(request.pod_annotations, pod.annotations)
-    replace_map(request.pod_labels, pod.labels)
-    request.pod_cgroup_parent = pod.cgroup_parent
-    if pod.HasField("resources"):
-        request.pod_resources.CopyFrom(pod.resources)
 
 
 # --- merge rules: a plugin response folded into the hook request ------------------------

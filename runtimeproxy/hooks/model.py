@@ -3,16 +3,16 @@
 The store (hooks.store) keeps one `PodRecord` per pod and one `ContainerRecord` per container; the frontends fill
 them from their wire requests and answers (cri.hooks, docker.hooks) and the store rebuild fills them from the
 runtime (containerd's verbose status, dockerd's inspect: cri.recovery, docker.recovery). Every plugin protocol
-sees a projection of a record, made at the call: koordinator's hook messages (hooks.context.request_of) and
+sees a projection of a record, made at the call: koordinator's hook messages (hooks.hook_messages) and
 NRI's PodSandbox and Container (nri.convert).
 
-The fields the hook protocol has (metadata, annotations, env, the container's current resources, the pod's labels,
-cgroup parent, resources and overhead) are kept in its message type, `info`: the hook projection is that message
-with the pod's part filled in, byte for byte what the kubelet's request said after the hook plugins. The fields
-it lacks are plain values here: the container's labels (the kubelet's CRI labels, io.kubernetes.* included, and
-those the runtime adds itself: containerd's io.cri-containerd.kind), its argv, bind mounts, devices and RDT class
-(hooks.edits.ContainerEdits), its state, pid and times; the pod's readiness and the runtime's own labels.
-The requested resources of an update are the update's (hooks.lifecycle.ResourceUpdate); `info` holds the current
+A record holds plain values, no protocol's message: the pod's names, labels, annotations, runtime handler, cgroup
+parent, resources and overhead; the container's name and attempt, annotations, environment and current Linux
+resources (`Resources`, CRI's fields under CRI's names), its CRI labels (the kubelet's, io.kubernetes.* included,
+and those the runtime adds itself: containerd's io.cri-containerd.kind), its argv, bind mounts, devices and RDT
+class (hooks.edits.ContainerEdits), its state, pid and times; the pod's readiness and the runtime's own labels.
+hooks.hook_messages turns a record into the hook protocol's request and a request into a record, value for value.
+The requested resources of an update are the update's (hooks.lifecycle.ResourceUpdate); a record holds the current
 ones, which follow each update the runtime applied.
 
 State follows the lifecycle calls the proxy sees (created, started, stopped) and the runtime's own word after a
@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass, field
 
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
 class ContainerState(enum.Enum):
@@ -44,31 +43,65 @@ def now_ns() -> int:
     return time.time_ns()
 
 
+@dataclass(frozen=True)
+class HugepageLimit:
+    page_size: str  # "2MB", "1GB"
+    limit: int  # bytes
+
+
+@dataclass
+class Resources:
+    """Linux resources as CRI carries them (a container's, a pod's resources or overhead); zero or empty: unset."""
+
+    cpu_period: int = 0
+    cpu_quota: int = 0
+    cpu_shares: int = 0
+    memory_limit_in_bytes: int = 0
+    oom_score_adj: int = 0
+    cpuset_cpus: str = ""
+    cpuset_mems: str = ""
+    hugepage_limits: tuple[HugepageLimit, ...] = ()
+    unified: dict[str, str] = field(default_factory=dict)  # cgroup v2 files
+    memory_swap_limit_in_bytes: int = 0  # memory + swap, as cgroup v1's memsw
+
+
 @dataclass
 class PodRecord:
-    info: hooks.PodSandboxHookRequest  # metadata, labels, annotations, cgroup parent, resources, runtime handler
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    attempt: int = 0
+    runtime_handler: str = ""
+    labels: dict[str, str] = field(default_factory=dict)  # the kubelet's (runtime_labels: the runtime's own)
+    annotations: dict[str, str] = field(default_factory=dict)
+    cgroup_parent: str = ""
+    resources: Resources | None = None  # None: the request had none
+    overhead: Resources | None = None
     skip_hooks: bool = False  # the skip rule (hooks.skip) spares the pod and its containers every plugin
     # The sandbox is up: False after a StopPodSandbox the proxy saw (NOTREADY). A rebuild records every pod as
     # ready (the frontends' loaders give the pod's hook request only); NRI shows no sandbox state.
     ready: bool = True
     runtime_labels: dict[str, str] = field(default_factory=dict)  # the runtime's own labels beside info.labels
     # The latest in-place resize (CRI UpdatePodSandboxResources), as containerd keeps it in the sandbox's status.
-    # `info` keeps RunPodSandbox's resources: containerd's NRI shows those in every later event (its PodSandbox's
-    # pod_resources come from the sandbox config), and so does koord-runtime-proxy's pod context.
-    resized_overhead: hooks.LinuxContainerResources | None = None
-    resized_resources: hooks.LinuxContainerResources | None = None
+    # `resources` and `overhead` stay RunPodSandbox's: containerd's NRI shows those in every later event (its
+    # PodSandbox's pod_resources come from the sandbox config), and so does koord-runtime-proxy's pod context.
+    resized_overhead: Resources | None = None
+    resized_resources: Resources | None = None
 
-    def labels(self) -> dict[str, str]:
+    def all_labels(self) -> dict[str, str]:
         """The pod's labels as the runtime has them: its own, the kubelet's over them."""
-        return {**self.runtime_labels, **self.info.labels}
+        return {**self.runtime_labels, **self.labels}
 
 
 @dataclass
 class ContainerRecord:
     pod_id: str
-    # A ContainerResourceHookRequest whose container_* fields are what we know of the container (its resources
-    # the current ones); its pod_* fields are filled from the pod's record when a hook runs.
-    info: hooks.ContainerResourceHookRequest = field(default_factory=hooks.ContainerResourceHookRequest)
+    id: str = ""  # "" until the runtime created it
+    name: str = ""
+    attempt: int = 0
+    annotations: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    resources: Resources | None = None  # the current ones (None: not known)
     labels: dict[str, str] = field(default_factory=dict)  # the kubelet's CRI labels and the runtime's own
     edits: ContainerEdits | None = None  # argv, bind mounts, devices, RDT class; None: not known
     state: ContainerState = ContainerState.UNKNOWN

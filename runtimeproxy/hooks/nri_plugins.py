@@ -23,7 +23,8 @@ from typing import Protocol
 
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.model import ContainerRecord, PodRecord
+from runtimeproxy.hooks.hook_messages import container_record
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
@@ -31,8 +32,8 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 class PodResize:
     """A pod's resources after an in-place resize, as CRI's UpdatePodSandboxResources gives them (None: unset)."""
 
-    overhead: hooks.LinuxContainerResources | None
-    resources: hooks.LinuxContainerResources | None
+    overhead: Resources | None
+    resources: Resources | None
 
 
 @dataclass
@@ -40,21 +41,22 @@ class Subject:
     """What an event is about: a pod, or a container and its pod (as the store records them)."""
 
     pod_id: str
-    pod: hooks.PodSandboxHookRequest | None
+    pod: PodRecord | None  # as the store records it (None: not known)
     container_id: str = ""
+    # The container's hook request with its pod's part (at CreateContainer and UpdateContainer: as the hook
+    # plugins left it); None: a pod event.
     container: hooks.ContainerResourceHookRequest | None = None
     edits: ContainerEdits | None = None  # CreateContainer: what the hook model lacks (None: not carried)
     # The container as the store records it (hooks.model: labels, state, pid, times, current resources; at
     # CreateContainer the one being created). None: only `container` is known.
     model: ContainerRecord | None = None
-    pod_model: PodRecord | None = None  # the pod as the store records it (None: only `pod` is known)
     resize: PodResize | None = None  # UpdatePodSandbox: the pod's resources as they are to be
 
     def record(self) -> ContainerRecord:
-        """The container's model (a bare one from `container` when there is none)."""
+        """The container's model (one made from `container` when there is none)."""
         if self.model is not None:
             return self.model
-        return ContainerRecord(self.pod_id, self.container or hooks.ContainerResourceHookRequest())
+        return container_record(self.pod_id, self.container or hooks.ContainerResourceHookRequest())
 
 
 @dataclass(frozen=True)

@@ -69,8 +69,7 @@ def created_container(store: Store, call: InFlight) -> str:
         return call.container_id if store.container(call.container_id) is not None else ""
     _, containers = store.snapshot()
     for container_id, record in containers:
-        meta = record.info.container_meta
-        if record.pod_id == call.pod_id and meta.name == call.name and meta.attempt == call.attempt:
+        if record.pod_id == call.pod_id and record.name == call.name and record.attempt == call.attempt:
             return container_id
     return ""
 

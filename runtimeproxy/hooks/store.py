@@ -20,7 +20,8 @@ from collections import OrderedDict
 from typing import TypeVar
 
 from runtimeproxy.hooks.merge import apply_resource_update
-from runtimeproxy.hooks.model import ContainerRecord, PodRecord
+from runtimeproxy.hooks.hook_messages import resources_message, resources_of
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 DEFAULT_MAX_PODS = 16_384
@@ -91,9 +92,10 @@ class Store:
             if record is None:
                 return
             if update is not None:
-                resources = record.info.container_resources
-                resources.CopyFrom(apply_resource_update(resources, update))
-            record.info.container_annotations.update(annotations)
+                current = resources_message(record.resources) if record.resources is not None else \
+                    hooks.LinuxContainerResources()
+                record.resources = resources_of(apply_resource_update(current, update))
+            record.annotations.update(annotations)
 
     def container_started(self, container_id: str, pid: int = 0) -> None:
         with self._lock:
@@ -107,8 +109,7 @@ class Store:
             if record is not None:
                 record.stopped()
 
-    def pod_resized(self, pod_id: str, overhead: hooks.LinuxContainerResources | None,
-                    resources: hooks.LinuxContainerResources | None) -> None:
+    def pod_resized(self, pod_id: str, overhead: Resources | None, resources: Resources | None) -> None:
         """An in-place resize: the pod's overhead and resources as given (None: unset), as containerd records
         them at UpdatePodSandboxResources (in the sandbox's status, not in the config its NRI events show)."""
         with self._lock:

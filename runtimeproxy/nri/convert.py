@@ -21,7 +21,8 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import nri_plugins
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
+from runtimeproxy.hooks.hook_messages import resources_of, with_request
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, Resources
 from runtimeproxy.nri.edits import fill_container
 from runtimeproxy.nri.events import WireEvent
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -36,28 +37,25 @@ STATES = {
 
 
 def subject_pod(subject: nri_plugins.Subject) -> nri.PodSandbox:
-    """An event's pod: its model, else the hook request the subject carries."""
-    if subject.pod_model is not None:
-        return pod_sandbox(subject.pod_id, subject.pod_model)
-    return pod_sandbox(subject.pod_id, PodRecord(subject.pod) if subject.pod is not None else None)
+    """An event's pod, as its record has it."""
+    return pod_sandbox(subject.pod_id, subject.pod)
 
 
 def pod_sandbox(pod_id: str, record: PodRecord | None) -> nri.PodSandbox:
     message = nri.PodSandbox(id=pod_id)
     if record is None:
         return message
-    pod = record.info
-    message.name = pod.pod_meta.name
-    message.uid = pod.pod_meta.uid
-    message.namespace = pod.pod_meta.namespace
-    message.labels.update(record.labels())
-    message.annotations.update(pod.annotations)
-    message.runtime_handler = pod.runtime_handler
-    message.linux.cgroup_parent = pod.cgroup_parent
-    if pod.HasField("overhead"):
-        message.linux.pod_overhead.CopyFrom(linux_resources(pod.overhead))
-    if pod.HasField("resources"):
-        message.linux.pod_resources.CopyFrom(linux_resources(pod.resources))
+    message.name = record.name
+    message.uid = record.uid
+    message.namespace = record.namespace
+    message.labels.update(record.all_labels())
+    message.annotations.update(record.annotations)
+    message.runtime_handler = record.runtime_handler
+    message.linux.cgroup_parent = record.cgroup_parent
+    if record.overhead is not None:
+        message.linux.pod_overhead.CopyFrom(linux_resources(record.overhead))
+    if record.resources is not None:
+        message.linux.pod_resources.CopyFrom(linux_resources(record.resources))
     return message
 
 
@@ -65,14 +63,15 @@ def container(container_id: str, record: ContainerRecord, shown: hooks.Container
               edits: ContainerEdits | None = None) -> nri.Container:
     """The container as its model has it; `shown` and `edits` replace the model's hook fields and edits
     (CreateContainer: the container as the plugins before this one left it)."""
-    request = shown if shown is not None else record.info
-    message = nri.Container(id=container_id, pod_sandbox_id=record.pod_id, name=request.container_meta.name,
+    if shown is not None:
+        record = with_request(record, shown)
+    message = nri.Container(id=container_id, pod_sandbox_id=record.pod_id, name=record.name,
                             state=STATES[record.state], pid=record.pid, created_at=record.created_ns,
                             started_at=record.started_ns, finished_at=record.finished_ns)
     message.labels.update(record.labels)
-    message.annotations.update(request.container_annotations)
-    message.env.extend(f"{name}={value}" for name, value in request.container_envs.items())
-    resources = request.container_resources
+    message.annotations.update(record.annotations)
+    message.env.extend(f"{name}={value}" for name, value in record.env.items())
+    resources = record.resources or Resources()
     message.linux.resources.CopyFrom(linux_resources(resources))
     if resources.oom_score_adj:
         message.linux.oom_score_adj.value = resources.oom_score_adj
@@ -123,7 +122,7 @@ def synchronized(pods: Iterable[tuple[str, PodRecord]], containers: Iterable[tup
 def update_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:
     """An update's resources as containerd's NRI sends them in UpdateContainer (its fromCRILinuxResources): CPU
     shares, quota, period and the memory limit always set, zero too; the rest as linux_resources."""
-    message = linux_resources(resources)
+    message = linux_resources(resources_of(resources))
     cpu, memory = message.cpu, message.memory
     cpu.shares.value, cpu.quota.value, cpu.period.value = \
         resources.cpu_shares, resources.cpu_quota, resources.cpu_period
@@ -132,7 +131,7 @@ def update_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResou
     return message
 
 
-def linux_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:
+def linux_resources(resources: Resources) -> nri.LinuxResources:
     """CRI's resources as NRI's (zero: not set, as CRI means it)."""
     message = nri.LinuxResources()
     cpu, memory = message.cpu, message.memory

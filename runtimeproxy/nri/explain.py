@@ -25,6 +25,7 @@ from runtimeproxy.hooks.changes import show
 from runtimeproxy.hooks.edits import LINUX_KINDS, ContainerEdits, Rlimit
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
+from runtimeproxy.hooks.hook_messages import pod_meta, pod_request
 from runtimeproxy.hooks.step import KindSteps
 from runtimeproxy.hooks.trace import pod_key
 from runtimeproxy.hooks.validate import printable
@@ -116,6 +117,20 @@ def _plain(value: object) -> object:
     return value
 
 
+def traced_request(subject: Subject) -> Message | None:
+    """The hook request an event's subject is traced as: its container's with its pod's metadata (whose trace it
+    belongs to), else its pod's."""
+    container, pod = subject.container, subject.pod
+    if container is None:
+        return pod_request(pod) if pod is not None else None
+    if pod is None or container.HasField("pod_meta"):
+        return container
+    request = hooks.ContainerResourceHookRequest()
+    request.CopyFrom(container)
+    request.pod_meta.CopyFrom(pod_meta(pod))
+    return request
+
+
 class EventRecord:
     def __init__(self, event: str, subject: Subject, steps: KindSteps, chain: ChainRecord | None = None) -> None:
         """The event's subject is traced as its request: the container (with its pod's metadata), else the pod.
@@ -126,13 +141,8 @@ class EventRecord:
         if chain is not None:
             self._chain = chain
             return
-        request: Message | None = subject.container if subject.container is not None else subject.pod
-        traced = steps.trace.enabled and request is not None
-        if traced and subject.container is not None and subject.pod is not None \
-                and not subject.container.HasField("pod_meta"):
-            request = hooks.ContainerResourceHookRequest()
-            request.CopyFrom(subject.container)
-            request.pod_meta.CopyFrom(subject.pod.pod_meta)  # whose trace it belongs to
+        traced = steps.trace.enabled and (subject.container is not None or subject.pod is not None)
+        request = traced_request(subject) if traced else subject.container
         self._chain = steps.record(event, request if request is not None else nri.Empty(), traced)
 
     @property

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 from runtimeproxy.hooks.merge import changed_resources
+from runtimeproxy.hooks.hook_messages import container_request
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.stats import OK, KindStats
 from runtimeproxy.nri.adjust import AdjustmentError, Adjustments
@@ -123,11 +124,12 @@ class Results:
                 unknown.append(update.container_id)
                 failed.append(update)
                 continue
-            adjustments = Adjustments(record.info)
+            current = container_request(record, None)
+            adjustments = Adjustments(current)
             try:
                 adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
-                changes = changed_resources(record.info.container_resources,
-                                            adjustments.container.container_resources, with_hugepages=True)
+                changes = changed_resources(current.container_resources, adjustments.container.container_resources,
+                                            with_hugepages=True)
                 await self.asks.update(update.container_id, changes)
             except (AdjustmentError, OSError, RuntimeError) as error:
                 log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,

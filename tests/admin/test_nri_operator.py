@@ -20,10 +20,10 @@ from runtimeproxy.admin.ctl import EXIT_OK, EXIT_USAGE
 from runtimeproxy.app import Proxy
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.model import PodRecord
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from test_service import ctl
@@ -49,7 +49,7 @@ def hosting(start_proxy: Callable[..., Proxy], synthetic: SyntheticBackend, tmp_
 
 def run_pod(proxy: Proxy, loop_thread: LoopThread) -> None:
     assert proxy.hook_service is not None
-    subject = Subject("pod-1", hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web")))
+    subject = Subject("pod-1", PodRecord(name="web"))
     loop_thread.run(proxy.hook_service.nri.notify(nri_events.RUN_POD_SANDBOX, subject))
 
 
@@ -229,7 +229,7 @@ def test_plugin_text_is_clipped_and_escaped_in_status_trace_logs_and_the_kubelet
         assert time.monotonic() < deadline, "the NRI plugins never attached"
         time.sleep(0.01)
     assert proxy.hook_service is not None
-    subject = Subject("pod-1", hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web")))
+    subject = Subject("pod-1", PodRecord(name="web"))
     loop_thread.run(proxy.hook_service.nri.notify(nri_events.STOP_POD_SANDBOX, subject))  # both errors: logged
     with pytest.raises(HookFailed) as failed:
         loop_thread.run(proxy.hook_service.nri.notify(nri_events.RUN_POD_SANDBOX, subject))

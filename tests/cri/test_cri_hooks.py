@@ -657,6 +657,7 @@ def test_a_pod_resize_reaches_the_runtime_as_sent_its_answer_comes_back_and_the_
     assert received(backend, resize_path) == resize.SerializeToString()
     record = client.service.store.pod("p1")
     assert record is not None
-    assert record.info.resources.cpu_shares == 1024  # the sandbox config's, which containerd's NRI keeps showing
+    # The sandbox config's, which containerd's NRI keeps showing.
+    assert record.resources is not None and record.resources.cpu_shares == 1024
     resized = record.resized_resources
     assert (resized.cpu_shares if resized is not None else None) == (None if code is grpc.StatusCode.NOT_FOUND else 2048)

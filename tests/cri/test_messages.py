@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.kits.hooks import container_request, fill, full_resources, pod_request, resources, unset_fields
-from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response, with_pod
+from tests.kits.hooks import container_request, fill, full_resources, pod_request, resources, unset_fields, with_pod
+from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.cri.messages import (
     apply_to_container_config,

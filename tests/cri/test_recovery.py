@@ -101,11 +101,11 @@ def test_a_container_whose_verbose_status_is_too_large_is_recorded_from_its_plai
     assert store.container_count == 2
     small, large = store.container(SMALL), store.container(LARGE)
     assert small is not None and large is not None
-    assert small.info.container_envs == {"K": "v", "B": "abcd"}  # the verbose status's config
+    assert small.env == {"K": "v", "B": "abcd"}  # the verbose status's config
     assert large.pod_id == POD  # from the list
-    assert large.info.container_meta.id == LARGE and large.info.container_meta.name == "app"
-    assert large.info.container_annotations["io.kubernetes.container.hash"] == "abc"
-    assert large.info.container_resources.memory_limit_in_bytes == 64 << 20
+    assert large.id == LARGE and large.name == "app"
+    assert large.annotations["io.kubernetes.container.hash"] == "abc"
+    assert large.resources is not None and large.resources.memory_limit_in_bytes == 64 << 20
 
 
 def test_a_lazy_fill_of_such_a_container_finds_its_pod_with_a_list(

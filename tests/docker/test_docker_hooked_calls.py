@@ -20,7 +20,7 @@ from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.journal import (
     CREATE_CONTAINER, JOURNAL_FILE_NAME, START_CONTAINER, CallJournal, InFlight, read_open_entries,
 )
-from runtimeproxy.hooks.store import PodRecord
+from runtimeproxy.hooks.hook_messages import pod_record
 from rplab.loop import LoopThread
 from runtimeproxy.options import ProxyOptions
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -101,7 +101,7 @@ def test_a_sandbox_create_is_rewritten_and_recorded_under_the_new_id(docker_benc
     assert seen.pod_meta.name == "web" and dict(seen.labels) == {"app": "web"}
     docker_bench.after(call, 201, b'{"Id":"s-1","Warnings":[]}')
     record = docker_bench.service.store.pod("s-1")
-    assert record is not None and record.info.cgroup_parent == "/kubepods/be"
+    assert record is not None and record.cgroup_parent == "/kubepods/be"
 
 
 def test_a_container_kubernetes_did_not_create_gets_no_hooks(docker_bench: Bench) -> None:
@@ -188,7 +188,7 @@ def test_the_store_rebuild_from_dockerd_never_overwrites_what_a_call_recorded(do
     service runs the rebuild itself and says when it is over (`rebuilt`)."""
     service = docker_bench.service
     store = service.store
-    store.put_pod("s-1", PodRecord(hooks.PodSandboxHookRequest(cgroup_parent="/kubepods/new")))
+    store.put_pod("s-1", pod_record(hooks.PodSandboxHookRequest(cgroup_parent="/kubepods/new")))
     service.use_runtime(DockerRuntime(Dockerd()))  # type: ignore[arg-type]
 
     async def rebuild() -> None:
@@ -198,8 +198,8 @@ def test_the_store_rebuild_from_dockerd_never_overwrites_what_a_call_recorded(do
 
     docker_bench.loop.run(rebuild())
     pod, container = store.pod("s-1"), store.container("c-1")
-    assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
-    assert container is not None and container.pod_id == "s-1" and dict(container.info.container_envs) == {"A": "1"}
+    assert pod is not None and pod.cgroup_parent == "/kubepods/new"
+    assert container is not None and container.pod_id == "s-1" and container.env == {"A": "1"}
 
 
 def test_a_container_create_and_start_are_journaled_until_their_answer(docker_bench: Bench) -> None:

@@ -25,7 +25,8 @@ from runtimeproxy.docker.messages import (
     update_config,
     update_resources,
 )
-from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response, with_pod
+from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
+from tests.kits.hooks import with_pod
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 

@@ -32,7 +32,7 @@ def test_a_container_s_model_comes_from_its_inspect() -> None:
     record = container_record(found)
     assert (record.pod_id, record.state, record.pid) == ("s1", ContainerState.RUNNING, 4242)
     assert record.labels == {"io.kubernetes.pod.name": "web"}  # as cri-dockerd reports a container's labels
-    assert record.info.container_annotations == {"a": "1"} and record.info.container_resources.cpu_shares == 512
+    assert record.annotations == {"a": "1"} and record.resources is not None and record.resources.cpu_shares == 512
     assert record.edits is not None and record.edits.args == ("/bin/app", "-v")
     assert [(m.destination, m.source, m.readonly) for m in record.edits.mounts] == [("/data", "/srv", True)]
     assert [d.path for d in record.edits.devices] == ["/dev/fuse"]

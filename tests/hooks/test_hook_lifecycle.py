@@ -23,7 +23,8 @@ from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
 from runtimeproxy.hooks.missed import MissedPlugins
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.hooks.hook_messages import container_record, pod_record, resources_of
+from runtimeproxy.hooks.store import ContainerRecord, Store
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -119,7 +120,7 @@ def test_a_pod_the_plugins_changed_is_recorded_as_changed(core: Points) -> None:
     assert run.changed and run.request.cgroup_parent == "/kubepods/koord-be"
     core.run(core.points.pod_sandbox_ran("p1", run))
     record = core.core.store.pod("p1")
-    assert record is not None and record.info.cgroup_parent == "/kubepods/koord-be" and not record.skip_hooks
+    assert record is not None and record.cgroup_parent == "/kubepods/koord-be" and not record.skip_hooks
 
 
 def test_a_pod_with_the_skip_label_gets_no_hooks_and_is_recorded_so(core: Points) -> None:
@@ -146,14 +147,14 @@ def test_a_fail_policy_failure_raises_the_one_core_exception(core: Points) -> No
 
 def test_the_pod_part_is_filled_from_the_recorded_pod(core: Points) -> None:
     plugin = core.plugin({}, ["PreCreateContainer"])
-    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_pod("p1", pod_record(pod_request()))
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
     (seen,) = plugin.seen_by("PreCreateContainer")
     assert seen.pod_meta == pod_request().pod_meta and dict(seen.pod_labels) == dict(pod_request().labels)
     assert seen.pod_cgroup_parent == pod_request().cgroup_parent and seen.pod_resources == pod_request().resources
     core.run(core.points.container_created("c-9", creation))
     record = core.core.store.container("c-9")
-    assert record is not None and record.pod_id == "p1" and record.info.container_meta.id == "c-9"
+    assert record is not None and record.pod_id == "p1" and record.id == "c-9"
 
 
 def test_a_pod_the_proxy_does_not_know_still_gets_its_containers_hooks(core: Points) -> None:
@@ -215,7 +216,7 @@ def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Point
     plugin = core.plugin({"PreUpdateContainerResources": add_period}, ["PreUpdateContainerResources"])
     recorded = bare_container()
     recorded.container_resources.CopyFrom(resources(cpu_shares=2, memory_limit_in_bytes=96 << 20))
-    core.core.store.put_container("c1", ContainerRecord("p1", recorded))
+    core.core.store.put_container("c1", container_record("p1", recorded))
     update = core.run(core.points.pre_update_container_resources("c1", resources(cpu_shares=300), {"u": "1"}, None))
     (seen,) = plugin.seen_by("PreUpdateContainerResources")
     assert seen.container_resources == resources(cpu_shares=300, memory_limit_in_bytes=96 << 20)
@@ -225,14 +226,14 @@ def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Point
     assert update.annotation_changes() == {"v": "2"}
     core.run(core.points.container_resources_updated("c1", resources(cpu_shares=300, cpu_period=50_000), {"u": "1"}))
     record = core.core.store.container("c1")
-    assert record is not None and record.info.container_resources == resources(
-        cpu_shares=300, cpu_period=50_000, memory_limit_in_bytes=96 << 20)
+    assert record is not None and record.resources == resources_of(resources(
+        cpu_shares=300, cpu_period=50_000, memory_limit_in_bytes=96 << 20))
 
 
 def test_a_stop_of_a_shared_id_runs_the_hook_of_what_it_is(core: Points) -> None:
     plugin = core.plugin({}, ["PostStopContainer", "PostStopPodSandbox"])
-    core.core.store.put_pod("p1", PodRecord(pod_request()))
-    core.core.store.put_container("c1", ContainerRecord("p1", bare_container()))
+    core.core.store.put_pod("p1", pod_record(pod_request()))
+    core.core.store.put_container("c1", container_record("p1", bare_container()))
     core.run(core.points.post_stop("c1", None))
     core.run(core.points.post_stop("p1", None))
     assert [name for name, _ in plugin.seen] == ["PostStopContainer", "PostStopPodSandbox"]
@@ -240,8 +241,8 @@ def test_a_stop_of_a_shared_id_runs_the_hook_of_what_it_is(core: Points) -> None
 
 
 def test_a_removed_pod_takes_its_containers_along(core: Points) -> None:
-    core.core.store.put_pod("p1", PodRecord(pod_request()))
-    core.core.store.put_container("c1", ContainerRecord("p1", bare_container()))
+    core.core.store.put_pod("p1", pod_record(pod_request()))
+    core.core.store.put_container("c1", container_record("p1", bare_container()))
     core.run(core.points.pod_sandbox_removed("p1"))
     assert len(core.core.store) == 0
 
@@ -253,7 +254,7 @@ def test_the_rebuild_records_what_the_backend_runs_with_the_skip_rule(core: Poin
     skipped = pod_request()
     skipped.labels["skip-hooks"] = "true"
     core.backend.pods.update({"p1": pod_request(), "p2": skipped})
-    core.backend.containers["c1"] = ContainerRecord("p1", bare_container())
+    core.backend.containers["c1"] = container_record("p1", bare_container())
     core.run(rebuild(core.points.context, core.backend))
     p1, p2 = core.core.store.pod("p1"), core.core.store.pod("p2")
     assert p1 is not None and not p1.skip_hooks and p2 is not None and p2.skip_hooks
@@ -263,17 +264,17 @@ def test_the_rebuild_records_what_the_backend_runs_with_the_skip_rule(core: Poin
 def test_the_rebuild_never_overwrites_what_a_call_recorded_meanwhile(core: Points) -> None:
     """Both modes (Docker mode used to overwrite): a record put by a live call is at least as new."""
     core.backend.pods["p1"] = pod_request()
-    core.backend.containers["c1"] = ContainerRecord("p1", bare_container())
+    core.backend.containers["c1"] = container_record("p1", bare_container())
     newer_pod = pod_request()
     newer_pod.cgroup_parent = "/kubepods/new"
     newer_container = bare_container()
     newer_container.container_resources.cpu_shares = 4242
-    core.core.store.put_pod("p1", PodRecord(newer_pod))
-    core.core.store.put_container("c1", ContainerRecord("p1", newer_container))
+    core.core.store.put_pod("p1", pod_record(newer_pod))
+    core.core.store.put_container("c1", container_record("p1", newer_container))
     core.run(rebuild(core.points.context, core.backend))
     pod, container = core.core.store.pod("p1"), core.core.store.container("c1")
-    assert pod is not None and pod.info.cgroup_parent == "/kubepods/new"
-    assert container is not None and container.info.container_resources.cpu_shares == 4242
+    assert pod is not None and pod.cgroup_parent == "/kubepods/new"
+    assert container is not None and container.resources is not None and container.resources.cpu_shares == 4242
 
 
 # --- plugins of another protocol (hooks.nri_plugins: NRI) -----------------------------------------------------
@@ -397,8 +398,8 @@ def test_an_nri_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_r
 
 def test_an_nri_plugin_failing_start_container_fails_the_start_and_the_plugins_hear_it_stopped(
         core: Points) -> None:
-    core.core.store.put_pod("p1", PodRecord(pod_request()))
-    core.core.store.put_container("c1", ContainerRecord("p1", container_request()))
+    core.core.store.put_pod("p1", pod_record(pod_request()))
+    core.core.store.put_container("c1", container_record("p1", container_request()))
     recorder = core.core.nri = FailingNri()
     with pytest.raises(HookFailed):
         core.run(core.points.pre_start_container("c1", None))
@@ -406,7 +407,7 @@ def test_an_nri_plugin_failing_start_container_fails_the_start_and_the_plugins_h
 
 
 def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_resources(core: Points) -> None:
-    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_pod("p1", pod_record(pod_request()))
     heard: list[tuple[str, PodResize | None, int]] = []
 
     class ResizeNri(RecordingNri):
@@ -429,7 +430,7 @@ def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_re
 
 
 def test_an_nri_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points) -> None:
-    core.core.store.put_pod("p1", PodRecord(pod_request()))
+    core.core.store.put_pod("p1", pod_record(pod_request()))
 
     class RefusingResize(RecordingNri):
         async def notify(self, event: str, subject: Subject) -> None:
@@ -442,7 +443,7 @@ def test_an_nri_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points)
     with pytest.raises(HookFailed):
         core.run(core.points.pre_update_pod_sandbox_resources("p1", PodResize(None, resources(cpu_shares=4096))))
     record = core.core.store.pod("p1")
-    assert record is not None and record.info.resources.cpu_shares == 1024  # unchanged
+    assert record is not None and record.resources is not None and record.resources.cpu_shares == 1024  # unchanged
 
 
 # --- the model: what the store records of a container over its life ---------------------------------------
@@ -537,8 +538,8 @@ def test_records_of_pods_carry_the_labels_the_frontend_s_runtime_adds(core: Poin
     core.backend.pods["p2"] = pod_request()
     for pod_id in ("p1", "p2"):  # recorded at RunPodSandbox, and read back from the runtime
         record = core.run(points.context.pod(pod_id))
-        assert record is not None and record.labels()["io.cri-containerd.kind"] == "sandbox"
-        assert "io.cri-containerd.kind" not in record.info.labels  # never in what hook plugins are sent
+        assert record is not None and record.all_labels()["io.cri-containerd.kind"] == "sandbox"
+        assert "io.cri-containerd.kind" not in record.labels  # never in what hook plugins are sent
 
 
 # --- plugins missed under Ignore ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""koordlet's merge rules (hooks.merge), field by field: plugin answers, pod context, resource updates."""
+"""koordlet's merge rules (hooks.merge), field by field: plugin answers, resource updates."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from runtimeproxy.hooks.merge import (
     merge_pod_response,
     merge_resources,
     merged_envs,
-    with_pod,
 )
 from tests.kits.hooks import container_request, full_resources, pod_request, resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -296,30 +295,3 @@ def test_apply_resource_update_leaves_its_inputs_alone() -> None:
     current, update = full_resources(), resources(cpu_shares=3, unified={"x": "1"})
     apply_resource_update(current, update)
     assert current == full_resources() and update == resources(cpu_shares=3, unified={"x": "1"})
-
-
-# --- with_pod --------------------------------------------------------------------------------
-
-
-def test_with_pod_refreshes_the_pod_context_on_a_copy() -> None:
-    container = container_request()
-    pod = hooks.PodSandboxHookRequest(
-        pod_meta=hooks.PodSandboxMetadata(name="new", uid="u-2", namespace="other", attempt=9),
-        labels={"only": "this"}, annotations={"fresh": "1"}, cgroup_parent="/koord/be",
-        resources=resources(cpu_shares=99),
-    )
-    result = with_pod(container, pod)
-    assert result.pod_meta == pod.pod_meta
-    assert dict(result.pod_labels) == {"only": "this"}  # replaced, not merged
-    assert dict(result.pod_annotations) == {"fresh": "1"}
-    assert result.pod_cgroup_parent == "/koord/be"
-    assert result.pod_resources == resources(cpu_shares=99)
-    for name in ("container_meta", "container_annotations", "container_resources", "container_envs"):
-        assert getattr(result, name) == getattr(container, name)
-    assert container == container_request()  # the stored record is not touched
-
-
-def test_with_pod_none_is_a_plain_copy() -> None:
-    container = container_request()
-    result = with_pod(container, None)
-    assert result == container and result is not container

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
+from runtimeproxy.hooks.hook_messages import pod_record
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -30,7 +31,7 @@ def test_a_start_without_a_pid_keeps_the_one_known() -> None:
 
 def test_the_store_writes_state_only_to_records_it_holds() -> None:
     store = Store()
-    store.put_pod("p1", PodRecord(hooks.PodSandboxHookRequest()))
+    store.put_pod("p1", pod_record(hooks.PodSandboxHookRequest()))
     store.put_container("c1", ContainerRecord("p1", state=ContainerState.CREATED))
     store.container_started("c1", 99)
     record = store.container("c1")
@@ -48,7 +49,7 @@ def test_the_store_writes_state_only_to_records_it_holds() -> None:
 
 
 def test_a_pod_s_labels_are_the_runtime_s_with_the_kubelet_s_over_them() -> None:
-    pod = PodRecord(hooks.PodSandboxHookRequest(labels={"app": "web", "kind": "kubelet"}),
+    pod = pod_record(hooks.PodSandboxHookRequest(labels={"app": "web", "kind": "kubelet"}),
                     runtime_labels={"kind": "runtime", "io.cri-containerd.kind": "sandbox"})
-    assert pod.labels() == {"app": "web", "kind": "kubelet", "io.cri-containerd.kind": "sandbox"}
-    assert dict(pod.info.labels) == {"app": "web", "kind": "kubelet"}  # the hook projection: the kubelet's only
+    assert pod.all_labels() == {"app": "web", "kind": "kubelet", "io.cri-containerd.kind": "sandbox"}
+    assert pod.labels == {"app": "web", "kind": "kubelet"}  # what the hook projection shows: the kubelet's only

@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.kits.hooks import StubRuntime
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, CallJournal, InFlight
 from runtimeproxy.hooks.lifecycle import HookPoints
+from runtimeproxy.hooks.hook_messages import container_record
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState
 from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.hooks.reconcile import RECHECK_SECONDS, reconcile, reconcile_until_found
@@ -22,7 +23,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 def record(pod_id: str, name: str, attempt: int, state: ContainerState) -> ContainerRecord:
     info = hooks.ContainerResourceHookRequest(container_meta=hooks.ContainerMetadata(name=name, attempt=attempt))
-    return ContainerRecord(pod_id, info, state=state)
+    return container_record(pod_id, info, state=state)
 
 
 @dataclass

@@ -10,7 +10,8 @@ from tests.kits.hooks import StubRuntime
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.hooks.hook_messages import container_record, pod_record
+from runtimeproxy.hooks.store import Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
@@ -29,18 +30,18 @@ def recording(asked: list[str]) -> StubRuntime:
 
 def store_with(*container_ids: str) -> Store:
     store = Store()
-    store.put_pod("pod", PodRecord(hooks.PodSandboxHookRequest()))
-    store.put_pod("skipped", PodRecord(hooks.PodSandboxHookRequest(), skip_hooks=True))
+    store.put_pod("pod", pod_record(hooks.PodSandboxHookRequest()))
+    store.put_pod("skipped", pod_record(hooks.PodSandboxHookRequest(), skip_hooks=True))
     for container_id in container_ids:
-        store.put_container(container_id, ContainerRecord("pod", hooks.ContainerResourceHookRequest(
+        store.put_container(container_id, container_record("pod", hooks.ContainerResourceHookRequest(
             container_resources=hooks.LinuxContainerResources(cpu_shares=2))))
     return store
 
 
 def test_the_sync_snapshot_leaves_out_pods_with_the_skip_label_and_their_containers() -> None:
     store = store_with("c1")
-    store.put_container("spared", ContainerRecord("skipped", hooks.ContainerResourceHookRequest()))
-    store.put_container("orphan", ContainerRecord("gone", hooks.ContainerResourceHookRequest()))
+    store.put_container("spared", container_record("skipped", hooks.ContainerResourceHookRequest()))
+    store.put_container("orphan", container_record("gone", hooks.ContainerResourceHookRequest()))
     pods, containers = PluginAsks(store).snapshot()
     assert [pod_id for pod_id, _ in pods] == ["pod"] and [cid for cid, _ in containers] == ["c1", "orphan"]
 
@@ -53,8 +54,9 @@ def test_an_update_reaches_the_runtime_first_and_then_the_store() -> None:
         asyncio.run(asks.update("refused", hooks.LinuxContainerResources(cpu_shares=512)))
     assert asked == ["update c1 512"]
     c1, refused = store.container("c1"), store.container("refused")
-    assert c1 is not None and c1.info.container_resources.cpu_shares == 512
-    assert refused is not None and refused.info.container_resources.cpu_shares == 2  # the runtime said no
+    assert c1 is not None and c1.resources is not None and c1.resources.cpu_shares == 512
+    assert refused is not None and refused.resources is not None
+    assert refused.resources.cpu_shares == 2  # the runtime said no
 
 
 def test_an_eviction_stops_the_container_and_the_core_says_what_the_stop_is_about() -> None:

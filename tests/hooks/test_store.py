@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 import threading
 
+from runtimeproxy.hooks.hook_messages import container_record, container_request, pod_record
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
 def pod(name: str, skip: bool = False) -> PodRecord:
-    return PodRecord(hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name=name)), skip)
+    return pod_record(hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name=name)), skip)
 
 
 def container(pod_id: str, name: str = "app") -> ContainerRecord:
@@ -19,7 +20,7 @@ def container(pod_id: str, name: str = "app") -> ContainerRecord:
         container_resources=hooks.LinuxContainerResources(cpu_shares=2, memory_limit_in_bytes=100),
         container_annotations={"a": "1"},
     )
-    return ContainerRecord(pod_id, info)
+    return container_record(pod_id, info)
 
 
 def test_put_get_remove_pods_and_containers() -> None:
@@ -69,7 +70,7 @@ def test_update_container_resources_and_annotations() -> None:
     store.put_container("c1", container("p1"))
     update = hooks.LinuxContainerResources(cpu_shares=512, cpuset_cpus="1")
     store.update_container("c1", update, {"b": "2", "a": "10"})
-    info = store.container("c1").info
+    info = container_request(store.container("c1"), None)
     # Applied as the runtime applies it: the memory limit the update did not name stays.
     assert info.container_resources == hooks.LinuxContainerResources(
         cpu_shares=512, cpuset_cpus="1", memory_limit_in_bytes=100)
@@ -81,7 +82,7 @@ def test_update_container_without_resources_keeps_them() -> None:
     store = Store()
     store.put_container("c1", container("p1"))
     store.update_container("c1", None, {})
-    info = store.container("c1").info
+    info = container_request(store.container("c1"), None)
     assert info.container_resources == hooks.LinuxContainerResources(cpu_shares=2, memory_limit_in_bytes=100)
     assert dict(info.container_annotations) == {"a": "1"}
 
@@ -152,7 +153,7 @@ def test_threads_hammering_the_store() -> None:
                     store.update_container(cid, hooks.LinuxContainerResources(cpu_shares=seed + 2), {"w": str(seed)})
                 elif action == 5:
                     record = store.pod(pid)
-                    assert record is None or record.info.pod_meta.name == pid
+                    assert record is None or record.name == pid
                 else:
                     found = store.container(cid)
                     assert found is None or found.pod_id.startswith("p")

@@ -1,6 +1,7 @@
 """Helpers shared by the hook unit tests.
 
-- resources(), full_resources(), pod_request(), container_request(): sample hook messages.
+- resources(), full_resources(), pod_request(), container_request(): sample hook messages; with_pod(): a
+  container's request with a pod's part, as the core fills it (hooks.hook_messages.fill_pod_part).
 - fill(): every field of a protobuf message set to a distinct non-default value, recursively,
   so that a round trip that loses or corrupts any field shows up as an inequality.
 - mark_unknown(), unknown_marks(): an unknown field in a message and every message in it, and where such
@@ -21,6 +22,7 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from runtimeproxy.hooks.edits import ImageFacts
+from runtimeproxy.hooks.hook_messages import fill_pod_part, pod_record
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
 from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)
 from rplab.loop import LoopThread
@@ -158,6 +160,16 @@ def container_request() -> hooks.ContainerResourceHookRequest:
         pod_cgroup_parent="/kubepods/pod-u-1",
         container_envs={"PATH": "/bin", "HOME": "/root"},
     )
+
+
+def with_pod(container: hooks.ContainerResourceHookRequest,
+             pod: hooks.PodSandboxHookRequest | None) -> hooks.ContainerResourceHookRequest:
+    """A copy of `container` with `pod`'s part filled as the core fills it (None: a plain copy)."""
+    request = hooks.ContainerResourceHookRequest()
+    request.CopyFrom(container)
+    if pod is not None:
+        fill_pod_part(request, pod_record(pod))
+    return request
 
 
 # --- plugins --------------------------------------------------------------------------

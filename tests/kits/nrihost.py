@@ -11,6 +11,8 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.context import HookContext, subject_of
+from runtimeproxy.hooks.hook_messages import pod_record
+from runtimeproxy.hooks.model import PodRecord
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
@@ -37,6 +39,11 @@ def pod_info(name: str = "web") -> hooks.PodSandboxHookRequest:
                                        labels={"app": name}, cgroup_parent="/kubepods/burstable/poduid-web")
 
 
+def pod_model(name: str = "web") -> PodRecord:
+    """pod_info's pod as the store records it."""
+    return pod_record(pod_info(name))
+
+
 def container_info(name: str = "app") -> hooks.ContainerResourceHookRequest:
     return hooks.ContainerResourceHookRequest(
         container_meta=hooks.ContainerMetadata(name=name), container_envs={"PATH": "/bin"},
@@ -45,7 +52,7 @@ def container_info(name: str = "app") -> hooks.ContainerResourceHookRequest:
 
 
 def creation() -> Subject:
-    return Subject("pod-1", pod_info(), "", container_info())
+    return Subject("pod-1", pod_model(), "", container_info())
 
 
 def adjusting(adjust: nri.ContainerAdjustment, *updates: nri.ContainerUpdate) -> Handler:

@@ -7,19 +7,20 @@ from dataclasses import replace
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, ImageIdentity
 from runtimeproxy.hooks.nri_plugins import Subject
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
+from runtimeproxy.hooks.hook_messages import container_record, pod_record
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, Resources
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.events import WIRE
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import container_info, pod_info
+from tests.kits.nrihost import container_info, pod_info, pod_model
 
 LABELS = {"io.kubernetes.container.name": "app", "io.kubernetes.pod.name": "web"}
 
 
 def model(state: ContainerState = ContainerState.RUNNING, pod_id: str = "pod-1") -> ContainerRecord:
-    return ContainerRecord(pod_id, container_info(), dict(LABELS), ContainerEdits(
+    return container_record(pod_id, container_info(), dict(LABELS), ContainerEdits(
         ("/bin/app", "-v"), (BindMount("/data", "/srv"),)), state, 4242, 10, 20, 0)
 
 
@@ -48,7 +49,7 @@ def test_each_state_is_nri_s() -> None:
 
 
 def test_a_container_whose_edits_are_not_known_shows_none() -> None:
-    message = convert.container("c", ContainerRecord("pod-1", container_info()))
+    message = convert.container("c", container_record("pod-1", container_info()))
     assert not message.args and not message.mounts and not message.linux.devices
     assert message.state == nri.CONTAINER_UNKNOWN and message.pid == 0
 
@@ -57,10 +58,10 @@ def test_create_shows_the_container_as_the_plugins_before_left_it_update_as_it_i
     current = model()
     asked = container_info()
     asked.container_resources.cpu_shares = 2048  # the update applied
-    subject = Subject("pod-1", pod_info(), "ctr-1", asked, model=current)
+    subject = Subject("pod-1", pod_model(), "ctr-1", asked, model=current)
     updated = convert.event_container(WIRE[nri_events.UPDATE_CONTAINER], subject, asked, None)
     assert updated.linux.resources.cpu.shares.value == 512 and updated.state == nri.CONTAINER_RUNNING
-    creating = Subject("pod-1", pod_info(), "", asked, model=ContainerRecord("pod-1", asked, dict(LABELS)))
+    creating = Subject("pod-1", pod_model(), "", asked, model=container_record("pod-1", asked, dict(LABELS)))
     created = convert.event_container(WIRE[nri_events.CREATE_CONTAINER], creating, asked, ContainerEdits(("/x",)))
     assert created.linux.resources.cpu.shares.value == 2048 and list(created.args) == ["/x"]
     assert created.state == nri.CONTAINER_UNKNOWN and dict(created.labels) == LABELS
@@ -72,7 +73,9 @@ def test_a_subject_without_a_model_shows_its_hook_request() -> None:
 
 
 def test_synchronize_lists_every_pod_and_the_containers_not_stopped() -> None:
-    pods = [("pod-1", PodRecord(pod_info())), ("pod-stopped", PodRecord(pod_info("n"), ready=False))]
+    stopped = pod_record(pod_info("n"))
+    stopped.ready = False
+    pods = [("pod-1", pod_record(pod_info())), ("pod-stopped", stopped)]
     containers = [("running", model()), ("created", model(ContainerState.CREATED)),
                   ("stopped", model(ContainerState.STOPPED)), ("orphan", model(pod_id="pod-gone"))]
     shown_pods, shown_containers = convert.synchronized(pods, containers)
@@ -82,7 +85,7 @@ def test_synchronize_lists_every_pod_and_the_containers_not_stopped() -> None:
 
 
 def test_linux_resources_leave_zero_unset_as_cri_means_it() -> None:
-    shown = convert.linux_resources(hooks.LinuxContainerResources(cpu_quota=0, cpu_shares=2))
+    shown = convert.linux_resources(Resources(cpu_quota=0, cpu_shares=2))
     assert shown.cpu.shares.value == 2 and not shown.cpu.HasField("quota")
 
 
@@ -96,9 +99,8 @@ def test_an_update_shows_cpu_and_memory_as_containerd_sends_them_zero_too() -> N
 
 
 def test_a_pod_shows_the_runtime_s_labels_beside_the_kubelet_s() -> None:
-    record = PodRecord(pod_info(), runtime_labels={"io.cri-containerd.kind": "sandbox"})
-    shown = convert.subject_pod(Subject("pod-1", record.info, pod_model=record))
+    record = pod_record(pod_info(), runtime_labels={"io.cri-containerd.kind": "sandbox"})
+    shown = convert.subject_pod(Subject("pod-1", record))
     assert dict(shown.labels) == {"app": "web", "io.cri-containerd.kind": "sandbox"}
-    bare = convert.subject_pod(Subject("pod-1", pod_info()))  # no model: the hook request's labels
-    assert dict(bare.labels) == {"app": "web"} and bare.linux.cgroup_parent == "/kubepods/burstable/poduid-web"
+    assert shown.linux.cgroup_parent == "/kubepods/burstable/poduid-web"
     assert convert.subject_pod(Subject("pod-x", None)) == nri.PodSandbox(id="pod-x")

@@ -13,7 +13,8 @@ from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import BindMount, ContainerEdits, Device
 from runtimeproxy.hooks.nri_plugins import Subject
-from runtimeproxy.hooks.store import ContainerRecord, Store
+from runtimeproxy.hooks.hook_messages import container_record
+from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecorder
 from runtimeproxy.nri.explain import edit_changes
@@ -22,7 +23,8 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info, run, StubRuntime
+from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info,
+                               pod_model, run, StubRuntime)
 from tests.kits.nri import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -86,7 +88,7 @@ def test_a_conflict_is_traced_as_refused_with_its_reason_and_the_call_not_sent(s
 def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others(socket_path: Path) -> None:
     recorder = TraceRecorder()
     store = Store()
-    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+    store.put_container("ctr-other", container_record("pod-1", container_info("other")))
 
     async def failing(kit: NriPlugin, request: Message) -> Message:
         raise TtrpcError(Code.UNAVAILABLE, "busy")
@@ -107,12 +109,12 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
                                         PostStartContainer=(nri.PostStartContainerRequest, failing),
                                         StopContainer=(nri.StopContainerRequest, stopped),
                                         StopPodSandbox=(nri.StopPodSandboxRequest, empty)))
-            subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
+            subject = Subject("pod-1", pod_model(), "ctr-1", container_info())
             subject.container.pod_meta.CopyFrom(pod_info().pod_meta)  # type: ignore[union-attr]
             subject.container.container_meta.id = "ctr-1"  # type: ignore[union-attr]
             await host.notify(nri_events.POST_START_CONTAINER, subject)
             await host.notify(nri_events.STOP_CONTAINER, subject)
-            await host.notify(nri_events.STOP_POD_SANDBOX, Subject("pod-1", pod_info()))
+            await host.notify(nri_events.STOP_POD_SANDBOX, Subject("pod-1", pod_model()))
     run(scenario())
     started, stopped_entry, pod_stopped = entries(recorder)
     assert started.hook == "NRI PostStartContainer" and started.target == "container app (ctr-1)"
@@ -126,7 +128,7 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
 def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_path: Path) -> None:
     recorder = TraceRecorder()
     store = Store()
-    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+    store.put_container("ctr-other", container_record("pod-1", container_info("other")))
     done: list[str] = []
 
     async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
@@ -178,7 +180,7 @@ def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> Non
                                         CreateContainer=(nri.CreateContainerRequest, refuse),
                                         RunPodSandbox=(nri.RunPodSandboxRequest, refuse)))
             assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == container_info()
-            await host.notify(nri_events.RUN_POD_SANDBOX, Subject("pod-1", pod_info()))
+            await host.notify(nri_events.RUN_POD_SANDBOX, Subject("pod-1", pod_model()))
     run(scenario())
 
 

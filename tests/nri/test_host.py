@@ -16,8 +16,9 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.nri_plugins import PodResize, Subject
-from runtimeproxy.hooks.model import ContainerState
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.hooks.model import ContainerState, Resources
+from runtimeproxy.hooks.hook_messages import container_record, pod_record
+from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import OK, SKIPPED_TOGGLE, TraceRecorder
 from runtimeproxy.nri.session import event_mask
@@ -26,7 +27,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
-                     pod_info, run, StubRuntime)
+                     pod_info, pod_model, run, StubRuntime)
 from tests.kits.nri import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -34,16 +35,16 @@ CREATE = event_mask(nri.CREATE_CONTAINER)
 
 def test_a_plugin_is_configured_as_nri_does_and_synchronized_with_the_store(socket_path: Path) -> None:
     store = Store()
-    store.put_pod("pod-1", PodRecord(pod_info()))
-    store.put_pod("pod-skip", PodRecord(pod_info("skipped"), skip_hooks=True))
+    store.put_pod("pod-1", pod_record(pod_info()))
+    store.put_pod("pod-skip", pod_record(pod_info("skipped"), skip_hooks=True))
     record = container_info()
     record.container_meta.id = "ctr-1"
-    store.put_container("ctr-1", ContainerRecord("pod-1", record, {"io.kubernetes.container.name": "app"},
+    store.put_container("ctr-1", container_record("pod-1", record, {"io.kubernetes.container.name": "app"},
                                                  state=ContainerState.RUNNING, pid=4242))
     # Not listed, as containerd's NRI lists them: a stopped container, a container of a skip-labelled pod.
-    store.put_container("ctr-stopped", ContainerRecord("pod-1", container_info("done"),
+    store.put_container("ctr-stopped", container_record("pod-1", container_info("done"),
                                                        state=ContainerState.STOPPED))
-    store.put_container("ctr-skip", ContainerRecord("pod-skip", container_info("s"), state=ContainerState.RUNNING))
+    store.put_container("ctr-skip", container_record("pod-skip", container_info("s"), state=ContainerState.RUNNING))
 
     async def scenario() -> None:
         async with host_on(socket_path, store) as host:
@@ -224,7 +225,7 @@ def test_a_reconnecting_plugin_replaces_its_old_connection(socket_path: Path) ->
 def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_the_runtime(
         socket_path: Path) -> None:
     store = Store()
-    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+    store.put_container("ctr-other", container_record("pod-1", container_info("other")))
     sent: list[tuple[str, hooks.LinuxContainerResources]] = []
 
     async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
@@ -240,7 +241,7 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
             stops = plugin("stops", "20", event_mask(nri.STOP_CONTAINER),
                            StopContainer=(nri.StopContainerRequest, stopped))
             await attached(host, starts, stops)
-            subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
+            subject = Subject("pod-1", pod_model(), "ctr-1", container_info())
             await host.notify(nri_events.START_CONTAINER, subject)
             await host.notify(nri_events.STOP_CONTAINER, subject)
             assert [name for name, _ in starts.received if name not in ("Configure", "Synchronize")] == \
@@ -249,7 +250,7 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
                 ["StopContainer"]
             assert sent == [("ctr-other", hooks.LinuxContainerResources(cpu_shares=2048))]
             record = store.container("ctr-other")
-            assert record is not None and record.info.container_resources.cpu_shares == 2048
+            assert record is not None and record.resources is not None and record.resources.cpu_shares == 2048
             # An unsolicited update, while nothing waits on the plugin.
             answer = await stops.update_containers(cpu_update("ctr-other", 300), cpu_update("ctr-gone", 5))
             assert [update.container_id for update in answer.failed] == ["ctr-gone"]
@@ -269,7 +270,7 @@ def test_an_update_of_the_container_itself_changes_the_update_request(socket_pat
         async with host_on(socket_path) as host:
             await attached(host, plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
                                         UpdateContainer=(nri.UpdateContainerRequest, update)))
-            result = await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1",
+            result = await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_model(), "ctr-1",
                                                                        container_info()), None)
             assert result.container_resources.cpu_shares == 777
     run(scenario())
@@ -277,7 +278,7 @@ def test_an_update_of_the_container_itself_changes_the_update_request(socket_pat
 
 def test_update_container_shows_the_current_resources_and_the_update_apart(socket_path: Path) -> None:
     """As containerd's NRI: the container as it runs (its spec's resources), the update in linux_resources."""
-    current = ContainerRecord("pod-1", container_info(), {"io.kubernetes.container.name": "app"},
+    current = container_record("pod-1", container_info(), {"io.kubernetes.container.name": "app"},
                               state=ContainerState.RUNNING)
     asked = container_info()
     asked.container_resources.cpu_shares = 1024
@@ -287,7 +288,7 @@ def test_update_container_shows_the_current_resources_and_the_update_apart(socke
             kit = plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
                          UpdateContainer=(nri.UpdateContainerRequest, _updated))
             await attached(host, kit)
-            await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", asked, model=current),
+            await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_model(), "ctr-1", asked, model=current),
                               None)
             request, = kit.requests("UpdateContainer")
             assert request.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
@@ -312,7 +313,7 @@ def eviction(container_id: str, reason: str = "no room") -> nri.ContainerEvictio
 def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_counted(socket_path: Path) -> None:
     store = Store()
     for cid in ("ctr-victim", "ctr-stubborn", "ctr-late"):
-        store.put_container(cid, ContainerRecord("pod-1", container_info(cid), state=ContainerState.RUNNING))
+        store.put_container(cid, container_record("pod-1", container_info(cid), state=ContainerState.RUNNING))
     stopped: list[str] = []
 
     async def evictor(container_id: str) -> None:
@@ -374,8 +375,8 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
             await attached(host, refuser, after)
             for event, point in ((nri_events.RUN_POD_SANDBOX, "NRI RunPodSandbox"),
                                  (nri_events.START_CONTAINER, "NRI StartContainer")):
-                subject = Subject("pod-1", pod_info(), "ctr-1", container_info()) \
-                    if event == nri_events.START_CONTAINER else Subject("pod-1", pod_info())
+                subject = Subject("pod-1", pod_model(), "ctr-1", container_info()) \
+                    if event == nri_events.START_CONTAINER else Subject("pod-1", pod_model())
                 with pytest.raises(HookFailed) as failed:
                     await host.notify(event, subject)
                 assert failed.value.point.name == point and failed.value.code is grpc.StatusCode.UNKNOWN
@@ -385,7 +386,7 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
                        "containerd's NRI does" in str(failed.value)
                 assert "failure-policy" not in str(failed.value)
             assert after.requests("RunPodSandbox") == []  # the first error ends the event, as NRI's adaptation
-            await host.notify(nri_events.POST_START_CONTAINER, Subject("pod-1", pod_info(), "ctr-1", container_info()))
+            await host.notify(nri_events.POST_START_CONTAINER, Subject("pod-1", pod_model(), "ctr-1", container_info()))
             assert host.stats.of("10-refuser", nri_events.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
             assert [p.plugin_id for p in host.plugins] == ["10-refuser", "20-after"]  # an error detaches no one
     run(scenario())
@@ -402,11 +403,11 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         nri.CreateContainerRequest, adjusting(nri.ContainerAdjustment(annotations={"from-a": "yes"})))})
     second = plugin("b", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(nri.ContainerAdjustment(
         annotations={"from-b": "yes"}))))
-    started = Subject("pod-1", pod_info(), "ctr-1", container_info())
+    started = Subject("pod-1", pod_model(), "ctr-1", container_info())
 
     store = Store()
     sent: list[str] = []
-    store.put_container("ctr-other", ContainerRecord("pod-1", container_info("other")))
+    store.put_container("ctr-other", container_record("pod-1", container_info("other")))
 
     async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
         sent.append(container_id)
@@ -478,23 +479,22 @@ def test_a_pod_resize_sends_update_pod_sandbox_with_the_resources_and_its_error_
                      PostUpdatePodSandbox=(nri.PostUpdatePodSandboxRequest, _refuse))
     refuser = plugin("refuser", "20", event_mask(nri.UPDATE_POD_SANDBOX),
                      UpdatePodSandbox=(nri.UpdatePodSandboxRequest, _refuse))
-    resize = PodResize(hooks.LinuxContainerResources(cpu_shares=10),
-                       hooks.LinuxContainerResources(cpu_shares=2048, memory_limit_in_bytes=1 << 30))
+    resize = PodResize(Resources(cpu_shares=10), Resources(cpu_shares=2048, memory_limit_in_bytes=1 << 30))
 
     async def scenario() -> None:
         async with host_on(socket_path) as host:
             await attached(host, resizer)
             assert host.statuses()[0].events == (nri_events.UPDATE_POD_SANDBOX, nri_events.POST_UPDATE_POD_SANDBOX)
-            await host.notify(nri_events.UPDATE_POD_SANDBOX, Subject("pod-1", pod_info(), resize=resize))
+            await host.notify(nri_events.UPDATE_POD_SANDBOX, Subject("pod-1", pod_model(), resize=resize))
             (sent,) = resizer.requests("UpdatePodSandbox")
             assert sent.pod.id == "pod-1" and sent.linux_resources.cpu.shares.value == 2048
             assert sent.linux_resources.memory.limit.value == 1 << 30
             assert sent.overhead_linux_resources.cpu.shares.value == 10
-            await host.notify(nri_events.POST_UPDATE_POD_SANDBOX, Subject("pod-1", pod_info()))
+            await host.notify(nri_events.POST_UPDATE_POD_SANDBOX, Subject("pod-1", pod_model()))
             assert host.stats.of("10-resizer", nri_events.POST_UPDATE_POD_SANDBOX).outcomes == {
                 "INVALID_ARGUMENT": 1}  # logged, the call goes on
             await attached(host, refuser)
             with pytest.raises(HookFailed) as failed:
-                await host.notify(nri_events.UPDATE_POD_SANDBOX, Subject("pod-1", pod_info(), resize=resize))
+                await host.notify(nri_events.UPDATE_POD_SANDBOX, Subject("pod-1", pod_model(), resize=resize))
             assert failed.value.point.name == "NRI UpdatePodSandbox" and "no room on this node" in str(failed.value)
     run(scenario())

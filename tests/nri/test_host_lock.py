@@ -11,12 +11,13 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.nri_plugins import Subject
-from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
+from runtimeproxy.hooks.hook_messages import container_record, pod_record
+from runtimeproxy.hooks.store import ContainerRecord, Store
 from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import attached, container_info, host_on, plugin, pod_info, registered, run
+from tests.kits.nrihost import attached, container_info, host_on, plugin, pod_info, pod_model, registered, run
 from tests.kits.nri import NriPlugin
 
 
@@ -33,12 +34,12 @@ def test_concurrent_events_reach_a_plugin_one_at_a_time(socket_path: Path) -> No
 
     async def scenario() -> None:
         store = Store()
-        store.put_pod("pod-1", PodRecord(pod_info()))
+        store.put_pod("pod-1", pod_record(pod_info()))
         async with host_on(socket_path, store) as host:
             kit = plugin("slow", "10", event_mask(nri.POST_START_CONTAINER),
                          PostStartContainer=(nri.PostStartContainerRequest, slow_post_start))
             await attached(host, kit)
-            subject = Subject("pod-1", pod_info(), "ctr-1", container_info())
+            subject = Subject("pod-1", pod_model(), "ctr-1", container_info())
             await asyncio.gather(*(host.notify(nri_events.POST_START_CONTAINER, subject) for _ in range(20)))
             assert len(kit.requests("PostStartContainer")) == 20
     run(scenario())
@@ -61,7 +62,7 @@ def test_two_registrations_of_one_plugin_at_once_leave_one_live_session(socket_p
 def _created(pod_id: str = "pod-1", container_id: str = "ctr-1") -> ContainerRecord:
     info = container_info()
     info.container_meta.id = container_id
-    return ContainerRecord(pod_id, info)
+    return container_record(pod_id, info)
 
 
 def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchronize(socket_path: Path) -> None:
@@ -69,14 +70,14 @@ def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchroni
     plugin asked to attach: the attach waits for the store write, so the Synchronize holds the container."""
     async def scenario() -> tuple[list[str], list[str]]:
         store, gate = Store(), SyncGate()
-        store.put_pod("pod-1", PodRecord(pod_info()))
+        store.put_pod("pod-1", pod_record(pod_info()))
         async with host_on(socket_path, store, gate=gate) as host:
             relayed = asyncio.Event()
             late = NriPlugin(name="late", index="20", events=event_mask(nri.CREATE_CONTAINER))
 
             async def create() -> None:
                 async with gate.changing():
-                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_info(), "", container_info()),
+                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_model(), "", container_info()),
                                       None)
                     await relayed.wait()  # the runtime creates the container meanwhile
                     store.put_container("ctr-1", _created())
@@ -99,7 +100,7 @@ def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchroni
 def test_a_create_starting_while_a_plugin_synchronizes_sends_it_the_event(socket_path: Path) -> None:
     async def scenario() -> tuple[list[str], int]:
         store, gate = Store(), SyncGate()
-        store.put_pod("pod-1", PodRecord(pod_info()))
+        store.put_pod("pod-1", pod_record(pod_info()))
         sync_held = asyncio.Event()
 
         async def held_synchronize(kit: NriPlugin, request: Message) -> Message:
@@ -115,7 +116,7 @@ def test_a_create_starting_while_a_plugin_synchronizes_sends_it_the_event(socket
 
             async def create() -> None:
                 async with gate.changing():
-                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_info(), "", container_info()),
+                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_model(), "", container_info()),
                                       None)
                     store.put_container("ctr-1", _created())
 

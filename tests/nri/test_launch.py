@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.hooks import nri_events
+from runtimeproxy.hooks.model import PodRecord
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
@@ -111,7 +112,7 @@ def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_wi
                 await asyncio.sleep(0.02)
             (session,) = host.plugins
             assert session.plugin_id == "10-launched"
-            subject = Subject("pod-1", hooks.PodSandboxHookRequest(), "", hooks.ContainerResourceHookRequest())
+            subject = Subject("pod-1", PodRecord(), "", hooks.ContainerResourceHookRequest())
             adjusted = await host.adjust(nri_events.CREATE_CONTAINER, subject, None)
             assert adjusted.container_envs["LAUNCHED"] == "yes"
             (process,) = host.launched

@@ -1,0 +1,129 @@
+"""The core's model (hooks.model) as koordinator's hook messages, and back: value for value, presence kept.
+
+A hook plugin is called with a request made from the records at the call (`pod_request`, `container_request`);
+what a frontend's translator decodes into a hook request becomes a record (`pod_record`, `container_record`)
+once the call went through. A container's request carries its pod's part (pod_*: metadata, labels, annotations,
+cgroup parent, resources) filled from the pod's record, the one place it is filled for both frontends
+(`fill_pod_part`; a frontend's translator builds only the container part).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.merge import replace_map
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, HugepageLimit, PodRecord, Resources
+from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+
+def resources_of(message: hooks.LinuxContainerResources) -> Resources:
+    return Resources(
+        cpu_period=message.cpu_period, cpu_quota=message.cpu_quota, cpu_shares=message.cpu_shares,
+        memory_limit_in_bytes=message.memory_limit_in_bytes, oom_score_adj=message.oom_score_adj,
+        cpuset_cpus=message.cpuset_cpus, cpuset_mems=message.cpuset_mems,
+        hugepage_limits=tuple(HugepageLimit(limit.page_size, limit.limit) for limit in message.hugepage_limits),
+        unified=dict(message.unified), memory_swap_limit_in_bytes=message.memory_swap_limit_in_bytes)
+
+
+def set_resources(message: hooks.LinuxContainerResources, resources: Resources) -> None:
+    """`message` holds `resources` (every field set; the message's field is present afterwards)."""
+    message.SetInParent()
+    message.cpu_period, message.cpu_quota, message.cpu_shares = \
+        resources.cpu_period, resources.cpu_quota, resources.cpu_shares
+    message.memory_limit_in_bytes, message.oom_score_adj = resources.memory_limit_in_bytes, resources.oom_score_adj
+    message.cpuset_cpus, message.cpuset_mems = resources.cpuset_cpus, resources.cpuset_mems
+    del message.hugepage_limits[:]
+    message.hugepage_limits.extend(hooks.HugepageLimit(page_size=limit.page_size, limit=limit.limit)
+                                   for limit in resources.hugepage_limits)
+    message.unified.clear()
+    message.unified.update(resources.unified)
+    message.memory_swap_limit_in_bytes = resources.memory_swap_limit_in_bytes
+
+
+def resources_message(resources: Resources) -> hooks.LinuxContainerResources:
+    message = hooks.LinuxContainerResources()
+    set_resources(message, resources)
+    return message
+
+
+def _optional(message: hooks.PodSandboxHookRequest | hooks.ContainerResourceHookRequest, name: str
+              ) -> Resources | None:
+    return resources_of(getattr(message, name)) if message.HasField(name) else None
+
+
+# --- pods ------------------------------------------------------------------------------------------------
+
+
+def pod_record(request: hooks.PodSandboxHookRequest, skip_hooks: bool = False,
+               runtime_labels: Mapping[str, str] | None = None) -> PodRecord:
+    """The record of a pod as its hook request has it."""
+    meta = request.pod_meta
+    return PodRecord(
+        name=meta.name, namespace=meta.namespace, uid=meta.uid, attempt=meta.attempt,
+        runtime_handler=request.runtime_handler, labels=dict(request.labels), annotations=dict(request.annotations),
+        cgroup_parent=request.cgroup_parent, resources=_optional(request, "resources"),
+        overhead=_optional(request, "overhead"), skip_hooks=skip_hooks, runtime_labels=dict(runtime_labels or {}))
+
+
+def pod_meta(pod: PodRecord) -> hooks.PodSandboxMetadata:
+    return hooks.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace, attempt=pod.attempt)
+
+
+def pod_request(pod: PodRecord) -> hooks.PodSandboxHookRequest:
+    """The pod's hook request (PostStopPodSandbox), as RunPodSandbox's was after the plugins."""
+    request = hooks.PodSandboxHookRequest(pod_meta=pod_meta(pod), runtime_handler=pod.runtime_handler,
+                                          labels=pod.labels, annotations=pod.annotations,
+                                          cgroup_parent=pod.cgroup_parent)
+    if pod.overhead is not None:
+        set_resources(request.overhead, pod.overhead)
+    if pod.resources is not None:
+        set_resources(request.resources, pod.resources)
+    return request
+
+
+# --- containers ------------------------------------------------------------------------------------------
+
+
+def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest,
+                     labels: Mapping[str, str] | None = None, edits: ContainerEdits | None = None,
+                     state: ContainerState = ContainerState.UNKNOWN, pid: int = 0, created_ns: int = 0,
+                     started_ns: int = 0, finished_ns: int = 0) -> ContainerRecord:
+    """The record of a container as the container part of its hook request has it (the pod part is its pod's)."""
+    meta = request.container_meta
+    return ContainerRecord(
+        pod_id, id=meta.id, name=meta.name, attempt=meta.attempt, annotations=dict(request.container_annotations),
+        env=dict(request.container_envs), resources=_optional(request, "container_resources"),
+        labels=dict(labels or {}), edits=edits, state=state, pid=pid, created_ns=created_ns, started_ns=started_ns,
+        finished_ns=finished_ns)
+
+
+def with_request(container: ContainerRecord, request: hooks.ContainerResourceHookRequest) -> ContainerRecord:
+    """The record with what a hook request says of the container taken from `request` (its name, attempt,
+    annotations, environment and resources: as the plugins left them); the rest is the record's."""
+    meta = request.container_meta
+    return replace(container, name=meta.name, attempt=meta.attempt, annotations=dict(request.container_annotations),
+                   env=dict(request.container_envs), resources=_optional(request, "container_resources"))
+
+
+def container_request(container: ContainerRecord, pod: PodRecord | None) -> hooks.ContainerResourceHookRequest:
+    """The container's hook request with its pod's part as the pod is now (`pod` None: the container part only)."""
+    request = hooks.ContainerResourceHookRequest(
+        container_meta=hooks.ContainerMetadata(name=container.name, attempt=container.attempt, id=container.id),
+        container_annotations=container.annotations, container_envs=container.env)
+    if container.resources is not None:
+        set_resources(request.container_resources, container.resources)
+    if pod is not None:
+        fill_pod_part(request, pod)
+    return request
+
+
+def fill_pod_part(request: hooks.ContainerResourceHookRequest, pod: PodRecord) -> None:
+    """The pod part of a container's hook request (pod_*), from the pod's record."""
+    request.pod_meta.CopyFrom(pod_meta(pod))
+    replace_map(request.pod_annotations, pod.annotations)
+    replace_map(request.pod_labels, pod.labels)
+    request.pod_cgroup_parent = pod.cgroup_parent
+    if pod.resources is not None:
+        set_resources(request.pod_resources, pod.resources)
