@@ -200,9 +200,11 @@ def main(argv: list[str] | None = None) -> int:
         chosen = sorted(name for name, peer in PEERS.items() if not peer.counterpart)
     try:
         for name in chosen:
-            started = time.monotonic()
+            cached, started = is_built(name), time.monotonic()
             binary = peer_binary(name)
-            print(f"{name}: {binary} ({time.monotonic() - started:.0f} s)", flush=True)
+            # Built here, or by another process this one waited for (the test command's background build).
+            took = "cached" if cached else f"ready after {time.monotonic() - started:.0f} s"
+            print(f"{name}: {binary} ({took})", flush=True)
     except PeerBuildError as error:
         print(f"rplab.peers: {error}", file=sys.stderr)
         return 1

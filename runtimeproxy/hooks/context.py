@@ -61,10 +61,17 @@ class HookContext:
 
 
 def request_of(record: ContainerRecord, pod: PodRecord | None) -> hooks.ContainerResourceHookRequest | None:
-    """A found container's hook request (with its pod's part); None for a container of a skip-labelled pod."""
+    """A found container's hook request (with its pod's part: the recorded pod's, else the one its create request
+    showed); None for a container of a skip-labelled pod."""
+    pod = pod_of(record, pod)
     if pod is not None and pod.skip_hooks:
         return None
     return hook_messages.container_request(record, pod)
+
+
+def pod_of(record: ContainerRecord, pod: PodRecord | None) -> PodRecord | None:
+    """A container's pod: the store's record, else the pod as the container's create request showed it."""
+    return pod if pod is not None else record.pod_from_create
 
 
 async def subject_of(context: HookContext, pod_id: str = "", container_id: str = "") -> Subject | None:
@@ -75,7 +82,7 @@ async def subject_of(context: HookContext, pod_id: str = "", container_id: str =
         if found is None or request is None:
             return None
         record, pod = found
-        return Subject(record.pod_id, pod, container_id, request, model=record)
+        return Subject(record.pod_id, pod_of(record, pod), container_id, request, model=record)
     recorded = await context.pod(pod_id)
     if recorded is None or recorded.skip_hooks:
         return None

@@ -27,14 +27,14 @@ from google.protobuf.message import Message
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.context import request_of, tell_nri
+from runtimeproxy.hooks.context import pod_of, request_of, tell_nri
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
 from runtimeproxy.hooks.hook_messages import container_record, fill_pod_part
-from runtimeproxy.hooks.model import ContainerState, now_ns
+from runtimeproxy.hooks.model import ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -84,6 +84,7 @@ class ContainerCreation:
     labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
     read_edits: EditsReader | None = None  # the frontend's request's edits, for the model
     missed: tuple[str, ...] = ()  # plugins that failed under Ignore: created without their answer
+    unrecorded_pod: PodRecord | None = None  # the pod as the request showed it, when the store had no record of it
 
     def changed_edits(self) -> frozenset[str]:
         """The kinds of edits (hooks.edits) the frontend must write back into its request."""
@@ -281,14 +282,15 @@ class HookPoints:
         `labels`: the container's labels as its runtime keeps them (the CRI labels and the runtime's own)."""
         shown = dict(labels or {})
         pod = await self.context.pod(pod_id)
-        if pod is None and sandbox is not None:
-            pod = self.context.pod_record(sandbox())
+        unrecorded = self.context.pod_record(sandbox()) if pod is None and sandbox is not None else None
+        pod = pod or unrecorded
         if pod is not None:
             fill_pod_part(container, pod)
             if pod.skip_hooks:
                 if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
                     self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
-                return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits)
+                return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits,
+                                         unrecorded_pod=unrecorded)
         ignored: list[str] = []
         subject: Subject | None = None  # the NRI plugins' (their edits), when they took part
         seen: ContainerEdits | None = None  # the request's edits, as the NRI plugins were shown them
@@ -308,9 +310,9 @@ class HookPoints:
         missed = tuple(ignored)
         if subject is not None:
             return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits,
-                                     missed)
+                                     missed, unrecorded)
         return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits,
-                                 missed=missed)
+                                 missed=missed, unrecorded_pod=unrecorded)
 
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an NRI plugin is
@@ -333,9 +335,10 @@ class HookPoints:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
             creation.request.container_meta.id = container_id
-            self.store.put_container(container_id, container_record(
-                creation.pod_id, creation.request, creation.labels, await self._created_edits(creation),
-                ContainerState.CREATED, created_ns=now_ns()))
+            record = container_record(creation.pod_id, creation.request, creation.labels,
+                                      await self._created_edits(creation), ContainerState.CREATED, created_ns=now_ns())
+            record.pod_from_create = creation.unrecorded_pod
+            self.store.put_container(container_id, record)
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
             request = creation.request
             self.missed.note(container_id, creation.pod_id, f"{request.pod_meta.namespace}/{request.pod_meta.name}",
@@ -383,7 +386,7 @@ class HookPoints:
 
         async def nri_part(changed: hooks.ContainerResourceHookRequest,
                            chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            subject = Subject(record.pod_id, pod, container_id, changed, model=record)
+            subject = Subject(record.pod_id, pod_of(record, pod), container_id, changed, model=record)
             return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain)
 
         changed = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,

@@ -81,7 +81,7 @@ class PodRecord:
     # The sandbox is up: False after a StopPodSandbox the proxy saw (NOTREADY). A rebuild records every pod as
     # ready (the frontends' loaders give the pod's hook request only); NRI shows no sandbox state.
     ready: bool = True
-    runtime_labels: dict[str, str] = field(default_factory=dict)  # the runtime's own labels beside info.labels
+    runtime_labels: dict[str, str] = field(default_factory=dict)  # the runtime's own labels beside `labels`
     # The latest in-place resize (CRI UpdatePodSandboxResources), as containerd keeps it in the sandbox's status.
     # `resources` and `overhead` stay RunPodSandbox's: containerd's NRI shows those in every later event (its
     # PodSandbox's pod_resources come from the sandbox config), and so does koord-runtime-proxy's pod context.
@@ -109,6 +109,10 @@ class ContainerRecord:
     created_ns: int = 0
     started_ns: int = 0
     finished_ns: int = 0
+    # Its pod as the create request showed it (the kubelet sends the pod's config along), kept only when the store
+    # had no record of the pod then (a failed read of the runtime; a Docker container without its sandbox's label):
+    # the pod context its later hooks carry for as long as the store cannot find the pod.
+    pod_from_create: PodRecord | None = None
 
     def started(self, pid: int = 0) -> None:
         """The runtime started it (StartContainer succeeded)."""

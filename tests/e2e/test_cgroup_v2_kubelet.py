@@ -74,7 +74,7 @@ def guest_run(node: GuestKubeletNode, ports: NodePorts, guest: Guest) -> Run:
 
 def restart_events(guest: Guest, since: str) -> str:
     """The kubelet's journal lines of this run about liveness-restart's containers (its PLEG events say when each
-    attempt started, died and was removed): the evidence the open finding below is waiting for."""
+    attempt started, died and was removed): what explains a last state that differs (below)."""
     return guest.shell(f"journalctl -u {GUEST_KUBELET_UNIT} --since=@{since} --no-pager -o short-precise "
                        "| grep -E 'liveness-restart|DeleteContainer' | tail -40", check=False)
 
@@ -142,17 +142,17 @@ def last_state_aside(view: dict[str, Any]) -> tuple[dict[str, Any], object]:
 
 
 def test_through_the_proxy_the_kubelet_sees_what_it_sees_directly(direct: Run, proxied: Run) -> None:
-    """An open finding (docs/runtimes.md): in some runs through the proxy the liveness-restarted container's first
-    attempt is gone from the runtime by the time the kubelet's status is read (a RemoveContainer the proxy relayed:
-    it removed nothing itself), so the kubelet shows no last state; directly it has always shown terminated. That one
-    field is reported, not compared, until it is explained; everything else must be equal."""
+    """The liveness-restarted container's last state is reported, not compared (docs/runtimes.md): on a loaded
+    machine the emulated node's kubelet has shown it as terminated in one run and as none in the other, both ways
+    round (its first attempt gone from the runtime by the time the status is read), the proxy relaying the kubelet's
+    RemoveContainer and removing nothing itself. Everything else must be equal."""
     assert proxied.outcome.problems == []
     proxied_view, proxied_last = last_state_aside(proxied.outcome.kubelet)
     direct_view, direct_last = last_state_aside(direct.outcome.kubelet)
     assert proxied_view == direct_view
     if proxied_last != direct_last:
         warnings.warn(f"liveness-restart's last state: {proxied_last} through the proxy, {direct_last} directly "
-                      "(the open finding of docs/runtimes.md); the kubelet's journal through the proxy:\n"
+                      "(the kubelet's timing under emulation: docs/runtimes.md); its journal through the proxy:\n"
                       f"{proxied.kubelet_log}\ndirectly:\n{direct.kubelet_log}")
 
 

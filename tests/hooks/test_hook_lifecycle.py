@@ -16,7 +16,7 @@ from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.model import ContainerState
+from runtimeproxy.hooks.model import ContainerState, Resources
 from runtimeproxy.hooks.nri_plugins import NO_NRI_PLUGINS, NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CallJournal
 from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
@@ -167,6 +167,22 @@ def test_a_pod_the_proxy_does_not_know_still_gets_its_containers_hooks(core: Poi
     (seen,) = plugin.seen_by("PreCreateContainer")
     assert seen.pod_meta.uid == "u-1" and seen.pod_cgroup_parent == "/kubepods/pod-u-1"
     assert creation.cgroup_parent == "/kubepods/pod-u-1" and core.backend.reads == ["p-unknown"]
+
+
+def test_the_later_hooks_of_a_container_of_a_pod_the_proxy_does_not_know_carry_its_create_requests_pod(
+        core: Points) -> None:
+    """Until the store can find the pod, the pod's part of the container's requests is what its create showed."""
+    plugin = core.plugin({}, ["PreStartContainer"])
+    sandbox = hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web", uid="u-1"),
+                                          cgroup_parent="/kubepods/pod-u-1")
+    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: sandbox))
+    core.run(core.points.container_created("c-9", creation))
+    core.run(core.points.pre_start_container("c-9", None))
+    (seen,) = plugin.seen_by("PreStartContainer")
+    assert seen.pod_meta.uid == "u-1" and seen.pod_cgroup_parent == "/kubepods/pod-u-1"
+    core.backend.pods["p-unknown"] = pod_request()  # found now: the store's record wins
+    core.run(core.points.pre_start_container("c-9", None))
+    assert plugin.seen_by("PreStartContainer")[1].pod_meta == pod_request().pod_meta
 
 
 def test_an_unknown_pod_with_the_skip_label_in_its_request_gets_no_hooks(core: Points) -> None:
@@ -416,7 +432,7 @@ def test_a_pod_resize_is_heard_before_and_after_and_the_store_records_the_new_re
             heard.append((event, subject.resize, subject.pod.resources.cpu_shares))
 
     core.core.nri = ResizeNri()
-    resize = PodResize(None, resources(cpu_shares=2048))
+    resize = PodResize(None, Resources(cpu_shares=2048))
     core.run(core.points.pre_update_pod_sandbox_resources("p1", resize))
     core.run(core.points.pod_sandbox_resources_updated("p1", resize))
     # As containerd 2.2+: UpdatePodSandbox shows the pod as it is with the resources to be; the store records
@@ -441,7 +457,7 @@ def test_an_nri_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points)
 
     core.core.nri = RefusingResize()
     with pytest.raises(HookFailed):
-        core.run(core.points.pre_update_pod_sandbox_resources("p1", PodResize(None, resources(cpu_shares=4096))))
+        core.run(core.points.pre_update_pod_sandbox_resources("p1", PodResize(None, Resources(cpu_shares=4096))))
     record = core.core.store.pod("p1")
     assert record is not None and record.resources is not None and record.resources.cpu_shares == 1024  # unchanged
 
