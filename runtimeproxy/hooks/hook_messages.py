@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.merge import replace_map
@@ -91,20 +92,22 @@ def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest,
                      state: ContainerState = ContainerState.UNKNOWN, pid: int = 0, created_ns: int = 0,
                      started_ns: int = 0, finished_ns: int = 0) -> ContainerRecord:
     """The record of a container as the container part of its hook request has it (the pod part is its pod's)."""
-    meta = request.container_meta
     return ContainerRecord(
-        pod_id, id=meta.id, name=meta.name, attempt=meta.attempt, annotations=dict(request.container_annotations),
-        env=dict(request.container_envs), resources=_optional(request, "container_resources"),
-        labels=dict(labels or {}), edits=edits, state=state, pid=pid, created_ns=created_ns, started_ns=started_ns,
-        finished_ns=finished_ns)
+        pod_id, id=request.container_meta.id, **_container_fields(request), labels=dict(labels or {}), edits=edits,
+        state=state, pid=pid, created_ns=created_ns, started_ns=started_ns, finished_ns=finished_ns)
 
 
 def with_request(container: ContainerRecord, request: hooks.ContainerResourceHookRequest) -> ContainerRecord:
     """The record with what a hook request says of the container taken from `request` (its name, attempt,
     annotations, environment and resources: as the plugins left them); the rest is the record's."""
+    return replace(container, **_container_fields(request))
+
+
+def _container_fields(request: hooks.ContainerResourceHookRequest) -> dict[str, Any]:
+    """What a hook request says of its container, as ContainerRecord's fields (all but the id)."""
     meta = request.container_meta
-    return replace(container, name=meta.name, attempt=meta.attempt, annotations=dict(request.container_annotations),
-                   env=dict(request.container_envs), resources=_optional(request, "container_resources"))
+    return {"name": meta.name, "attempt": meta.attempt, "annotations": dict(request.container_annotations),
+            "env": dict(request.container_envs), "resources": _optional(request, "container_resources")}
 
 
 def container_request(container: ContainerRecord, pod: PodRecord | None) -> hooks.ContainerResourceHookRequest:
