@@ -107,12 +107,12 @@ class CriHooks:
         self._runtime = runtime  # the image's argv for NRI plugins' view (cri.runtime)
         self._profile_dir = profile_dir  # NRI plugins' seccomp policies as profile files (None: not carried)
 
-    async def _edits(self, request: cri.CreateContainerRequest, read_image: bool) -> ContainerEdits:
-        """What the hook model lacks (for NRI plugins and the model); the image (its Entrypoint and Cmd where
-        the config has no command, and who it is) is read only when `read_image` (else the argv is () when the
-        config has no command: not known, and the image not known)."""
+    async def _edits(self, request: cri.CreateContainerRequest, with_image: bool) -> ContainerEdits:
+        """What the hook model lacks (for NRI plugins and the model), decoded once per create; the image (its
+        Entrypoint and Cmd where the config has no command, and who it is) is read only when `with_image` (else
+        the argv is () when the config has no command: not known, and the image not known)."""
         profiles, cdi = self._profile_dir is not None, await self._runtime.cdi_enabled()
-        if not read_image:
+        if not with_image:
             argv = process_argv(request.config, [], []) if request.config.command else ()
             return container_edits(request, argv, profiles, cdi)
         facts = await self._runtime.image_facts(request.config.image.image)
@@ -208,10 +208,11 @@ class CriHooks:
         def sandbox() -> hooks.PodSandboxHookRequest:
             return pod_hook_request(request.sandbox_config, "")
 
+        edits = await self._edits(request, self.points.edits_want_image())
         async with failing_the_call(context):
             creation = await self.points.pre_create_container(
                 request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
-                lambda read_image: self._edits(request, read_image), container_labels(request.config.labels))
+                edits, container_labels(request.config.labels))
         # A seccomp policy's profile file lives until containerd has read it: the create's end.
         with ProfileFiles(self._profile_dir or Path()) as profiles:
             if await creation.write_back(_CreateRequest(request, profiles.write)):

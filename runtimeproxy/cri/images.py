@@ -1,7 +1,8 @@
 """An image as containerd knows it (verbose ImageStatus): its Entrypoint and Cmd, for the argv an NRI plugin sees,
 and its identity, NRI's Container.image.
 
-Only read when an NRI plugin subscribed to CreateContainer: one ImageStatus call on the image channel.
+Only read while an NRI plugin is attached (hooks.lifecycle.HookPoints.edits_want_image): one ImageStatus call on the
+image channel.
 containerd's verbose info holds the image's OCI config as JSON (info["info"] -> imageSpec.config). The identity is
 what containerd 2.2+'s own NRI shows (its container metadata's ImageName, ImageDigest, ImageRef), read from the CRI
 image: the name its first repo tag (else its first repo digest), the digest that of its first repo digest (an image

@@ -129,11 +129,11 @@ class DockerHooks:
             HookedRoute.REMOVE: _RouteHooks(None, self._after_remove, _succeeded_or_gone),
         }
 
-    async def _edits(self, body: Body, read_image: bool) -> ContainerEdits:
-        """What the hook model lacks (for NRI plugins and the model); the image is read only when `read_image`
-        and the body leaves the argv to it (else the argv is () then: not known)."""
+    async def _edits(self, body: Body, with_image: bool) -> ContainerEdits:
+        """What the hook model lacks (for NRI plugins and the model), decoded once per create; the image is read
+        only when `with_image` and the body leaves the argv to it (else the argv is () then: not known)."""
         cdi = await self._runtime.cdi_enabled()
-        if not read_image or not isinstance(body.get("Image"), str):
+        if not with_image or not isinstance(body.get("Image"), str):
             return container_edits(body, process_argv(body, [], []) if body.get("Entrypoint") else (), cdi)
         facts = await self._runtime.image_facts(body["Image"])
         argv = process_argv(body, list(facts.entrypoint), list(facts.cmd))
@@ -198,9 +198,10 @@ class DockerHooks:
             return pod_of_container(name, body)
 
         request = await convert_large(len(data), container_create_request, name, body)
+        edits = await self._edits(body, self.points.edits_want_image())
         creation = exchange.created = await self.points.pre_create_container(
-            body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox,
-            lambda read_image: self._edits(body, read_image), container_labels_of(body["Labels"]))
+            body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox, edits,
+            container_labels_of(body["Labels"]))
         exchange.journal(self.points.creating(creation.pod_id, creation.request))
         rewritten = await creation.write_back(_CreateBody(body, len(data)))
         return await serialize_body(body, len(data)) if rewritten else data

@@ -4,9 +4,10 @@ reservation/swappiness/OOM killer, CPU realtime, a seccomp policy), and the CDI 
 its CDI is on.
 
 koordinator's hooks.ContainerResourceHookRequest has no place for these, but plugins of another protocol (NRI,
-hooks.nri_plugins) see and change them. `ContainerEdits` is the core's value for them: a frontend builds it from its
-wire request (only when such a plugin subscribed to CreateContainer: hooks.lifecycle asks for it lazily), the
-NRI plugins fold their answers into it, and the frontend writes back the kinds that changed. `carries`
+hooks.nri_plugins) see and change them. `ContainerEdits` is the core's value for them: a frontend decodes it from its
+wire request with the rest and hands it to the core (the image's argv read only while such a plugin is attached:
+hooks.lifecycle.HookPoints.edits_want_image), the NRI plugins fold their answers into it, the model records it,
+and the frontend writes back the kinds that changed. `carries`
 names the kinds the frontend's request can carry at all (CRI: the first four; Docker: all but the RDT
 class; both the CDI devices when the runtime says its CDI is on: Runtime.cdi_enabled); a plugin changing
 another kind is refused, naming it.

@@ -43,9 +43,6 @@ log = logging.getLogger(__name__)
 # The NRI plugins' part of a kubelet call's chain: the request as the hook plugins left it, the call's record
 # (None: no hook plugin ran, the NRI plugins' own entry) -> the request as the NRI plugins leave it.
 NriPart = Callable[[Req, "ChainRecord | None"], Awaitable[Req]]
-# Reads a create request's ContainerEdits; True: also read the image when the request leaves the argv to it
-# (a runtime call), False: the argv is () then (not known).
-EditsReader = Callable[[bool], Awaitable[ContainerEdits]]
 
 
 @dataclass
@@ -79,18 +76,23 @@ class ContainerCreation:
     request: hooks.ContainerResourceHookRequest  # with its pod's context, as the plugins left it
     changed: bool  # the plugins changed it: the frontend writes it back into its request
     hooked: bool  # False for a container of a pod with the skip label
-    edits: ContainerEdits | None = None  # argv, mounts, ... as the NRI plugins left them (None: not asked)
-    edits_seen: ContainerEdits | None = None  # as the frontend's request said
+    edits: ContainerEdits | None = None  # argv, mounts, ... as the NRI plugins left them (None: none took part)
+    decoded_edits: ContainerEdits | None = None  # as the frontend decoded its request (None: not given)
     labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
-    read_edits: EditsReader | None = None  # the frontend's request's edits, for the model
     missed: tuple[str, ...] = ()  # plugins that failed under Ignore: created without their answer
     unrecorded_pod: PodRecord | None = None  # the pod as the request showed it, when the store had no record of it
 
     def changed_edits(self) -> frozenset[str]:
         """The kinds of edits (hooks.edits) the frontend must write back into its request."""
-        if self.edits is None or self.edits_seen is None:
+        if self.edits is None or self.decoded_edits is None:
             return frozenset()
-        return self.edits.changed_kinds(self.edits_seen)
+        return self.edits.changed_kinds(self.decoded_edits)
+
+    @property
+    def created_edits(self) -> ContainerEdits | None:
+        """The edits the runtime creates the container with, for the model: as the NRI plugins left them, else
+        the request's."""
+        return self.edits if self.edits is not None else self.decoded_edits
 
     async def write_back(self, writer: CreateWriter) -> bool:
         """What the plugins changed, written into the frontend's request; True if it changed (re-encode it)."""
@@ -167,6 +169,12 @@ class HookPoints:
     def nri(self) -> NriPlugins:
         """Plugins of another protocol (NRI; hooks.nri_plugins), called after the hook-protocol chain."""
         return self._service.nri
+
+    def edits_want_image(self) -> bool:
+        """Whether a frontend decodes a create's edits with its image read (its Entrypoint and Cmd where the
+        request has no command, and who it is: a runtime call): only while an NRI plugin is attached, the only
+        kind that sees them (cheap: asked on every create)."""
+        return self.nri.attached()
 
     async def _notify_nri(self, event: str, pod_id: str = "", container_id: str = "",
                             resize: PodResize | None = None) -> None:
@@ -272,13 +280,14 @@ class HookPoints:
     async def pre_create_container(
         self, pod_id: str, container: hooks.ContainerResourceHookRequest, time_remaining: float | None,
         sandbox: Callable[[], hooks.PodSandboxHookRequest] | None = None,
-        edits: EditsReader | None = None, labels: Mapping[str, str] | None = None,
+        edits: ContainerEdits | None = None, labels: Mapping[str, str] | None = None,
     ) -> ContainerCreation:
         """`container` has only its container part; the pod part is filled here from the recorded pod (read
         from the backend on a miss), else from `sandbox()`: what the frontend's request says of the pod. A pod
         the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels).
-        `edits(read_image)` reads what the hook model lacks from the frontend's request: here only when an NRI
-        plugin subscribed to CreateContainer; the model records it once the container is created.
+        `edits`: what the hook model lacks, as the frontend decoded its request (the image read when
+        `edits_want_image()`): shown to the NRI plugins subscribed to CreateContainer; the model records them (as
+        those plugins left them) once the container is created.
         `labels`: the container's labels as its runtime keeps them (the CRI labels and the runtime's own)."""
         shown = dict(labels or {})
         pod = await self.context.pod(pod_id)
@@ -289,30 +298,25 @@ class HookPoints:
             if pod.skip_hooks:
                 if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
                     self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
-                return ContainerCreation(pod_id, container, False, False, labels=shown, read_edits=edits,
+                return ContainerCreation(pod_id, container, False, False, decoded_edits=edits, labels=shown,
                                          unrecorded_pod=unrecorded)
         ignored: list[str] = []
         subject: Subject | None = None  # the NRI plugins' (their edits), when they took part
-        seen: ContainerEdits | None = None  # the request's edits, as the NRI plugins were shown them
 
         async def nri_part(changed: hooks.ContainerResourceHookRequest,
                            chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            nonlocal subject, seen
-            seen = await edits(True) if edits is not None else None
-            model = container_record(pod_id, changed, shown, seen)  # not created yet: its state is unknown
-            subject = Subject(pod_id, pod, "", changed, seen, model)
+            nonlocal subject
+            model = container_record(pod_id, changed, shown, edits)  # not created yet: its state is unknown
+            subject = Subject(pod_id, pod, "", changed, edits, model)
             return await self.nri.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining, chain)
 
         wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
         changed = await self._chain(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining,
                                     nri_part if wants_nri else None, ignored,
                                     self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
-        missed = tuple(ignored)
-        if subject is not None:
-            return ContainerCreation(pod_id, changed, changed != container, True, subject.edits, seen, shown, edits,
-                                     missed, unrecorded)
-        return ContainerCreation(pod_id, changed, changed != container, True, labels=shown, read_edits=edits,
-                                 missed=missed, unrecorded_pod=unrecorded)
+        left = subject.edits if subject is not None else None
+        return ContainerCreation(pod_id, changed, changed != container, True, left, edits, shown, tuple(ignored),
+                                 unrecorded)
 
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an NRI plugin is
@@ -322,21 +326,12 @@ class HookPoints:
         loaded = await self.context.source.load_container(container_id)
         return loaded.pid if loaded is not None else 0
 
-    async def _created_edits(self, creation: ContainerCreation) -> ContainerEdits | None:
-        """The edits the runtime creates the container with: as the NRI plugins left them, else the request's
-        (the image read only when an NRI plugin is attached: none may ever ask for the argv)."""
-        if creation.edits is not None:
-            return creation.edits
-        if creation.read_edits is None:
-            return None
-        return await creation.read_edits(self.nri.attached())
-
     async def container_created(self, container_id: str, creation: ContainerCreation) -> None:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
             creation.request.container_meta.id = container_id
             record = container_record(creation.pod_id, creation.request, creation.labels,
-                                      await self._created_edits(creation), ContainerState.CREATED, created_ns=now_ns())
+                                      creation.created_edits, ContainerState.CREATED, created_ns=now_ns())
             record.pod_from_create = creation.unrecorded_pod
             self.store.put_container(container_id, record)
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)

@@ -12,11 +12,15 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from tests.kits.hooks import ScriptedPlugin, fill, mark_unknown, refresh_on_loop, register, unknown_marks
+from tests.kits.hooks import (
+    AttachedNri, ScriptedPlugin, fill, mark_unknown, refresh_on_loop, register, unknown_marks,
+)
 from rplab.cri import env_entry
 from rplab.example_plugin import ANNOTATION, ExamplePlugin, ExampleSettings
 from rplab.loop import LoopThread
 from tests.kits.cri import HookedCalls, RecordingBackend
+from runtimeproxy.hooks import nri_events
+from runtimeproxy.hooks.edits import ImageFacts, ImageIdentity
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as v1
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
@@ -475,6 +479,32 @@ def test_a_skipped_pod_is_not_moved(client: HookedCalls, backend: RecordingBacke
     assert plugin.seen == []
     assert received(backend, path("runtime.v1", "RunPodSandbox")) == run
     assert received(backend, path("runtime.v1", "CreateContainer")) == create.SerializeToString()
+
+
+# --- CreateContainer's edits: decoded once, the image read only while an NRI plugin is attached -------------
+
+BUSYBOX = ImageFacts(("/entry",), ("sh",), ImageIdentity("busybox:1.36", "sha256:index", "sha256:cfg"))
+
+
+@pytest.mark.parametrize("events", [None, (), (nri_events.CREATE_CONTAINER,)],
+                         ids=["no NRI plugin", "attached elsewhere", "subscribed to CreateContainer"])
+def test_a_create_s_edits_are_decoded_once_with_the_image_only_while_an_nri_plugin_is_attached(
+        client: HookedCalls, events: tuple[str, ...] | None) -> None:
+    """The config has no command: the argv is the image's, read (one ImageStatus) only for an attached NRI plugin,
+    which may see it at CreateContainer or later from the model."""
+    client.runtime.image = BUSYBOX
+    nri = AttachedNri(events or ())
+    if events is not None:
+        client.service.nri = nri
+    call(client, path("runtime.v1", "CreateContainer"), create_request(v1).SerializeToString())
+    record = client.service.store.container("c1")
+    assert record is not None and record.edits is not None
+    if events is None:
+        assert client.runtime.images_read == [] and record.edits.args == () and record.edits.image is None
+    else:
+        assert client.runtime.images_read == ["busybox"] and record.edits.args == ("/entry", "sh")
+        assert record.edits.image == BUSYBOX.identity
+    assert nri.shown == ([record.edits] if events else [])  # CreateContainer's plugin saw what the model records
 
 
 # --- UpdateContainerResources: plugins see, and the store keeps, the effective resources ----------------

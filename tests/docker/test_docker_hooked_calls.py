@@ -10,12 +10,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.kits.hooks import ScriptedPlugin, refresh_on_loop, register
+from tests.kits.hooks import AttachedNri, ScriptedPlugin, refresh_on_loop, register
 from runtimeproxy.docker.engine import EngineClient
 from runtimeproxy.docker.hooks import HOOK_FAILED_STATUS, DockerHooks
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
 from runtimeproxy.docker.runtime import DockerRuntime
 from runtimeproxy.docker.routes import HookedRoute, hooked_route
+from runtimeproxy.hooks import nri_events
+from runtimeproxy.hooks.edits import ImageIdentity
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.journal import (
     CREATE_CONTAINER, JOURNAL_FILE_NAME, START_CONTAINER, CallJournal, InFlight, read_open_entries,
@@ -31,13 +33,15 @@ SANDBOX_BODY = {"Labels": {"io.kubernetes.docker.type": "podsandbox", "app": "we
 
 
 class Bench:
-    def __init__(self, loop: LoopThread, base: Path) -> None:
+    def __init__(self, loop: LoopThread, base: Path, engine: object = None) -> None:
+        """`engine`: dockerd's engine client (None: one to a dockerd that is absent)."""
         self.loop = loop
         self.base = base
         options = ProxyOptions(listen_path=base / "rp.sock", runtime_path=base / "absent-dockerd.sock",
                                backend_mode="Docker", hook_config_dir=base / "hookserver.d")
         self.service = HookService(options)
-        self.hooks = DockerHooks(self.service, DockerRuntime(EngineClient(options.runtime_path)))
+        engine = engine or EngineClient(options.runtime_path)
+        self.hooks = DockerHooks(self.service, DockerRuntime(engine))  # type: ignore[arg-type]
         self.plugins: list[ScriptedPlugin] = []
 
     def plugin(self, plugin: ScriptedPlugin, hooks_: tuple[str, ...], policy: str = "Ignore") -> ScriptedPlugin:
@@ -160,6 +164,52 @@ def test_a_container_of_a_pod_the_proxy_does_not_know_gets_its_hooks(docker_benc
     docker_bench.after(call, 201, b'{"Id":"c-1"}')
     record = docker_bench.service.store.container("c-1")
     assert record is not None and record.pod_id == "s-unknown"
+
+
+class ImageEngine:
+    """EngineClient in miniature for a create's reads: no containers, CDI off, every image busybox; the GETs it
+    was sent."""
+
+    def __init__(self) -> None:
+        self.gets: list[str] = []
+
+    async def inspect(self, container_id: str) -> object:
+        return None
+
+    async def get_json(self, path: str) -> object:
+        self.gets.append(path)
+        if path == "/info":
+            return {}
+        return {"Id": "sha256:cfg", "RepoTags": ["busybox:1.36"], "RepoDigests": ["busybox@sha256:index"],
+                "Config": {"Entrypoint": ["/entry"], "Cmd": ["sh"]}}
+
+
+@pytest.mark.parametrize("events", [None, (), (nri_events.CREATE_CONTAINER,)],
+                         ids=["no NRI plugin", "attached elsewhere", "subscribed to CreateContainer"])
+def test_a_create_s_edits_are_decoded_once_with_the_image_only_while_an_nri_plugin_is_attached(
+        loop_thread: LoopThread, tmp_path: Path, events: tuple[str, ...] | None) -> None:
+    """The body has no Entrypoint: the argv is the image's, read (one GET /images/{name}/json) only for an
+    attached NRI plugin, which may see it at CreateContainer or later from the model."""
+    engine = ImageEngine()
+    bench = Bench(loop_thread, tmp_path, engine)
+    nri = AttachedNri(events or ())
+    if events is not None:
+        bench.service.nri = nri
+    try:
+        call = bench.call(b"POST", CONTAINER_CREATE)
+        bench.before(call, {**CONTAINER_BODY, "Image": "busybox"})
+        bench.after(call, 201, b'{"Id":"c-1"}')
+        record = bench.service.store.container("c-1")
+    finally:
+        bench.close()
+    images = [get for get in engine.gets if get.startswith("/images/")]
+    assert record is not None and record.edits is not None
+    if events is None:
+        assert images == [] and record.edits.args == () and record.edits.image is None
+    else:
+        assert images == ["/images/busybox/json"] and record.edits.args == ("/entry", "sh")
+        assert record.edits.image == ImageIdentity("busybox:1.36", "sha256:index", "sha256:cfg")
+    assert nri.shown == ([record.edits] if events else [])  # CreateContainer's plugin saw what the model records
 
 
 class Dockerd:

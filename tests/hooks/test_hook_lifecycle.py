@@ -353,17 +353,12 @@ def test_nri_plugins_see_every_event_after_the_hook_chain_and_only_recorded_remo
     ]
 
 
-def test_edits_are_read_only_for_an_nri_plugin_and_come_back_as_it_left_them(core: Points) -> None:
-    reads: list[str] = []
+def test_the_decoded_edits_are_shown_to_an_nri_plugin_and_come_back_as_it_left_them(core: Points) -> None:
     seen = ContainerEdits(args=("/bin/sh",), rdt_class="gold")
-
-    async def edits(read_image: bool) -> ContainerEdits:
-        reads.append(f"edits (image: {read_image})")
-        return seen
-
     points = core.points
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
-    assert reads == [] and creation.edits is None and creation.changed_edits() == frozenset()  # no NRI plugin
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=seen))
+    assert creation.edits is None and creation.changed_edits() == frozenset()  # no NRI plugin: nothing to write
+    assert creation.decoded_edits == seen and creation.created_edits == seen
 
     class EditingNri(RecordingNri):
         async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
@@ -373,10 +368,25 @@ def test_edits_are_read_only_for_an_nri_plugin_and_come_back_as_it_left_them(cor
             return await super().adjust(event, subject, time_remaining)
 
     core.core.nri = EditingNri()
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits))
-    assert reads == ["edits (image: True)"] and creation.edits_seen == seen
-    assert creation.edits is not None and creation.edits.args == ("/bin/true",)
-    assert creation.changed_edits() == frozenset({"args"})
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=seen))
+    assert creation.decoded_edits == seen and creation.edits is not None and creation.edits.args == ("/bin/true",)
+    assert creation.changed_edits() == frozenset({"args"}) and creation.created_edits == creation.edits
+
+
+@dataclass
+class AttachedElsewhere(RecordingNri):
+    """An attached NRI plugin subscribed to no container event: it may see the container's edits later."""
+
+    def wants(self, event: str) -> bool:
+        return False
+
+
+def test_a_frontend_decodes_the_edits_with_the_image_only_while_an_nri_plugin_is_attached(core: Points) -> None:
+    assert not core.points.edits_want_image()  # no plugin: the image is never read
+    core.core.nri = AttachedElsewhere()
+    assert core.points.edits_want_image()  # any attached plugin may see the argv (a later event, Synchronize)
+    core.core.nri = RecordingNri()
+    assert core.points.edits_want_image()
 
 
 @dataclass
@@ -466,22 +476,16 @@ def test_an_nri_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points)
 
 
 def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Points) -> None:
-    reads: list[bool] = []
     told: list[tuple[str, ContainerState]] = []
-
-    async def edits(read_image: bool) -> ContainerEdits:
-        reads.append(read_image)
-        return ContainerEdits(args=("/bin/app",) if read_image else ())
-
     points, store = core.points, core.core.store
     core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
     labels = {"io.kubernetes.container.name": "app"}
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels=labels))
+    decoded = ContainerEdits(rdt_class="gold")  # no NRI plugin attached: decoded without the image's argv
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=decoded, labels=labels))
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
     assert record is not None and record.labels == labels and record.state is ContainerState.CREATED
-    # No NRI plugin attached: the request's edits are recorded without reading the image.
-    assert reads == [False] and record.edits == ContainerEdits() and record.created_ns > 0
+    assert record.edits == decoded and record.created_ns > 0
 
     class StateRecordingNri(RecordingNri):
         async def notify(self, event: str, subject: Subject) -> None:
@@ -502,14 +506,7 @@ def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Poin
     assert pod is not None and not pod.ready
 
 
-def test_the_model_records_the_edits_the_nri_plugins_left_and_reads_the_image_once_one_is_attached(
-        core: Points) -> None:
-    reads: list[bool] = []
-
-    async def edits(read_image: bool) -> ContainerEdits:
-        reads.append(read_image)
-        return ContainerEdits(args=("/entry", "cmd"))
-
+def test_the_model_records_the_edits_the_nri_plugins_left(core: Points) -> None:
     class EditingNri(RecordingNri):
         async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
                          ) -> hooks.ContainerResourceHookRequest:
@@ -519,10 +516,28 @@ def test_the_model_records_the_edits_the_nri_plugins_left_and_reads_the_image_on
 
     points, store = core.points, core.core.store
     core.core.nri = EditingNri()
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=edits, labels={"l": "1"}))
+    decoded = ContainerEdits(args=("/entry", "cmd"))
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=decoded, labels={"l": "1"}))
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
-    assert record is not None and record.edits == ContainerEdits(args=("/bin/true",)) and reads == [True]
+    assert record is not None and record.edits == ContainerEdits(args=("/bin/true",))
+
+
+@pytest.mark.parametrize("skip", [False, True], ids=["attached elsewhere", "skip-labelled pod"])
+def test_the_model_records_the_decoded_edits_when_no_nri_plugin_took_part_in_the_create(
+        core: Points, skip: bool) -> None:
+    core.core.nri = AttachedElsewhere()
+    pod = pod_request()
+    if skip:
+        pod.labels["skip-hooks"] = "true"
+    points, store = core.points, core.core.store
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod, None))))
+    decoded = ContainerEdits(args=("/entry", "cmd"), rdt_class="gold")
+    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=decoded))
+    assert creation.edits is None and creation.changed_edits() == frozenset()
+    core.run(points.container_created("c1", creation))
+    record = store.container("c1")
+    assert record is not None and record.edits == decoded
 
 
 def test_a_docker_stop_nobody_hooks_still_records_the_container_stopped(core: Points) -> None:

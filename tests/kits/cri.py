@@ -94,7 +94,8 @@ class HookedCalls:
         options = ProxyOptions(listen_path=base / "rp.sock", runtime_path=base / "absent-containerd.sock",
                                hook_config_dir=base / "hookserver.d")
         self.service = HookService(options)
-        self._hooks = CriHooks(self.service, StubRuntime()).interceptors()
+        self.runtime = StubRuntime()
+        self._hooks = CriHooks(self.service, self.runtime).interceptors()
 
     def call(self, path: str, data: bytes) -> bytes:
         """The answer the kubelet gets (an abort raises Aborted)."""

@@ -8,6 +8,8 @@
   fields are found again (fields a newer peer sends, which a re-encoded message must keep).
 - ScriptedPlugin (rplab.example_plugin): the example plugin answering each hook as the test chooses.
 - PluginBench: a real PluginRegistry over a config dir plus a Dispatcher, driven from sync tests.
+- StubRuntime: a frontend's runtime that knows nothing and counts its image reads; AttachedNri: one NRI plugin
+  attached that changes nothing and keeps the edits CreateContainer showed it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from runtimeproxy.hooks.edits import ImageFacts
+from runtimeproxy.hooks.edits import ContainerEdits, ImageFacts
 from runtimeproxy.hooks.hook_messages import fill_pod_part, pod_record
+from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
+from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
 from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)
 from rplab.loop import LoopThread
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -274,13 +278,16 @@ Evictor = Callable[[str], Awaitable[None]]
 
 class StubRuntime:
     """A frontend's runtime (hooks.runtime.Runtime) that knows nothing and carries out updates and evictions with
-    the given callables (none: it cannot, as a frontend without them)."""
+    the given callables (none: it cannot, as a frontend without them); every image is `image`."""
 
     name = "stub"
 
-    def __init__(self, update: Updater | None = None, evict: Evictor | None = None, cdi: bool = False) -> None:
+    def __init__(self, update: Updater | None = None, evict: Evictor | None = None, cdi: bool = False,
+                 image: ImageFacts = ImageFacts()) -> None:
         self._update, self._evict = update, evict
         self.cdi = cdi  # what cdi_enabled answers
+        self.image = image
+        self.images_read: list[str] = []  # each image_facts call's image (a runtime call in a real frontend)
 
     async def list_objects(self) -> Listing:
         return Listing()
@@ -308,7 +315,35 @@ class StubRuntime:
         await self._evict(container_id)
 
     async def image_facts(self, image: str) -> ImageFacts:
-        return ImageFacts()
+        self.images_read.append(image)
+        return self.image
 
     async def cdi_enabled(self) -> bool:
         return self.cdi
+
+
+class AttachedNri:
+    """NRI plugins (hooks.nri_plugins.NriPlugins) as one attached plugin subscribed to `events` that changes
+    nothing; `shown`: the edits each CreateContainer showed it."""
+
+    def __init__(self, events: Iterable[str] = ()) -> None:
+        self.events = frozenset(events)
+        self.shown: list[ContainerEdits | None] = []
+
+    def statuses(self) -> list[NriPluginStatus]:
+        return []
+
+    def wants(self, event: str) -> bool:
+        return event in self.events
+
+    def attached(self) -> bool:
+        return True
+
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
+                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
+        self.shown.append(subject.edits)
+        assert subject.container is not None
+        return subject.container
+
+    async def notify(self, event: str, subject: Subject) -> None:
+        return None
