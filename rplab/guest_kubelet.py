@@ -38,11 +38,12 @@ FORWARD_UNIT = "rplab-proxy-socket"
 CGROUP_ROOT = "/sys/fs/cgroup/kubepods.slice"  # the systemd driver's default cgroupRoot
 
 
-def through_host(guest: Guest) -> str:
-    """Starts the guest's forwarder of PROXY_SOCKET to the host's ``guest.host_socket``; returns PROXY_SOCKET."""
-    guest.shell(f"systemctl is-active -q {FORWARD_UNIT} || systemd-run -q --unit={FORWARD_UNIT} --collect "
-                f"socat UNIX-LISTEN:{PROXY_SOCKET},fork,unlink-early TCP:{HOST_ADDRESS}:{HOST_SOCKET_PORT}")
-    return PROXY_SOCKET
+def through_host(guest: Guest, path: str = PROXY_SOCKET, unit: str = FORWARD_UNIT) -> str:
+    """Starts the guest's forwarder (systemd unit `unit`) of the socket `path` in the guest to the host's
+    ``guest.host_socket``; returns `path`."""
+    guest.shell(f"systemctl is-active -q {unit} || systemd-run -q --unit={unit} --collect "
+                f"socat UNIX-LISTEN:{path},fork,unlink-early TCP:{HOST_ADDRESS}:{HOST_SOCKET_PORT}")
+    return path
 
 
 @dataclass

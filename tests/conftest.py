@@ -24,7 +24,7 @@ from tests.kits.packages import PACKAGE_WORKDIR
 # The modules that build the wheel, the release bundle or the node packages (minutes each): marked `packaging`, so
 # a quick loop deselects them with -m "not e2e and not packaging".
 PACKAGING_MODULES = frozenset({"test_packaging.py", "test_binary.py", "test_nodepackages.py", "test_debian_roots.py",
-                               "test_installed.py", "test_documented_node.py"})
+                               "test_installed.py", "test_documented_node.py", "test_guest_node_ops.py"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -84,6 +84,12 @@ def guest_containerd(workdir: Path) -> Iterator[Guest]:
 
 
 @pytest.fixture(scope="session")
+def guest_summary() -> list[str]:
+    """Lines printed in the terminal summary's cgroup v2 + systemd node section."""
+    return GUEST_SUMMARY
+
+
+@pytest.fixture(scope="session")
 def proxy_process(containerd: ContainerdInstance, workdir: Path) -> Iterator[ProxyProcess]:
     proxy = ProxyProcess(workdir / "proxy" / "rp.sock", containerd.address, extra_args=["--log-level=debug"])
     proxy.start()
