@@ -7,6 +7,7 @@ command line (an installed wheel's `koord-runtime-proxy`, the single-file binary
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -56,6 +57,7 @@ class ProxyProcess:
         command: list[str] | None = None,
         cwd: Path | None = None,
         activation: ActivationSockets | None = None,
+        environment: dict[str, str] | None = None,
     ) -> None:
         self.listen_path = listen_path
         self.runtime_path = str(runtime_path)
@@ -66,6 +68,7 @@ class ProxyProcess:
         self.command = command or [sys.executable, "-m", "runtimeproxy"]
         self.cwd = cwd
         self.activation = activation
+        self.environment = environment or {}  # set for the process, over this one's
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -101,10 +104,10 @@ class ProxyProcess:
     def spawn(self) -> None:
         """Start the process without waiting for it to listen."""
         self.hook_config_dir.mkdir(parents=True, exist_ok=True)
-        argv, environment, pass_fds = self.argv, None, ()
+        argv, environment, pass_fds = self.argv, {**os.environ, **self.environment}, ()
         if self.activation is not None:
             argv = self.activation.launch_argv(argv)
-            environment, pass_fds = self.activation.launch_environment(), self.activation.pass_fds
+            environment, pass_fds = self.activation.launch_environment(environment), self.activation.pass_fds
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=environment,
                                           pass_fds=pass_fds)

@@ -6,9 +6,11 @@ container lifecycle calls: koordinator's runtime hook plugins and NRI plugins, w
 would. The packages, from the bottom:
 
   pb        the generated protobuf/gRPC modules (CRI, koordinator's hooks, NRI, the admin API)
-  endpoints, options, listener, trust, logformat, allocator, klogflags, lifecycle, gotext, activation, relay, usage
+  endpoints, options, listener, trust, logformat, allocator, klogflags, lifecycle, gotext, activation, greeting,
+  relay, usage
             small shared modules: addresses, the options, the socket and its lock, who is trusted, logs, malloc
-            tuning, the Go binary's flags, signals, Go's text forms, systemd's sockets, a command's one-line errors
+            tuning, the Go binary's flags, signals, Go's text forms, systemd's sockets and the early greeting on
+            them, a gRPC server on a socket it did not bind, a command's one-line errors
   hooks     the core, which knows no transport: hook points, the one chain step for every plugin kind, the
             container store and its rebuild, the runtime interface a frontend implements, toggles and traces
   nri       the runtime side of NRI: ttrpc and the mux, one plugin's session, the registry and fan-out

@@ -6,8 +6,8 @@ The one module that knows every part: frontends know the hook core, admin reads 
 runtimeproxy.report, and nothing below imports this module. Every stop path (signal, failed start, an
 endpoint that cannot start) gives back what was taken: the socket, its lock file, the state directory's lock.
 
-gRPC is imported only once the allocator is tuned (tune_for_large_messages must come before gRPC's first
-allocation), so the parts that bring it in are imported where the process starts, not at the top.
+gRPC is imported only once the allocator is tuned (by runtimeproxy.cli: tune_for_large_messages must come before
+gRPC's first allocation), so the parts that bring it in are imported where the process starts, not at the top.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from pathlib import Path
 
-from runtimeproxy.allocator import IdleTrimmer, reexec_with_huge_pages, tune_for_large_messages
+from runtimeproxy.allocator import IdleTrimmer
 from runtimeproxy.activation import ActivationError, InheritedSockets
+from runtimeproxy.greeting import Greeting
 from runtimeproxy.lifecycle import run_until_signalled
 from runtimeproxy.listener import (SOCKET_MODE, SocketInUseError, SocketLock, claim_socket_path, lock_socket_path,
                                    release_socket, restrict_socket)
@@ -69,30 +70,27 @@ class Frontend(Protocol):
 FrontendFactory = Callable[[ProxyOptions, "HookService"], Frontend]
 
 
-def frontend_role(options: ProxyOptions) -> str:
-    """The name a .socket unit gives the proxy socket (FileDescriptorName=): `cri`, or `docker` in Docker mode."""
-    return "docker" if options.backend_mode == "Docker" else "cri"
-
-
-def frontend_for(options: ProxyOptions) -> FrontendFactory:
-    """The frontend --backend-runtime-mode chose."""
+def frontend_for(options: ProxyOptions, greeting: Greeting | None = None) -> FrontendFactory:
+    """The frontend --backend-runtime-mode chose; CRI's frame relay takes over the connections `greeting` holds."""
     if options.backend_mode == "Docker":
         from runtimeproxy.docker.server import DockerFrontend
         return DockerFrontend
     from runtimeproxy.cri.server import CriFrontend
-    return CriFrontend
+    return lambda options, hook_service: CriFrontend(options, hook_service, greeting)
 
 
 class Proxy:
     """One running proxy: its socket and lock, hook service, frontend, operator endpoints and idle trim."""
 
     def __init__(self, options: ProxyOptions, frontend: FrontendFactory | None = None,
-                 inherited: InheritedSockets | None = None) -> None:
+                 inherited: InheritedSockets | None = None, greeting: Greeting | None = None) -> None:
         """`frontend` replaces the one options choose (tests of a frontend's seam); `inherited`: the sockets
-        systemd passed (socket activation), taken by the roles they are meant for."""
+        systemd passed (socket activation), taken by the roles they are meant for; `greeting`: the proxy socket
+        taken from them already and greeted since the process began (runtimeproxy.greeting), the proxy's now."""
         self.options = options
         self._inherited = inherited or InheritedSockets.none()
-        self._frontend_factory = frontend or frontend_for(options)
+        self._greeting = greeting
+        self._frontend_factory = frontend or frontend_for(options, greeting)
         self.hook_service: HookService | None = None
         self.frontend: Frontend | None = None
         self.operator: OperatorEndpoints | None = None
@@ -107,7 +105,8 @@ class Proxy:
 
         options = self.options
         started = time.monotonic()
-        inherited = self._inherited.take(options.listen_path, frontend_role(options), SOCKET_MODE)
+        inherited = (self._greeting.listening if self._greeting is not None
+                     else self._inherited.take(options.listen_path, options.frontend_role, SOCKET_MODE))
         flag = "--koord-runtimeproxy-endpoint"
         try:
             with naming_flag(flag, options.listen_path, socket_fix(flag)):
@@ -178,6 +177,8 @@ class Proxy:
         """Stop accepting, give in-flight calls `grace` seconds, then release everything (also after a
         start that failed half-way)."""
         grace = self.options.shutdown_grace_seconds if grace is None else grace
+        if self._greeting is not None:  # a start that failed before the frame relay took the greeted connections
+            self._greeting.close()
         if self.frontend is not None:
             await self.frontend.stop(grace)
         if self.nri is not None:
@@ -208,16 +209,6 @@ class Proxy:
             self.frontend = None
 
 
-def tune_allocator(options: ProxyOptions, own_process: bool) -> None:
-    """CRI mode's malloc settings for large gRPC messages; huge pages by re-executing `own_process`'s
-    command line (never an embedding caller's). First thing, before gRPC is imported."""
-    if options.backend_mode == "Docker":
-        return
-    if own_process:
-        reexec_with_huge_pages()  # returns only where that changes nothing
-    tune_for_large_messages()  # before gRPC allocates anything
-
-
 def loop_factory(options: ProxyOptions) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """Docker mode's loop (uvloop where installed); CRI mode: asyncio's (None)."""
     if options.backend_mode != "Docker":
@@ -226,20 +217,21 @@ def loop_factory(options: ProxyOptions) -> Callable[[], asyncio.AbstractEventLoo
     return docker_loop_factory()
 
 
-async def serve(options: ProxyOptions, inherited: InheritedSockets | None = None) -> None:
+async def serve(options: ProxyOptions, inherited: InheritedSockets | None = None,
+                greeting: Greeting | None = None) -> None:
     """Run the proxy until SIGTERM or SIGINT, then shut down gracefully."""
-    await run_until_signalled(Proxy(options, inherited=inherited), options.shutdown_grace_seconds)
+    await run_until_signalled(Proxy(options, inherited=inherited, greeting=greeting), options.shutdown_grace_seconds)
 
 
-def run(options: ProxyOptions, own_process: bool, warnings: Iterable[str] = ()) -> int:
-    """The whole process (logging is configured): its exit code."""
-    tune_allocator(options, own_process)
+def run(options: ProxyOptions, inherited: InheritedSockets, greeting: Greeting | None = None,
+        warnings: Iterable[str] = ()) -> int:
+    """The rest of the process once runtimeproxy.cli tuned malloc, configured logging, read the sockets systemd
+    passed (`inherited`) and began greeting on the proxy socket (`greeting`): its exit code."""
     for warning in warnings:  # after the re-exec: once
         log.warning("%s", warning)
     try:
-        inherited = InheritedSockets.from_environment()  # before any child is started: they must not see it
         with asyncio.Runner(loop_factory=loop_factory(options)) as runner:
-            runner.run(serve(options, inherited))
+            runner.run(serve(options, inherited, greeting))
     except (SocketInUseError, ActivationError) as error:
         log.error("%s", error)
         return 1

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtimeproxy import __version__
-from runtimeproxy.allocator import reexec_with_huge_pages
+from runtimeproxy.activation import ActivationError, InheritedSockets
+from runtimeproxy.allocator import reexec_with_huge_pages, tune_for_large_messages
 from runtimeproxy.endpoints import BindAddressError, parse_bind_address
+from runtimeproxy.greeting import greet_inherited
 from runtimeproxy.klogflags import KlogSettings, add_klog_flags, go_bool, klog_settings
 from runtimeproxy.logformat import LOG_FORMATS, configure_logging
 from runtimeproxy.usage import OneLineParser, flag_problem, unix_endpoint
@@ -36,6 +39,8 @@ from runtimeproxy.options import (
     default_state_dir,
     DEFAULT_HOOK_TRACE_ENTRIES,
 )
+
+log = logging.getLogger(__name__)
 
 PROG = "koord-runtime-proxy"
 BACKEND_MODES = ("Containerd", "Docker")
@@ -248,10 +253,13 @@ def parse_options(argv: Sequence[str] | None = None) -> tuple[ProxyOptions, str]
 def main(argv: Sequence[str] | None = None) -> int:
     command_line = parse_command_line(argv)
     options, klog = command_line.options, command_line.klog
-    if argv is None and options.backend_mode != "Docker":
-        # The process's own command line (not an embedding caller's), re-executed with huge pages (CRI mode, as
-        # app.tune_allocator) before the heavy imports, which the new image would pay again.
-        reexec_with_huge_pages()
+    if options.backend_mode != "Docker":
+        # CRI mode's malloc settings first: the process's own command line (not an embedding caller's) re-executed
+        # with huge pages before the heavy imports, which the new image would pay again; mallopt before any thread
+        # (the early greeting's) and before gRPC allocates anything.
+        if argv is None:
+            reexec_with_huge_pages()
+        tune_for_large_messages()
     try:
         configure_logging(command_line.level, options.log_format, klog.log_file, klog.also_stderr)
     except OSError as error:  # no log yet: stderr, as a usage error, but a start that failed (1)
@@ -259,6 +267,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "-log_file/-log_dir", klog.log_file, error, "give a file (-log_file) or directory (-log_dir) this user may "
             "create and write, or log to stderr (drop -logtostderr=false)"), file=sys.stderr)
         return 1
+    try:
+        inherited = InheritedSockets.from_environment()  # once, before any child is started: they must not see it
+        # Before the heavy imports: callers waiting on a passed CRI socket get the server's SETTINGS now.
+        greeting = greet_inherited(options, inherited)
+    except ActivationError as error:
+        log.error("%s", error)
+        return 1
+    except OSError as error:
+        log.error("cannot start: %s", error)
+        return 1
     from runtimeproxy import app  # asyncio, the frontends: after the re-exec
 
-    return app.run(options, own_process=argv is None, warnings=klog.warnings)
+    return app.run(options, inherited, greeting, warnings=klog.warnings)

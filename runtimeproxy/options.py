@@ -96,3 +96,13 @@ class ProxyOptions:
     @property
     def effective_image_path(self) -> Path:
         return self.image_path or self.runtime_path
+
+    @property
+    def frontend_role(self) -> str:
+        """The name a .socket unit gives the proxy socket (FileDescriptorName=): `cri`, or `docker` in Docker mode."""
+        return "docker" if self.backend_mode == "Docker" else "cri"
+
+    @property
+    def uses_frame_relay(self) -> bool:
+        """The CRI frontend serves its socket through the frame relay (cri.framefront), not the gRPC server alone."""
+        return self.backend_mode != "Docker" and self.frame_relay and not self.decode_all

@@ -4,7 +4,7 @@ From the bottom:
   root        the package's __init__ (its version; every import of a submodule runs it), importing nothing
   generated   runtimeproxy.pb (protoc's modules)
   shared      small modules every layer may use: endpoints, options, listener, trust, logformat, allocator,
-              klogflags, lifecycle, activation, relay, usage; they may use each other, without a cycle
+              klogflags, lifecycle, activation, greeting, relay, usage; they may use each other, without a cycle
   core        runtimeproxy.hooks: the hook core, which knows no frontend
   seam        runtimeproxy.report (what a frontend tells the operator pieces) and call_tally (its counters)
   kits        runtimeproxy.plugin (writing a hook plugin), runtimeproxy.nri (NRI's protocol); peers
@@ -40,8 +40,8 @@ LAYERS: tuple[tuple[str, frozenset[str], bool], ...] = (
     ("shared", frozenset({
         "runtimeproxy.endpoints", "runtimeproxy.options", "runtimeproxy.listener",
         "runtimeproxy.trust", "runtimeproxy.logformat", "runtimeproxy.allocator", "runtimeproxy.klogflags",
-        "runtimeproxy.lifecycle", "runtimeproxy.gotext", "runtimeproxy.activation", "runtimeproxy.relay",
-        "runtimeproxy.usage",
+        "runtimeproxy.lifecycle", "runtimeproxy.gotext", "runtimeproxy.activation", "runtimeproxy.greeting",
+        "runtimeproxy.relay", "runtimeproxy.usage",
     }), True),
     ("core", frozenset({"runtimeproxy.hooks"}), False),
     ("seam", frozenset({"runtimeproxy.report", "runtimeproxy.call_tally"}), True),

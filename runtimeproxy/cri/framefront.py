@@ -19,7 +19,9 @@ machine run on them (h2's costs most of a sparse call's CPU). What the relay doe
 A caller whose backend cannot be connected to is served alone (every call diverted, SETTINGS and PING answered
 here); a lost backend ends the relayed calls UNAVAILABLE in the gRPC server's words and leaves the caller alone,
 a departing one (GOAWAY) finishes what it took. Either way the caller is told to go away (GOAWAY) once the
-backend answers again, to be paired on its next connection.
+backend answers again, to be paired on its next connection. So is a caller greeted before the relay served
+(runtimeproxy.greeting): our SETTINGS went out already, so no backend's can be its server preface, and it is served
+alone from the start.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from runtimeproxy.cri.framerelay import (
     _RESPONSE_HEADERS, CANCELLED, FLUSHER, MAX_HEADER_LIST_BYTES, RESOURCE_EXHAUSTED, UNAVAILABLE, UNKNOWN, Headers,
     Limits, Route, Router, Upstream, _Call, _grpc_status, status_trailers,
 )
+from runtimeproxy.greeting import Greeting
 from runtimeproxy.listener import KEEP_SOCKET_FILE, listen_backlog
 
 log = logging.getLogger(__name__)
@@ -162,9 +165,10 @@ class _CallerFace:
 
 class PairedFront(asyncio.Protocol):
     """One caller's connection (the kubelet's), with its paired backend connection while there is one. To
-    cri.framerelay's calls it is a side like theirs: `conn`, `calls`, `usable`, `touch`."""
+    cri.framerelay's calls it is a side like theirs: `conn`, `calls`, `usable`, `touch`. A `greeted` caller was sent
+    our SETTINGS before the relay served (runtimeproxy.greeting): it is served alone, never paired."""
 
-    def __init__(self, relay: FrameRelay) -> None:
+    def __init__(self, relay: FrameRelay, greeted: bool = False) -> None:
         self.relay = relay
         self.transport: asyncio.Transport | None = None
         self.conn = _CallerFace(self)
@@ -178,7 +182,7 @@ class PairedFront(asyncio.Protocol):
         self._in, self._back_in = bytearray(), bytearray()
         self._out, self._back_out = bytearray(), bytearray()
         self._preface_read = False
-        self._server_preface_sent = False
+        self._server_preface_sent = greeted
         self._highest = 0  # the highest stream id the caller opened
         self._refuse_above: int | None = None  # after our GOAWAY: streams opened later are refused
         self._caller_blocks = wire.HeaderReader(MAX_HEADER_LIST_BYTES)
@@ -198,6 +202,9 @@ class PairedFront(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        if self._server_preface_sent:  # greeted: no backend's SETTINGS may follow ours
+            self._connecting, self._alone = False, True
+            return
         task = asyncio.get_running_loop().create_task(self._pair())
         self.relay.pending.add(task)
         task.add_done_callback(self.relay.pending.discard)
@@ -667,8 +674,9 @@ class FrameRelay:
     connected to) is a diverted call on cri.framerelay's h2 legs. A runtimeproxy.relay.SocketFront."""
 
     def __init__(self, listening: socket.socket, fallback_path: Path, router: Router, limits: Limits,
-                 paired_path: Path | None = None) -> None:
+                 paired_path: Path | None = None, greeting: Greeting | None = None) -> None:
         self._listening = listening
+        self._greeting = greeting  # accepting on `listening` until start() takes its connections over
         self._router = router
         self._limits = limits
         self.paired_path = paired_path
@@ -679,8 +687,8 @@ class FrameRelay:
         self.calls_started = 0  # read by the idle trimmer
         self.calls_in_flight = 0
 
-    def new_front(self) -> PairedFront:
-        front = PairedFront(self)
+    def new_front(self, greeted: bool = False) -> PairedFront:
+        front = PairedFront(self, greeted)
         self._fronts.add(front)
         return front
 
@@ -688,9 +696,21 @@ class FrameRelay:
         self._fronts.discard(front)
 
     async def start(self) -> None:
+        """Accept on the listening socket; then the greeting's connections are taken over (its thread stopped) and
+        served here."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(self.new_front, sock=self._listening, backlog=listen_backlog(),
                                                      **KEEP_SOCKET_FILE)
+        greeting, self._greeting = self._greeting, None
+        greeted = greeting.handover() if greeting is not None else []
+        for connection in greeted:
+            try:
+                await loop.connect_accepted_socket(lambda: self.new_front(greeted=True), connection)
+            except OSError as error:
+                log.debug("frame relay: cannot take over a greeted connection: %s", error)
+                connection.close()
+        if greeted:
+            log.info("frame relay: serving the connections greeted while the proxy started (%d)", len(greeted))
 
     def new_call(self, front: PairedFront, stream_id: int, path: bytes, headers: Headers, ended: bool) -> None:
         self.calls_started += 1

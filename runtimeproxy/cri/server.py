@@ -24,6 +24,7 @@ from runtimeproxy.cri.hooks import CriHooks
 from runtimeproxy.cri.seccomp import SUBDIRECTORY as SECCOMP_SUBDIRECTORY
 from runtimeproxy.cri.runtime import CriRuntime
 from runtimeproxy.cri.report import CriReport
+from runtimeproxy.greeting import Greeting
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.cri.limits import burst_options, metadata_limit_options
 from runtimeproxy.cri.methods import Method, cri_method_table, cri_service_names, unknown_method
@@ -140,10 +141,12 @@ def _serving(ok: bool) -> int:
 class CriFrontend:
     """CRI mode's server: the gRPC server on the proxy socket (claimed by runtimeproxy.app), the backend
     channels and their health; the hooked calls (cri.hooks) run on the hook service it is given, which
-    rebuilds the store and carries out plugins' updates and evictions through its runtime (cri.runtime)."""
+    rebuilds the store and carries out plugins' updates and evictions through its runtime (cri.runtime). Its
+    frame relay takes over the connections `greeting` held on the socket systemd passed (runtimeproxy.greeting)."""
 
-    def __init__(self, options: ProxyOptions, hook_service: HookService) -> None:
+    def __init__(self, options: ProxyOptions, hook_service: HookService, greeting: Greeting | None = None) -> None:
         self.options = options
+        self._greeting = greeting
         self.backend = Backend(options.runtime_path, options.effective_image_path, options.max_message_bytes)
         self._hook_service = hook_service
         self._health = health.aio.HealthServicer()
@@ -168,7 +171,7 @@ class CriFrontend:
         limits = Limits(options.max_request_bytes, options.max_message_bytes, options.max_concurrent_calls)
 
         def make(listening: socket.socket, private: Path) -> FrameRelay:
-            self._front = FrameRelay(listening, private, router, limits, self.backend.runtime.path)
+            self._front = FrameRelay(listening, private, router, limits, self.backend.runtime.path, self._greeting)
             return self._front
 
         return make
@@ -197,7 +200,7 @@ class CriFrontend:
         )
         server.add_generic_rpc_handlers((self._handler,))
         front = None
-        if options.frame_relay and not options.decode_all:
+        if options.uses_frame_relay:
             front = self._frame_relay_factory(set(cri_hooks.interceptors()))
         self._listen = GrpcListenSocket(options.listen_path, SOCKET_MODE, inherited, front)
         self._listen.bind(server)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,12 +17,17 @@ import h2.config
 import h2.connection
 import pytest
 
-from rplab.cri import metadata_limit_options
+from rplab.cri import metadata_limit_options, open_channel
 from rplab.loop import LoopThread
 from rplab.synthetic import SyntheticBackend
+from runtimeproxy.activation import InheritedSockets, PassedSocket
 from runtimeproxy.app import Proxy
 from runtimeproxy.cri import h2frames as wire
 from runtimeproxy.cri.framefront import FrameRelay
+from runtimeproxy.greeting import SERVER_PREFACE, Greeting, greet_inherited
+from runtimeproxy.listener import SocketInUseError, lock_socket_path
+from runtimeproxy.options import ProxyOptions
+from tests.kits.h2caller import RawCaller
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 LIST_CONTAINERS = "/runtime.v1.RuntimeService/ListContainers"
@@ -227,3 +233,74 @@ def test_a_backend_that_accepts_but_never_speaks_leaves_the_caller_served_alone(
         with grpc.insecure_channel(f"unix://{proxy.options.listen_path}") as channel:
             check = channel.unary_unary("/grpc.health.v1.Health/Check")
             assert check(b"", timeout=10) is not None  # NOT_SERVING, answered by the gRPC server
+
+
+def _passed_socket(path: Path) -> tuple[socket.socket, InheritedSockets]:
+    """systemd's listening socket at `path`, and the copy it passes."""
+    held = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    held.bind(str(path))
+    os.chmod(path, 0o660)
+    held.listen()
+    return held, InheritedSockets([PassedSocket(os.dup(held.fileno()), "cri")])
+
+
+def test_a_connection_greeted_before_the_relay_served_is_answered_and_told_to_pair_later(
+    loop_thread: LoopThread, synthetic: SyntheticBackend, tmp_path: Path
+) -> None:
+    """runtimeproxy.greeting sent the caller our SETTINGS before the proxy started: the relay serves it alone (no
+    second SETTINGS, no backend's), answers its calls, and once the backend answers sends it away (GOAWAY) to be
+    paired on its next connection."""
+    path = tmp_path / "rp.sock"
+    held, inherited = _passed_socket(path)
+    options = ProxyOptions(listen_path=path, runtime_path=synthetic.path, hook_config_dir=tmp_path / "hooks")
+    greeting = greet_inherited(options, inherited)
+    assert greeting is not None
+    caller = RawCaller(path)
+    assert caller.handshake() is not None
+    caller.call(1, VERSION, b"early")  # waits unread in the socket while the proxy starts
+    proxy = Proxy(options, inherited=inherited, greeting=greeting)
+    loop_thread.run(proxy.start())
+    try:
+        caller.read_until((wire.HEADERS, wire.END_STREAM, 1))
+        assert caller.answer(1) == (b"early", "0")
+        relay = _relay(proxy)
+        front, = [each for each in relay._fronts if not each.pairs_with_backend]
+        caller.call(3, VERSION, b"again")  # the backend answers now: this call is answered, the caller sent away
+        caller.read_until((wire.GOAWAY, 0, 0))
+        caller.read_until((wire.HEADERS, wire.END_STREAM, 3))
+        assert caller.answer(3) == (b"again", "0")
+        assert bytes(caller.received[:len(SERVER_PREFACE)]) == SERVER_PREFACE
+        assert caller.server_settings() == [(wire.SETTINGS, 0, 0)]  # ours, once: no backend's followed
+        assert not front.usable
+        with open_channel(path) as channel:  # the next connection is paired
+            assert channel.unary_unary(VERSION)(b"paired", timeout=10) == b"paired"
+            assert any(each.pairs_with_backend for each in relay._fronts)
+        assert [call.request for call in synthetic.calls_to(VERSION)][-3:] == [b"early", b"again", b"paired"]
+    finally:
+        caller.close()
+        loop_thread.run(proxy.stop(1))
+        held.close()
+
+
+def test_a_start_that_fails_closes_the_greeted_connections(
+    loop_thread: LoopThread, synthetic: SyntheticBackend, tmp_path: Path
+) -> None:
+    path = tmp_path / "rp.sock"
+    held, inherited = _passed_socket(path)
+    options = ProxyOptions(listen_path=path, runtime_path=synthetic.path, hook_config_dir=tmp_path / "hooks")
+    greeting = greet_inherited(options, inherited)
+    assert isinstance(greeting, Greeting)
+    caller = RawCaller(path)
+    assert caller.handshake() is not None
+    other = lock_socket_path(path)  # another proxy serves this socket: the start fails
+    proxy = Proxy(options, inherited=inherited, greeting=greeting)
+    try:
+        with pytest.raises(SocketInUseError):
+            loop_thread.run(proxy.start())
+        loop_thread.run(proxy.stop(0))  # as runtimeproxy.lifecycle does after a failed start
+        assert caller.sock.recv(65536) == b""  # EOF, as at the caller's own deadline
+        assert not [thread for thread in threading.enumerate() if thread.name == "early-greeting"]
+    finally:
+        caller.close()
+        other.release()
+        held.close()

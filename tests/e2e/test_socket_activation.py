@@ -1,12 +1,15 @@
 """Socket activation, with the real proxy process: sockets passed as systemd passes them (a launcher in the test,
-and Debian's systemd-socket-activate), and an upgrade under a client calling in a loop, with and without them.
+and Debian's systemd-socket-activate), an upgrade under a client calling in a loop, with and without them, and a
+slow start under a caller with the kubelet's handshake deadline (the early greeting, runtimeproxy.greeting).
 
-Real parts: the proxy process, the real gRPC client, the synthetic backend in its own process (what the backend
-is does not matter here: the restart is the proxy's). No systemd as PID 1 is needed.
+Real parts: the proxy process, the real gRPC client, a raw HTTP/2 caller with grpc-go's handshake deadline, the
+synthetic backend in its own process (what the backend is does not matter here: the restart is the proxy's). No
+systemd as PID 1 is needed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import stat
@@ -21,6 +24,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+
+from runtimeproxy.cri import h2frames as wire
+from tests.kits.h2caller import KUBELET_HANDSHAKE_DEADLINE_SECONDS, RawCaller
 
 from rplab.activation import ActivationSocket, ActivationSockets
 from rplab.cri import CriClient, open_channel
@@ -45,8 +51,10 @@ def activation_for(base: Path) -> ActivationSockets:
                               ActivationSocket("admin", base / "admin.sock", 0o600)])
 
 
-def proxy_on(base: Path, backend: Path, activation: ActivationSockets | None) -> ProxyProcess:
-    return ProxyProcess(base / "rp.sock", backend, activation=activation)
+def proxy_on(base: Path, backend: Path, activation: ActivationSockets | None, extra_args: list[str] | None = None,
+             environment: dict[str, str] | None = None) -> ProxyProcess:
+    return ProxyProcess(base / "rp.sock", backend, activation=activation, extra_args=extra_args,
+                        environment=environment)
 
 
 def test_the_proxy_serves_the_sockets_it_is_passed_and_leaves_them_to_their_owner(
@@ -180,3 +188,104 @@ def test_an_upgrade_with_socket_activation_refuses_no_call(
     # CANCELLED at the switch was seen once in ~1,350 on a loaded machine, before the relay waited for its closed
     # connections to flush (relay.drain); not seen since, cause not pinned down.
     assert with_activation.calls > 0 and not with_activation.failures.get("UNAVAILABLE")
+
+
+# A start slower than the kubelet's handshake deadline, as an emulated node's (~14 s measured there, 0.3 s here).
+SLOW_START_SECONDS = 7.0
+# Loaded into the proxy's interpreter by the test only (a sitecustomize on PYTHONPATH): the import the start spends
+# most of its time in (runtimeproxy.app, which brings asyncio, gRPC and the frontends) takes SLOW_START_SECONDS
+# longer, as on a slow node. The product reads nothing of it.
+SLOW_IMPORT = f"""
+import sys
+import time
+
+
+class SlowStart:
+    def find_spec(self, name, path=None, target=None):
+        if name == "runtimeproxy.app":
+            time.sleep({SLOW_START_SECONDS})
+        return None
+
+
+sys.meta_path.insert(0, SlowStart())
+"""
+VERSION = "/runtime.v1.RuntimeService/Version"
+
+
+def slow_start(base: Path) -> dict[str, str]:
+    """The environment that slows the proxy process's start (SLOW_IMPORT)."""
+    directory = base / "slow-start"
+    directory.mkdir(exist_ok=True)
+    (directory / "sitecustomize.py").write_text(SLOW_IMPORT)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")]))}
+
+
+def call_during_a_slow_start(base: Path, backend: Path, activation: ActivationSockets,
+                             frame_relay: bool) -> tuple[float | None, float | None]:
+    """A caller connects as the proxy is spawned with a slow start and calls Version once its handshake is done:
+    (seconds to the server's SETTINGS, None past the kubelet's deadline; seconds from the spawn to the answer)."""
+    proxy = proxy_on(base, backend, activation, [f"--cri-frame-relay={str(frame_relay).lower()}"], slow_start(base))
+    spawned = time.monotonic()
+    proxy.spawn()
+    caller = RawCaller(proxy.listen_path)
+    try:
+        handshake = caller.handshake()
+        if handshake is None:  # grpc-go closes the connection here: its calls fail UNAVAILABLE
+            return None, None
+        caller.call(1, VERSION, b"during the start")
+        caller.read_until((wire.HEADERS, wire.END_STREAM, 1), timeout=SLOW_START_SECONDS + 30)
+        answered = time.monotonic() - spawned
+        message, status = caller.answer(1)
+        assert status == "0" and b"synthetic" in message  # the backend's VersionResponse
+        proxy.wait_until_listening(30)
+        assert proxy.log_count("serving the connections greeted while the proxy started (1)") == 1
+        return handshake, answered
+    finally:
+        caller.close()
+        proxy.stop()
+
+
+def test_a_caller_with_the_kubelets_handshake_deadline_waits_out_a_slow_start(
+        base: Path, synthetic_process: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    """The kubelet gives a connection 5 s for the server's SETTINGS. A start slower than that: with the gRPC server
+    alone (--cri-frame-relay=false, no greeting) the connection waits in the backlog and its handshake times out;
+    with the frame relay the greeting answers it at once, and its call, made during the start, is answered after."""
+    activation = activation_for(base)
+    try:
+        without = call_during_a_slow_start(base, synthetic_process[0], activation, frame_relay=False)
+        handshake, answered = call_during_a_slow_start(base, synthetic_process[0], activation, frame_relay=True)
+    finally:
+        activation.close()
+    print(f"slow start ({SLOW_START_SECONDS:.0f}s): without the greeting no server preface in "
+          f"{KUBELET_HANDSHAKE_DEADLINE_SECONDS:.0f}s; with it the preface after {handshake:.2f}s and the call made "
+          f"during the start answered {answered:.2f}s after the spawn")
+    assert without == (None, None)
+    assert handshake is not None and handshake < KUBELET_HANDSHAKE_DEADLINE_SECONDS / 2
+    assert answered is not None and answered > SLOW_START_SECONDS  # after the start, which was slow
+
+
+def test_a_proxy_stopped_during_its_start_closes_the_connections_it_greeted(
+        base: Path, synthetic_process: tuple[Path, subprocess.Popen[bytes]]) -> None:
+    """SIGTERM during the start: the greeted callers see EOF at once (as they would have at their deadline), and
+    the next process greets the connections made meanwhile."""
+    activation = activation_for(base)
+    try:
+        proxy = proxy_on(base, synthetic_process[0], activation, environment=slow_start(base))
+        proxy.spawn()
+        greeted = RawCaller(proxy.listen_path)
+        assert greeted.handshake() is not None
+        proxy.stop()
+        stopped = time.monotonic()
+        assert greeted.sock.recv(65536) == b""
+        assert time.monotonic() - stopped < 2
+        greeted.close()
+        waiting = RawCaller(proxy.listen_path)  # in the backlog: no process
+        next_one = proxy_on(base, synthetic_process[0], activation)
+        next_one.start(60)
+        try:
+            assert waiting.handshake(60) is not None
+        finally:
+            waiting.close()
+            next_one.stop()
+    finally:
+        activation.close()
