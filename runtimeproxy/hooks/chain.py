@@ -16,7 +16,16 @@ Shadow: a plugin in shadow sees the request as the chain has it at its place and
 field it would set is a disagreement when the value applied in the end is another.
 
 Field-level changes cost a walk over both messages: they are computed once the chain is done, and only
-when something reads them (the trace is on, a second plugin changed the request, a plugin is in shadow).
+when something reads them (the trace is on, a second plugin changed the request, a plugin is in shadow, the
+result failed validation).
+
+Validation once over the whole result (containerd/nri's adaptation.go validates after the fold): `settle`, after
+the chain's last plugin of any kind, checks the request as every plugin left it against the kubelet's
+(hooks.validate.result_problem). A problem is blamed on the owner of the offending field (of a relation between
+fields, the later of their owners) and refused by that answer's kind (hooks.step): the call fails, or the answer is
+dropped whole, the result folded again from the answers kept (each answer's own changes, in order: an echo of a
+dropped value is no change of the plugin that echoed it) and validated again, at most once per answer. Nothing
+changed: nothing to validate.
 """
 
 from __future__ import annotations
@@ -24,17 +33,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.changes import FieldChange, field_changes
+from runtimeproxy.hooks.changes import FieldChange, field_changes, with_changes
 from runtimeproxy.hooks.kinds import Ownership, PluginKind
 from runtimeproxy.hooks.trace import Collision, Step, TraceEntry, bounded_changes, kept_request
-from runtimeproxy.hooks.validate import printable
+from runtimeproxy.hooks.validate import Problem, printable, result_problem
 
 
 # A shadow's outcome counted by its kind: (it would have changed something, it disagrees with what was applied).
 ShadowTally = Callable[[bool, bool], None]
+# How an applied answer's kind refuses it once the result blamed it (hooks.step): its step marked refused, a
+# HookFailed raised when that fails the call; returning, the call goes on without the answer.
+Refusal = Callable[[Step, Problem], None]
+Result = TypeVar("Result", bound=Message)
 
 
 @dataclass
@@ -44,6 +58,12 @@ class _Answer:
     after: Message
     changes: list[FieldChange] | None = None  # computed once read
     tally: ShadowTally | None = None  # in shadow: who counts its outcome (its kind's statistics)
+    refuse: Refusal | None = None  # applied: how its kind refuses it (None: it cannot be refused)
+
+    def own_changes(self) -> list[FieldChange]:
+        if self.changes is None:
+            self.changes = field_changes(self.before, self.after)
+        return self.changes
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,7 @@ class ChainRecord:
         self._applied: list[_Answer] = []
         self._shadows: list[_Answer] = []
         self._kinds: dict[str, PluginKind] = {}  # the steps' plugins (toggle names) -> their kind
+        self._settled = False
 
     def of_kind(self, plugin: str, kind: PluginKind) -> None:
         """A step's plugin (its toggle name) is of `kind` (hooks.step tells each step's kind)."""
@@ -73,10 +94,49 @@ class ChainRecord:
              details: str = "") -> None:
         self.steps.append(Step(plugin, outcome, shadow, code, printable(details), seconds))
 
-    def applied(self, before: Message, after: Message) -> None:
-        """The last step's answer was merged: `after` is the request it left."""
+    def applied(self, before: Message, after: Message, refuse: Refusal | None = None) -> None:
+        """The last step's answer was merged: `after` is the request it left; `refuse`: how its kind refuses it."""
         if after is not before:
-            self._applied.append(_Answer(self.steps[-1], before, after))
+            self._applied.append(_Answer(self.steps[-1], before, after, refuse=refuse))
+
+    def settle(self, final: Result) -> Result:
+        """The chain's result validated once (the first call; later ones return `final`): returns it, or the result
+        folded again without the answers refused under policy Ignore. Raises the HookFailed of a refusal that
+        fails the call."""
+        if self._settled:
+            return final
+        self._settled = True
+        while self._applied:  # each round drops one answer: at most one validation more per answer
+            problem = result_problem(self.original, final)
+            if problem is None:
+                break
+            answer, field = self._blamed(problem)
+            if answer.refuse is not None:
+                answer.refuse(answer.step, Problem(field, problem.reason, problem.fields))
+            final = cast(Result, self._without(answer))  # of the type of the original: the chain's request
+        return final
+
+    def _blamed(self, problem: Problem) -> tuple[_Answer, str]:
+        """The answer that set the latest of the problem's fields, and that field (as the problem names it)."""
+        blamed = (self._applied[-1], problem.field)  # a field nobody changed cannot fail; kept safe
+        for answer in self._applied:
+            changed = [change.field for change in answer.own_changes()]
+            owned = [field for field in problem.related
+                     if any(name == field or name.startswith((field + "[", field + ".")) for name in changed)]
+            if owned:
+                named = problem.field if problem.field in owned or len(problem.related) == 1 else owned[0]
+                blamed = (answer, named)
+        return blamed
+
+    def _without(self, refused: _Answer) -> Message:
+        """The result folded again from the kept answers' own changes, in order; they are recorded as re-folded."""
+        self._applied.remove(refused)
+        result = self.original
+        for answer in self._applied:
+            changes = answer.own_changes()
+            answer.before, answer.after, answer.changes = result, with_changes(result, changes), None
+            result = answer.after
+        return result
 
     def shadowed(self, before: Message, would_be: Message, tally: ShadowTally | None = None) -> None:
         """The last step (in shadow) would have left `would_be`; `tally` counts the outcome."""

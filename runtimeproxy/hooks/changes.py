@@ -6,7 +6,8 @@ missing on one side is `UNSET`), nested messages recursively, repeated fields as
 logs it per plugin answer (hooks.dispatcher), `runtimeproxyctl try-plugin` prints it, and a per-pod
 decision trace can record it. Also: which environment variables an answer drops (the merge replaces the
 environment with a non-empty `container_envs`, so an answer that lists only its own variable removes the
-others).
+others). `with_changes(message, changes)` applies such a list to another version (the chain's fold again
+without a refused answer, hooks.chain).
 """
 
 from __future__ import annotations
@@ -69,6 +70,34 @@ def field_changes(before: Message, after: Message, prefix: str = "") -> list[Fie
         else:
             changes.append(FieldChange(name, old, new))
     return changes
+
+
+def with_changes(message: Message, changes: list[FieldChange]) -> Message:
+    """A copy of `message` with each change's `after` set at its field (UNSET: the map key or message removed)."""
+    result = type(message)()
+    result.CopyFrom(message)
+    for change in changes:
+        path, _, key = change.field.partition("[")
+        *parents, name = path.split(".")
+        target = result
+        for parent in parents:
+            target = getattr(target, parent)
+        if key:
+            entries = getattr(target, name)
+            if change.after is UNSET:
+                entries.pop(json.loads(key[:-1]), None)
+            else:
+                entries[json.loads(key[:-1])] = change.after
+        elif change.after is UNSET:
+            target.ClearField(name)
+        elif isinstance(change.after, Message):
+            getattr(target, name).CopyFrom(change.after)
+        elif isinstance(change.after, list):
+            del getattr(target, name)[:]
+            getattr(target, name).extend(change.after)
+        else:
+            setattr(target, name, change.after)
+    return result
 
 
 def describe(changes: list[FieldChange]) -> str:

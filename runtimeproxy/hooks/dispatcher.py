@@ -4,7 +4,11 @@ Plugins registered for the same hook are called one after another in file-name o
 each sees the request as changed by the ones before (the Go reference calls one random
 plugin). A failing plugin is skipped under `Ignore`; under `Fail` a pre-hook raises `HookFailed`
 naming the plugin and hook, and the frontend fails the call (CRI: cri.failures; Docker: a 500).
-An answer that decodes but would apply something unsafe (hooks.validate) is such a failure too.
+An answer that decodes but would apply something unsafe (hooks.validate) is such a failure too: what the
+answer shows by itself (for another pod, too large) when it comes, before it is folded; its values and how they
+relate once over the chain's result, after the last plugin of any kind (hooks.chain.ChainRecord.settle), blamed
+on the plugin that set the offending field last: under `Fail` the call fails naming it and the field, under
+`Ignore` the result is folded again without its answer.
 What each answer changed is logged at debug level (field, before -> after), and an answer that drops
 environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
 
@@ -13,7 +17,7 @@ trace on, kept in the pod's ring (hooks.trace). `chain` opens a kubelet call's c
 hook plugins run in it (`run_hooks`), and the plugins of another kind on the same call (NRI's CreateContainer,
 UpdateContainer; hooks.lifecycle) record into the same record before it is finished once. What every plugin kind's step shares (toggle, shadow, timing,
 statistics, trace, failure and ownership rules) is hooks.step's, with this kind's row of hooks.kinds. A plugin in shadow (its config's `"shadow": true`, or
-`runtimeproxyctl shadow`) is called in its place in the chain, its answer validated, merged privately,
+`runtimeproxyctl shadow`) is called in its place in the chain, its answer validated alone, merged privately,
 counted and traced, never applied; its failures never fail a call whatever its policy.
 """
 
@@ -29,14 +33,14 @@ from typing import Generic, TypeVar
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.chain import ChainRecord, Refusal
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
 from runtimeproxy.hooks.kinds import HOOK
 from runtimeproxy.hooks.stats import CallStats
 from runtimeproxy.hooks.step import HookFailed, KindSteps, PluginRef, PointRef
-from runtimeproxy.hooks.trace import SKIPPED_LABEL, TraceRecorder, pod_key
+from runtimeproxy.hooks.trace import SKIPPED_LABEL, Step, TraceRecorder, pod_key
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
-from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.hooks.validate import Problem, answer_only_problem, answer_problem
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks import names
@@ -170,10 +174,12 @@ class Dispatcher:
     @contextlib.asynccontextmanager
     async def chain(self, point: HookPoint[Req, Resp], request: Req) -> AsyncIterator[CallChain[Req]]:
         """A kubelet call's chain, finished once when the block ends: with a HookFailed of any kind's plugin
-        (re-raised), or with the request as it was left."""
+        (re-raised), or with the request as it was left, validated once (ChainRecord.settle: a refused answer of
+        a plugin under Ignore is folded out of it, one under Fail raises here)."""
         chain = CallChain(point, self.steps.record(point.name, request), request)
         try:
             yield chain
+            chain.request = chain.record.settle(chain.request)
         except HookFailed as failure:
             self._finish(point, chain.record, chain.request, self.steps.failed_result(failure))
             raise
@@ -198,9 +204,23 @@ class Dispatcher:
                 continue
             if merged != request:
                 self.stats.changed(plugin.name, point.name)
-                record.applied(request, merged)
+                record.applied(request, merged, self._refusal(chain, plugin))
             report_answer(point, plugin, request, response, merged)
             chain.request = merged
+
+    def _refusal(self, chain: CallChain[Req], plugin: Plugin) -> Refusal:
+        """How the chain's result refuses this plugin's applied answer: as an invalid answer is refused when it
+        comes (the step, the statistics, the failure or the warning), and under Ignore the call goes on without it."""
+        point = chain.point
+
+        def refuse(step: Step, problem: Problem) -> None:
+            details = f"invalid answer: {problem}"
+            self.steps.refused(step, plugin.name, point.name, INVALID_ANSWER_CODE.name, details, changed=True)
+            if self.steps.fails_call(point.name, False, point.is_pre, plugin.failure_policy is FailurePolicy.FAIL):
+                raise self.steps.failure(point, point.name, plugin, INVALID_ANSWER_CODE, details, problem.field)
+            chain.without.append(plugin.name)
+            self._went_on(point, plugin, INVALID_ANSWER_CODE, details, False)
+        return refuse
 
     def _finish(self, point: HookPoint, record: ChainRecord, final: Message, failure: str = "",
                 without: list[str] | None = None) -> None:
@@ -240,7 +260,9 @@ class Dispatcher:
                          f"undecodable {point.response_type.DESCRIPTOR.name} from the plugin: {error}", started,
                          record, shadow)
             return None
-        problem = answer_problem(request, response) if point.is_pre else None
+        # Before the fold, what the answer shows by itself; its values once over the result (ChainRecord.settle).
+        # In shadow it is never folded: judged whole, alone.
+        problem = (answer_problem if shadow else answer_only_problem)(request, response) if point.is_pre else None
         if problem is not None:
             self._failed(point, plugin, INVALID_ANSWER_CODE, f"invalid answer: {problem}", started, record, shadow,
                          problem.field, refused=True)
@@ -258,6 +280,9 @@ class Dispatcher:
         self.steps.failed(record, plugin.name, point.name, started, shadow, code.name, details, refused)
         if self.steps.fails_call(point.name, shadow, point.is_pre, plugin.failure_policy is FailurePolicy.FAIL):
             raise self.steps.failure(point, point.name, plugin, code, details, field)
+        self._went_on(point, plugin, code, details, shadow)
+
+    def _went_on(self, point: HookPoint, plugin: Plugin, code: grpc.StatusCode, details: str, shadow: bool) -> None:
         if shadow:
             consequence = "in shadow: the call is unaffected"
         else:

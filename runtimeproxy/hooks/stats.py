@@ -121,6 +121,11 @@ class CallStats:
         self.evictions[(plugin, outcome)] += containers
 
 
+def _last_error(stats: HookCallStats, outcome: str, error: str) -> None:
+    stats.last_error = printable(f"{outcome}: {error}") if error else outcome
+    stats.last_error_unix_seconds = time.time()
+
+
 class KindStats:
     """One plugin kind's rows of the table: what its chain step records, what status and metrics read of it."""
 
@@ -142,8 +147,18 @@ class KindStats:
         stats.latency.observe(seconds)
         stats.recent_seconds.append(seconds)
         if outcome != OK:
-            stats.last_error = printable(f"{outcome}: {error}") if error else outcome
-            stats.last_error_unix_seconds = time.time()
+            _last_error(stats, outcome, error)
+
+    def refused(self, plugin: str, scope: str, outcome: str, error: str, changed: bool) -> None:
+        """A call counted ok whose answer the chain's result refused (hooks.chain.ChainRecord.settle): counted under
+        `outcome` instead, and (`changed`) no longer as a change, as an answer refused when it came."""
+        stats = self.of(plugin, scope)
+        stats.outcomes.subtract((OK,))
+        if stats.outcomes[OK] <= 0:
+            del stats.outcomes[OK]
+        stats.outcomes[outcome] += 1
+        stats.changes -= changed
+        _last_error(stats, outcome, error)
 
     def changed(self, plugin: str, scope: str) -> None:
         """An answer of this plugin changed the request."""

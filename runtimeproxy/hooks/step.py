@@ -19,8 +19,12 @@ One kubelet call is one chain: a CreateContainer's or an UpdateContainerResource
 plugins record their steps into one `ChainRecord` (the hook chain's, hooks.dispatcher.Dispatcher.chain), which is
 finished once: one trace entry listing both kinds' steps, collisions across kinds named with both owners.
 
-Validation (hooks.validate) is called by each protocol on its folded answer, since only it knows how an answer
-folds; its refusal is a `failed(..., refused=True)` step here.
+Validation (hooks.validate) in two steps. Per answer, before it is folded, each protocol checks what only the answer
+shows (hooks.validate.answer_only_problem; in shadow the whole answer alone): its refusal is a
+`failed(..., refused=True)` step. Once over the result, after the chain's last plugin of any kind
+(hooks.chain.ChainRecord.settle): a problem is blamed on the plugin that set the offending field last (of two
+related fields, the later owner), whose kind refuses its answer through `refused`, under the kind's failure rule
+(the call fails; or, policy Ignore, the result is folded again without that answer and validated again).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from runtimeproxy.hooks.kinds import Ownership, PluginKind
 from runtimeproxy.hooks.stats import OK, CallStats
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import (
-    FAILED, OK as STEP_OK, REFUSED, SKIPPED_TOGGLE, Collision, TraceRecorder, field_family, pod_key,
+    FAILED, OK as STEP_OK, REFUSED, SKIPPED_TOGGLE, Collision, Step, TraceRecorder, field_family, pod_key,
 )
 from runtimeproxy.hooks.validate import printable
 
@@ -148,6 +152,12 @@ class KindSteps:
         self.stats.record(plugin, scope, outcome, seconds, details)
         record.step(self.kind.toggle_name(plugin), REFUSED if refused else FAILED, seconds, shadow, outcome, details)
         return seconds
+
+    def refused(self, step: Step, plugin: str, scope: str, outcome: str, details: str, changed: bool = False) -> None:
+        """A step taken as ok whose answer the chain's result refused (hooks.chain.ChainRecord.settle): the step
+        says refused with `outcome` and why, the statistics count the call under `outcome` instead of ok."""
+        self.stats.refused(plugin, scope, outcome, details, changed)
+        step.outcome, step.code, step.details, step.changes = REFUSED, outcome, printable(details), ()
 
     def fails_call(self, scope: str, shadow: bool, pre_hook: bool = True, policy_fails: bool = True) -> bool:
         """A failure of this call fails the call (never in shadow); the kind's failure rule says when."""

@@ -1,15 +1,27 @@
-"""Is a plugin's answer safe to apply? Checks on what a pre-hook response would change.
+"""Is what the plugins answered safe to apply? Two steps, each a set of small pure rules returning why a value
+is bad, or None; the step functions return the first Problem, naming the field.
 
-Only what the merge rules (hooks.merge) would take from the answer *and* that differs from the
-request is checked: an echoed value changes nothing, whatever it is (it came from the kubelet), and a
-value the merge ignores (a size <= 0, an empty cgroup parent, an empty env map) never reaches the
-runtime. Each rule is a small pure function returning why a value is bad, or None; the answer-level
-functions return the first Problem, naming the response field.
+Per answer, before it is folded (`answer_only_problem`; hooks.dispatcher for a hook plugin's answer, nri.call for
+an NRI plugin's): what only the answer itself shows — an answer for another pod or container (a kubelet key given
+a new value, another pod's cgroup as the parent) and how much one answer adds (per map, in all). Decoding, and
+NRI's refused fields and conflicts (nri.adjust), are judged there too, by their protocol.
 
-Swap: memory and swap are checked as the merge leaves them (swap follows a new memory limit unless the plugin
-set it, hooks.merge), so koordlet's "raise memory, echo swap" passes; a swap limit that would end below the
-memory limit (other than 0, unset, and -1, unlimited) is refused naming the plugin's swap field if it set one,
-else its memory field: runc would fail StartContainer or the update, dockerd the create, with an opaque error.
+Once over the chain's result (`result_problem`; hooks.chain.ChainRecord.settle, after the chain's last plugin of
+any kind): the values as every plugin left them, where they differ from the kubelet's request — each value by
+its rule (ranges, cpu lists, key and value syntax and lengths, cgroup parents), and the rules relating fields
+(memory against swap, the annotations' total). A Problem names in `fields` what it depends on, as hooks.changes
+names fields: the chain blames the plugin that set the latest of them. `answer_problem` is both steps for one
+answer alone (a plugin in shadow, `runtimeproxyctl try-plugin`).
+
+Only values that differ from the kubelet's request are checked: an echoed value changes nothing, whatever it
+is (it came from the kubelet), and a value the merge ignores (a size <= 0, an empty cgroup parent, an empty env
+map) never reaches the runtime.
+
+Swap: memory and swap are checked as they are left (a hook plugin's new memory limit takes swap along unless it
+set swap, hooks.merge; an NRI plugin's does not), so koordlet's "raise memory, echo swap" passes; a swap limit
+that would end below the memory limit (other than 0, unset, and -1, unlimited) is refused naming the swap field
+if it changed, else the memory field: runc would fail StartContainer or the update, dockerd the create, with an
+opaque error.
 
 Cgroup parents: containerd 1.6 turns the pod's cgroup parent into the container's cgroups path: a
 parent whose last element ends in ".slice" becomes runc's systemd form "<that slice>:cri-containerd:<id>",
@@ -52,7 +64,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.trace import clip
-from runtimeproxy.hooks.merge import SWAP_UNLIMITED, SWAP_UNSET, merged_memory_and_swap, plugin_set_swap
+from runtimeproxy.hooks.merge import SWAP_UNLIMITED, SWAP_UNSET, merge_container_response, merge_pod_response
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 OOM_SCORE_ADJ_MIN = -1000
@@ -108,6 +120,13 @@ _POD_CGROUP = re.compile(rf"(?:^|[/-])pod({_HEX_UID})(?=$|/|\.slice)")
 class Problem:
     field: str  # the response field, e.g. "container_resources.cpuset_cpus" or 'container_envs["A=B"]'
     reason: str
+    # The fields whose values make the problem, as hooks.changes names them (a relation names two): who set them
+    # last is blamed (hooks.chain). Empty: `field` alone.
+    fields: tuple[str, ...] = ()
+
+    @property
+    def related(self) -> tuple[str, ...]:
+        return self.fields or (self.field,)
 
     def __str__(self) -> str:
         return f"{self.field}: {self.reason}"
@@ -369,23 +388,40 @@ ENVS = MapRules(env_name_problem, entry=lambda name, value: nul_problem(value) o
 UNIFIED = MapRules(unified_key_problem, cgroup_value_problem)
 
 
-def _entry_problem(rules: MapRules, current: Mapping[str, str], key: str, value: str) -> str | None:
-    if rules.kubelet_keys and (reason := kubelet_key_problem(key, current)):
-        return reason
+def _entry_problem(rules: MapRules, key: str, value: str) -> str | None:
     return rules.key(key) or (rules.entry(key, value) if rules.entry else rules.value(value))
 
 
-def _map_problem(field: str, current: Mapping[str, str], answer: Mapping[str, str],
-                 rules: MapRules) -> Problem | None:
-    changed = _changed(current, answer)
+def _entry_field(field: str, key: str) -> tuple[str, str]:
+    """An entry's field as a message shows it (the key quoted, cut) and as hooks.changes names it (whole)."""
+    return f"{field}[{quoted(key)}]", f"{field}[{json.dumps(key)}]"
+
+
+def _map_values_problem(field: str, before: Mapping[str, str], after: Mapping[str, str],
+                        rules: MapRules) -> Problem | None:
+    """The entries `after` has that `before` had not (or had with another value), and the map's total."""
+    changed = _changed(before, after)
     for key, value in changed:
-        if reason := _entry_problem(rules, current, key, value):
-            return Problem(f"{field}[{quoted(key)}]", reason)
+        if reason := _entry_problem(rules, key, value):
+            shown, named = _entry_field(field, key)
+            return Problem(shown, reason, (named,))
     if rules.total_max_bytes is not None and changed:
-        before, after = map_bytes(current), map_bytes({**current, **answer})
-        if after > rules.total_max_bytes and after > before:  # never blame the plugin for the kubelet's size
-            return Problem(field, f"would be {after} bytes of keys and values, over {rules.total_max_bytes} "
+        size_before, size_after = map_bytes(before), map_bytes(after)
+        if size_after > rules.total_max_bytes and size_after > size_before:  # never the kubelet's size
+            return Problem(field, f"would be {size_after} bytes of keys and values, over {rules.total_max_bytes} "
                                   "(Kubernetes' limit for one object)")
+    return None
+
+
+def _map_answer_problem(field: str, current: Mapping[str, str], answer: Mapping[str, str],
+                        rules: MapRules) -> Problem | None:
+    """What one answer does to one map, judged on the answer: a kubelet key given a new value, its growth."""
+    changed = _changed(current, answer)
+    if rules.kubelet_keys:
+        for key, _ in changed:
+            if reason := kubelet_key_problem(key, current):
+                shown, named = _entry_field(field, key)
+                return Problem(shown, reason, (named,))
     added = map_bytes(dict(changed))
     if added > ANSWER_MAP_MAX_BYTES:
         return Problem(field, f"the answer adds {added} bytes of keys and values, over {ANSWER_MAP_MAX_BYTES}")
@@ -407,80 +443,122 @@ def swap_problem(memory: int, swap: int) -> str | None:
             f"least the memory limit, {SWAP_UNSET} (unset) or {SWAP_UNLIMITED} (unlimited)")
 
 
-def _memory_swap_problem(field: str, current: hooks.LinuxContainerResources,
-                         answer: hooks.LinuxContainerResources) -> Problem | None:
-    """Memory and swap as the merge leaves them (swap follows a new memory limit unless the plugin set it)."""
-    sets_swap = plugin_set_swap(current, answer)
-    changes_memory = answer.memory_limit_in_bytes > 0 and answer.memory_limit_in_bytes != current.memory_limit_in_bytes
-    if not (sets_swap or changes_memory):
+def _memory_swap_problem(field: str, before: hooks.LinuxContainerResources,
+                         after: hooks.LinuxContainerResources) -> Problem | None:
+    """Memory and swap as they are left: a relation of two fields (Problem.fields names both), named by the swap
+    field if it changed, else by the memory field."""
+    memory, swap = after.memory_limit_in_bytes, after.memory_swap_limit_in_bytes
+    swap_changed = swap != before.memory_swap_limit_in_bytes
+    if not (swap_changed or memory != before.memory_limit_in_bytes):
         return None
-    reason = swap_problem(*merged_memory_and_swap(current, answer))
+    reason = swap_problem(memory, swap)
     if reason is None:
         return None
-    return Problem(f"{field}.{'memory_swap_limit_in_bytes' if sets_swap else 'memory_limit_in_bytes'}", reason)
+    fields = (f"{field}.memory_swap_limit_in_bytes", f"{field}.memory_limit_in_bytes")
+    return Problem(fields[0] if swap_changed else fields[1], reason, fields)
 
 
-def resources_problem(field: str, current: hooks.LinuxContainerResources,
-                      answer: hooks.LinuxContainerResources) -> Problem | None:
-    """The fields merge_resources takes: sizes and CPU values when > 0 (quota when != 0), the rest always."""
+def resources_problem(field: str, before: hooks.LinuxContainerResources,
+                      after: hooks.LinuxContainerResources) -> Problem | None:
+    """The resources as they are left, where they differ from `before`: the values merge_resources takes (sizes and
+    CPU values when > 0, quota when != 0, the rest always), memory against swap, the unified keys."""
     checks: list[tuple[str, bool, str | None]] = [
-        ("cpu_period", answer.cpu_period > 0, cpu_period_problem(answer.cpu_period)),
-        ("cpu_quota", answer.cpu_quota != 0, cpu_quota_problem(answer.cpu_quota)),
-        ("cpu_shares", answer.cpu_shares > 0, cpu_shares_problem(answer.cpu_shares)),
-        ("oom_score_adj", True, oom_score_adj_problem(answer.oom_score_adj)),
-        ("cpuset_cpus", True, cpu_list_problem(answer.cpuset_cpus)),
-        ("cpuset_mems", True, cpu_list_problem(answer.cpuset_mems)),
+        ("cpu_period", after.cpu_period > 0, cpu_period_problem(after.cpu_period)),
+        ("cpu_quota", after.cpu_quota != 0, cpu_quota_problem(after.cpu_quota)),
+        ("cpu_shares", after.cpu_shares > 0, cpu_shares_problem(after.cpu_shares)),
+        ("oom_score_adj", True, oom_score_adj_problem(after.oom_score_adj)),
+        ("cpuset_cpus", True, cpu_list_problem(after.cpuset_cpus)),
+        ("cpuset_mems", True, cpu_list_problem(after.cpuset_mems)),
     ]
     for name, taken, reason in checks:
-        if taken and reason and getattr(answer, name) != getattr(current, name):
+        if taken and reason and getattr(after, name) != getattr(before, name):
             return Problem(f"{field}.{name}", reason)
-    return (_memory_swap_problem(field, current, answer)
-            or _map_problem(f"{field}.unified", current.unified, answer.unified, UNIFIED))
+    return (_memory_swap_problem(field, before, after)
+            or _map_values_problem(f"{field}.unified", before.unified, after.unified, UNIFIED))
 
 
-def _cgroup_parent_change_problem(field: str, current: str, answer: str, pod_uid: str) -> Problem | None:
-    if not answer or answer == current:  # the merge takes only a non-empty parent
+def _cgroup_parent_change_problem(field: str, before: str, after: str, pod_uid: str) -> Problem | None:
+    if not after or after == before:  # the merge takes only a non-empty parent
         return None
-    reason = cgroup_parent_problem(answer, current, pod_uid)
+    reason = cgroup_parent_problem(after, before, pod_uid)
     return Problem(field, reason) if reason else None
 
 
-def _resources_change_problem(field: str, request: Message, response: Message) -> Problem | None:
-    if not response.HasField(field):  # no resources message: the merge changes none
+def _other_pod_parent_problem(field: str, current: str, answer: str, pod_uid: str) -> Problem | None:
+    if not answer or answer == current:
         return None
-    return resources_problem(field, getattr(request, field), getattr(response, field))
+    reason = _other_pod_problem(answer, current, pod_uid)
+    return Problem(field, reason) if reason else None
 
 
-def pod_answer_problem(request: hooks.PodSandboxHookRequest,
-                       response: hooks.PodSandboxHookResponse) -> Problem | None:
-    added = (added_bytes(request.labels, response.labels) + added_bytes(request.annotations, response.annotations)
-             + added_bytes(request.resources.unified, response.resources.unified))
-    return (_cgroup_parent_change_problem("cgroup_parent", request.cgroup_parent, response.cgroup_parent,
-                                          request.pod_meta.uid)
-            or _resources_change_problem("resources", request, response)
-            or _map_problem("labels", request.labels, response.labels, LABELS)
-            or _map_problem("annotations", request.annotations, response.annotations, ANNOTATIONS)
-            or _answer_size_problem(response, added))
+@dataclass(frozen=True)
+class _Layout:
+    """Where a hook message (request or response, same names) has what validation reads."""
+
+    parent: str
+    resources: str
+    maps: tuple[tuple[str, MapRules], ...]
 
 
-def container_answer_problem(request: hooks.ContainerResourceHookRequest,
-                             response: hooks.ContainerResourceHookResponse) -> Problem | None:
-    added = (added_bytes(request.container_annotations, response.container_annotations)
-             + added_bytes(request.container_envs, response.container_envs)
-             + added_bytes(request.container_resources.unified, response.container_resources.unified))
-    return (_cgroup_parent_change_problem("pod_cgroup_parent", request.pod_cgroup_parent,
-                                          response.pod_cgroup_parent, request.pod_meta.uid)
-            or _resources_change_problem("container_resources", request, response)
-            or _map_problem("container_envs", request.container_envs, response.container_envs, ENVS)
-            or _map_problem("container_annotations", request.container_annotations,
-                            response.container_annotations, ANNOTATIONS)
-            or _answer_size_problem(response, added))
+_POD = _Layout("cgroup_parent", "resources", (("labels", LABELS), ("annotations", ANNOTATIONS)))
+_CONTAINER = _Layout("pod_cgroup_parent", "container_resources",
+                     (("container_envs", ENVS), ("container_annotations", ANNOTATIONS)))
+_LAYOUTS: dict[type[Message], _Layout] = {
+    hooks.PodSandboxHookResponse: _POD, hooks.PodSandboxHookRequest: _POD,
+    hooks.ContainerResourceHookResponse: _CONTAINER, hooks.ContainerResourceHookRequest: _CONTAINER,
+}
+
+
+# --- per answer, before it is folded: what only the answer itself shows ------------------------
+
+
+def answer_only_problem(request: Message, response: Message) -> Problem | None:
+    """The first problem one pre-hook answer shows by itself, judged before it is folded (and never again): an
+    answer for another pod or container (a kubelet key given a new value, another pod's cgroup), or one adding too
+    much (per map, in all)."""
+    layout = _LAYOUTS.get(type(response))
+    if layout is None:
+        return None
+    uid = request.pod_meta.uid  # type: ignore[attr-defined]
+    problem = _other_pod_parent_problem(layout.parent, getattr(request, layout.parent),
+                                        getattr(response, layout.parent), uid)
+    unified = f"{layout.resources}.unified"
+    maps = ((unified, getattr(request, layout.resources).unified, getattr(response, layout.resources).unified,
+             UNIFIED),
+            *((name, getattr(request, name), getattr(response, name), rules) for name, rules in layout.maps))
+    for name, current, answer, rules in maps:
+        problem = problem or _map_answer_problem(name, current, answer, rules)
+    return problem or _answer_size_problem(response, sum(added_bytes(current, answer)
+                                                         for _, current, answer, _ in maps))
+
+
+# --- once over a chain's result: the values every plugin left, and how they relate -----------------
+
+
+def result_problem(original: Message, result: Message) -> Problem | None:
+    """The first problem of a request as the plugins left it, in what differs from `original` (as the kubelet
+    sent it): each value by its rule, memory against swap, the annotations' total. None: safe to apply."""
+    layout = _LAYOUTS.get(type(result))
+    if layout is None:
+        return None
+    uid = original.pod_meta.uid  # type: ignore[attr-defined]
+    problem = (_cgroup_parent_change_problem(layout.parent, getattr(original, layout.parent),
+                                             getattr(result, layout.parent), uid)
+               or resources_problem(layout.resources, getattr(original, layout.resources),
+                                    getattr(result, layout.resources)))
+    for name, rules in layout.maps:
+        problem = problem or _map_values_problem(name, getattr(original, name), getattr(result, name), rules)
+    return problem
 
 
 def answer_problem(request: Message, response: Message) -> Problem | None:
-    """The first problem in a pre-hook's answer, or None if it is safe to merge and apply."""
+    """The first problem of one pre-hook answer alone: what it shows by itself, then the request it would leave
+    (for an answer judged on its own: in shadow, `runtimeproxyctl try-plugin`)."""
+    problem = answer_only_problem(request, response)
+    if problem is not None:
+        return problem
     if isinstance(response, hooks.PodSandboxHookResponse):
-        return pod_answer_problem(request, response)  # type: ignore[arg-type]
+        return result_problem(request, merge_pod_response(request, response))  # type: ignore[arg-type]
     if isinstance(response, hooks.ContainerResourceHookResponse):
-        return container_answer_problem(request, response)  # type: ignore[arg-type]
+        return result_problem(request, merge_container_response(request, response))  # type: ignore[arg-type]
     return None

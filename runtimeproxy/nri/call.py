@@ -3,11 +3,16 @@ UpdateContainer), as one step of the core's chain (hooks.step, NRI's row of hook
 
 containerd/nri's plugin.go owns one plugin's connection (here nri.session); this is what the host makes of one
 call: the container as the plugins before it left it, the request, the answer folded into the adjustments
-(nri.adjust: what is applied, what is refused, NRI's conflict rule) or, in shadow, into a private copy, checked
-by the rules a hook plugin's answer is checked by (hooks.validate), timed, counted and traced; what the answer asks
-of other containers is returned for the host to carry out (nri.result). A timeout or a broken connection detaches
-the plugin (`drop`) and the call goes on; an error, a conflict, a refused field or an invalid answer fails it
-(HookFailed, worded as NRI's failure by hooks.kinds).
+(nri.adjust: what is applied, what is refused, NRI's conflict rule) or, in shadow, into a private copy, timed,
+counted and traced; what the answer asks of other containers is returned for the host to carry out (nri.result).
+A timeout or a broken connection detaches the plugin (`drop`) and the call goes on; an error, a conflict, a refused
+field or an invalid answer fails it (HookFailed, worded as NRI's failure by hooks.kinds).
+
+Validation (hooks.validate), as a hook plugin's answer: when the answer comes, what it shows by itself (a kubelet
+key changed, what it adds); the values it leaves, as the container is (no projection through the hook merge), once
+over the chain's result (hooks.chain.ChainRecord.settle, which nri.host calls after the last plugin): blamed on
+this plugin, its answer fails the call (`refusal`). An answer in shadow, never folded, is judged whole when it
+comes.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
+from runtimeproxy.hooks.chain import Refusal
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.step import HookFailed, KindSteps
-from runtimeproxy.hooks.validate import answer_problem
+from runtimeproxy.hooks.trace import Step
+from runtimeproxy.hooks.validate import Problem, answer_only_problem, result_problem
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentError, Adjustments
 from runtimeproxy.nri.events import WireEvent
@@ -116,7 +123,9 @@ class PluginCall:
                 grpc.StatusCode.FAILED_PRECONDITION
             failure, caught = (code, str(error), error.field), error
         else:
-            problem = answer_problem(before, folded.as_answer())
+            problem = answer_only_problem(before, folded.as_answer())
+            if problem is None and shadow:  # never folded into the result: judged whole, alone
+                problem = result_problem(before, folded.container)
             if problem is not None:
                 failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
                 caught = ValueError(f"invalid answer: {problem}")
@@ -129,10 +138,10 @@ class PluginCall:
             raise self.failed(event, plugin, *failure)
         record.ok(plugin.plugin_id, started, shadow, edit_changes(edits_before, folded.edits, shadow)
                   + asked_of_others(asked.updates, asked.evictions, shadow))
-        if record.traced or shadow:  # the field changes are only read by the trace and the shadow counts
-            after = hooks.ContainerResourceHookRequest()
-            after.CopyFrom(folded.container)
-            record.changed(plugin.plugin_id, before, after, shadow)
+        # What it left: for the trace, the shadow counts, and the owners the result's validation blames.
+        after = hooks.ContainerResourceHookRequest()
+        after.CopyFrom(folded.container)
+        record.changed(plugin.plugin_id, before, after, shadow, None if shadow else self.refusal(event, plugin, record))
         if shadow:
             self._results.count_shadowed(plugin.plugin_id, asked.evictions)
             return None
@@ -157,6 +166,18 @@ class PluginCall:
         if collected is not None and wire.answers("adjust"):
             collected.add(plugin.plugin_id, answer.adjust, [update for update in updates if update not in own])
         return Asked(plugin.plugin_id, [update for update in updates if update not in own], evictions)
+
+    def refusal(self, event: str, plugin: PluginSession, record: EventRecord) -> Refusal:
+        """How the chain's result refuses this plugin's applied answer: its step invalid, the call failed (NRI's
+        rule for an adjusting event's invalid answer)."""
+        def refuse(step: Step, problem: Problem) -> None:
+            details = f"invalid answer: {problem}"
+            record.refused(step, plugin.plugin_id, "invalid", details)
+            if self.steps.fails_call(event, False):
+                raise self.failed(event, plugin, grpc.StatusCode.INTERNAL, details, problem.field)
+            log.warning("NRI plugin %s failed %s: %s; the call goes on without its answer", plugin.plugin_id, event,
+                        details)
+        return refuse
 
     def failed(self, event: str, plugin: PluginSession, code: grpc.StatusCode, details: str,
                 field: str = "") -> HookFailed:

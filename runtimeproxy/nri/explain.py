@@ -11,7 +11,8 @@ mounts, devices and RDT class, which the hook model lacks, in words), what a plu
 the shadow outcomes in the host's statistics and keeps the entry. An adjusting event of a call whose hook plugins
 ran (CreateContainer, UpdateContainer) records into the hook chain's record instead, which the hook point
 finishes: one entry for the kubelet's call, both kinds' steps in it (hooks.step). Field changes are only computed when read:
-the trace is on, or a plugin is in shadow. The statistics count each call under the plugin's id and the event.
+the trace is on, a plugin is in shadow, a second plugin changed the container, or the result failed validation
+(`settle`, which the host calls after the last plugin: the chain's one validation). The statistics count each call under the plugin's id and the event.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.chain import ChainRecord, Refusal
 from runtimeproxy.hooks.changes import show
 from runtimeproxy.hooks.edits import LINUX_KINDS, ContainerEdits, Rlimit
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.hook_messages import pod_meta, pod_request
 from runtimeproxy.hooks.step import KindSteps
-from runtimeproxy.hooks.trace import pod_key
+from runtimeproxy.hooks.trace import Step, pod_key
 from runtimeproxy.hooks.validate import printable
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -161,12 +162,22 @@ class EventRecord:
         self._steps.failed(self._chain, plugin_id, self.event, started, shadow, outcome, message,
                            refused=outcome in REFUSALS)
 
-    def changed(self, plugin_id: str, before: Message, after: Message, shadow: bool) -> None:
-        """The last ok step (of `plugin_id`) left the container `after` (in shadow: would have)."""
+    def changed(self, plugin_id: str, before: Message, after: Message, shadow: bool,
+                refuse: Refusal | None = None) -> None:
+        """The last ok step (of `plugin_id`) left the container `after` (in shadow: would have); `refuse`: how the
+        result's validation refuses it (hooks.chain)."""
         if shadow:
             self._steps.shadowed(self._chain, plugin_id, self.event, before, after)
         elif after != before:
-            self._chain.applied(before, after)
+            self._chain.applied(before, after, refuse)
+
+    def refused(self, step: Step, plugin_id: str, outcome: str, message: str) -> None:
+        """An ok step's answer refused by the chain's result (one of REFUSALS)."""
+        self._steps.refused(step, plugin_id, self.event, outcome, message)
+
+    def settle(self, final: hooks.ContainerResourceHookRequest) -> hooks.ContainerResourceHookRequest:
+        """The chain's result validated once, after its last plugin (hooks.chain.ChainRecord.settle)."""
+        return self._chain.settle(final)
 
     def finish(self, final: Message | None, result: str, written_back: bool = False) -> None:
         """Shadow outcomes counted; the entry kept in the pod's trace (a pod known by uid or name only). Nothing

@@ -6,7 +6,9 @@ holds), keeps the registered plugins in NRI's order (index, then name), lets a r
 its old connection (one live registration per index and name), and synchronizes each new plugin with the
 pods and containers the store records, all under its one lock (which every event's fan-out holds too). The hook
 points then hand it each lifecycle event; every plugin that subscribed gets it, in order. One plugin's call of
-CreateContainer or UpdateContainer is nri.call's (the answer folded, validated, timed, traced); what the answers
+CreateContainer or UpdateContainer is nri.call's (the answer checked by itself, folded, timed, traced); once every
+plugin answered, the result is validated once (hooks.chain.ChainRecord.settle, the kubelet call's chain: both kinds'
+answers, with their owners) before validators see it or anything is carried out; what the answers
 ask of other containers is collected and carried out by nri.result; NRI's event numbers and the container
 state each reports are nri.events'.
 
@@ -387,6 +389,7 @@ class NriHost:
                 answer = await self.call.adjust_by(plugin, wire, pod, subject, adjustments, record, collected)
                 if answer is not None:
                     asked.append(answer)
+            adjustments.container = record.settle(adjustments.container)  # before validators see it, or it is sent
         except HookFailed as failure:
             record.finish(adjustments.container, self.steps.failed_result(failure))
             raise

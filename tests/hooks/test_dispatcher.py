@@ -206,9 +206,12 @@ def test_an_invalid_answer_under_ignore_is_skipped_whole(bench: PluginBench) -> 
                    ["PreCreateContainer"], "Ignore")
     bench.register("20-after.json", bench.serve(after), ["PreCreateContainer"])
     result = bench.run(dispatcher.PRE_CREATE_CONTAINER, container_request())
-    assert after.seen_by("PreCreateContainer") == [container_request()]  # not even the good annotation
-    assert "liar" not in result.container_annotations
-    assert bench.dispatcher.outcomes[("10-liar.json", "PreCreateContainer", "INTERNAL")] == 1
+    # A value is judged once over the chain's result (the later plugin saw it, and echoed it): the liar's answer
+    # is then dropped whole, not even the good annotation, and the echo is no change of the later plugin's.
+    assert after.seen_by("PreCreateContainer")[0].container_resources.cpuset_cpus == "abc"
+    assert result == container_request()
+    assert bench.dispatcher.outcomes == {("10-liar.json", "PreCreateContainer", "INTERNAL"): 1,
+                                         ("20-after.json", "PreCreateContainer", "ok"): 1}
 
 
 def test_an_invalid_answer_under_fail_names_plugin_hook_and_field(bench: PluginBench) -> None:
