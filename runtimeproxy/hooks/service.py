@@ -133,16 +133,18 @@ class HookService:
             self._state_lock = None
 
 
-# A state directory on a full or read-only file system: the node's condition, not a wrong flag. The proxy is the
-# kubelet's only way to its runtime, so it serves without what it keeps there rather than not at all.
-UNWRITABLE_DISK = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+# A state directory out of space (disk or quota): the node's condition, not a wrong flag. The proxy is the kubelet's
+# only way to its runtime, and the node's pods still need it (status, probes, stops), so it serves without what it
+# keeps there rather than not at all. A read-only one is refused as a wrong flag: a disk remounted read-only
+# stops the runtime's own root too.
+FULL_DISK = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def claim_state_dir(state_dir: Path | None) -> SocketLock | None:
     """The toggle state is one proxy's alone: a lock beside its file, held for the process's life.
 
     Two proxies sharing a state directory would load each other's toggles and overwrite each other's writes.
-    A directory the proxy cannot write for want of space (or a read-only disk) is said and left: no lock, the
+    A directory the proxy cannot write for want of space is said and left: no lock, the
     toggles read from it and not changed (a change that cannot be kept is refused), no journal of calls in flight.
     """
     if state_dir is None:
@@ -154,7 +156,7 @@ def claim_state_dir(state_dir: Path | None) -> SocketLock | None:
                 state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
                 return lock_socket_path(state_dir / STATE_FILE_NAME, in_use="belongs to another running proxy")
             except OSError as error:
-                if error.errno not in UNWRITABLE_DISK:
+                if error.errno not in FULL_DISK:
                     raise
                 log.error("the state directory %s cannot be written (%s): serving without it; its plugin toggles "
                           "hold but cannot be changed, and a call cut off by a crash is not reconciled after it; "

@@ -1,5 +1,5 @@
-"""The state directory's claim (hooks.service.claim_state_dir): a full or read-only disk is the node's condition,
-and the proxy serves without the directory; a directory this user may not write is a wrong flag, refused."""
+"""The state directory's claim (hooks.service.claim_state_dir): a full disk (or quota) is the node's condition, and
+the proxy serves without the directory; one this user may not write, or on a read-only disk, is a wrong flag."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ def failing_lock(code: int):  # type: ignore[no-untyped-def]
     return lock
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
-def test_a_full_or_read_only_disk_is_said_and_the_proxy_goes_on_without_the_lock(
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_is_said_and_the_proxy_goes_on_without_the_lock(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int) -> None:
     monkeypatch.setattr(service_module, "lock_socket_path", failing_lock(code))
     assert claim_state_dir(tmp_path / "state") is None
@@ -29,9 +29,10 @@ def test_a_full_or_read_only_disk_is_said_and_the_proxy_goes_on_without_the_lock
     assert str(tmp_path / "state") in said and "serving without it" in said
 
 
-def test_a_directory_this_user_may_not_write_is_still_a_wrong_flag(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "lock_socket_path", failing_lock(errno.EACCES))
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS])
+def test_a_directory_this_user_may_not_write_is_still_a_wrong_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   code: int) -> None:
+    monkeypatch.setattr(service_module, "lock_socket_path", failing_lock(code))
     with pytest.raises(FlagError, match="--state-dir"):
         claim_state_dir(tmp_path / "state")
 
