@@ -28,7 +28,7 @@ slowest=(--durations=25)
 # newest kubelet, which only the cgroup v2 guest runs (last), is built last: the host's counterpart suites wait
 # only for theirs (`--host-only`) and run while it builds.
 counterpart_suites=(tests/e2e/test_real_kubelet.py tests/e2e/test_koord_differential.py tests/e2e/test_koordlet.py
-  tests/e2e/test_kubelet_resize.py)
+  tests/e2e/test_kubelet_resize.py tests/e2e/test_kubelet_restart.py)
 counterparts_log="$reports/counterpart-peers.log"
 counterparts_build=
 if [ $# -eq 0 ]; then
