@@ -42,7 +42,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -548,6 +548,25 @@ def _remove_tree(root: Path) -> bool:
         except OSError:
             pass
     return not root.exists()
+
+
+@dataclass(frozen=True)
+class KubeletErrors:
+    """What the kubelet's log lines say went wrong with its runtime: CRI calls that failed `Unavailable` (refused or
+    cut off), CRI calls that failed at all, and probes that failed or errored."""
+
+    unavailable: int
+    cri_errors: int
+    probe_failures: int
+
+    @classmethod
+    def of(cls, lines: Iterable[str]) -> KubeletErrors:
+        unavailable = cri_errors = probe_failures = 0
+        for line in lines:
+            unavailable += "code = Unavailable" in line
+            cri_errors += "rpc error: code =" in line
+            probe_failures += '"Probe failed"' in line or '"Probe errored"' in line
+        return cls(unavailable, cri_errors, probe_failures)
 
 
 def seconds_since(start: float) -> float:

@@ -44,7 +44,7 @@ from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ExamplePlugin, ExampleSettings
 from rplab.guest import GUEST_BASE, Guest
 from rplab.guest_kubelet import UNIT as KUBELET_UNIT, GuestKubeletNode, through_host
-from rplab.kubelet_node import NEWEST_PEER, KubeletNodeError, wait_until
+from rplab.kubelet_node import NEWEST_PEER, KubeletErrors, KubeletNodeError, wait_until
 from rplab.kubelet_pods import NodePorts, kubelet_view, node_pods
 from rplab.loop import LoopThread
 from rplab.nodepackages import HOOK_DIR, PACKAGE, SOCKET_NAMES
@@ -72,7 +72,6 @@ EXTRA_EXEC_PODS = ("exec-probes-2", "exec-probes-3")
 CHURN_PREFIX = "churn-"
 SETTLE_SECONDS = 600.0  # every pod Ready, on an emulated node
 OBSERVE_SECONDS = 20.0  # after the node is back: four probe periods, for late probe failures and restarts
-UNAVAILABLE = "code = Unavailable"
 
 
 class NodeOpsError(RuntimeError):
@@ -187,9 +186,11 @@ class ProxyService:
     def status(self) -> dict[str, Any]:
         """`runtimeproxyctl status -o json` in the guest, once the proxy answers it."""
         command = f"runtimeproxyctl --admin-endpoint={ADMIN_SOCKET} status -o json 2>/dev/null"
-        answer = wait_until(lambda: self.guest.shell(command, timeout=120, check=False).strip().startswith("{") and
-                            self.guest.shell(command, timeout=120), 120.0, "runtimeproxyctl status", interval=1.0)
-        return dict(json.loads(str(answer)))
+
+        def answered() -> str | None:
+            text = self.guest.shell(command, timeout=120, check=False).strip()
+            return text if text.startswith("{") else None
+        return dict(json.loads(wait_until(answered, 120.0, "runtimeproxyctl status", interval=1.0)))
 
     def main_pid(self) -> int:
         return int(self.guest.shell(f"systemctl show -p MainPID --value {SERVICE}").strip() or 0)
@@ -369,10 +370,9 @@ class ServiceNode:
         while time.monotonic() < observed_until:
             steady()
             time.sleep(1.0)
-        lines = [message for _, message in self.proxy.journal(KUBELET_UNIT, began)]
-        result.unavailable = sum(UNAVAILABLE in line for line in lines)
-        result.cri_errors = sum("rpc error: code =" in line for line in lines)
-        result.probe_failures = sum('"Probe failed"' in line or '"Probe errored"' in line for line in lines)
+        errors = KubeletErrors.of(message for _, message in self.proxy.journal(KUBELET_UNIT, began))
+        result.unavailable, result.cri_errors, result.probe_failures = (errors.unavailable, errors.cri_errors,
+                                                                         errors.probe_failures)
         result.restarts = self.restart_count() - restarts_before
         result.not_ready = sorted(not_ready)
         result.orphans = self.orphans()

@@ -153,7 +153,7 @@ class ChainRecord:
         owners: dict[str, tuple[str, object]] = {}  # field -> (plugin, value it set)
         found = []
         for answer in self._applied:
-            changes = answer.changes = field_changes(answer.before, answer.after)
+            changes = answer.own_changes()
             plugin = answer.step.plugin
             for change in changes:
                 owner = owners.get(change.field)

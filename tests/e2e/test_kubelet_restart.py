@@ -23,7 +23,7 @@ import pytest
 
 from rplab.activation import ActivationSocket, ActivationSockets
 from rplab.containerd import lab_containerd
-from rplab.kubelet_node import PEER, KubeletNode, wait_until
+from rplab.kubelet_node import PEER, KubeletErrors, KubeletNode, wait_until
 from rplab.kubelet_pods import NodePorts, kubelet_view, node_pods
 from rplab.process import ProxyProcess
 
@@ -107,9 +107,8 @@ def restart(kubelet: KubeletNode, proxy: ProxyProcess) -> Restart:
     while time.monotonic() < watched_until:
         not_ready.update(name for name, pod in kubelet_view(kubelet.pod_names()).items() if not pod["ready"])
         time.sleep(0.5)
-    lines = kubelet.log_path.read_bytes()[mark:].decode(errors="replace").splitlines()
-    return Restart(unavailable=sum("code = Unavailable" in line for line in lines),
-                   probe_failures=sum('"Probe failed"' in line or '"Probe errored"' in line for line in lines),
+    errors = KubeletErrors.of(kubelet.log_path.read_bytes()[mark:].decode(errors="replace").splitlines())
+    return Restart(unavailable=errors.unavailable, probe_failures=errors.probe_failures,
                    restarts=restart_count(kubelet) - restarts, not_ready=sorted(not_ready), outage_seconds=outage)
 
 
