@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 
-from runtimeproxy.hooks import nri_events
+from runtimeproxy.hooks import names, nri_events
 from runtimeproxy.hooks.kinds import NRI, kind_of
 from runtimeproxy.pb.admin.runtimeproxy.admin.v1 import admin_pb2 as admin
 
@@ -144,7 +144,7 @@ def render_trace(trace: admin.TraceResponse) -> str:
         lines += ["", f"{_when_precise(entry.unix_seconds)}  {entry.hook}  {entry.target}",
                   f"  request: {entry.request or '(empty)'}"]
         for step in entry.steps:
-            lines += _step_lines(step, width, entry.hook.startswith("Pre") or entry.hook in _NRI_CHANGING)
+            lines += _step_lines(step, width, entry.hook in _CHANGING)
         for collision in entry.collisions:
             lines.append(f"  COLLISION {collision.field}: {collision.earlier_plugin} set {collision.earlier_value}, "
                          f"{collision.later_plugin} set {collision.later_value}; {collision.later_plugin} wins")
@@ -156,8 +156,9 @@ def render_trace(trace: admin.TraceResponse) -> str:
     return "\n".join(lines) + "\n"
 
 
-# NRI events whose answers change the call (the table's `adjusts`), as the trace names them ("NRI CreateContainer").
-_NRI_CHANGING = frozenset(NRI.trace_hook(event.name) for event in nri_events.EVENTS if event.adjusts)
+# The trace's hooks whose answers change the call: the pre-hooks and the NRI events the table says adjust, as the
+# trace names them ("NRI CreateContainer").
+_CHANGING = names.PRE_HOOKS | {NRI.trace_hook(event.name) for event in nri_events.EVENTS if event.adjusts}
 
 
 def _step_lines(step: admin.TraceStep, width: int, pre_hook: bool) -> list[str]:

@@ -24,6 +24,8 @@ HOOK_NAMES: tuple[str, ...] = (
     POST_STOP_CONTAINER,
     POST_STOP_POD_SANDBOX,
 )
+# The pre-hooks: their answers change the call (the post-hooks' answers are not read).
+PRE_HOOKS = frozenset({PRE_RUN_POD_SANDBOX, PRE_CREATE_CONTAINER, PRE_START_CONTAINER, PRE_UPDATE_CONTAINER_RESOURCES})
 _HOOKS_BY_FOLDED_NAME = {hook.casefold(): hook for hook in HOOK_NAMES}
 
 

@@ -11,7 +11,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from tests.kits.hooks import PluginBench, ScriptedPlugin
-from runtimeproxy.hooks import dispatcher
+from runtimeproxy.hooks import dispatcher, names
 from runtimeproxy.cri.failures import ERROR_DOMAIN, ERROR_REASON, trailing_metadata
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.plugin import grpc_target, plugin_channel_options
@@ -57,7 +57,7 @@ def test_hook_points_match_the_service() -> None:
         method = service.methods_by_name[point.path.rsplit("/", 1)[1]]
         assert method.input_type is point.request_type.DESCRIPTOR
         assert method.output_type is point.response_type.DESCRIPTOR
-        assert point.is_pre == point.name.startswith("Pre")
+        assert point.is_pre == point.name.startswith("Pre") == (point.name in names.PRE_HOOKS)
 
 
 def test_no_plugins_returns_the_request_as_is(bench: PluginBench) -> None:
