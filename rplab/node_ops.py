@@ -5,7 +5,7 @@ operation is done to the running node and measured from the kubelet's side (issu
 
   upgrade            the next version's .deb installed over the running one (its postinst restarts the service)
   restart            systemctl restart
-  kill -9            SIGKILL; systemd starts it again (Restart=always, RestartSec=2)
+  kill -9            SIGKILL; systemd starts it again (Restart=always, RestartSec=100ms)
   kill -9 mid-start  SIGKILL while a pod's StartContainer is held in its PreStartContainer hook
   containerd restart systemctl restart containerd
   plugin restart     the hook plugin stopped, a pod created meanwhile, the plugin started again

@@ -36,6 +36,23 @@ def test_unit_orders_after_containerd_before_the_kubelet_and_is_kept_alive_as_co
     assert exec_start()[0] == INSTALLED_BINARY
 
 
+def test_a_crash_is_started_again_at_once_and_a_start_that_always_fails_is_left_failed() -> None:
+    """RestartSec: what the kubelet restart test waits after its kill -9 (a crash back in under a second); the
+    start limit: a crash loop ends, one crash is far from it."""
+    from tests.e2e.test_kubelet_restart import RESTART_SECONDS
+
+    service = unit_sections(UNIT)
+    assert service["Service"]["RestartSec"] == f"{RESTART_SECONDS * 1000:.0f}ms"
+    assert int(service["Unit"]["StartLimitBurst"]) >= 5 and int(service["Unit"]["StartLimitIntervalSec"]) >= 10
+
+
+def unit_sections(path: Path) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(path.read_text())
+    return parser
+
+
 def test_the_proxy_accepts_the_units_flags() -> None:
     options, level = parse_options(exec_start()[1:])
     assert str(options.runtime_path) == "/var/run/containerd/containerd.sock"
@@ -43,10 +60,7 @@ def test_the_proxy_accepts_the_units_flags() -> None:
 
 
 def socket_section(role: str) -> configparser.SectionProxy:
-    parser = configparser.ConfigParser(strict=False, interpolation=None)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read_string(SOCKET_UNITS[role].read_text())
-    return parser["Socket"]
+    return unit_sections(SOCKET_UNITS[role])["Socket"]
 
 
 def same_place(unit_path: str, proxy_path: Path) -> bool:

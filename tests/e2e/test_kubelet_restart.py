@@ -2,11 +2,14 @@
 with four probed pods (exec, HTTP and TCP probes every second: the kubelet calls all the time) on the proxy's
 socket, and the proxy stopped (SIGTERM) and a new one started at once, as an upgrade or `systemctl restart` does:
 once with the proxy binding its socket itself, once with the socket held across the restart as systemd's .socket
-unit holds it (rplab.activation). Read from the kubelet's log: the calls that failed `Unavailable` over the
-restart and the probes that failed or errored; from its pods: restarts and readiness.
+unit holds it (rplab.activation). Then a crash: `kill -9` and a new proxy RESTART_SECONDS later, as the unit's
+`Restart=always` and `RestartSec=` start it. Read from the kubelet's log: the calls that failed `Unavailable` over
+the restart and the probes that failed or errored; from its pods: restarts and readiness.
 
-With socket activation the kubelet must see nothing: no failed call, no probe failure, no restart. Without it, its
-calls are refused until the new proxy serves (reported, not asserted: how many depends on the machine's speed).
+With socket activation a restart must cost the kubelet nothing: no failed call, no probe failure, no restart.
+Without it, its calls are refused until the new proxy serves; after a kill the calls in flight on the killed
+process fail (both reported, not asserted: how many depends on the machine's speed and the moment). A kill must
+cost no restart and no readiness.
 The kubelet gets a containerd of its own (it stops every pod of its runtime it does not know).
 """
 
@@ -32,6 +35,7 @@ from tests.kits.machine import IMAGE_CACHE, built_peer
 PODS = ("exec-probes", "http-probes", "tcp-probes", "guaranteed")
 SETTLE_SECONDS = 300.0
 WATCH_SECONDS = 15.0  # after the new proxy serves: fifteen probe periods and relists
+RESTART_SECONDS = 0.1  # deploy/koord-runtime-proxy.service's RestartSec=: systemd's wait before it starts it again
 
 
 @dataclass
@@ -42,12 +46,12 @@ class Restart:
     probe_failures: int  # its "Probe failed" and "Probe errored" lines
     restarts: int
     not_ready: list[str]
-    outage_seconds: float  # from SIGTERM to the new proxy answering
+    outage_seconds: float  # from SIGTERM (or SIGKILL) to the new proxy answering
 
-    def line(self, name: str) -> str:
+    def line(self, name: str, ended: str = "old stopped") -> str:
         return (f"{name}: {self.unavailable} Unavailable lines, {self.probe_failures} probe failures, "
                 f"{self.restarts} restarts, not Ready {self.not_ready or 'none'}, "
-                f"old stopped and new serving in {self.outage_seconds:.2f} s")
+                f"{ended} and new serving in {self.outage_seconds:.2f} s")
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +97,18 @@ def restart_count(kubelet: KubeletNode) -> int:
                for c in pod["containers"].values())
 
 
-def restart(kubelet: KubeletNode, proxy: ProxyProcess) -> Restart:
-    """SIGTERM to the proxy, a new one started at once on the same socket (and sockets, if activated); the
-    kubelet watched until WATCH_SECONDS after the new one serves."""
+def restart(kubelet: KubeletNode, proxy: ProxyProcess, crash: bool = False) -> Restart:
+    """SIGTERM to the proxy and a new one started at once on the same socket (and sockets, if activated), or
+    (`crash`) SIGKILL and a new one RESTART_SECONDS later; the kubelet watched until WATCH_SECONDS after the new one
+    serves."""
     restarts = restart_count(kubelet)
     mark = kubelet.log_path.stat().st_size
     began = time.monotonic()
-    assert proxy.stop() == 0, proxy.log_tail()
+    if crash:
+        proxy.kill()
+        time.sleep(RESTART_SECONDS)
+    else:
+        assert proxy.stop() == 0, proxy.log_tail()
     proxy.start(60)
     outage = time.monotonic() - began
     not_ready: set[str] = set()
@@ -134,3 +143,15 @@ def test_a_restart_with_socket_activation_costs_the_kubelet_nothing(
     kubelet_summary.append("proxy restarted under the kubelet " + activated.line("with socket activation"))
     assert (activated.unavailable, activated.probe_failures, activated.restarts, activated.not_ready) == \
         (0, 0, 0, []), activated
+
+
+def test_a_kill_with_socket_activation_costs_only_the_calls_in_flight(
+        node: tuple[KubeletNode, ProxyProcess], kubelet_summary: list[str]) -> None:
+    """After the test above: the sockets are held. Nothing waits for the kill's errors to settle but the watch."""
+    kubelet, proxy = node
+    assert proxy.activation is not None, "runs after the socket activation test, on its held sockets"
+    killed = restart(kubelet, proxy, crash=True)
+    kubelet_summary.append("proxy killed (kill -9) under the kubelet and started again "
+                           f"{RESTART_SECONDS * 1000:.0f} ms later, " + killed.line("with socket activation",
+                                                                                    "killed"))
+    assert (killed.restarts, killed.not_ready) == (0, []), killed
