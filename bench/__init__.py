@@ -63,8 +63,8 @@ Cases (--cases picks some):
   soak     a soak under the real kubelet: N static pods (110; --quick 10), one pod churned (removed, written
            back) every 10 s, through the proxy with the no-op hook plugin on all hooks and a hosted no-op NRI
            plugin, then through koord-runtime-proxy with the same hook plugin: each hop's CPU % over the window
-           (30 min; --quick 2 min) and the slopes of its RSS, descriptors and tasks over the second half (flat:
-           nothing leaks). About 65 minutes: not in the default set
+           (30 min; --quick 2 min) and each half, and the slopes of its CPU %, RSS, descriptors and tasks over the
+           second half (flat: nothing leaks, no call costs more as the soak goes on). About 65 minutes: not in the default set
 
 Figures are medians over the rounds; in each round every peer runs once, in turn, so drifting load
 hits all alike. CPU per call comes from utime+stime in /proc/PID/stat of the hop process (and its

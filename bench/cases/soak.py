@@ -11,6 +11,7 @@ stops and removes the pod's sandbox and container and creates them anew: every h
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -61,19 +62,33 @@ def second_half(samples: Sequence[Sample]) -> list[Sample]:
     return [sample for sample in samples if sample.seconds >= samples[-1].seconds / 2]
 
 
-def summary(samples: Sequence[Sample], churns: int) -> Metrics:
-    """The window's figures: CPU % of a core, RSS first/last, and the second half's slopes."""
-    first, last, tail = samples[0], samples[-1], second_half(samples)
+def cpu_percent(first: Sample, last: Sample) -> float:
+    """CPU % of one core between two samples."""
     elapsed = last.seconds - first.seconds
+    return (last.cpu_seconds - first.cpu_seconds) / elapsed * 100 if elapsed else 0.0
+
+
+def cpu_rates(samples: Sequence[Sample]) -> list[tuple[float, float]]:
+    """(the interval's middle, CPU % over it) for each pair of consecutive samples: the rate whose slope says
+    whether a call costs more as the soak goes on."""
+    return [((a.seconds + b.seconds) / 2, cpu_percent(a, b)) for a, b in zip(samples, samples[1:])]
+
+
+def summary(samples: Sequence[Sample], churns: int) -> Metrics:
+    """The window's figures: CPU % of a core (over the window and each half), RSS first/last, and the second
+    half's slopes (CPU's of its rate per interval)."""
+    first, last, tail = samples[0], samples[-1], second_half(samples)
     slope: Callable[[Callable[[Sample], float]], float] = lambda value: slope_per_hour(
         [(sample.seconds, value(sample)) for sample in tail])
-    return {"cpu_percent": (last.cpu_seconds - first.cpu_seconds) / elapsed * 100 if elapsed else 0.0,
+    return {"cpu_percent": cpu_percent(first, last),
+            "cpu_percent_first_half": cpu_percent(first, tail[0]), "cpu_percent_second_half": cpu_percent(tail[0], last),
+            "cpu_percent_per_hour": slope_per_hour(cpu_rates(tail)),
             "rss_first_mib": first.rss_mib, "rss_last_mib": last.rss_mib,
             "rss_mib_per_hour": slope(lambda s: s.rss_mib),
             "descriptors_first": float(first.descriptors), "descriptors_last": float(last.descriptors),
             "descriptors_per_hour": slope(lambda s: s.descriptors),
             "tasks_first": float(first.tasks), "tasks_last": float(last.tasks),
-            "tasks_per_hour": slope(lambda s: s.tasks), "churns": float(churns), "window_s": elapsed}
+            "tasks_per_hour": slope(lambda s: s.tasks), "churns": float(churns), "window_s": last.seconds - first.seconds}
 
 
 class Churn:
@@ -103,8 +118,9 @@ class Churn:
             self._node.write_pod(sleeping_pod(self._removed))
 
 
-def soak_window(lab: Lab, peer: Peer, scale: Scale) -> Metrics:
-    """A kubelet through `peer` with `scale.soak_pods` static pods, churning, sampled for `scale.soak_seconds`."""
+def soak_window(lab: Lab, peer: Peer, scale: Scale) -> tuple[Metrics, list[Sample]]:
+    """A kubelet through `peer` with `scale.soak_pods` static pods, churning, sampled for `scale.soak_seconds`:
+    the figures and the samples."""
     node = KubeletNode(peer.socket, lab.base / f"soak-{peer.name}")
     node.start()
     try:
@@ -124,7 +140,7 @@ def soak_window(lab: Lab, peer: Peer, scale: Scale) -> Metrics:
         churn.finish()
     finally:
         node.stop()
-    return summary(samples, churn.churns)
+    return summary(samples, churn.churns), samples
 
 
 def case_soak(lab: Lab, scale: Scale, report: CaseReport) -> None:
@@ -132,11 +148,14 @@ def case_soak(lab: Lab, scale: Scale, report: CaseReport) -> None:
     if not any(peer.name == "koord-plugin" for peer in hops):
         hops += [peer for peer in containerd_peers(lab, report, with_plugin=False) if peer.name == "koord"]
     results: dict[str, Metrics] = {}
+    samples: dict[str, list[tuple[float, ...]]] = {}
     for peer in hops:
         calls_before = sum(lab.plugin_counts().values())
-        results[peer.name] = soak_window(lab, peer, scale)
+        results[peer.name], taken = soak_window(lab, peer, scale)
         results[peer.name]["plugin_calls"] = float(sum(lab.plugin_counts().values()) - calls_before)
+        samples[peer.name] = [dataclasses.astuple(sample) for sample in taken]
     report.raw["result"] = results
+    report.raw["samples"] = {"fields": [f.name for f in dataclasses.fields(Sample)], **samples}
     report.raw["nri_plugin_calls"] = lab.nri_counts("soak")
     column: Callable[[str], dict[str, float | None]] = lambda key: {name: m[key] for name, m in results.items()}
     minutes = scale.soak_seconds / 60
@@ -154,6 +173,10 @@ def case_soak(lab: Lab, scale: Scale, report: CaseReport) -> None:
         row = report.row(f"{title} slope, second half", unit, column(key))
         if ours is not None:
             report.target(row, f"proxy {title} flat (<= {flat} {unit})", ours[key] <= flat, f"{ours[key]:.2f}")
+    report.row("CPU of one core, first half of the soak", "%", column("cpu_percent_first_half"))
+    report.row("CPU of one core, second half", "%", column("cpu_percent_second_half"))
+    report.row("CPU slope, second half", "%/h", column("cpu_percent_per_hour"),
+               note="of the CPU % per sample interval; the samples are in the JSON")
     report.row("RSS at the end", "MiB", column("rss_last_mib"), note="the start's is in the JSON")
     report.row("pods churned", "", column("churns"))
     report.row("hook plugin calls", "", column("plugin_calls"))

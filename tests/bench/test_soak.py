@@ -23,6 +23,19 @@ def test_the_summary_reads_the_second_half_only() -> None:
     assert figures["cpu_percent"] == pytest.approx(1.0)
     assert figures["descriptors_per_hour"] == 0.0 and figures["tasks_last"] == 12
     assert figures["rss_first_mib"] == 50.0 and figures["rss_last_mib"] == 60.0
+    assert figures["cpu_percent_first_half"] == figures["cpu_percent_second_half"] == pytest.approx(1.0)
+    assert figures["cpu_percent_per_hour"] == pytest.approx(0.0)
+
+
+def test_the_cpu_slope_is_of_the_rate_not_of_the_cumulative_time() -> None:
+    # CPU % rising from 1 % to 2 % over an hour: the rate's slope is 1 %/h.
+    samples, cpu = [], 0.0
+    for t in range(0, 3601, 60):
+        samples.append(Sample(float(t), cpu_seconds=cpu, rss_mib=50.0, descriptors=40, tasks=12))
+        cpu += 60 * (1 + (t + 30) / 3600) / 100
+    figures = summary(samples, churns=0)
+    assert figures["cpu_percent_per_hour"] == pytest.approx(1.0, abs=0.05)
+    assert figures["cpu_percent_first_half"] < figures["cpu_percent_second_half"]
 
 
 class FakeNode:
