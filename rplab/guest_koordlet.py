@@ -302,12 +302,14 @@ class KoordletNode:
     proxy: str = OURS
     last_cpu: str = "1"
 
-    def run_pod(self, pod: dict[str, Any]) -> tuple[dict[str, Any], str, float]:
-        """Creates ``pod``, returns once it runs: (the pod, its container's cgroup directory, seconds to Running)."""
+    def run_pod(self, pod: dict[str, Any]) -> tuple[str, str, float]:
+        """Creates ``pod``, returns once it runs: (its container's cgroup directory, what its CreateContainer
+        carried (``carried``), seconds to Running)."""
         started = time.monotonic()
         running = self.cluster.client.create_pod(pod, timeout=POD_SECONDS)
         took = time.monotonic() - started
-        return running, scope_path(container_spec(self.guest.address, running)), took
+        spec = container_spec(self.guest.address, running)
+        return scope_path(spec), carried(spec), took
 
     def files(self, scope: str) -> dict[str, str]:
         return container_files(self.guest, scope)
@@ -321,6 +323,18 @@ class KoordletNode:
         self.cluster.client.delete_pod(name, timeout=POD_SECONDS)
 
 
+def carried(spec: dict[str, Any]) -> str:
+    """The OCI resources containerd created the container with (what the kubelet's CreateContainer carried, with
+    koordlet's answer applied by the proxy): the proxy's doing, where the cgroup files may since have been written
+    by koordlet's reconciler too."""
+    resources = spec.get("linux", {}).get("resources", {})
+    cpu, memory = resources.get("cpu", {}), resources.get("memory", {})
+    found = [f"shares {cpu.get('shares', '-')}", f"quota {cpu.get('quota', '-')}", f"memory {memory.get('limit', '-')}"]
+    if cpu.get("cpus"):
+        found.append(f"cpus {cpu['cpus']}")
+    return "created with " + ", ".join(found)
+
+
 def registration_row(node: KoordletNode) -> Row:
     document = json.loads(node.guest.read(REGISTRATION_FILE))
     return Row("koordlet registers with the proxy", node.proxy,
@@ -330,10 +344,10 @@ def registration_row(node: KoordletNode) -> Row:
 
 def pod_row(node: KoordletNode, scenario: str, pod: dict[str, Any]) -> Row:
     name = pod["metadata"]["name"]
-    _, scope, took = node.run_pod(pod)
+    scope, created, took = node.run_pod(pod)
     try:
         return Row(scenario, node.proxy, node.files(scope), took,
-                   f"Running after its creation; {node.pod_slice_note(scope)}", AS_ON_V1[scenario])
+                   f"Running after its creation; {created}; {node.pod_slice_note(scope)}", AS_ON_V1[scenario])
     finally:
         node.delete(name)
 
@@ -341,11 +355,12 @@ def pod_row(node: KoordletNode, scenario: str, pod: dict[str, Any]) -> Row:
 def lsr_rows(node: KoordletNode) -> list[Row]:
     """The LSR pod, then its in-place resize: the kubelet's UpdateContainerResources through the proxy, koordlet's
     PreUpdateContainerResources answer (counted in its journal)."""
-    _, scope, took = node.run_pod(lsr_pod("lsr", node.last_cpu))
+    scope, created, took = node.run_pod(lsr_pod("lsr", node.last_cpu))
     cpuset = {"cpuset.cpus": node.last_cpu}
     try:
         before = node.files(scope)
-        rows = [Row(LSR, node.proxy, before, took, f"cpuset {node.last_cpu} annotated", AS_ON_V1[LSR] | cpuset)]
+        rows = [Row(LSR, node.proxy, before, took, f"cpuset {node.last_cpu} annotated; {created}",
+                    AS_ON_V1[LSR] | cpuset)]
         received = node.koordlet.log_count(UPDATE_RECEIVED)
         started = time.monotonic()
         node.cluster.client.patch("/api/v1/namespaces/default/pods/lsr/resize", resize("1500m"))
@@ -370,8 +385,8 @@ def down_and_back_rows(node: KoordletNode, mended: dict[str, str]) -> list[Row]:
     reconciler waited for until the pod's files are ``mended`` (the BE pod's through the hook)."""
     node.koordlet.kill()
     try:
-        _, scope, took = node.run_pod(be_pod("be-down"))
-        rows = [Row(DOWN, node.proxy, node.files(scope), took, "Running after its creation, policy Ignore",
+        scope, created, took = node.run_pod(be_pod("be-down"))
+        rows = [Row(DOWN, node.proxy, node.files(scope), took, f"Running after its creation, policy Ignore; {created}",
                     AS_ON_V1[DOWN])]
     finally:
         node.koordlet.start()

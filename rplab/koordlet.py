@@ -350,7 +350,8 @@ def _core_scheduling() -> bool:
 MISSING_FOR_HOOK = {
     "group identity": ("no cpu.bvt_warp_ns nor kernel.sched_group_identity_enabled: a kernel without Alibaba Cloud "
                        "Linux's group identity patches"),
-    "core scheduling": "prctl(PR_SCHED_CORE) is refused: a kernel without CONFIG_SCHED_CORE",
+    "core scheduling": ("a kernel without CONFIG_SCHED_CORE (prctl(PR_SCHED_CORE) refused, no kernel.sched_core, or "
+                        "the kernel's config says so)"),
     "resctrl": ("no resctrl filesystem: no Intel RDT or AMD PQoS exposed to the machine, or a kernel without "
                 "CONFIG_X86_CPU_RESCTRL"),
     "GPU env": "no GPU (/dev/nvidia*), nor a device plugin allocating one",

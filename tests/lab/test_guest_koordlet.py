@@ -62,3 +62,10 @@ def test_a_row_says_whether_the_guests_files_are_cgroup_v1s_through_runcs_conver
     assert lsr.as_on_v1() == "no: cpu.max"
     assert Row("failed", "runtimeproxy", note="failed: x", expected=AS_ON_V1[BE]).as_on_v1() == ""
     assert batch_files(be.values) == {"cpu.max": "50000 100000", "cpu.weight": "20", "memory.max": "268435456"}
+
+
+def test_what_a_container_was_created_with_is_read_from_its_oci_spec() -> None:
+    spec = {"linux": {"resources": {"cpu": {"shares": 2, "period": 100000}, "memory": {}}}}
+    assert guest_koordlet.carried(spec) == "created with shares 2, quota -, memory -"
+    spec = {"linux": {"resources": {"cpu": {"shares": 1024, "quota": -1, "cpus": "1"}, "memory": {"limit": 67108864}}}}
+    assert guest_koordlet.carried(spec) == "created with shares 1024, quota -1, memory 67108864, cpus 1"
