@@ -22,6 +22,7 @@ is kept in the repository.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -105,12 +106,18 @@ def make_pki(pki: Path) -> None:
     openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
 
-def kubeconfig(server: str, pki: Path, user: str) -> dict[str, Any]:
+def kubeconfig(server: str, pki: Path, user: str, embedded: bool = False) -> dict[str, Any]:
+    """``user``'s kubeconfig; ``embedded``: the certificates in it (for a machine without ``pki``: a guest), else
+    their paths."""
+    files = {"certificate-authority": pki / "ca.crt", "client-certificate": pki / f"{user}.crt",
+             "client-key": pki / f"{user}.key"}
+    entries = {f"{key}-data": base64.b64encode(path.read_bytes()).decode() for key, path in files.items()} \
+        if embedded else {key: str(path) for key, path in files.items()}
+    authority = "certificate-authority-data" if embedded else "certificate-authority"
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": "rplab",
-        "clusters": [{"name": "rplab", "cluster": {"server": server, "certificate-authority": str(pki / "ca.crt")}}],
-        "users": [{"name": user, "user": {"client-certificate": str(pki / f"{user}.crt"),
-                                          "client-key": str(pki / f"{user}.key")}}],
+        "clusters": [{"name": "rplab", "cluster": {"server": server, authority: entries.pop(authority)}}],
+        "users": [{"name": user, "user": entries}],
         "contexts": [{"name": "rplab", "context": {"cluster": "rplab", "user": user}}],
     }
 
@@ -327,6 +334,13 @@ class SmallCluster:
         path = self.directory / f"{user}.kubeconfig"
         if not path.exists():
             path.write_text(json.dumps(kubeconfig(self.server, self.pki, user), indent=1))  # JSON is YAML
+        return path
+
+    def embedded_kubeconfig(self, user: str, server: str) -> Path:
+        """``user``'s kubeconfig for another machine (a guest) that reaches the API server at ``server``
+        (``https://127.0.0.1:PORT``: the serving certificate names 127.0.0.1), its certificates embedded."""
+        path = self.directory / f"{user}-embedded.kubeconfig"
+        path.write_text(json.dumps(kubeconfig(server, self.pki, user, embedded=True), indent=1))
         return path
 
     def etcd_argv(self, peer_port: int) -> list[str]:

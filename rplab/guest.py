@@ -376,9 +376,24 @@ class Guest:
         finally:
             shared.unlink(missing_ok=True)
 
+    def put_once(self, source: Path, target: str, mode: str = "0755") -> float:
+        """`put`, unless `target` is there with `source`'s size already (a binary copied earlier into this guest):
+        the seconds the copy took, 0 when there was none."""
+        size = self.shell(f"stat -c %s '{target}' 2>/dev/null || true").strip()
+        if size == str(Path(source).stat().st_size):
+            return 0.0
+        started = time.monotonic()
+        self.put(source, target, mode)
+        return time.monotonic() - started
+
     def read(self, path: str) -> str:
         """A file of the guest (a cgroup file: /sys/fs/cgroup/...), stripped."""
         return self.shell(f"cat '{path}'").strip()
+
+    def write(self, path: str, text: str, mode: str = "0644") -> None:
+        """`text` written to `path` in the guest (its directory made), whole: a partial file renamed into place."""
+        self.shell(f"mkdir -p \"$(dirname '{path}')\" && cat > '{path}.partial' <<'RPLAB_EOF'\n{text}\n"
+                   f"RPLAB_EOF\nchmod {mode} '{path}.partial' && mv '{path}.partial' '{path}'")
 
     def save(self, state: Path) -> None:
         """The guest's RAM and device state to `state`; the VM stays paused (its disk is then final)."""

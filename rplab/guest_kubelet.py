@@ -38,18 +38,26 @@ FORWARD_UNIT = "rplab-proxy-socket"
 CGROUP_ROOT = "/sys/fs/cgroup/kubepods.slice"  # the systemd driver's default cgroupRoot
 
 
-def through_host(guest: Guest, path: str = PROXY_SOCKET, unit: str = FORWARD_UNIT) -> str:
-    """Starts the guest's forwarder (systemd unit `unit`) of the socket `path` in the guest to the host's
-    ``guest.host_socket``; returns `path`."""
+def forward_to_host(guest: Guest, listen: str, unit: str) -> None:
+    """Starts the guest's forwarder (systemd unit `unit`) from socat's listening address `listen` in the guest to
+    the host's ``guest.host_socket``, unless it runs already."""
     guest.shell(f"systemctl is-active -q {unit} || systemd-run -q --unit={unit} --collect "
-                f"socat UNIX-LISTEN:{path},fork,unlink-early TCP:{HOST_ADDRESS}:{HOST_SOCKET_PORT}")
+                f"socat {listen} TCP:{HOST_ADDRESS}:{HOST_SOCKET_PORT}")
+
+
+def through_host(guest: Guest, path: str = PROXY_SOCKET, unit: str = FORWARD_UNIT) -> str:
+    """Starts the guest's forwarder of the socket `path` in the guest to the host's ``guest.host_socket``; returns
+    `path`."""
+    forward_to_host(guest, f"UNIX-LISTEN:{path},fork,unlink-early", unit)
     return path
 
 
 @dataclass
 class GuestKubeletNode(KubeletNode):
     """The kubelet in ``guest`` on ``guest_endpoint`` (a socket path in the guest); ``endpoint`` is the same runtime
-    as seen from the host (for the runtime's view and clean-up), ``directory`` a host directory for its config."""
+    as seen from the host (for the runtime's view and clean-up), ``directory`` a host directory for its config.
+    With a ``kubeconfig`` (a host file written for the guest: the API server's address as the guest reaches it,
+    the certificates embedded) it registers as NODE_NAME, as KubeletNode does."""
 
     guest: Guest | None = None
     guest_endpoint: str = CONTAINERD_SOCKET
@@ -84,10 +92,20 @@ class GuestKubeletNode(KubeletNode):
         })
         return config
 
+    @property
+    def guest_kubeconfig(self) -> str:
+        return f"{self.guest_directory}/kubeconfig"
+
+    @property
+    def guest_root(self) -> str:
+        return f"{self.guest_directory}/root"
+
     def guest_argv(self) -> list[str]:
-        return [GUEST_BINARY, f"--config={self.guest_directory}/kubelet.json",
-                f"--root-dir={self.guest_directory}/root", f"--cert-dir={self.guest_directory}/pki",
-                f"--hostname-override={NODE_NAME}", "--node-ip=127.0.0.1", "--v=2"]
+        # Registered (a kubeconfig): the node's address is the guest's own (a loopback one fails the kubelet's
+        # validation); standalone: loopback.
+        node = f"--kubeconfig={self.guest_kubeconfig}" if self.kubeconfig else "--node-ip=127.0.0.1"
+        return [GUEST_BINARY, f"--config={self.guest_directory}/kubelet.json", f"--root-dir={self.guest_root}",
+                f"--cert-dir={self.guest_directory}/pki", f"--hostname-override={NODE_NAME}", node, "--v=2"]
 
     def start(self, timeout: float = 300.0) -> None:
         """Copies the binary in (once per guest), writes the config, starts the service; returns once /healthz
@@ -96,14 +114,13 @@ class GuestKubeletNode(KubeletNode):
         self._refuse_foreign_pods()
         self.directory.mkdir(parents=True, exist_ok=True)
         binary = self.binary or peer_binary(self.peer)
-        if guest.shell(f"stat -c %s {GUEST_BINARY} 2>/dev/null || true").strip() != str(binary.stat().st_size):
-            copying = time.monotonic()
-            guest.put(binary, GUEST_BINARY)
-            self.copy_seconds = time.monotonic() - copying
+        self.copy_seconds = guest.put_once(binary, GUEST_BINARY)
         config = json.dumps(self.config(KUBELET_SERVER_PORT), indent=1)
         (self.directory / "kubelet.json").write_text(config)
         guest.shell(f"mkdir -p {self.guest_manifests} && cat > {self.guest_directory}/kubelet.json <<'RPLAB_EOF'\n"
                     f"{config}\nRPLAB_EOF")
+        if self.kubeconfig is not None:
+            guest.write(self.guest_kubeconfig, self.kubeconfig.read_text(), mode="0600")
         self.read_only_port = guest.kubelet_port
         self.host_before = None  # nothing of it runs on the host
         self.started_at = time.monotonic()

@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rplab.cluster import ClusterClient
+from rplab.cri import CriClient, open_channel
+from rplab.images import BUSYBOX_IMAGE
 from rplab.kubelet_node import (
     NODE_NAME, KubeletNode, KubeletNodeError, cgroup_hierarchies, wait_until,
 )
@@ -47,6 +50,15 @@ SKIP_LABEL = "runtimeproxy.koordinator.sh/skip-hookserver"
 # What koord-scheduler annotates an LSR/LSE pod with: the CPUs it allocated (koordlet's cpuset hook applies them).
 RESOURCE_STATUS = "scheduling.koordinator.sh/resource-status"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+NODE_SLOS = "/apis/slo.koordinator.sh/v1alpha1/nodeslos"
+# What koord-manager's node resource controller puts in the node's status: the batch resources BE pods request.
+BATCH_ALLOCATABLE = {BATCH_CPU: "4000", BATCH_MEMORY: "4Gi"}
+# The BE pod's batch resources (koordlet's batch-resource hook makes of them: MilliCPUToShares, MilliCPUToQuota at
+# the 100 ms period, the memory limit in bytes).
+BE_CPU_MILLI, BE_MEMORY = 500, "256Mi"
+OWN_POD = "koordlet"  # koordlet's own pod, as its DaemonSet's: labelled SKIP_LABEL
+# koordlet's log line (at -v=5) for each PreUpdateContainerResources call it serves.
+UPDATE_RECEIVED = "receive PreUpdateContainerResourcesHook request"
 
 
 NRI_SOCKET_UNDER_VAR_RUN = "nri/nri.sock"  # koordlet's --runtime-hooks-nri-socket-path default
@@ -55,6 +67,27 @@ NRI_PLUGIN = "00-koordlet_nri"  # its NRI plugin, as the runtime names it (index
 
 class KoordletError(RuntimeError):
     pass
+
+
+STATE_DIRECTORIES = ("tsdb", "audit", "var-run", "run")  # koordlet's own state, under the state directory
+
+
+def hook_mode_flags(*, cgroup_root: str, kubelet_root: str, socket: str, hook_config_dir: str, read_only_port: int,
+                    state: str, nri: bool, metrics_address: str) -> list[str]:
+    """koordlet's flags (its kubeconfig: KUBECONFIG, its node: NODE_NAME) on a node whose cgroups are under
+    ``cgroup_root`` and whose /proc and /sys are its own, the kubelet's root dir and read-only port, its hook socket
+    and the directory it registers into (the proxy's), its own state under ``state`` (STATE_DIRECTORIES)."""
+    return [f"--cgroup-root-dir={cgroup_root.rstrip('/')}/", "--proc-root-dir=/proc/", "--sys-root-dir=/sys/",
+            "--sys-fs-root-dir=/sys/fs/", f"--var-lib-kubelet-dir={kubelet_root.rstrip('/')}/",
+            "--runtime-hooks-network=unix", f"--runtime-hooks-addr={socket}",
+            f"--runtime-hooks-host-endpoint={socket}", f"--runtime-hooks-config-path={hook_config_dir}",
+            f"--enable-nri-runtime-hook={str(nri).lower()}",
+            "--kubelet-insecure-tls", f"--kubelet-read-only-port={read_only_port}",
+            "--disable-query-kubelet-config", "--kubelet-preferred-address-type=Hostname",
+            f"--tsdb-path={state}/tsdb", f"--audit-log-dir={state}/audit",
+            f"--var-run-root-dir={state}/var-run/", f"--run-root-dir={state}/run/",
+            # -v=5: it logs each hook call it receives (what a test counts, whichever proxy made it)
+            f"--addr={metrics_address}", "--v=5"]
 
 
 def node_slo(node: str = NODE_NAME) -> dict[str, Any]:
@@ -73,6 +106,56 @@ def batch_resources(cpu_milli: int, memory: str) -> dict[str, Any]:
 def extended_resource_spec(containers: dict[str, dict[str, Any]]) -> str:
     """The annotation koord-manager's webhook writes on a BE pod: each container's batch requests and limits."""
     return json.dumps({"containers": containers}, separators=(",", ":"))
+
+
+def sleeper(name: str, labels: dict[str, str] | None = None, resources: dict[str, Any] | None = None,
+            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A host-network pod (the node has no CNI) of one busybox container that sleeps, bound to the node."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels or {},
+                         "annotations": annotations or {}},
+            "spec": {"nodeName": NODE_NAME, "hostNetwork": True, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "3600"], "resources": resources or {}}]}}
+
+
+def be_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A BE pod as koord-manager's webhook leaves it: the QoS label, batch resources, their annotation."""
+    resources = batch_resources(BE_CPU_MILLI, BE_MEMORY)
+    return sleeper(name, labels={QOS_LABEL: "BE", **(labels or {})}, resources=resources,
+                   annotations={EXTENDED_RESOURCE_SPEC: extended_resource_spec({"main": resources})})
+
+
+def lsr_pod(name: str, cpuset: str, cpu: str = "1") -> dict[str, Any]:
+    """An LSR pod (Guaranteed, ``cpu`` CPUs) with the cpuset koord-scheduler's resource-status annotation gives it."""
+    amounts = {"cpu": cpu, "memory": "64Mi"}
+    return sleeper(name, labels={QOS_LABEL: "LSR"}, resources={"requests": amounts, "limits": amounts},
+                   annotations={RESOURCE_STATUS: json.dumps({"cpuset": cpuset})})
+
+
+def resize(cpu: str) -> dict[str, Any]:
+    """The patch of a pod's ``resize`` subresource giving its container ``cpu`` CPUs (requests and limits)."""
+    amounts = {"cpu": cpu, "memory": "64Mi"}
+    return {"spec": {"containers": [{"name": "main", "resources": {"requests": amounts, "limits": amounts}}]}}
+
+
+def koord_manager_writes(client: ClusterClient, node: str = NODE_NAME) -> None:
+    """What koord-manager would have written for the node before koordlet starts: its NodeSLO, the batch resources
+    in its status."""
+    if not client.exists(f"{NODE_SLOS}/{node}"):
+        client.create(NODE_SLOS, node_slo(node))
+    client.patch(f"/api/v1/nodes/{node}/status",
+                 {"status": {"capacity": BATCH_ALLOCATABLE, "allocatable": BATCH_ALLOCATABLE}})
+
+
+def container_spec(runtime: Path | str, pod: dict[str, Any]) -> dict[str, Any]:
+    """The OCI spec of the pod's (first) container, as the runtime (a CRI socket) holds it."""
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    client = CriClient(open_channel(runtime))
+    with client.channel:
+        info = client.container_status(container_id, verbose=True).info["info"]
+    spec: dict[str, Any] = json.loads(info)["runtimeSpec"]
+    return spec
 
 
 @dataclass
@@ -140,25 +223,17 @@ class Koordlet:
 
     def argv(self, binds: list[tuple[Path, Path]]) -> list[str]:
         binary = self.binary or peer_binary(PEER)
-        state = self.directory / "state"
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", self._namespace_script(binds),
-                "sh", str(binary),
-                f"--cgroup-root-dir={self.cgroup_view}/", "--proc-root-dir=/proc/", "--sys-root-dir=/sys/",
-                "--sys-fs-root-dir=/sys/fs/", f"--var-lib-kubelet-dir={self.node.directory / 'root'}/",
-                "--runtime-hooks-network=unix", f"--runtime-hooks-addr={self.socket}",
-                f"--runtime-hooks-host-endpoint={self.socket}", f"--runtime-hooks-config-path={self.hook_config_dir}",
-                f"--enable-nri-runtime-hook={str(self.nri_socket is not None).lower()}",
-                "--kubelet-insecure-tls", f"--kubelet-read-only-port={self.node.read_only_port}",
-                "--disable-query-kubelet-config", "--kubelet-preferred-address-type=Hostname",
-                f"--tsdb-path={state / 'tsdb'}", f"--audit-log-dir={state / 'audit'}",
-                f"--var-run-root-dir={state / 'var-run'}/", f"--run-root-dir={state / 'run'}/",
-                # -v=5: it logs each hook call it receives (what a test counts, whichever proxy made it)
-                f"--addr=127.0.0.1:{free_port()}", "--v=5"]  # the kubeconfig: KUBECONFIG
+                "sh", str(binary), *hook_mode_flags(
+                    cgroup_root=str(self.cgroup_view), kubelet_root=str(self.node.directory / "root"),
+                    socket=str(self.socket), hook_config_dir=str(self.hook_config_dir),
+                    read_only_port=self.node.read_only_port, state=str(self.directory / "state"),
+                    nri=self.nri_socket is not None, metrics_address=f"127.0.0.1:{free_port()}")]
 
     def start(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
         """Starts koordlet; returns once it has written its registration into the proxy's hook directory."""
-        for directory in ("state/tsdb", "state/audit", "state/var-run", "state/run"):
-            (self.directory / directory).mkdir(parents=True, exist_ok=True)
+        for directory in STATE_DIRECTORIES:
+            (self.directory / "state" / directory).mkdir(parents=True, exist_ok=True)
         if self.nri_socket is not None:  # koordlet dials <var-run-root-dir>/nri/nri.sock
             link = self.directory / "state" / "var-run" / NRI_SOCKET_UNDER_VAR_RUN
             link.parent.mkdir(exist_ok=True)
@@ -271,21 +346,54 @@ def _core_scheduling() -> bool:
     return bool(libc.prctl(_PR_SCHED_CORE, _PR_SCHED_CORE_GET, 0, 0, ctypes.byref(cookie)) == 0)
 
 
+# What is missing when the machine lacks what a KERNEL_HOOKS entry needs.
+MISSING_FOR_HOOK = {
+    "group identity": ("no cpu.bvt_warp_ns nor kernel.sched_group_identity_enabled: a kernel without Alibaba Cloud "
+                       "Linux's group identity patches"),
+    "core scheduling": ("a kernel without CONFIG_SCHED_CORE (prctl(PR_SCHED_CORE) refused, no kernel.sched_core, or "
+                        "the kernel's config says so)"),
+    "resctrl": ("no resctrl filesystem: no Intel RDT or AMD PQoS exposed to the machine, or a kernel without "
+                "CONFIG_X86_CPU_RESCTRL"),
+    "GPU env": "no GPU (/dev/nvidia*), nor a device plugin allocating one",
+}
+# The same checks as a node's shell runs them (a guest's): one `hook=0|1` line each. Core scheduling from the
+# kernel's config (a shell has no prctl); group identity's file in the kubelet's slice too (cgroup v2 has no
+# per-controller tree).
+KERNEL_PROBE_SCRIPT = "\n".join(f"if {test}; then echo '{hook}=1'; else echo '{hook}=0'; fi" for hook, test in (
+    ("group identity", "ls /sys/fs/cgroup/cpu/cpu.bvt_warp_ns /sys/fs/cgroup/cpu.bvt_warp_ns "
+                       "/sys/fs/cgroup/kubepods.slice/cpu.bvt_warp_ns /proc/sys/kernel/sched_group_identity_enabled "
+                       "2>/dev/null | grep -q ."),  # ls lists those there are
+    ("core scheduling", "[ -e /proc/sys/kernel/sched_core ] || grep -qx CONFIG_SCHED_CORE=y /boot/config-$(uname -r)"),
+    ("resctrl", "grep -qw resctrl /proc/filesystems"),
+    ("GPU env", "ls /dev/nvidia[0-9]* 2>/dev/null | grep -q ."),
+))
+
+
+def missing_kernel_hooks(present: dict[str, bool]) -> dict[str, str]:
+    """The KERNEL_HOOKS the machine gives nothing to act on (``present[hook]`` false or absent), each with what is
+    missing."""
+    return {hook: MISSING_FOR_HOOK[hook] for hook in KERNEL_HOOKS if not present.get(hook)}
+
+
+def parse_kernel_probe(output: str) -> dict[str, bool]:
+    """KERNEL_PROBE_SCRIPT's output: {hook: present}."""
+    found = {}
+    for line in output.splitlines():
+        hook, equals, value = line.rpartition("=")
+        if equals and hook in KERNEL_HOOKS:
+            found[hook] = value.strip() == "1"
+    return found
+
+
 def hooks_without_kernel_support(cgroup_root: Path = CGROUP_ROOT, proc: Path = Path("/proc"),
                                  dev: Path = Path("/dev")) -> dict[str, str]:
     """The KERNEL_HOOKS this machine gives nothing to act on, each with what is missing (what koordlet's own
     checks find missing before they skip the hook)."""
-    missing = {}
-    if not (cgroup_root / "cpu" / "cpu.bvt_warp_ns").exists() and \
-            not (proc / "sys/kernel/sched_group_identity_enabled").exists():
-        missing["group identity"] = ("no cpu.bvt_warp_ns nor kernel.sched_group_identity_enabled: a kernel "
-                                     "without Alibaba Cloud Linux's group identity patches")
-    if not (proc / "sys/kernel/sched_core").exists() and not _core_scheduling():
-        missing["core scheduling"] = "prctl(PR_SCHED_CORE) is refused: a kernel without CONFIG_SCHED_CORE"
     filesystems = (proc / "filesystems").read_text() if (proc / "filesystems").exists() else ""
-    if "resctrl" not in filesystems.split():
-        missing["resctrl"] = ("no resctrl filesystem: no Intel RDT or AMD PQoS exposed to the machine, or a "
-                              "kernel without CONFIG_X86_CPU_RESCTRL")
-    if not any(dev.glob("nvidia[0-9]*")):
-        missing["GPU env"] = "no GPU (/dev/nvidia*), nor a device plugin allocating one"
-    return missing
+    return missing_kernel_hooks({
+        "group identity": (cgroup_root / "cpu" / "cpu.bvt_warp_ns").exists()
+        or (proc / "sys/kernel/sched_group_identity_enabled").exists(),
+        "core scheduling": (proc / "sys/kernel/sched_core").exists() or _core_scheduling(),
+        "resctrl": "resctrl" in filesystems.split(),
+        "GPU env": any(dev.glob("nvidia[0-9]*")),
+    })

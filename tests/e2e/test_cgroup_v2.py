@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
+from rplab.cgroup_v2 import CGROUP_ROOT, cpu_weight, pod_slice, scope_path, slice_path
 from rplab.cri import CriClient, open_channel
 from rplab.example_plugin import ExampleSettings, echoed
 from rplab.guest import Guest
@@ -33,30 +34,7 @@ from tests.kits.nri import NriPlugin, adjusting
 
 _serial = itertools.count()
 MiB = 1024 * 1024
-CGROUP_ROOT = "/sys/fs/cgroup"
 LOG_DIR = Path("/var/log/rplab-pods")  # in the guest: containerd writes container logs there
-
-
-def pod_slice(qos: str, uid: str) -> str:
-    """The kubelet's systemd-driver parent of a pod: `kubepods-<qos>-pod<uid, '-' as '_'>.slice`."""
-    return f"kubepods-{qos}-pod{uid.replace('-', '_')}.slice"
-
-
-def slice_path(name: str) -> str:
-    """Where systemd puts slice `name`: each dash-separated prefix is a parent slice."""
-    parts = name.removesuffix(".slice").split("-")
-    return "/".join(CGROUP_ROOT if i < 0 else "-".join(parts[: i + 1]) + ".slice" for i in range(-1, len(parts)))
-
-
-def scope_path(spec: dict) -> str:
-    """The cgroup directory of a container from its OCI spec's systemd cgroupsPath `slice:prefix:id`."""
-    parent, prefix, name = spec["linux"]["cgroupsPath"].split(":")
-    return f"{slice_path(parent)}/{prefix}-{name}.scope"
-
-
-def cpu_weight(shares: int) -> int:
-    """runc's cgroup v1 shares -> v2 weight conversion."""
-    return 1 + ((shares - 2) * 9999) // 262142
 
 
 class GuestPods:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from rplab.cgroup_v2 import scope_path
 from rplab.example_plugin import ExampleSettings, plugin_process, registration
 from rplab.guest import Guest
 from rplab.guest_kubelet import UNIT as GUEST_KUBELET_UNIT, GuestKubeletNode, through_host
@@ -33,7 +34,7 @@ from rplab.process import ProxyProcess
 from rplab.registry import free_port
 from runtimeproxy.hooks.names import HOOK_NAMES
 
-from test_cgroup_v2 import cgroup_files, scope_path
+from test_cgroup_v2 import cgroup_files
 from tests.kits.machine import built_peer
 from test_real_kubelet import HOOK_ENV, LIFECYCLE_HOOKS, Run, cri_calls, spec_reader, without_edits
 

@@ -25,7 +25,6 @@ said by ``test_the_hooks_that_cannot_act_on_this_kernel``, from what the kernel 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import urllib.request
@@ -39,14 +38,12 @@ import pytest
 from rplab.cluster import SmallCluster
 from rplab.containerd import ContainerdInstance, lab_containerd
 from rplab.cri import CriClient, open_channel
-from rplab.images import BUSYBOX_IMAGE
 from rplab.koord_proxy import KoordProxyProcess
 from rplab.koord_proxy import PEER as REFERENCE
 from rplab.koordlet import (
-    BATCH_CPU, BATCH_MEMORY, EXTENDED_RESOURCE_SPEC, NRI_PLUGIN, QOS_LABEL, REGISTRATION, RESOURCE_STATUS, SKIP_LABEL,
-    Koordlet,
-    KERNEL_HOOKS, batch_resources, cgroup_file, container_cgroup_values, extended_resource_spec,
-    hooks_without_kernel_support, node_slo,
+    NRI_PLUGIN, OWN_POD, REGISTRATION, SKIP_LABEL, UPDATE_RECEIVED, Koordlet, KERNEL_HOOKS, be_pod, cgroup_file,
+    container_cgroup_values, container_spec, hooks_without_kernel_support, koord_manager_writes, lsr_pod, resize,
+    sleeper,
 )
 from rplab.kubelet_node import NODE_NAME, KubeletNode, wait_until
 from rplab.peers import PeerBuildError, is_built, peer_binary
@@ -167,27 +164,6 @@ def remove_pods(runtime: ContainerdInstance) -> None:
                                                                             timeout=30).items)
 
 
-def sleeper(name: str, labels: dict[str, str] | None = None, resources: dict[str, Any] | None = None,
-            annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """A host-network pod (the node has no CNI) of one busybox container that sleeps, bound to the node."""
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": labels or {},
-                         "annotations": annotations or {}},
-            "spec": {"nodeName": NODE_NAME, "hostNetwork": True, "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "main", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sleep", "3600"], "resources": resources or {}}]}}
-
-
-def container_spec(runtime: Path, pod: dict[str, Any]) -> dict[str, Any]:
-    """The OCI spec of the pod's (first) container, as the runtime holds it."""
-    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    client = CriClient(open_channel(runtime))
-    with client.channel:
-        info = client.container_status(container_id, verbose=True).info["info"]
-    spec: dict[str, Any] = json.loads(info)["runtimeSpec"]
-    return spec
-
-
 def hook_counts(port: int, family: str, plugin: str = REGISTRATION) -> Counter[str]:
     """A hook metric of this proxy (``hook_calls`` with outcome ok, ``hook_changes_applied``) for ``plugin``, by
     hook."""
@@ -234,11 +210,7 @@ def test_a_pod_created_through_the_api_server_runs_through_the_proxy(
         cluster.client.delete_pod("plain")
 
 
-# What koord-manager's node resource controller puts in the node's status: the batch resources BE pods request.
-BATCH_ALLOCATABLE = {BATCH_CPU: "4000", BATCH_MEMORY: "4Gi"}
-# The BE pod's batch resources, and what koordlet's batch-resource hook makes of them (MilliCPUToShares,
-# MilliCPUToQuota at the 100 ms period, the memory limit in bytes).
-BE_CPU_MILLI, BE_MEMORY = 500, "256Mi"
+# What koordlet's batch-resource hook makes of the BE pod's batch resources (BE_CPU_MILLI, BE_MEMORY).
 BE_CGROUPS = {"cpu.cfs_quota_us": 50_000, "cpu.cfs_period_us": 100_000, "cpu.shares": 512,
               "memory.limit_in_bytes": 256 * 1024 * 1024}
 # A BE pod koordlet did not act on: the kubelet's BestEffort values (batch resources are not CPU or memory):
@@ -263,7 +235,6 @@ VALUES: dict[str, dict[str, dict[str, Any]]] = {
     DOWN: {OURS: KUBELET_BE_CGROUPS, NRI_MODE: KUBELET_BE_CGROUPS, REFERENCE: KUBELET_BE_CGROUPS},
     BACK: {OURS: BE_CGROUPS, NRI_MODE: BE_CGROUPS, REFERENCE: BE_CGROUPS},
 }
-OWN_POD = "koordlet"
 RESIZE_SECONDS = 60.0
 RECONCILE_SECONDS = 60.0  # koordlet's reconciler runs every 10 s (--runtime-hooks-reconcile-interval)
 BESTEFFORT_SHARES = 2  # the kubelet's CPU shares for a BestEffort container (batch resources are not CPU)
@@ -300,11 +271,7 @@ def koordlet(cluster: SmallCluster, node: KubeletNode, proxy: ProxyProcess, prox
     proxy's NRI), after what koord-manager would have done for the node: its NodeSLO, the batch resources in its
     status."""
     require_peers(("koordlet",))
-    slo = f"/apis/slo.koordinator.sh/v1alpha1/nodeslos/{NODE_NAME}"
-    if not cluster.client.exists(slo):
-        cluster.client.create("/apis/slo.koordinator.sh/v1alpha1/nodeslos", node_slo())
-    cluster.client.patch(f"/api/v1/nodes/{NODE_NAME}/status",
-                         {"status": {"capacity": BATCH_ALLOCATABLE, "allocatable": BATCH_ALLOCATABLE}})
+    koord_manager_writes(cluster.client)
     # koordlet's own pod, as its DaemonSet's: the proxy skips it (koordlet also waits for a first non-empty pod
     # list from the kubelet before it serves).
     cluster.client.create_pod(sleeper(OWN_POD, labels={SKIP_LABEL: "true"}))
@@ -322,13 +289,6 @@ def koordlet(cluster: SmallCluster, node: KubeletNode, proxy: ProxyProcess, prox
     finally:
         agent.stop()
         cluster.client.delete_pod(OWN_POD)
-
-
-def be_pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A BE pod as koord-manager's webhook leaves it: the QoS label, batch resources, their annotation."""
-    resources = batch_resources(BE_CPU_MILLI, BE_MEMORY)
-    return sleeper(name, labels={QOS_LABEL: "BE", **(labels or {})}, resources=resources,
-                   annotations={EXTENDED_RESOURCE_SPEC: extended_resource_spec({"main": resources})})
 
 
 def run_and_read(cluster: SmallCluster, runtime: Path, pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
@@ -375,10 +335,7 @@ def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota_a
     """koordlet's cpuset hook: the CPUs of koord-scheduler's resource-status annotation, and the CFS quota unset
     (the kubelet gives a Guaranteed one-CPU container a quota of 100000), on create and on an in-place resize
     (PreUpdateContainerResources: koordlet's log says it received it, whichever the proxy)."""
-    amounts = {"cpu": "1", "memory": "64Mi"}
-    pod = sleeper("lsr", labels={QOS_LABEL: "LSR"}, resources={"requests": amounts, "limits": amounts},
-                  annotations={RESOURCE_STATUS: json.dumps({"cpuset": LAST_CPU})})
-    running = cluster.client.create_pod(pod)
+    running = cluster.client.create_pod(lsr_pod("lsr", LAST_CPU))
     try:
         spec = container_spec(Path(node_runtime.address), running)
         cgroups_path = spec["linux"]["cgroupsPath"]
@@ -390,9 +347,7 @@ def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota_a
         received_before = koordlet.log_count(update_line)
         changed_before = hook_counts(metrics_port, "hook_changes_applied")["PreUpdateContainerResources"] \
             if proxy_name == OURS else 0
-        resized = {"cpu": "1500m", "memory": "64Mi"}
-        cluster.client.patch("/api/v1/namespaces/default/pods/lsr/resize", {"spec": {"containers": [
-            {"name": "main", "resources": {"requests": resized, "limits": resized}}]}})
+        cluster.client.patch("/api/v1/namespaces/default/pods/lsr/resize", resize("1500m"))
         # The kubelet's status then shows the new requests but keeps the old CPU limit: the runtime reports the
         # container unlimited (koordlet unset its quota), so the limit never reads back as applied.
         wait_until(lambda: cgroup_file(cgroups_path, "cpu", "cpu.shares") == "1536", RESIZE_SECONDS,
@@ -409,8 +364,7 @@ def test_an_lsr_pod_gets_the_cpuset_koord_scheduler_annotated_and_no_cfs_quota_a
         cluster.client.delete_pod("lsr")
 
 
-# koordlet's log line (at -v=5) for each PreUpdateContainerResources call it serves (NRI mode: each UpdateContainer).
-UPDATE_RECEIVED = "receive PreUpdateContainerResourcesHook request"
+# koordlet's log line (at -v=5) in NRI mode for each UpdateContainer (hook mode: rplab.koordlet.UPDATE_RECEIVED).
 NRI_UPDATE_RECEIVED = "handle NRI UpdateContainer successfully"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 from pathlib import Path
 
@@ -35,6 +37,16 @@ def test_a_kubeconfig_names_the_server_the_ca_and_the_users_certificate(tmp_path
                                                 "certificate-authority": str(tmp_path / "ca.crt")}
     assert config["users"][0]["user"]["client-certificate"] == str(tmp_path / "node.crt")
     assert config["current-context"] == config["contexts"][0]["name"]
+
+
+def test_an_embedded_kubeconfig_carries_the_certificates_themselves(tmp_path: Path) -> None:
+    for name in ("ca.crt", "node.crt", "node.key"):
+        (tmp_path / name).write_text(f"PEM of {name}\n")
+    config = kubeconfig("https://127.0.0.1:6443", tmp_path, "node", embedded=True)
+    assert base64.b64decode(config["clusters"][0]["cluster"]["certificate-authority-data"]) == b"PEM of ca.crt\n"
+    assert {key: base64.b64decode(value) for key, value in config["users"][0]["user"].items()} == {
+        "client-certificate-data": b"PEM of node.crt\n", "client-key-data": b"PEM of node.key\n"}
+    assert str(tmp_path) not in json.dumps(config)
 
 
 def test_a_crds_objects_are_listed_at_its_storage_version() -> None:

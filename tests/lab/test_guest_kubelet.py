@@ -9,22 +9,11 @@ from pathlib import Path
 import pytest
 
 from rplab import guest_kubelet
-from rplab.guest import GUEST_BASE, KUBELET_PORT, Guest, GuestImage
+from rplab.guest import GUEST_BASE, KUBELET_PORT
 from rplab.guest_kubelet import GuestKubeletNode
 from rplab.kubelet_node import NODE_LABEL
 
-
-class ScriptedGuest(Guest):
-    """A guest whose shell records the scripts it is given and answers from `answers` (else nothing)."""
-
-    def __init__(self, base: Path) -> None:
-        super().__init__(base, GuestImage(base / "image"))
-        self.scripts: list[str] = []
-        self.answers: dict[str, str] = {}
-
-    def shell(self, script: str, timeout: float = 60.0, check: bool = True) -> str:
-        self.scripts.append(script)
-        return next((answer for start, answer in self.answers.items() if script.startswith(start)), "")
+from tests.kits.guest import ScriptedGuest
 
 
 @pytest.fixture
@@ -63,3 +52,36 @@ def test_a_pod_cgroup_is_looked_up_as_the_systemd_drivers_slice(node: GuestKubel
     assert "-name '*pod1_2.slice'" in guest.scripts[-1]
     guest.answers.clear()
     assert not node.has_pod_cgroup("1-2")
+
+
+def test_a_registered_kubelet_gets_its_kubeconfig_and_the_guests_own_address(node: GuestKubeletNode,
+                                                                               tmp_path: Path) -> None:
+    assert "--node-ip=127.0.0.1" in node.guest_argv()
+    (tmp_path / "node.kubeconfig").write_text('{"kind": "Config"}')
+    registered = GuestKubeletNode(node.endpoint, node.directory, guest=node.guest,
+                                  kubeconfig=tmp_path / "node.kubeconfig")
+    argv = registered.guest_argv()
+    assert f"--kubeconfig={registered.guest_kubeconfig}" in argv
+    assert not any(flag.startswith("--node-ip") for flag in argv)
+    assert registered.guest_kubeconfig.startswith(registered.guest_directory)
+
+
+def test_a_file_is_written_into_the_guest_whole_and_a_binary_copied_once(tmp_path: Path) -> None:
+    guest = ScriptedGuest(tmp_path)
+    guest.write("/etc/x/conf", "a: 1", mode="0600")
+    script = guest.scripts[-1]
+    assert "<<'RPLAB_EOF'\na: 1\nRPLAB_EOF\n" in script and "chmod 0600 '/etc/x/conf.partial'" in script
+    assert script.endswith("mv '/etc/x/conf.partial' '/etc/x/conf'")
+    binary = tmp_path / "tool"
+    binary.write_bytes(b"12345")
+    guest.answers["stat -c %s"] = "5\n"
+    assert guest.put_once(binary, "/usr/local/bin/tool") == 0.0  # there already, same size: not copied
+    assert not any("mount -t 9p" in s for s in guest.scripts)
+
+
+def test_the_guests_forwarder_to_the_host_listens_where_told(tmp_path: Path) -> None:
+    guest = ScriptedGuest(tmp_path)
+    assert guest_kubelet.through_host(guest) == guest_kubelet.PROXY_SOCKET
+    assert f"socat UNIX-LISTEN:{guest_kubelet.PROXY_SOCKET},fork,unlink-early TCP:" in guest.scripts[-1]
+    guest_kubelet.forward_to_host(guest, "TCP-LISTEN:6443,bind=127.0.0.1,reuseaddr,fork", "rplab-api")
+    assert "--unit=rplab-api" in guest.scripts[-1] and "socat TCP-LISTEN:6443" in guest.scripts[-1]

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 from rplab.koordlet import (
-    BATCH_CPU, BATCH_MEMORY, KERNEL_HOOKS, Koordlet, batch_resources, extended_resource_spec,
-    hooks_without_kernel_support, serving,
+    BATCH_CPU, BATCH_MEMORY, KERNEL_HOOKS, KERNEL_PROBE_SCRIPT, QOS_LABEL, RESOURCE_STATUS, SKIP_LABEL, Koordlet,
+    batch_resources, be_pod, extended_resource_spec, hook_mode_flags, hooks_without_kernel_support, lsr_pod,
+    missing_kernel_hooks, parse_kernel_probe, resize, serving,
 )
-from rplab.kubelet_node import KubeletNode
+from rplab.kubelet_node import NODE_NAME, KubeletNode
 
 
 def koordlet(tmp_path: Path, kubeconfig: Path | None = None) -> Koordlet:
@@ -74,3 +75,31 @@ def test_the_hooks_a_kernel_cannot_serve_are_named_with_what_is_missing(tmp_path
     (proc / "filesystems").write_text("nodev\tcgroup\nnodev\tresctrl\n")
     (dev / "nvidia0").touch()
     assert hooks_without_kernel_support(cgroup, proc, dev) == {}
+
+
+def test_the_kernel_probe_a_guests_shell_runs_says_the_same_as_the_hosts_checks() -> None:
+    present = parse_kernel_probe("group identity=0\ncore scheduling=1\nresctrl=0\nGPU env=0\nrplab-exit=0\n")
+    assert present == {"group identity": False, "core scheduling": True, "resctrl": False, "GPU env": False}
+    assert set(missing_kernel_hooks(present)) == {"group identity", "resctrl", "GPU env"}
+    assert set(missing_kernel_hooks({})) == set(KERNEL_HOOKS)
+    assert all(f"echo '{hook}=1'" in KERNEL_PROBE_SCRIPT for hook in KERNEL_HOOKS)
+
+
+def test_the_pods_of_the_scenarios_as_koordinators_controllers_leave_them() -> None:
+    be = be_pod("be", {SKIP_LABEL: "true"})
+    assert be["metadata"]["labels"] == {QOS_LABEL: "BE", SKIP_LABEL: "true"}
+    assert be["spec"]["nodeName"] == NODE_NAME and be["spec"]["hostNetwork"] is True
+    lsr = lsr_pod("lsr", "3")
+    assert json.loads(lsr["metadata"]["annotations"][RESOURCE_STATUS]) == {"cpuset": "3"}
+    assert lsr["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1", "memory": "64Mi"}
+    assert resize("1500m")["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1500m"
+
+
+def test_hook_mode_flags_name_the_nodes_paths_with_one_trailing_slash() -> None:
+    flags = hook_mode_flags(cgroup_root="/sys/fs/cgroup", kubelet_root="/var/lib/k/root/", socket="/run/k.sock",
+                            hook_config_dir="/etc/runtime/hookserver.d", read_only_port=10255, state="/s", nri=False,
+                            metrics_address="127.0.0.1:9316")
+    for flag in ("--cgroup-root-dir=/sys/fs/cgroup/", "--var-lib-kubelet-dir=/var/lib/k/root/",
+                 "--runtime-hooks-addr=/run/k.sock", "--runtime-hooks-config-path=/etc/runtime/hookserver.d",
+                 "--enable-nri-runtime-hook=false", "--tsdb-path=/s/tsdb", "--addr=127.0.0.1:9316"):
+        assert flag in flags
