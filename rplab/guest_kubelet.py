@@ -117,8 +117,8 @@ class GuestKubeletNode(KubeletNode):
         self.copy_seconds = guest.put_once(binary, GUEST_BINARY)
         config = json.dumps(self.config(KUBELET_SERVER_PORT), indent=1)
         (self.directory / "kubelet.json").write_text(config)
-        guest.shell(f"mkdir -p {self.guest_manifests} && cat > {self.guest_directory}/kubelet.json <<'RPLAB_EOF'\n"
-                    f"{config}\nRPLAB_EOF")
+        guest.shell(f"mkdir -p {self.guest_manifests}")
+        guest.write(f"{self.guest_directory}/kubelet.json", config)
         if self.kubeconfig is not None:
             guest.write(self.guest_kubeconfig, self.kubeconfig.read_text(), mode="0600")
         self.read_only_port = guest.kubelet_port
