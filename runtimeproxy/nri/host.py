@@ -74,6 +74,7 @@ from runtimeproxy.nri.session import (
     PluginFailed,
     PluginSession,
     listen,
+    serve_connection,
 )
 from runtimeproxy.nri.ttrpc import TtrpcError
 from runtimeproxy.nri.default_validator import DEFAULT_VALIDATOR_ID, DEFAULT_VALIDATOR_NAME, DefaultValidator
@@ -152,18 +153,26 @@ class NriHost:
                                    "the proxy another --nri-socket)") from None
         try:
             sock, self._inode = bind_unix_socket(self.socket_path)
-            self._server = await listen(sock, self._attach, **self._session_options)
+            self._server = await listen(sock, self.serve_stream)
         except BaseException:
             self._release_socket()
             raise
         log.info("NRI: serving plugins on %s", self.socket_path)
-        if self.plugin_dir is not None:
-            self._launch_all(self.plugin_dir)
+        self.launch()
 
-    def _launch_all(self, plugin_dir: Path) -> None:
-        """Launches the directory's plugins; each registers and attaches in the background, as connected
-        plugins do (a slow one never holds up the proxy's start)."""
-        for plugin_file in discover(plugin_dir, self.plugin_config_dir, self._owners):
+    async def serve_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One plugin's connection: registration and Configure, then attached (or dropped with a log line). The NRI
+        socket serves each connection it accepts here; the host's unit tests hand in one end of a socket pair
+        instead, no socket bound."""
+        await serve_connection(reader, writer, self._attach, **self._session_options)
+
+    def launch(self) -> None:
+        """Launches the plugins of the plugin directory, if the host has one (start() does, once it serves the
+        socket); each registers and attaches in the background, as connected plugins do (a slow one never holds
+        up the proxy's start)."""
+        if self.plugin_dir is None:
+            return
+        for plugin_file in discover(self.plugin_dir, self.plugin_config_dir, self._owners):
             try:
                 process = LaunchedProcess.spawn(plugin_file)
             except OSError as error:

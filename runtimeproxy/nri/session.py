@@ -326,19 +326,23 @@ def _sync_parts(pods: list[nri.PodSandbox],
     return parts
 
 
-async def listen(sock: socket.socket, on_plugin: Callable[[PluginSession], Awaitable[None]],
-                 **session_options: object) -> asyncio.Server:
-    """Accepts plugin connections on `sock` (listener.bind_unix_socket: claimed, its mode set); each registered
-    and configured plugin is handed to `on_plugin` (which synchronizes it). Plugins that fail the handshake are
-    dropped with a log line."""
+async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           on_plugin: Callable[[PluginSession], Awaitable[None]], **session_options: object) -> None:
+    """One plugin's connection, however it came (accepted on the NRI socket, or one end of a socket pair): its
+    registration and Configure, then the registered, configured plugin is handed to `on_plugin` (which
+    synchronizes it). A plugin that fails the handshake is dropped with a log line."""
+    session = PluginSession(reader, writer, **session_options)  # type: ignore[arg-type]
+    try:
+        await session.start()
+    except PluginDetached as error:
+        log.warning("NRI plugin connection dropped: %s", error.message)
+        return
+    await on_plugin(session)
 
-    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = PluginSession(reader, writer, **session_options)  # type: ignore[arg-type]
-        try:
-            await session.start()
-        except PluginDetached as error:
-            log.warning("NRI plugin connection dropped: %s", error.message)
-            return
-        await on_plugin(session)
 
-    return await asyncio.start_unix_server(accepted, sock=sock, backlog=listen_backlog())
+async def listen(sock: socket.socket,
+                 on_connection: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+                 ) -> asyncio.Server:
+    """Accepts plugin connections on `sock` (listener.bind_unix_socket: claimed, its mode set); each is handed to
+    `on_connection` (serve_connection, told what to do with a registered plugin)."""
+    return await asyncio.start_unix_server(on_connection, sock=sock, backlog=listen_backlog())

@@ -16,7 +16,7 @@ import pytest
 from runtimeproxy.listener import bind_unix_socket
 from runtimeproxy.nri.session import (
     DEFAULT_REGISTRATION_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, KNOWN_EVENTS_MASK, PluginDetached, PluginSession,
-    event_mask, listen,
+    event_mask, listen, serve_connection,
 )
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
@@ -101,7 +101,8 @@ def test_a_plugin_registers_is_configured_synchronized_called_and_shut_down(sock
             sessions.put_nowait(session)
 
         sock, _ = bind_unix_socket(socket_path)
-        server = await listen(sock, on_plugin, on_update=on_update, **RUNTIME)
+        server = await listen(sock, lambda reader, writer: serve_connection(
+            reader, writer, on_plugin, on_update=on_update, **RUNTIME))
         await plugin.connect(socket_path)
         session = await sessions.get()
         assert (session.plugin_id, session.nri_version) == ("07-tester", "v0.8.0")
