@@ -1,10 +1,10 @@
 """The project's own NRI plugin, written from the protocol: the one NRI plugin of tests, lab and bench.
 
 `NriPlugin` is what an NRI stub does on the plugin side: connect to the runtime's socket (or, launched by the
-runtime, use the connection it passed as fd NRI_PLUGIN_SOCKET), multiplex it, serve the Plugin service on
-connection 1, call RegisterPlugin on connection 2, answer Configure with its event mask, record Synchronize
-and events, and stop on Shutdown. Knobs make it misbehave for fault tests; `adjusting` and friends build
-answers.
+runtime, use the connection it passed as fd NRI_PLUGIN_SOCKET; or a socketpair's end, as unit tests do),
+multiplex it, serve the Plugin service on connection 1, call RegisterPlugin on connection 2, answer Configure
+with its event mask, record Synchronize and events, and stop on Shutdown. Knobs make it misbehave for fault
+tests; `adjusting` and friends build answers.
 
     python -m rplab.nri_plugin [--socket PATH]   # a no-op plugin on every event (the benchmark's); without
                                                  # --socket it expects to be launched by the runtime
@@ -55,12 +55,16 @@ class NriPlugin:
     async def connect(self, path: Path) -> None:
         await self.serve(*await asyncio.open_unix_connection(str(path)))
 
+    async def connect_socket(self, connection: socket.socket) -> None:
+        """Over a connected unix socket: the end of a socketpair the runtime holds the other end of."""
+        await self.serve(*await asyncio.open_unix_connection(sock=connection))
+
     async def connect_launched(self) -> None:
         """As a plugin the runtime launched: the connection is fd NRI_PLUGIN_SOCKET, name and index from the
         environment (it still registers, as NRI's stub does)."""
         connection = socket.socket(fileno=int(os.environ[PLUGIN_SOCKET_ENV]))
         self.name, self.index = os.environ[PLUGIN_NAME_ENV], os.environ[PLUGIN_IDX_ENV]
-        await self.serve(*await asyncio.open_unix_connection(sock=connection))
+        await self.connect_socket(connection)
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.mux = Mux(reader, writer, name=f"plugin {self.index}-{self.name}")
