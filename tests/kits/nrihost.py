@@ -1,9 +1,15 @@
-"""Helpers of the NRI host's unit tests: a host on a real unix socket, the project's NRI plugins attached to
-it, and the hook values of one pod and container."""
+"""Helpers of the NRI host's unit tests: a host, the project's NRI plugins attached to it, and the hook values of
+one pod and container.
+
+The host binds no socket unless asked (`host_on(..., on_socket=True)`, for the tests about the NRI socket itself:
+tests/nri/test_host_socket.py): each plugin reaches it over an anonymous socketpair, one end served by the host as
+an accepted connection is (NriHost.serve_stream), the other the plugin's (NriPlugin.connect_socket); no path, no
+listener, no lock file."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -71,19 +77,27 @@ def cpu_update(container_id: str, shares: int) -> nri.ContainerUpdate:
 
 
 @asynccontextmanager
-async def host_on(path: Path, store: Store | None = None, runtime: Runtime | None = None,
+async def host_on(path: Path, store: Store | None = None, runtime: Runtime | None = None, *, on_socket: bool = False,
                   **options: object) -> AsyncIterator[NriHost]:
-    """A host on `path`; the core's door to `store` and `runtime`, with the core saying what the stops its
-    evictions cause are about (as hooks.service wires it)."""
+    """A host named by `path` (serving it only `on_socket`: else plugins reach it through `attached`/`connected`);
+    the core's door to `store` and `runtime`, with the core saying what the stops its evictions cause are about
+    (as hooks.service wires it)."""
     store = store if store is not None else Store()
     context = HookContext(store, runtime or StubRuntime(), SkipRule("", ""))
     asks = PluginAsks(store, runtime, lambda container_id: subject_of(context, container_id=container_id))
     host = NriHost(path, asks, **options)  # type: ignore[arg-type]
-    await host.start()
+    if on_socket:
+        await host.start()
+    else:
+        host.launch()  # what start() does besides the socket
     try:
         yield host
     finally:
         await host.stop()
+        for serving in _SERVING:
+            serving.cancel()
+        await asyncio.gather(*_SERVING, return_exceptions=True)
+        _SERVING.clear()
         _ATTACHED.clear()
 
 
@@ -91,12 +105,25 @@ async def host_on(path: Path, store: Store | None = None, runtime: Runtime | Non
 # `attached` and keeps no reference, and the garbage collector finalizing its StreamWriter closes the connection
 # (asyncio does since Python 3.11.5): the plugin then dropped off mid-scenario whenever a collection ran.
 _ATTACHED: list[NriPlugin] = []
+# The host's side of each socketpair: its serve_stream task (registration, Configure, attach), as a listening
+# server runs one per accepted connection; held (the loop keeps only a weak reference) and cancelled with the host.
+_SERVING: list[asyncio.Task[None]] = []
+
+
+async def connected(host: NriHost, *plugins: NriPlugin) -> None:
+    """Each of plugins connected to the host at once, over a socketpair of its own, its registration answered; the
+    host configures and synchronizes it in the background (`registered` waits for that)."""
+    _ATTACHED.extend(plugins)
+
+    async def connect(plugin: NriPlugin) -> None:
+        host_end, plugin_end = socket.socketpair()
+        _SERVING.append(asyncio.ensure_future(host.serve_stream(*await asyncio.open_unix_connection(sock=host_end))))
+        await plugin.connect_socket(plugin_end)
+    await asyncio.gather(*(connect(each) for each in plugins))
 
 
 async def attached(host: NriHost, *plugins: NriPlugin) -> None:
-    _ATTACHED.extend(plugins)
-    for each in plugins:
-        await each.connect(host.socket_path)
+    await connected(host, *plugins)
     await registered(host, *plugins)
 
 

@@ -11,6 +11,7 @@ import pytest
 
 @pytest.fixture
 def socket_path() -> Iterator[Path]:
-    """A path for the host's NRI socket, in a fresh directory."""
+    """A path for the host's NRI socket, in a fresh directory (bound only by the tests about the socket: the host
+    of the others serves socketpairs, tests.kits.nrihost)."""
     with tempfile.TemporaryDirectory(prefix="nri-") as directory:
         yield Path(directory) / "nri.sock"

@@ -26,7 +26,7 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin,
+from tests.kits.nrihost import (adjusting, attached, connected, container_info, cpu_update, creation, host_on, plugin,
                      pod_info, pod_model, run, StubRuntime)
 from tests.kits.nri import NriPlugin
 
@@ -214,7 +214,7 @@ def test_a_reconnecting_plugin_replaces_its_old_connection(socket_path: Path) ->
             old, new = NriPlugin(events=CREATE), NriPlugin(events=CREATE)
             await attached(host, old)
             first = host.plugins[0]
-            await new.connect(socket_path)
+            await connected(host, new)
             while host.plugins == [first]:
                 await asyncio.sleep(0.01)
             assert [session.plugin_id for session in host.plugins] == ["10-nrikit"]

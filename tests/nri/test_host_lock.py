@@ -17,7 +17,8 @@ from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import attached, container_info, host_on, plugin, pod_info, pod_model, registered, run
+from tests.kits.nrihost import (attached, connected, container_info, host_on, plugin, pod_info, pod_model, registered,
+                                run)
 from tests.kits.nri import NriPlugin
 
 
@@ -50,7 +51,7 @@ def test_two_registrations_of_one_plugin_at_once_leave_one_live_session(socket_p
     async def scenario() -> None:
         async with host_on(socket_path) as host:
             twins = [NriPlugin(name="twin", index="10", events=event_mask(nri.CREATE_CONTAINER)) for _ in range(2)]
-            await asyncio.gather(*(twin.connect(host.socket_path) for twin in twins))
+            await connected(host, *twins)
             while not any(session.plugin_id == "10-twin" for session in host.plugins):
                 await asyncio.sleep(0.01)
             await asyncio.sleep(0.2)  # both registrations have gone through the lock
@@ -84,7 +85,7 @@ def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchroni
 
             creating = asyncio.create_task(create())
             await asyncio.sleep(0.01)
-            await late.connect(host.socket_path)
+            await connected(host, late)
             await asyncio.sleep(0.1)
             assert late.requests("Synchronize") == []  # waits for the store write
             relayed.set()
@@ -110,7 +111,7 @@ def test_a_create_starting_while_a_plugin_synchronizes_sends_it_the_event(socket
         async with host_on(socket_path, store, gate=gate) as host:
             late = NriPlugin(name="late", index="20", events=event_mask(nri.CREATE_CONTAINER), every_event=True,
                              methods={"Synchronize": (nri.SynchronizeRequest, held_synchronize)})
-            await late.connect(host.socket_path)
+            await connected(host, late)
             while not late.requests("Synchronize"):
                 await asyncio.sleep(0.01)
 

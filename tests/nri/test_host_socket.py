@@ -33,7 +33,7 @@ def test_under_umask_000_the_socket_is_0660_and_another_uid_cannot_connect() -> 
 
     async def scenario() -> None:
         with restrictive_umask(0o777):  # umask 000, as a badly started service would have it
-            async with host_on(path):
+            async with host_on(path, on_socket=True):
                 assert stat.S_IMODE(path.stat().st_mode) == 0o660
                 assert connect_as(0, path) == 0  # the check is the socket's mode, not the directory
                 assert connect_as(NOBODY, path) == errno.EACCES
@@ -64,6 +64,6 @@ def test_a_socket_held_by_a_live_server_is_refused_and_a_stale_one_is_taken(sock
     live.close()  # the file stays, nobody listens
 
     async def stale_is_taken() -> None:
-        async with host_on(socket_path):
+        async with host_on(socket_path, on_socket=True):
             assert connect_as(0, socket_path) == 0
     run(stale_is_taken())
