@@ -78,11 +78,11 @@ async def subject_of(context: HookContext, pod_id: str = "", container_id: str =
     """A recorded pod or container as the NRI plugins hear of it; None: unknown, or of a skip-labelled pod."""
     if container_id:
         found = await context.container(container_id)
-        request = request_of(*found) if found is not None else None
-        if found is None or request is None:
+        if found is None:
             return None
         record, pod = found
-        return Subject(record.pod_id, pod_of(record, pod), container_id, request, model=record)
+        pod = pod_of(record, pod)
+        return None if pod is not None and pod.skip_hooks else Subject(record.pod_id, pod, container_id, record)
     recorded = await context.pod(pod_id)
     if recorded is None or recorded.skip_hooks:
         return None

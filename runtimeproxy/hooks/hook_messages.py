@@ -122,6 +122,26 @@ def container_request(container: ContainerRecord, pod: PodRecord | None) -> hook
     return request
 
 
+def set_container_part(request: hooks.ContainerResourceHookRequest, container: ContainerRecord) -> None:
+    """`request`'s container part (annotations, environment, resources) made the record's; metadata and the pod's
+    part kept."""
+    replace_map(request.container_annotations, container.annotations)
+    replace_map(request.container_envs, container.env)
+    if container.resources is None:
+        request.ClearField("container_resources")
+    else:
+        set_resources(request.container_resources, container.resources)
+
+
+def container_answer(container: ContainerRecord) -> hooks.ContainerResourceHookResponse:
+    """The container part of a record as a hook plugin would answer it (what hooks.validate judges an answer by)."""
+    answer = hooks.ContainerResourceHookResponse(container_annotations=container.annotations,
+                                                 container_envs=container.env)
+    if container.resources is not None:
+        set_resources(answer.container_resources, container.resources)
+    return answer
+
+
 def fill_pod_part(request: hooks.ContainerResourceHookRequest, pod: PodRecord) -> None:
     """The pod part of a container's hook request (pod_*), from the pod's record."""
     request.pod_meta.CopyFrom(pod_meta(pod))

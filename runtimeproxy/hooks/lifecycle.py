@@ -33,7 +33,8 @@ from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
-from runtimeproxy.hooks.hook_messages import container_record, fill_pod_part
+from runtimeproxy.hooks.hook_messages import container_record, fill_pod_part, with_request
+from runtimeproxy.hooks.container_value import ContainerValue
 from runtimeproxy.hooks.model import ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
@@ -301,20 +302,21 @@ class HookPoints:
                 return ContainerCreation(pod_id, container, False, False, decoded_edits=edits, labels=shown,
                                          unrecorded_pod=unrecorded)
         ignored: list[str] = []
-        subject: Subject | None = None  # the NRI plugins' (their edits), when they took part
+        left: ContainerEdits | None = None  # as the NRI plugins left them, when they took part
 
         async def nri_part(changed: hooks.ContainerResourceHookRequest,
                            chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            nonlocal subject
+            nonlocal left
             model = container_record(pod_id, changed, shown, edits)  # not created yet: its state is unknown
-            subject = Subject(pod_id, pod, "", changed, edits, model)
-            return await self.nri.adjust(nri_events.CREATE_CONTAINER, subject, time_remaining, chain)
+            adjusted = await self.nri.adjust(nri_events.CREATE_CONTAINER, Subject(pod_id, pod, "", model),
+                                             time_remaining, chain, ContainerValue(model, changed))
+            left = adjusted.container.edits
+            return adjusted.request
 
         wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
         changed = await self._chain(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining,
                                     nri_part if wants_nri else None, ignored,
                                     self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
-        left = subject.edits if subject is not None else None
         return ContainerCreation(pod_id, changed, changed != container, True, left, edits, shown, tuple(ignored),
                                  unrecorded)
 
@@ -381,8 +383,9 @@ class HookPoints:
 
         async def nri_part(changed: hooks.ContainerResourceHookRequest,
                            chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            subject = Subject(record.pod_id, pod_of(record, pod), container_id, changed, model=record)
-            return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain)
+            subject = Subject(record.pod_id, pod_of(record, pod), container_id, record)
+            value = ContainerValue(with_request(record, changed), changed)
+            return (await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain, value)).request
 
         changed = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,
                                     nri_part if nri_wants else None, [], hooked)

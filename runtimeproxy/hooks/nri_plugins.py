@@ -6,9 +6,9 @@ HookService; without it `NO_NRI_PLUGINS` costs one attribute read per call. The 
 call it after the hook-protocol chain, so the NRI plugins see the request as the hook plugins left it. Events are named as NRI names them; `adjust` is for those whose answers change the call (the
 table's `adjusts`: CreateContainer, UpdateContainer), `notify` for the others. Both raise
 hooks.dispatcher.HookFailed to fail the call (`notify` only for the table's `fails_call`: RunPodSandbox,
-StartContainer, UpdatePodSandbox). At CreateContainer the subject also carries
-what the hook model lacks (hooks.edits.ContainerEdits: argv, bind mounts, devices, RDT class, as the
-frontend's request says); `adjust` leaves them in `subject.edits` as the plugins changed them.
+StartContainer, UpdatePodSandbox). `adjust` folds into the chain's value (hooks.container_value): the
+container in the core's model, at CreateContainer with what the hook model lacks (hooks.edits.ContainerEdits:
+argv, bind mounts, devices, RDT class, as the frontend's request says), returned as the plugins left it.
 
 For the operator pieces (status, metrics; read through the hook service): `statuses()` describes each
 attached plugin in plain values; its calls per event are the NRI kind's rows of the core's one table
@@ -22,10 +22,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtimeproxy.hooks.chain import ChainRecord
-from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.hook_messages import container_record
+from runtimeproxy.hooks.container_value import ContainerValue
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
 @dataclass(frozen=True)
@@ -38,25 +36,21 @@ class PodResize:
 
 @dataclass
 class Subject:
-    """What an event is about: a pod, or a container and its pod (as the store records them)."""
+    """What an event is about: a pod, or a container and its pod, in the core's model (as the store records them;
+    at CreateContainer the container being created, as the hook plugins left it)."""
 
     pod_id: str
-    pod: PodRecord | None  # as the store records it (None: not known)
+    pod: PodRecord | None  # None: not known
     container_id: str = ""
-    # The container's hook request with its pod's part (at CreateContainer and UpdateContainer: as the hook
-    # plugins left it); None: a pod event.
-    container: hooks.ContainerResourceHookRequest | None = None
-    edits: ContainerEdits | None = None  # CreateContainer: what the hook model lacks (None: not carried)
-    # The container as the store records it (hooks.model: labels, state, pid, times, current resources; at
-    # CreateContainer the one being created). None: only `container` is known.
-    model: ContainerRecord | None = None
+    # The container (labels, state, pid, times, current resources; at CreateContainer its edits: what the hook
+    # model lacks, None: not carried); None: a pod event.
+    container: ContainerRecord | None = None
     resize: PodResize | None = None  # UpdatePodSandbox: the pod's resources as they are to be
 
-    def record(self) -> ContainerRecord:
-        """The container's model (one made from `container` when there is none)."""
-        if self.model is not None:
-            return self.model
-        return container_record(self.pod_id, self.container or hooks.ContainerResourceHookRequest())
+    def value(self) -> ContainerValue:
+        """The container as an adjusting event starts from when no hook plugin ran before: as recorded."""
+        assert self.container is not None
+        return ContainerValue.of(self.container, self.pod)
 
 
 @dataclass(frozen=True)
@@ -82,10 +76,10 @@ class NriPlugins(Protocol):
         """Some plugin is attached (cheap): what only such plugins see (a pid, an image's argv) is read then."""
 
     async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
-                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
-        """CreateContainer / UpdateContainer: subject.container as the plugins leave it (validated); at
-        CreateContainer subject.edits is replaced by the edits as the plugins leave them. `chain`: the kubelet
-        call's record (its hook plugins' steps), which the NRI plugins' steps join; the caller finishes it."""
+                     chain: ChainRecord | None = None, value: ContainerValue | None = None) -> ContainerValue:
+        """CreateContainer / UpdateContainer: `value` (the container as the hook plugins left it; None:
+        `subject.value()`) as the NRI plugins leave it, validated; at CreateContainer its edits too. `chain`: the
+        kubelet call's record (its hook plugins' steps), which the NRI plugins' steps join; the caller finishes it."""
 
     async def notify(self, event: str, subject: Subject) -> None:
         """Any other event; raises HookFailed only for the events that fail the call (hooks.nri_events)."""
@@ -102,9 +96,8 @@ class _NoNriPlugins:
         return False
 
     async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
-                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
-        assert subject.container is not None
-        return subject.container
+                     chain: ChainRecord | None = None, value: ContainerValue | None = None) -> ContainerValue:
+        return value if value is not None else subject.value()
 
     async def notify(self, event: str, subject: Subject) -> None:
         return None

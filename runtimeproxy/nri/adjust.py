@@ -1,8 +1,9 @@
 """NRI plugins' answers applied to a container as the hook core knows it: what a CRI or Docker request carries.
 
 A ContainerAdjustment (CreateContainer) and a ContainerUpdate's resources (UpdateContainer, or an update of
-another container) are folded into a hooks.ContainerResourceHookRequest, which the frontend writes back into
-its request as it does a hook plugin's answer. Applied: annotations and environment (a key "-name" removes,
+another container) are folded into the container as the core's model has it (hooks.model.ContainerRecord), which
+the chain's value takes (hooks.container_value) and the frontend writes back into its request.
+Applied: annotations and environment (a key "-name" removes,
 NRI's removal marker), CPU shares/quota/period, cpuset cpus/mems, memory limit and swap, hugepage limits,
 unified (cgroup v2) keys, and at creation the OOM score adjustment. At creation, what the hook model lacks
 is folded into hooks.edits.ContainerEdits (nri.edits: args, bind mounts, devices and their cgroup rules, the
@@ -28,9 +29,9 @@ from google.protobuf.message import Message
 
 from runtimeproxy.hooks import edits as kinds
 from runtimeproxy.hooks.edits import ContainerEdits
+from runtimeproxy.hooks.model import ContainerRecord, HugepageLimit, Resources
 from runtimeproxy.nri import edits as nri_edits
 from runtimeproxy.nri.edits import EditRefused, Stat
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 # Adjustment fields the proxy applies (message paths from ContainerAdjustment / LinuxContainerUpdate).
@@ -105,15 +106,21 @@ def unsupported_fields(message: Message, applied: frozenset[str], prefix: str = 
 
 
 class Adjustments:
-    """One call's answers, plugin after plugin, folded into `container` (a copy of the request)."""
+    """One call's answers, plugin after plugin, folded into `container`: a copy of the container as the core's model
+    has it (hooks.model.ContainerRecord; its `edits`: what the hook model lacks, None: the frontend carries none)."""
 
-    def __init__(self, request: hooks.ContainerResourceHookRequest, edits: ContainerEdits | None = None,
-                 stat_path: Stat = os.stat) -> None:
-        self.container = hooks.ContainerResourceHookRequest()
-        self.container.CopyFrom(request)
-        self.edits = edits  # what the hook model lacks (None: the frontend carries none of it)
+    def __init__(self, container: ContainerRecord, stat_path: Stat = os.stat) -> None:
+        self.container = working_copy(container)
         self._stat = stat_path  # host device nodes (a fake in unit tests)
         self._owners: dict[str, str] = {}
+
+    @property
+    def edits(self) -> ContainerEdits | None:
+        return self.container.edits
+
+    def shadow_copy(self) -> Adjustments:
+        """A private fold from the container as it is now, owning nothing (a plugin in shadow's)."""
+        return Adjustments(self.container, self._stat)
 
     def _claim(self, plugin: str, what: str) -> None:
         owner = self._owners.setdefault(what, plugin)
@@ -124,20 +131,19 @@ class Adjustments:
         refused = unsupported_fields(adjust, applied_at_creation(self.edits))
         if refused:
             raise AdjustmentRefused(plugin, refused[0], _refusal(plugin, refused, action))
-        if self.edits is not None:
+        if self.container.edits is not None:
             try:
-                self.edits = self._apply_edits(plugin, adjust, self.edits)
+                self.container.edits = self._apply_edits(plugin, adjust, self.container.edits)
             except EditRefused as error:
                 raise AdjustmentRefused(plugin, error.field, f"NRI plugin {plugin}: {error} (see {_TABLE})") from None
         for key, value in adjust.annotations.items():
-            self._set_or_remove(plugin, "annotation", self.container.container_annotations, key, value)
+            self._set_or_remove(plugin, "annotation", self.container.annotations, key, value)
         for entry in adjust.env:
-            self._set_or_remove(plugin, "environment variable", self.container.container_envs, entry.key,
-                                entry.value)
+            self._set_or_remove(plugin, "environment variable", self.container.env, entry.key, entry.value)
         linux = adjust.linux
         if linux.HasField("oom_score_adj"):
             self._claim(plugin, "oom score adj")
-            self.container.container_resources.oom_score_adj = linux.oom_score_adj.value
+            self._resources().oom_score_adj = linux.oom_score_adj.value
         if linux.HasField("resources"):
             self.apply_resources(plugin, linux.resources)
 
@@ -203,8 +209,7 @@ class Adjustments:
             raise AdjustmentRefused(plugin, refused[0], _refusal(plugin, refused, action))
         self.apply_resources(plugin, update.linux.resources)
 
-    def _set_or_remove(self, plugin: str, kind: str, target: dict[str, str] | object, key: str, value: str) -> None:
-        entries: dict[str, str] = target  # type: ignore[assignment]  # a protobuf map
+    def _set_or_remove(self, plugin: str, kind: str, entries: dict[str, str], key: str, value: str) -> None:
         name, removal = nri_edits.marked(key)
         self._claim(plugin, f"{kind} {name!r}")
         if removal:
@@ -212,9 +217,15 @@ class Adjustments:
         else:
             entries[name] = value
 
+    def _resources(self) -> Resources:
+        """The container's resources, made present (a record without them: unset, all zero)."""
+        if self.container.resources is None:
+            self.container.resources = Resources()
+        return self.container.resources
+
     def apply_resources(self, plugin: str, resources: nri.LinuxResources) -> None:
-        target = self.container.container_resources
         cpu, memory = resources.cpu, resources.memory
+        settings: dict[str, Any] = {}  # Resources field -> value
         for name, present, value, field in (
             ("cpu shares", cpu.HasField("shares"), cpu.shares.value, "cpu_shares"),
             ("cpu quota", cpu.HasField("quota"), cpu.quota.value, "cpu_quota"),
@@ -224,31 +235,34 @@ class Adjustments:
         ):
             if present:
                 self._claim(plugin, name)
-                setattr(target, field, value)
+                settings[field] = value
         if cpu.cpus:
             self._claim(plugin, "cpuset cpus")
-            target.cpuset_cpus = cpu.cpus
+            settings["cpuset_cpus"] = cpu.cpus
         if cpu.mems:
             self._claim(plugin, "cpuset mems")
-            target.cpuset_mems = cpu.mems
+            settings["cpuset_mems"] = cpu.mems
+        target = self._resources() if settings or resources.hugepage_limits or resources.unified else None
+        for field, value in settings.items():
+            setattr(target, field, value)
         if resources.hugepage_limits:
+            assert target is not None
             pages = {limit.page_size: limit.limit for limit in target.hugepage_limits}
             for limit in resources.hugepage_limits:
                 self._claim(plugin, f"hugepage limit {limit.page_size!r}")
                 pages[limit.page_size] = limit.limit
-            del target.hugepage_limits[:]
-            target.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit)
-                                          for size, limit in pages.items())
+            target.hugepage_limits = tuple(HugepageLimit(size, limit) for size, limit in pages.items())
         for key, setting in resources.unified.items():
+            assert target is not None
             self._claim(plugin, f"unified resource {key!r}")
             target.unified[key] = setting
 
-    def as_answer(self) -> hooks.ContainerResourceHookResponse:
-        """The container as the plugins left it, as a hook answer (for hooks.validate)."""
-        return hooks.ContainerResourceHookResponse(
-            container_annotations=self.container.container_annotations,
-            container_resources=self.container.container_resources,
-            container_envs=self.container.container_envs)
+
+def working_copy(container: ContainerRecord) -> ContainerRecord:
+    """A record whose maps and resources a fold may change in place (edits are replaced whole, never changed)."""
+    resources = container.resources
+    return replace(container, annotations=dict(container.annotations), env=dict(container.env),
+                   resources=replace(resources, unified=dict(resources.unified)) if resources is not None else None)
 
 
 def _refusal(plugin: str, fields: list[str], action: str) -> str:

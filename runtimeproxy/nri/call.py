@@ -27,6 +27,9 @@ import grpc
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.chain import Refusal
+from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.hook_messages import container_answer
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.step import HookFailed, KindSteps
@@ -40,7 +43,6 @@ from runtimeproxy.nri.result import Asked, Results
 from runtimeproxy.nri.validation import Collected
 from runtimeproxy.nri.session import PluginDetached, PluginFailed, PluginSession
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 log = logging.getLogger(__name__)
@@ -88,19 +90,20 @@ class PluginCall:
         self._drop = drop
 
     async def adjust_by(self, plugin: PluginSession, wire: WireEvent, pod: nri.PodSandbox, subject: Subject,
-                         adjustments: Adjustments, record: EventRecord,
-                         collected: Collected | None = None) -> Asked | None:
+                        start: ContainerValue, adjustments: Adjustments, record: EventRecord,
+                        collected: Collected | None = None) -> Asked | None:
         """One plugin's answer folded into `adjustments` (in shadow: into a private copy); returns what it asks
-        of other containers. Raises HookFailed for an answer that fails the call. `collected`: the answer is also
-        replayed there for the validators (nri.validation; never a shadow's)."""
+        of other containers. Raises HookFailed for an answer that fails the call. `start`: the value the NRI
+        plugins began from (its hook projection's pod part is what the chain's record compares and validates
+        over). `collected`: the answer is also replayed there for the validators (nri.validation; never a
+        shadow's)."""
         event = wire.name
         shadow = self.steps.in_shadow(plugin.plugin_id)
         # A shadow folds into a private copy that owns nothing: it sees the container as the plugins before it left
         # it, and setting what a live plugin set is a disagreement to show, not a conflict (hooks.chain's shadow).
-        folded = Adjustments(adjustments.container, adjustments.edits) if shadow else adjustments
-        before = hooks.ContainerResourceHookRequest()
-        before.CopyFrom(folded.container)
-        container = convert.event_container(wire, subject, before, folded.edits)
+        folded = adjustments.shadow_copy() if shadow else adjustments
+        before = start.with_container(folded.container)
+        container = convert.event_container(wire, subject, folded.container)
         edits_before = folded.edits
         started = self.steps.started()
         failure: tuple[grpc.StatusCode, str, str] | None = None
@@ -123,9 +126,10 @@ class PluginCall:
                 grpc.StatusCode.FAILED_PRECONDITION
             failure, caught = (code, str(error), error.field), error
         else:
-            problem = answer_only_problem(before, folded.as_answer())
+            problem = answer_only_problem(before.request, container_answer(folded.container))
+            after = start.with_container(folded.container)
             if problem is None and shadow:  # never folded into the result: judged whole, alone
-                problem = result_problem(before, folded.container)
+                problem = result_problem(before.request, after.request)
             if problem is not None:
                 failure = (grpc.StatusCode.INTERNAL, f"invalid answer: {problem}", problem.field)
                 caught = ValueError(f"invalid answer: {problem}")
@@ -139,9 +143,8 @@ class PluginCall:
         record.ok(plugin.plugin_id, started, shadow, edit_changes(edits_before, folded.edits, shadow)
                   + asked_of_others(asked.updates, asked.evictions, shadow))
         # What it left: for the trace, the shadow counts, and the owners the result's validation blames.
-        after = hooks.ContainerResourceHookRequest()
-        after.CopyFrom(folded.container)
-        record.changed(plugin.plugin_id, before, after, shadow, None if shadow else self.refusal(event, plugin, record))
+        record.changed(plugin.plugin_id, before.request, after.request, shadow,
+                       None if shadow else self.refusal(event, plugin, record))
         if shadow:
             self._results.count_shadowed(plugin.plugin_id, asked.evictions)
             return None
@@ -154,7 +157,7 @@ class PluginCall:
         what its message has (an adjustment: CreateContainer; updates and evictions)."""
         fields: dict[str, Message] = {"pod": pod, "container": container}
         if wire.carries("linux_resources"):  # the update as containerd's NRI shows it
-            fields["linux_resources"] = convert.update_resources(adjustments.container.container_resources)
+            fields["linux_resources"] = convert.update_resources(adjustments.container.resources or Resources())
         answer: Any = await plugin.call(wire.row.method, wire.message(**fields), wire.response)
         if wire.answers("adjust"):
             adjustments.apply_adjustment(plugin.plugin_id, answer.adjust, f"a {wire.name}")

@@ -20,12 +20,9 @@ from collections.abc import Iterable
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks import nri_plugins
-from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.hook_messages import resources_of, with_request
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, Resources
 from runtimeproxy.nri.edits import fill_container
 from runtimeproxy.nri.events import WireEvent
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 STATES = {
@@ -59,12 +56,8 @@ def pod_sandbox(pod_id: str, record: PodRecord | None) -> nri.PodSandbox:
     return message
 
 
-def container(container_id: str, record: ContainerRecord, shown: hooks.ContainerResourceHookRequest | None = None,
-              edits: ContainerEdits | None = None) -> nri.Container:
-    """The container as its model has it; `shown` and `edits` replace the model's hook fields and edits
-    (CreateContainer: the container as the plugins before this one left it)."""
-    if shown is not None:
-        record = with_request(record, shown)
+def container(container_id: str, record: ContainerRecord) -> nri.Container:
+    """The container as its model has it."""
     message = nri.Container(id=container_id, pod_sandbox_id=record.pod_id, name=record.name,
                             state=STATES[record.state], pid=record.pid, created_at=record.created_ns,
                             started_at=record.started_ns, finished_at=record.finished_ns)
@@ -75,25 +68,23 @@ def container(container_id: str, record: ContainerRecord, shown: hooks.Container
     message.linux.resources.CopyFrom(linux_resources(resources))
     if resources.oom_score_adj:
         message.linux.oom_score_adj.value = resources.oom_score_adj
-    edits = edits if edits is not None else record.edits
-    if edits is not None:
-        fill_container(message, edits)
+    if record.edits is not None:
+        fill_container(message, record.edits)
     return message
 
 
-def event_container(event: WireEvent, subject: nri_plugins.Subject, request: hooks.ContainerResourceHookRequest,
-                    edits: ContainerEdits | None) -> nri.Container:
-    """The container of an adjusting event: as the plugins before this one left it (`request`, `edits`:
-    CreateContainer); where the request carries the change apart (UpdateContainer's linux_resources), as it is now,
-    with its current resources, as containerd shows its spec."""
-    if event.carries("linux_resources"):
-        return container(subject.container_id, subject.record())
-    return container(subject.container_id, subject.record(), request, edits)
+def event_container(event: WireEvent, subject: nri_plugins.Subject, folded: ContainerRecord) -> nri.Container:
+    """The container of an adjusting event: as the plugins before this one left it (`folded`: CreateContainer);
+    where the request carries the change apart (UpdateContainer's linux_resources), as it is now, with its current
+    resources, as containerd shows its spec."""
+    shown = subject.container if event.carries("linux_resources") else folded
+    assert shown is not None
+    return container(subject.container_id, shown)
 
 
 def subject_container(subject: nri_plugins.Subject) -> nri.Container | None:
     """The container an event is about, as recorded (None: a pod event)."""
-    return container(subject.container_id, subject.record()) if subject.container is not None else None
+    return container(subject.container_id, subject.container) if subject.container is not None else None
 
 
 def event_fields(subject: nri_plugins.Subject, shown: nri.Container | None) -> dict[str, Message]:
@@ -119,10 +110,10 @@ def synchronized(pods: Iterable[tuple[str, PodRecord]], containers: Iterable[tup
     return [pod_sandbox(pod_id, pod) for pod_id, pod in pods], shown_containers
 
 
-def update_resources(resources: hooks.LinuxContainerResources) -> nri.LinuxResources:
+def update_resources(resources: Resources) -> nri.LinuxResources:
     """An update's resources as containerd's NRI sends them in UpdateContainer (its fromCRILinuxResources): CPU
     shares, quota, period and the memory limit always set, zero too; the rest as linux_resources."""
-    message = linux_resources(resources_of(resources))
+    message = linux_resources(resources)
     cpu, memory = message.cpu, message.memory
     cpu.shares.value, cpu.quota.value, cpu.period.value = \
         resources.cpu_shares, resources.cpu_quota, resources.cpu_period

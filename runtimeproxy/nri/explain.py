@@ -21,16 +21,15 @@ from collections.abc import Sequence
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.chain import ChainRecord, Refusal
+from runtimeproxy.hooks.chain import ChainRecord, Refusal, Result
 from runtimeproxy.hooks.changes import show
 from runtimeproxy.hooks.edits import LINUX_KINDS, ContainerEdits, Rlimit
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.kinds import NRI
-from runtimeproxy.hooks.hook_messages import pod_meta, pod_request
+from runtimeproxy.hooks.hook_messages import container_request, pod_request
 from runtimeproxy.hooks.step import KindSteps
 from runtimeproxy.hooks.trace import Step, pod_key
 from runtimeproxy.hooks.validate import printable
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 # Outcomes (hooks.stats, nri_calls_total) that are a refusal of the answer rather than a failed call.
@@ -119,23 +118,20 @@ def _plain(value: object) -> object:
 
 
 def traced_request(subject: Subject) -> Message | None:
-    """The hook request an event's subject is traced as: its container's with its pod's metadata (whose trace it
-    belongs to), else its pod's."""
+    """The hook request an event's subject is traced as (the pod's trace it belongs to reads its pod part): its
+    container's with its pod's part, else its pod's."""
     container, pod = subject.container, subject.pod
     if container is None:
         return pod_request(pod) if pod is not None else None
-    if pod is None or container.HasField("pod_meta"):
-        return container
-    request = hooks.ContainerResourceHookRequest()
-    request.CopyFrom(container)
-    request.pod_meta.CopyFrom(pod_meta(pod))
-    return request
+    return container_request(container, pod)
 
 
 class EventRecord:
-    def __init__(self, event: str, subject: Subject, steps: KindSteps, chain: ChainRecord | None = None) -> None:
-        """The event's subject is traced as its request: the container (with its pod's metadata), else the pod.
-        `chain`: the kubelet call's record, into which the steps go (its owner finishes it)."""
+    def __init__(self, event: str, subject: Subject, steps: KindSteps, chain: ChainRecord | None = None,
+                 request: Message | None = None) -> None:
+        """The event's subject is traced as its request: `request` (an adjusting event's value, as the hook
+        plugins left it), else the container with its pod's part, else the pod. `chain`: the kubelet call's
+        record, into which the steps go (its owner finishes it)."""
         self.event = event
         self._steps = steps
         self._owned = chain is None
@@ -143,7 +139,8 @@ class EventRecord:
             self._chain = chain
             return
         traced = steps.trace.enabled and (subject.container is not None or subject.pod is not None)
-        request = traced_request(subject) if traced else subject.container
+        if request is None and traced:
+            request = traced_request(subject)
         self._chain = steps.record(event, request if request is not None else nri.Empty(), traced)
 
     @property
@@ -175,7 +172,7 @@ class EventRecord:
         """An ok step's answer refused by the chain's result (one of REFUSALS)."""
         self._steps.refused(step, plugin_id, self.event, outcome, message)
 
-    def settle(self, final: hooks.ContainerResourceHookRequest) -> hooks.ContainerResourceHookRequest:
+    def settle(self, final: Result) -> Result:
         """The chain's result validated once, after its last plugin (hooks.chain.ChainRecord.settle)."""
         return self._chain.settle(final)
 

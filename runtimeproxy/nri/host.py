@@ -51,6 +51,7 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
 from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.container_value import ContainerValue
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.nri_events import EVENTS
 from runtimeproxy.hooks.runtime import PluginAsks
@@ -79,7 +80,6 @@ from runtimeproxy.nri.session import (
 from runtimeproxy.nri.ttrpc import TtrpcError
 from runtimeproxy.nri.default_validator import DEFAULT_VALIDATOR_ID, DEFAULT_VALIDATOR_NAME, DefaultValidator
 from runtimeproxy.nri.validation import Collected, rejection
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 from runtimeproxy.trust import TrustedOwners
 from runtimeproxy.usage import os_reason
@@ -365,50 +365,54 @@ class NriHost:
         return [stopped for request in asked for stopped in await self.results.carry_out(request, subject.container_id)]
 
     async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
-                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
+                     chain: ChainRecord | None = None, value: ContainerValue | None = None) -> ContainerValue:
         async with self._lock.held():
-            adjusted, stopped = await self._adjust(WIRE[event], subject, chain)
+            adjusted, stopped = await self._adjust(WIRE[event], subject, value or subject.value(), chain)
             await self._stops_heard(stopped)
             return adjusted
 
-    async def _adjust(self, wire: WireEvent, subject: Subject,
-                      chain: ChainRecord | None) -> tuple[hooks.ContainerResourceHookRequest, list[str]]:
-        """An event whose answers change the call (the lock held): the container as the plugins leave it, and the
-        containers what they asked stopped. `chain`: the kubelet call's record the steps go into (None: the
+    async def _adjust(self, wire: WireEvent, subject: Subject, start: ContainerValue,
+                      chain: ChainRecord | None) -> tuple[ContainerValue, list[str]]:
+        """An event whose answers change the call (the lock held): the container as the plugins leave `start`, and
+        the containers what they asked stopped. `chain`: the kubelet call's record the steps go into (None: the
         event's own entry)."""
-        assert subject.container is not None and wire.row.adjusts
+        assert wire.row.adjusts
         event = wire.name
         pod = convert.subject_pod(subject)
-        adjustments = Adjustments(subject.container, subject.edits)
-        record = EventRecord(event, subject, self.steps, chain)
+        adjustments = Adjustments(start.container)
+        record = EventRecord(event, subject, self.steps, chain, start.request)
         asked: list[Asked] = []
         validators = self._subscribers(nri_events.VALIDATE_CONTAINER_ADJUSTMENT) if wire.answers("adjust") else []
         collected, original = None, None
         if validators or (self.default_validator is not None and wire.answers("adjust")):
-            original = convert.event_container(wire, subject, subject.container, subject.edits)
+            original = convert.event_container(wire, subject, start.container)
             collected = Collected(original.id)
             for plugin in self._plugins:  # every plugin attached takes part, as containerd/nri lists them
                 collected.took_part(plugin.name, plugin.index)
             if self.default_validator is not None:
                 collected.took_part(*DEFAULT_VALIDATOR_ID)
+        adjusted = start
         try:
             for plugin in self._subscribed(event):
                 if record.toggled_off(plugin.plugin_id):
                     continue
-                answer = await self.call.adjust_by(plugin, wire, pod, subject, adjustments, record, collected)
+                answer = await self.call.adjust_by(plugin, wire, pod, subject, start, adjustments, record, collected)
                 if answer is not None:
                     asked.append(answer)
-            adjustments.container = record.settle(adjustments.container)  # before validators see it, or it is sent
+            adjusted = start.with_container(adjustments.container) if adjustments.container != start.container \
+                else start
+            # Before validators see it, or it is sent (a hook plugin's answer may be folded out of it: the value
+            # follows the request the chain settled on).
+            adjusted = adjusted.with_request(record.settle(adjusted.request))
         except HookFailed as failure:
-            record.finish(adjustments.container, self.steps.failed_result(failure))
+            record.finish(start.with_container(adjustments.container).request, self.steps.failed_result(failure))
             raise
-        record.finish(adjustments.container, SENT, written_back=True)
+        record.finish(adjusted.request, SENT, written_back=True)
         if collected is not None and original is not None:
             await self._validate(collected.request(pod, original), validators, subject, chain)
         stopped = [stopped for request in asked
                    for stopped in await self.results.carry_out(request, subject.container_id)]
-        subject.edits = adjustments.edits
-        return adjustments.container, stopped
+        return adjusted, stopped
 
     async def _validate(self, request: nri.ValidateContainerAdjustmentRequest, validators: list[PluginSession],
                         subject: Subject, chain: ChainRecord | None = None) -> None:

@@ -15,7 +15,8 @@ import logging
 from dataclasses import dataclass
 
 from runtimeproxy.hooks.merge import changed_resources
-from runtimeproxy.hooks.hook_messages import container_request
+from runtimeproxy.hooks.hook_messages import resources_message
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.stats import OK, KindStats
 from runtimeproxy.nri.adjust import AdjustmentError, Adjustments
@@ -124,11 +125,11 @@ class Results:
                 unknown.append(update.container_id)
                 failed.append(update)
                 continue
-            current = container_request(record, None)
-            adjustments = Adjustments(current)
+            adjustments = Adjustments(record)
             try:
                 adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
-                changes = changed_resources(current.container_resources, adjustments.container.container_resources,
+                changes = changed_resources(resources_message(record.resources or Resources()),
+                                            resources_message(adjustments.container.resources or Resources()),
                                             with_hugepages=True)
                 await self.asks.update(update.container_id, changes)
             except (AdjustmentError, OSError, RuntimeError) as error:

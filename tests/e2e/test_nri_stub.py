@@ -31,7 +31,7 @@ from rplab.nri_stub import STUB_VERSIONS, StubPlugin
 from rplab.peers import PeerBuildError, peer_binary
 from rplab.process import ProxyProcess
 from runtimeproxy.listener import bind_unix_socket
-from runtimeproxy.nri.session import PluginSession, event_mask, listen
+from runtimeproxy.nri.session import PluginSession, event_mask, listen, serve_connection
 from runtimeproxy.nri.ttrpc import MAX_MESSAGE
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
@@ -316,8 +316,8 @@ def test_a_state_too_big_for_one_message_reaches_the_stub_split_and_whole(versio
             answered.set_result(await session.synchronize(pods, []))
             await session.shutdown()
 
-        server = await listen(bind_unix_socket(socket)[0], on_plugin, runtime_name="runtimeproxy",
-                              runtime_version="test")
+        server = await listen(bind_unix_socket(socket)[0], lambda reader, writer: serve_connection(
+            reader, writer, on_plugin, runtime_name="runtimeproxy", runtime_version="test"))
         plugin.connect(socket)
         try:
             return await asyncio.wait_for(answered, WAIT_SECONDS)

@@ -14,6 +14,7 @@ import pytest
 from tests.kits.hooks import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import nri_events
+from runtimeproxy.hooks.container_value import ContainerValue
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState, Resources
@@ -308,14 +309,12 @@ class RecordingNri:
     def attached(self) -> bool:
         return True
 
-    async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
-                     ) -> hooks.ContainerResourceHookRequest:
-        assert subject.container is not None
+    async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None,
+                     value: ContainerValue | None = None) -> ContainerValue:
+        assert subject.container is not None and value is not None
         self.events.append((event, subject.pod_id, subject.container_id))
-        adjusted = hooks.ContainerResourceHookRequest()
-        adjusted.CopyFrom(subject.container)
-        adjusted.container_annotations["extra"] = event
-        return adjusted
+        return value.with_container(replace(value.container, annotations={**value.container.annotations,
+                                                                            "extra": event}))
 
     async def notify(self, event: str, subject: Subject) -> None:
         self.events.append((event, subject.pod_id, subject.container_id))
@@ -361,11 +360,11 @@ def test_the_decoded_edits_are_shown_to_an_nri_plugin_and_come_back_as_it_left_t
     assert creation.decoded_edits == seen and creation.created_edits == seen
 
     class EditingNri(RecordingNri):
-        async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
-                         ) -> hooks.ContainerResourceHookRequest:
-            assert subject.edits == seen
-            subject.edits = replace(seen, args=("/bin/true",))
-            return await super().adjust(event, subject, time_remaining)
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None,
+                         value: ContainerValue | None = None) -> ContainerValue:
+            assert value is not None and value.container.edits == seen
+            value = value.with_container(replace(value.container, edits=replace(seen, args=("/bin/true",))))
+            return await super().adjust(event, subject, time_remaining, chain, value)
 
     core.core.nri = EditingNri()
     creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=seen))
@@ -489,7 +488,8 @@ def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Poin
 
     class StateRecordingNri(RecordingNri):
         async def notify(self, event: str, subject: Subject) -> None:
-            told.append((event, subject.record().state))
+            if subject.container is not None:
+                told.append((event, subject.container.state))
 
     core.core.nri = StateRecordingNri()
     core.run(points.pre_start_container("c1", None))
@@ -508,11 +508,12 @@ def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Poin
 
 def test_the_model_records_the_edits_the_nri_plugins_left(core: Points) -> None:
     class EditingNri(RecordingNri):
-        async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None
-                         ) -> hooks.ContainerResourceHookRequest:
-            assert subject.record().labels == {"l": "1"} and subject.record().state is ContainerState.UNKNOWN
-            subject.edits = ContainerEdits(args=("/bin/true",))
-            return await super().adjust(event, subject, time_remaining)
+        async def adjust(self, event: str, subject: Subject, time_remaining: float | None, chain: object = None,
+                         value: ContainerValue | None = None) -> ContainerValue:
+            assert subject.container is not None and value is not None
+            assert subject.container.labels == {"l": "1"} and subject.container.state is ContainerState.UNKNOWN
+            value = value.with_container(replace(value.container, edits=ContainerEdits(args=("/bin/true",))))
+            return await super().adjust(event, subject, time_remaining, chain, value)
 
     points, store = core.points, core.core.store
     core.core.nri = EditingNri()

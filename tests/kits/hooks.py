@@ -26,6 +26,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from runtimeproxy.hooks.edits import ContainerEdits, ImageFacts
 from runtimeproxy.hooks.hook_messages import fill_pod_part, pod_record
 from runtimeproxy.hooks.chain import ChainRecord
+from runtimeproxy.hooks.container_value import ContainerValue
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
 from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
 from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)
@@ -340,10 +341,10 @@ class AttachedNri:
         return True
 
     async def adjust(self, event: str, subject: Subject, time_remaining: float | None,
-                     chain: ChainRecord | None = None) -> hooks.ContainerResourceHookRequest:
-        self.shown.append(subject.edits)
-        assert subject.container is not None
-        return subject.container
+                     chain: ChainRecord | None = None, value: ContainerValue | None = None) -> ContainerValue:
+        value = value if value is not None else subject.value()
+        self.shown.append(value.container.edits)
+        return value
 
     async def notify(self, event: str, subject: Subject) -> None:
         return None

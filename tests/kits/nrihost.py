@@ -17,8 +17,8 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.context import HookContext, subject_of
-from runtimeproxy.hooks.hook_messages import pod_record
-from runtimeproxy.hooks.model import PodRecord
+from runtimeproxy.hooks.hook_messages import container_record, pod_record
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.runtime import PluginAsks, Runtime
 from runtimeproxy.hooks.skip import SkipRule
@@ -57,8 +57,20 @@ def container_info(name: str = "app") -> hooks.ContainerResourceHookRequest:
         container_resources=hooks.LinuxContainerResources(cpu_shares=512, memory_limit_in_bytes=64 << 20))
 
 
+def container_model(name: str = "app", container_id: str = "") -> ContainerRecord:
+    """container_info's container as the core's model has it (of pod-1)."""
+    record = container_record("pod-1", container_info(name))
+    record.id = container_id
+    return record
+
+
 def creation() -> Subject:
-    return Subject("pod-1", pod_model(), "", container_info())
+    return Subject("pod-1", pod_model(), "", container_model())
+
+
+def created(container_id: str = "ctr-1") -> Subject:
+    """A container of pod-1 the store records (a start's, a stop's, an update's subject)."""
+    return Subject("pod-1", pod_model(), container_id, container_model(container_id=container_id))
 
 
 def adjusting(adjust: nri.ContainerAdjustment, *updates: nri.ContainerUpdate) -> Handler:

@@ -55,21 +55,16 @@ def test_a_container_whose_edits_are_not_known_shows_none() -> None:
 
 
 def test_create_shows_the_container_as_the_plugins_before_left_it_update_as_it_is_now() -> None:
-    current = model()
-    asked = container_info()
-    asked.container_resources.cpu_shares = 2048  # the update applied
-    subject = Subject("pod-1", pod_model(), "ctr-1", asked, model=current)
-    updated = convert.event_container(WIRE[nri_events.UPDATE_CONTAINER], subject, asked, None)
+    asked = container_record("pod-1", container_info(), dict(LABELS), ContainerEdits(("/x",)))
+    assert asked.resources is not None
+    asked.resources.cpu_shares = 2048  # the update applied; the plugins before left it so
+    updated = convert.event_container(WIRE[nri_events.UPDATE_CONTAINER], Subject("pod-1", pod_model(), "ctr-1",
+                                                                                  model()), asked)
     assert updated.linux.resources.cpu.shares.value == 512 and updated.state == nri.CONTAINER_RUNNING
-    creating = Subject("pod-1", pod_model(), "", asked, model=container_record("pod-1", asked, dict(LABELS)))
-    created = convert.event_container(WIRE[nri_events.CREATE_CONTAINER], creating, asked, ContainerEdits(("/x",)))
+    creating = Subject("pod-1", pod_model(), "", container_record("pod-1", container_info(), dict(LABELS)))
+    created = convert.event_container(WIRE[nri_events.CREATE_CONTAINER], creating, asked)
     assert created.linux.resources.cpu.shares.value == 2048 and list(created.args) == ["/x"]
     assert created.state == nri.CONTAINER_UNKNOWN and dict(created.labels) == LABELS
-
-
-def test_a_subject_without_a_model_shows_its_hook_request() -> None:
-    message = convert.container("c", Subject("pod-1", None, "c", container_info()).record())
-    assert (message.pod_sandbox_id, message.name) == ("pod-1", "app")
 
 
 def test_synchronize_lists_every_pod_and_the_containers_not_stopped() -> None:

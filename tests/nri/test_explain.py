@@ -23,7 +23,7 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, creation, host_on, plugin, pod_info,
+from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, created, creation, host_on, plugin, pod_info,
                                pod_model, run, StubRuntime)
 from tests.kits.nri import NriPlugin
 
@@ -109,9 +109,7 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
                                         PostStartContainer=(nri.PostStartContainerRequest, failing),
                                         StopContainer=(nri.StopContainerRequest, stopped),
                                         StopPodSandbox=(nri.StopPodSandboxRequest, empty)))
-            subject = Subject("pod-1", pod_model(), "ctr-1", container_info())
-            subject.container.pod_meta.CopyFrom(pod_info().pod_meta)  # type: ignore[union-attr]
-            subject.container.container_meta.id = "ctr-1"  # type: ignore[union-attr]
+            subject = created()
             await host.notify(nri_events.POST_START_CONTAINER, subject)
             await host.notify(nri_events.STOP_CONTAINER, subject)
             await host.notify(nri_events.STOP_POD_SANDBOX, Subject("pod-1", pod_model()))
@@ -149,7 +147,7 @@ def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_pa
             trial = plugin("next", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, greedy))
             await attached(host, live, trial)
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
-            assert result.container_resources.cpu_shares == 1024  # the live plugin's, never the shadow's
+            assert result.request.container_resources.cpu_shares == 1024  # the live plugin's, never the shadow's
             answer = await trial.update_containers(cpu_update("ctr-other", 3), evict=(
                 nri.ContainerEviction(container_id="ctr-other"),))
             assert [update.container_id for update in answer.failed] == ["ctr-other"]
@@ -179,7 +177,7 @@ def test_a_shadow_plugins_failure_never_fails_the_call(socket_path: Path) -> Non
             await attached(host, plugin("trial", "10", event_mask(nri.CREATE_CONTAINER, nri.RUN_POD_SANDBOX),
                                         CreateContainer=(nri.CreateContainerRequest, refuse),
                                         RunPodSandbox=(nri.RunPodSandboxRequest, refuse)))
-            assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == container_info()
+            assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == creation().value()
             await host.notify(nri_events.RUN_POD_SANDBOX, Subject("pod-1", pod_model()))
     run(scenario())
 

@@ -15,9 +15,10 @@ from google.protobuf.message import Message
 from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.container_value import ContainerValue
 from runtimeproxy.hooks.nri_plugins import PodResize, Subject
 from runtimeproxy.hooks.model import ContainerState, Resources
-from runtimeproxy.hooks.hook_messages import container_record, pod_record
+from runtimeproxy.hooks.hook_messages import container_record, pod_record, with_request
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import OK, SKIPPED_TOGGLE, TraceRecorder
@@ -26,8 +27,8 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import (adjusting, attached, connected, container_info, cpu_update, creation, host_on, plugin,
-                     pod_info, pod_model, run, StubRuntime)
+from tests.kits.nrihost import (adjusting, attached, connected, container_info, cpu_update, created, creation, host_on,
+                                plugin, pod_info, pod_model, run, StubRuntime)
 from tests.kits.nri import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)
@@ -90,9 +91,9 @@ def test_adjustments_of_plugins_apply_in_index_order_each_seeing_the_previous(so
             await attached(host, late, early)
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
             assert seen == [{"a": "1", "first": "yes"}]
-            assert dict(result.container_annotations) == {"first": "yes", "b": "2"}
-            assert dict(result.container_envs) == {"PATH": "/bin", "FROM_NRI": "1"}
-            resources = result.container_resources
+            assert dict(result.request.container_annotations) == {"first": "yes", "b": "2"}
+            assert dict(result.request.container_envs) == {"PATH": "/bin", "FROM_NRI": "1"}
+            resources = result.request.container_resources
             assert (resources.cpu_shares, resources.cpuset_cpus, resources.memory_limit_in_bytes,
                     resources.oom_score_adj) == (1024, "0", 128 << 20, -500)
             assert [(h.page_size, h.limit) for h in resources.hugepage_limits] == [("2MB", 2 << 20)]
@@ -162,7 +163,7 @@ def test_a_plugin_that_misses_the_request_timeout_is_detached_and_the_call_goes_
         async with host_on(socket_path, request_timeout=0.2) as host:
             await attached(host, plugin("slow", "10", CREATE, CreateContainer=(nri.CreateContainerRequest, stall)))
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
-            assert result == container_info()
+            assert result == creation().value()
             assert host.plugins == [] and not host.wants(nri_events.CREATE_CONTAINER)
             release.set()
     run(scenario())
@@ -194,7 +195,7 @@ def test_a_timeout_does_what_the_plugin_s_failure_policy_says(
                 assert "10-slow" in str(failed.value) and "DEADLINE_EXCEEDED" in str(failed.value)
                 assert after.requests("CreateContainer") == []
             else:
-                assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == container_info()
+                assert await host.adjust(nri_events.CREATE_CONTAINER, creation(), None) == creation().value()
                 assert len(after.requests("CreateContainer")) == 1
             outcome = "timeout" if keep_connected else "detached"
             assert host.stats.of("10-slow", nri_events.CREATE_CONTAINER).outcomes == {outcome: 1}
@@ -241,7 +242,7 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
             stops = plugin("stops", "20", event_mask(nri.STOP_CONTAINER),
                            StopContainer=(nri.StopContainerRequest, stopped))
             await attached(host, starts, stops)
-            subject = Subject("pod-1", pod_model(), "ctr-1", container_info())
+            subject = created()
             await host.notify(nri_events.START_CONTAINER, subject)
             await host.notify(nri_events.STOP_CONTAINER, subject)
             assert [name for name, _ in starts.received if name not in ("Configure", "Synchronize")] == \
@@ -270,9 +271,8 @@ def test_an_update_of_the_container_itself_changes_the_update_request(socket_pat
         async with host_on(socket_path) as host:
             await attached(host, plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
                                         UpdateContainer=(nri.UpdateContainerRequest, update)))
-            result = await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_model(), "ctr-1",
-                                                                       container_info()), None)
-            assert result.container_resources.cpu_shares == 777
+            result = await host.adjust(nri_events.UPDATE_CONTAINER, created(), None)
+            assert result.request.container_resources.cpu_shares == 777
     run(scenario())
 
 
@@ -288,8 +288,9 @@ def test_update_container_shows_the_current_resources_and_the_update_apart(socke
             kit = plugin("upd", "10", event_mask(nri.UPDATE_CONTAINER),
                          UpdateContainer=(nri.UpdateContainerRequest, _updated))
             await attached(host, kit)
-            await host.adjust(nri_events.UPDATE_CONTAINER, Subject("pod-1", pod_model(), "ctr-1", asked, model=current),
-                              None)
+            subject = Subject("pod-1", pod_model(), "ctr-1", current)
+            await host.adjust(nri_events.UPDATE_CONTAINER, subject, None, None,
+                              ContainerValue(with_request(current, asked), asked))
             request, = kit.requests("UpdateContainer")
             assert request.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
             assert request.linux_resources.cpu.shares.value == 1024  # type: ignore[attr-defined]
@@ -332,7 +333,7 @@ def test_evictions_a_plugin_answers_or_sends_stop_those_containers_and_are_count
                          StopContainer=(nri.StopContainerRequest, _stopped))
             await attached(host, kit)
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
-            assert result == container_info()  # a failed eviction never fails the call (as containerd)
+            assert result == creation().value()  # a failed eviction never fails the call (as containerd)
             assert stopped == ["ctr-victim"]
             answer = await kit.update_containers(evict=(eviction("ctr-late", "pressure"),))
             assert list(answer.failed) == [] and stopped == ["ctr-victim", "ctr-late"]
@@ -375,7 +376,7 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
             await attached(host, refuser, after)
             for event, point in ((nri_events.RUN_POD_SANDBOX, "NRI RunPodSandbox"),
                                  (nri_events.START_CONTAINER, "NRI StartContainer")):
-                subject = Subject("pod-1", pod_model(), "ctr-1", container_info()) \
+                subject = created() \
                     if event == nri_events.START_CONTAINER else Subject("pod-1", pod_model())
                 with pytest.raises(HookFailed) as failed:
                     await host.notify(event, subject)
@@ -386,7 +387,7 @@ def test_an_error_answered_to_run_pod_sandbox_or_start_container_fails_the_call_
                        "containerd's NRI does" in str(failed.value)
                 assert "failure-policy" not in str(failed.value)
             assert after.requests("RunPodSandbox") == []  # the first error ends the event, as NRI's adaptation
-            await host.notify(nri_events.POST_START_CONTAINER, Subject("pod-1", pod_model(), "ctr-1", container_info()))
+            await host.notify(nri_events.POST_START_CONTAINER, created())
             assert host.stats.of("10-refuser", nri_events.POST_START_CONTAINER).outcomes == {"INVALID_ARGUMENT": 1}
             assert [p.plugin_id for p in host.plugins] == ["10-refuser", "20-after"]  # an error detaches no one
     run(scenario())
@@ -403,7 +404,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
         nri.CreateContainerRequest, adjusting(nri.ContainerAdjustment(annotations={"from-a": "yes"})))})
     second = plugin("b", "20", CREATE, CreateContainer=(nri.CreateContainerRequest, adjusting(nri.ContainerAdjustment(
         annotations={"from-b": "yes"}))))
-    started = Subject("pod-1", pod_model(), "ctr-1", container_info())
+    started = created()
 
     store = Store()
     sent: list[str] = []
@@ -417,7 +418,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
             await attached(host, first, second)
             toggles.disable("nri:10-a", frozenset({nri_events.CREATE_CONTAINER}), "cpuset bug")
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
-            assert dict(result.container_annotations) == {"a": "1", "from-b": "yes"}
+            assert dict(result.request.container_annotations) == {"a": "1", "from-b": "yes"}
             await host.notify(nri_events.START_CONTAINER, started)
             assert first.requests("CreateContainer") == [] and len(first.requests("StartContainer")) == 1
             assert host.stats.of("10-a", nri_events.CREATE_CONTAINER).calls == 0  # not called, not counted
@@ -431,7 +432,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
             assert list(answer.failed) == [] and sent == ["ctr-other"]  # 10-a still has an event on
             toggles.enable("nri:10-a", frozenset({nri_events.CREATE_CONTAINER}))
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
-            assert dict(result.container_annotations) == {"a": "1", "from-a": "yes"}
+            assert dict(result.request.container_annotations) == {"a": "1", "from-a": "yes"}
             assert len(first.requests("CreateContainer")) == 1 and len(second.requests("CreateContainer")) == 1
     run(scenario())
     pod = recorder.find("default/web")

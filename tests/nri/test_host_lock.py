@@ -17,8 +17,8 @@ from runtimeproxy.hooks.syncgate import SyncGate
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import (attached, connected, container_info, host_on, plugin, pod_info, pod_model, registered,
-                                run)
+from tests.kits.nrihost import (attached, connected, container_info, created, creation, host_on, plugin, pod_info,
+                               pod_model, registered, run)
 from tests.kits.nri import NriPlugin
 
 
@@ -40,7 +40,7 @@ def test_concurrent_events_reach_a_plugin_one_at_a_time(socket_path: Path) -> No
             kit = plugin("slow", "10", event_mask(nri.POST_START_CONTAINER),
                          PostStartContainer=(nri.PostStartContainerRequest, slow_post_start))
             await attached(host, kit)
-            subject = Subject("pod-1", pod_model(), "ctr-1", container_info())
+            subject = created()
             await asyncio.gather(*(host.notify(nri_events.POST_START_CONTAINER, subject) for _ in range(20)))
             assert len(kit.requests("PostStartContainer")) == 20
     run(scenario())
@@ -78,7 +78,7 @@ def test_a_plugin_attaching_during_a_create_finds_the_container_in_its_synchroni
 
             async def create() -> None:
                 async with gate.changing():
-                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_model(), "", container_info()),
+                    await host.adjust(nri_events.CREATE_CONTAINER, creation(),
                                       None)
                     await relayed.wait()  # the runtime creates the container meanwhile
                     store.put_container("ctr-1", _created())
@@ -117,7 +117,7 @@ def test_a_create_starting_while_a_plugin_synchronizes_sends_it_the_event(socket
 
             async def create() -> None:
                 async with gate.changing():
-                    await host.adjust(nri_events.CREATE_CONTAINER, Subject("pod-1", pod_model(), "", container_info()),
+                    await host.adjust(nri_events.CREATE_CONTAINER, creation(),
                                       None)
                     store.put_container("ctr-1", _created())
 

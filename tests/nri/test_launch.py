@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.model import PodRecord
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.runtime import PluginAsks
 from runtimeproxy.hooks.store import Store
 from runtimeproxy.nri.host import NriHost
 from runtimeproxy.nri.launch import discover, parse_file_name
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.trust import TrustedOwners
 
 from tests.kits.launched_plugin import plugin_file
@@ -112,9 +111,9 @@ def test_a_launched_plugin_gets_nris_environment_and_config_adjusts_and_stops_wi
                 await asyncio.sleep(0.02)
             (session,) = host.plugins
             assert session.plugin_id == "10-launched"
-            subject = Subject("pod-1", PodRecord(), "", hooks.ContainerResourceHookRequest())
+            subject = Subject("pod-1", PodRecord(), "", ContainerRecord("pod-1"))
             adjusted = await host.adjust(nri_events.CREATE_CONTAINER, subject, None)
-            assert adjusted.container_envs["LAUNCHED"] == "yes"
+            assert adjusted.request.container_envs["LAUNCHED"] == "yes"
             (process,) = host.launched
         finally:
             await host.stop()

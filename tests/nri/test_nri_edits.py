@@ -15,7 +15,6 @@ from runtimeproxy.hooks.model import ContainerRecord
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.adjust import AdjustmentConflict, AdjustmentRefused, Adjustments
 from runtimeproxy.nri.edits import device_message
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 ACTION = "a CreateContainer"
@@ -43,7 +42,7 @@ REQUEST_EDITS = ContainerEdits(
 
 
 def adjustments(edits: ContainerEdits | None = REQUEST_EDITS) -> Adjustments:
-    return Adjustments(hooks.ContainerResourceHookRequest(), edits, host_stat)
+    return Adjustments(ContainerRecord("pod-1", edits=edits), host_stat)
 
 
 def mount(destination: str, source: str = "/srv/x", type_: str = "bind", *options: str) -> nri.Mount:
@@ -192,9 +191,8 @@ def test_a_kind_the_frontends_request_does_not_carry_is_refused(
 
 
 def test_the_container_shows_argv_bind_mounts_host_devices_and_the_rdt_class() -> None:
-    message = convert.container("", ContainerRecord("pod-1"),
-                                edits=ContainerEdits(("/bin/app",), (BindMount("/data", "/srv", True, "rslave"),),
-                                                     (), "gold"))
+    message = convert.container("", ContainerRecord("pod-1", edits=ContainerEdits(
+        ("/bin/app",), (BindMount("/data", "/srv", True, "rslave"),), (), "gold")))
     assert list(message.args) == ["/bin/app"] and message.linux.resources.rdt_class.value == "gold"
     (shown,) = message.mounts
     assert (shown.destination, shown.type, shown.source, list(shown.options)) == \
@@ -237,7 +235,7 @@ def test_the_linux_settings_are_folded_where_the_request_carries_them_and_shown_
         (7, 1 << 20, 5, 1000)
     assert edits.seccomp == ('{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["swapon"],'
                              '"action":"SCMP_ACT_ERRNO","errnoRet":1}]}')
-    shown = convert.container("", ContainerRecord("pod-1"), edits=edits)
+    shown = convert.container("", ContainerRecord("pod-1", edits=edits))
     assert shown.linux.seccomp_policy == linux_settings().linux.seccomp_policy
     assert list(shown.rlimits) == list(linux_settings().rlimits) and shown.linux.resources.pids.limit == 7
 

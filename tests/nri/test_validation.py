@@ -44,7 +44,7 @@ def test_a_validator_sees_the_whole_adjustment_its_owners_and_every_plugin(socke
                                                                               adjusting(SHARES))),
                            validator("check", "90", nri.ValidateContainerAdjustmentResponse(), seen))
             result = await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)
-            assert result.container_resources.cpu_shares == 512
+            assert result.request.container_resources.cpu_shares == 512
     run(scenario())
     [request] = seen
     assert (request.container.name, request.container.annotations["a"]) == ("app", "1")  # before the plugins
@@ -119,7 +119,7 @@ def test_the_default_validator_rejects_what_its_config_restricts(socket_path: Pa
                    'required plugin "adj" not present' in str(failed.value)
             await attached(host, plugin("adj", "10", CREATE, CreateContainer=(nri.CreateContainerRequest,
                                                                               adjusting(SHARES))))
-            assert (await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)).container_resources \
+            assert (await host.adjust(nri_events.CREATE_CONTAINER, creation(), None)).request.container_resources \
                 .cpu_shares == 512
     run(scenario())
 
