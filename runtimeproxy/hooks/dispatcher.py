@@ -28,7 +28,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -120,16 +120,43 @@ def failure_fields(plugin: PluginRef, point: PointRef, code: grpc.StatusCode) ->
 _NOT_WRITTEN_BACK = frozenset({names.PRE_START_CONTAINER})
 
 
+class ChainValue(Protocol[Req]):
+    """What a chain carries from plugin to plugin: the call's subject as the plugins so far left it, and its
+    hook-protocol projection (`request`), which a hook plugin is called with and its answer merged into. A
+    container's is the core's model (hooks.container_value.ContainerValue); a pod's, the request itself."""
+
+    @property
+    def request(self) -> Req: ...
+
+    def with_request(self, request: Req) -> ChainValue[Req]:
+        """The value a hook plugin's merged request leaves."""
+
+
+@dataclass(frozen=True)
+class RequestValue(Generic[Req]):
+    """A chain value that is its hook request (a pod's; a post-hook's, which folds nothing)."""
+
+    request: Req
+
+    def with_request(self, request: Req) -> RequestValue[Req]:
+        return RequestValue(request)
+
+
 @dataclass
 class CallChain(Generic[Req]):
-    """One kubelet call's chain at a hook point: its record, the request as the plugins so far left it, and the
+    """One kubelet call's chain at a hook point: its record, the value as the plugins so far left it, and the
     plugins whose failure it went on without (policy Ignore). Plugins of another kind record into `record` and
-    hand their result back as `request`."""
+    hand their result back as `value`."""
 
     point: HookPoint
     record: ChainRecord
-    request: Req
+    value: ChainValue[Req]
     without: list[str] = field(default_factory=list)
+
+    @property
+    def request(self) -> Req:
+        """The value's hook projection: what the chain's record compares and validates over."""
+        return self.value.request
 
 
 class Dispatcher:
@@ -165,28 +192,29 @@ class Dispatcher:
                   ignored: list[str] | None = None) -> Req:
         """Call every plugin of the hook; returns the request as the plugins left it. `ignored` gets the plugins
         whose failure the call went on without (policy Ignore; never one in shadow)."""
-        async with self.chain(point, request) as chain:
+        async with self.chain(point, RequestValue(request)) as chain:
             await self.run_hooks(chain, time_remaining)
         if ignored is not None:
             ignored.extend(chain.without)
         return chain.request
 
     @contextlib.asynccontextmanager
-    async def chain(self, point: HookPoint[Req, Resp], request: Req) -> AsyncIterator[CallChain[Req]]:
+    async def chain(self, point: HookPoint[Req, Resp], value: ChainValue[Req]) -> AsyncIterator[CallChain[Req]]:
         """A kubelet call's chain, finished once when the block ends: with a HookFailed of any kind's plugin
-        (re-raised), or with the request as it was left, validated once (ChainRecord.settle: a refused answer of
+        (re-raised), or with the value as it was left, validated once (ChainRecord.settle: a refused answer of
         a plugin under Ignore is folded out of it, one under Fail raises here)."""
-        chain = CallChain(point, self.steps.record(point.name, request), request)
+        chain = CallChain(point, self.steps.record(point.name, value.request), value)
         try:
             yield chain
-            chain.request = chain.record.settle(chain.request)
+            chain.value = chain.value.with_request(chain.record.settle(chain.request))
         except HookFailed as failure:
             self._finish(point, chain.record, chain.request, self.steps.failed_result(failure))
             raise
         self._finish(point, chain.record, chain.request, without=chain.without)
 
     async def run_hooks(self, chain: CallChain[Req], time_remaining: float | None) -> None:
-        """The hook plugins of the chain's point, in order, each answer folded into `chain.request`."""
+        """The hook plugins of the chain's point, in order: each called with the value's projection as it is at
+        its place, its answer merged into that projection and folded into `chain.value`."""
         point, record = chain.point, chain.record
         for plugin in self._registry.plugins_for(point.name):
             if self.steps.toggled_off(record, plugin.name, point.name):
@@ -206,7 +234,7 @@ class Dispatcher:
                 self.stats.changed(plugin.name, point.name)
                 record.applied(request, merged, self._refusal(chain, plugin))
             report_answer(point, plugin, request, response, merged)
-            chain.request = merged
+            chain.value = chain.value.with_request(merged)
 
     def _refusal(self, chain: CallChain[Req], plugin: Plugin) -> Refusal:
         """How the chain's result refuses this plugin's applied answer: as an invalid answer is refused when it

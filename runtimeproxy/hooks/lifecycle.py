@@ -6,8 +6,10 @@ is here too. Everything policy-like lives here: the skip rule, "is anyone regist
 a call nobody hooks costs a lookup), running the chain, the cgroup-follow rule, the effective resources
 an update leaves, filling the pod part of a container's request, and what the store records.
 
-CreateContainer and UpdateContainerResources are one chain each (`_chain`): the hook plugins, then the NRI
-plugins on the request they left, recorded as one run (hooks.step): one trace entry, collisions across kinds.
+CreateContainer and UpdateContainerResources are one chain each (`_chain`) over the container in the core's
+model (hooks.container_value): the hook plugins, called with its hook projection made at the call, then the NRI
+plugins on the value they left, recorded as one run (hooks.step): one trace entry, collisions across kinds. The
+store records the container as the chain's value left it.
 
 A Fail-policy failure of a pre-hook is logged here and raised as `HookFailed` (hooks.dispatcher): the
 frontend turns it into its own error (a gRPC status with ErrorInfo, a Docker 500) and does not call the
@@ -19,8 +21,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
@@ -28,7 +30,7 @@ from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import pod_of, request_of, tell_nri
-from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, Req, failure_fields
+from runtimeproxy.hooks.dispatcher import ChainValue, HookFailed, HookPoint, RequestValue, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
@@ -41,9 +43,10 @@ from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
-# The NRI plugins' part of a kubelet call's chain: the request as the hook plugins left it, the call's record
-# (None: no hook plugin ran, the NRI plugins' own entry) -> the request as the NRI plugins leave it.
-NriPart = Callable[[Req, "ChainRecord | None"], Awaitable[Req]]
+# The NRI plugins' part of a container call's chain: the value as the hook plugins left it, the call's record
+# (None: no hook plugin ran, the NRI plugins' own entry) -> the value as the NRI plugins leave it.
+NriPart = Callable[[ContainerValue, "ChainRecord | None"], Awaitable[ContainerValue]]
+V = TypeVar("V", bound="ChainValue[Any]")  # of either request type
 
 
 @dataclass
@@ -74,26 +77,29 @@ class ContainerCreation:
     """The outcome of PreCreateContainer: the container as the runtime is to create it."""
 
     pod_id: str
-    request: hooks.ContainerResourceHookRequest  # with its pod's context, as the plugins left it
-    changed: bool  # the plugins changed it: the frontend writes it back into its request
+    # The container as the plugins left it: the model (labels, edits: argv, mounts, ... as the frontend decoded
+    # them and the NRI plugins changed them) with its hook projection (with its pod's context).
+    value: ContainerValue
+    changed: bool  # the plugins changed the projection: the frontend writes it back into its request
     hooked: bool  # False for a container of a pod with the skip label
-    edits: ContainerEdits | None = None  # argv, mounts, ... as the NRI plugins left them (None: none took part)
     decoded_edits: ContainerEdits | None = None  # as the frontend decoded its request (None: not given)
-    labels: dict[str, str] = field(default_factory=dict)  # the container's labels, for the model
     missed: tuple[str, ...] = ()  # plugins that failed under Ignore: created without their answer
     unrecorded_pod: PodRecord | None = None  # the pod as the request showed it, when the store had no record of it
+
+    @property
+    def request(self) -> hooks.ContainerResourceHookRequest:
+        return self.value.request
+
+    @property
+    def edits(self) -> ContainerEdits | None:
+        """The edits the runtime creates the container with (None: the frontend decoded none)."""
+        return self.value.container.edits
 
     def changed_edits(self) -> frozenset[str]:
         """The kinds of edits (hooks.edits) the frontend must write back into its request."""
         if self.edits is None or self.decoded_edits is None:
             return frozenset()
         return self.edits.changed_kinds(self.decoded_edits)
-
-    @property
-    def created_edits(self) -> ContainerEdits | None:
-        """The edits the runtime creates the container with, for the model: as the NRI plugins left them, else
-        the request's."""
-        return self.edits if self.edits is not None else self.decoded_edits
 
     async def write_back(self, writer: CreateWriter) -> bool:
         """What the plugins changed, written into the frontend's request; True if it changed (re-encode it)."""
@@ -182,24 +188,25 @@ class HookPoints:
         """An event for the NRI plugins about a recorded pod or container (hooks.context.tell_nri)."""
         await tell_nri(self.context, self.nri, event, pod_id, container_id, resize)
 
-    async def _chain(self, point: HookPoint, request: Req, time_remaining: float | None,
-                     nri_part: NriPart | None, ignored: list[str], hooked: bool = True) -> Req:
-        """One kubelet call's chain: the point's hook plugins, then `nri_part` on the request they left, into the
-        same record (finished once, also when either kind's plugin fails the call). `ignored` gets the hook
-        plugins the call went on without; `hooked`: the point has plugins (the caller asked once)."""
+    async def _chain(self, point: HookPoint, value: V, time_remaining: float | None,
+                     nri_part: NriPart | None, ignored: list[str], hooked: bool = True) -> V:
+        """One kubelet call's chain: the point's hook plugins, then `nri_part` (a container's value) on the value
+        they left, into the same record (finished once, also when either kind's plugin fails the call).
+        `ignored` gets the hook plugins the call went on without; `hooked`: the point has plugins (the caller
+        asked once)."""
         if not hooked:
-            return await nri_part(request, None) if nri_part is not None else request
+            return await nri_part(value, None) if nri_part is not None else value  # type: ignore[arg-type,return-value]
         try:
-            async with self.dispatcher.chain(point, request) as chain:
+            async with self.dispatcher.chain(point, value) as chain:
                 await self.dispatcher.run_hooks(chain, time_remaining)
                 if nri_part is not None:
-                    chain.request = await nri_part(chain.request, chain.record)
+                    chain.value = await nri_part(chain.value, chain.record)  # type: ignore[arg-type]
         except HookFailed as failure:
             if not failure.logged:
                 log.warning("%s", failure, extra=failure_fields(failure.plugin, failure.point, failure.code))
             raise
         ignored.extend(chain.without)
-        return chain.request
+        return chain.value  # type: ignore[return-value]
 
     async def _post_hook(self, point: HookPoint, request_factory: Callable[[], Awaitable[Message | None]],
                          time_remaining: float | None) -> None:
@@ -224,7 +231,8 @@ class HookPoints:
                 self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, pod)
             return PodSandboxRun(pod, False, skip)
         ignored: list[str] = []
-        changed = await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, pod, time_remaining, None, ignored)
+        changed = (await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, RequestValue(pod), time_remaining, None,
+                                     ignored)).request
         return PodSandboxRun(changed, changed != pod, skip, tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
@@ -296,29 +304,23 @@ class HookPoints:
         pod = pod or unrecorded
         if pod is not None:
             fill_pod_part(container, pod)
-            if pod.skip_hooks:
-                if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
-                    self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
-                return ContainerCreation(pod_id, container, False, False, decoded_edits=edits, labels=shown,
-                                         unrecorded_pod=unrecorded)
+        # Not created yet: its state is unknown.
+        start = ContainerValue(container_record(pod_id, container, shown, edits), container)
+        if pod is not None and pod.skip_hooks:
+            if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
+                self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
+            return ContainerCreation(pod_id, start, False, False, edits, unrecorded_pod=unrecorded)
         ignored: list[str] = []
-        left: ContainerEdits | None = None  # as the NRI plugins left them, when they took part
 
-        async def nri_part(changed: hooks.ContainerResourceHookRequest,
-                           chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            nonlocal left
-            model = container_record(pod_id, changed, shown, edits)  # not created yet: its state is unknown
-            adjusted = await self.nri.adjust(nri_events.CREATE_CONTAINER, Subject(pod_id, pod, "", model),
-                                             time_remaining, chain, ContainerValue(model, changed))
-            left = adjusted.container.edits
-            return adjusted.request
+        async def nri_part(value: ContainerValue, chain: ChainRecord | None) -> ContainerValue:
+            return await self.nri.adjust(nri_events.CREATE_CONTAINER, Subject(pod_id, pod, "", value.container),
+                                         time_remaining, chain, value)
 
         wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
-        changed = await self._chain(dispatcher.PRE_CREATE_CONTAINER, container, time_remaining,
-                                    nri_part if wants_nri else None, ignored,
-                                    self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
-        return ContainerCreation(pod_id, changed, changed != container, True, left, edits, shown, tuple(ignored),
-                                 unrecorded)
+        left = await self._chain(dispatcher.PRE_CREATE_CONTAINER, start, time_remaining,
+                                 nri_part if wants_nri else None, ignored,
+                                 self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
+        return ContainerCreation(pod_id, left, left.request != container, True, edits, tuple(ignored), unrecorded)
 
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an NRI plugin is
@@ -332,9 +334,8 @@ class HookPoints:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
             creation.request.container_meta.id = container_id
-            record = container_record(creation.pod_id, creation.request, creation.labels,
-                                      creation.created_edits, ContainerState.CREATED, created_ns=now_ns())
-            record.pod_from_create = creation.unrecorded_pod
+            record = replace(creation.value.container, id=container_id, state=ContainerState.CREATED,
+                             created_ns=now_ns(), pod_from_create=creation.unrecorded_pod)
             self.store.put_container(container_id, record)
             self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
             request = creation.request
@@ -349,7 +350,7 @@ class HookPoints:
         if self.dispatcher.has_plugins(dispatcher.PRE_START_CONTAINER):
             request = await self.context.container_request(container_id)
             if request is not None:
-                await self._chain(dispatcher.PRE_START_CONTAINER, request, time_remaining, None, [])
+                await self._chain(dispatcher.PRE_START_CONTAINER, RequestValue(request), time_remaining, None, [])
         try:
             await self._notify_nri(nri_events.START_CONTAINER, container_id=container_id)
         except HookFailed:
@@ -380,16 +381,15 @@ class HookPoints:
             seen.container_resources.CopyFrom(apply_resource_update(seen.container_resources, update))
         seen.container_annotations.update(annotations)
         record, pod = found
+        subject = Subject(record.pod_id, pod_of(record, pod), container_id, record)
 
-        async def nri_part(changed: hooks.ContainerResourceHookRequest,
-                           chain: ChainRecord | None) -> hooks.ContainerResourceHookRequest:
-            subject = Subject(record.pod_id, pod_of(record, pod), container_id, record)
-            value = ContainerValue(with_request(record, changed), changed)
-            return (await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain, value)).request
+        async def nri_part(value: ContainerValue, chain: ChainRecord | None) -> ContainerValue:
+            return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain, value)
 
-        changed = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,
-                                    nri_part if nri_wants else None, [], hooked)
-        return ResourceUpdate(seen, changed)
+        left = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES,
+                                 ContainerValue(with_request(record, seen), seen), time_remaining,
+                                 nri_part if nri_wants else None, [], hooked)
+        return ResourceUpdate(seen, left.request)
 
     async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
                                           annotations: Mapping[str, str]) -> None:
