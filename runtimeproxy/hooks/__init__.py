@@ -11,10 +11,10 @@
                         hook plugins' registration files: parsed, trusted, watched, their channels
   merge, validate, changes, edits, envvalues
                         folding an answer into the request, checking it is safe, describing what changed
-  model, hook_messages, container_value, store, context, rebuild, runtime
+  model, hook_messages, chain_value, store, context, rebuild, runtime
                         the core's model of a pod and a container (plain values, no protocol's message; every
-                        plugin protocol's message is made from it: koordinator's in hook_messages), a container
-                        call's value in the chain (the model with its hook projection), the bounded store of
+                        plugin protocol's message is made from it: koordinator's in hook_messages), what a
+                        call's chain carries (chain_value: the model with its hook projection), the bounded store of
                         them, their lookups and rebuild, and the `Runtime` each frontend implements (with
                         `PluginAsks`, the one door to the store for NRI)
   journal, reconcile    the write-ahead journal of hooked calls in flight, and what a restart finishes of the

@@ -13,8 +13,9 @@ What each answer changed is logged at debug level (field, before -> after), and 
 environment variables the request had is warned about: both frontends go through `Dispatcher.run`.
 
 Each run is collected in a `hooks.chain.ChainRecord` (steps, changes, collisions, shadows) and, with the
-trace on, kept in the pod's ring (hooks.trace). `chain` opens a kubelet call's chain for its hook point: the
-hook plugins run in it (`run_hooks`), and the plugins of another kind on the same call (NRI's CreateContainer,
+trace on, kept in the pod's ring (hooks.trace). `chain` opens a kubelet call's chain for its hook point over
+a value (hooks.chain_value: the pod or container in the core's model with its hook projection): the hook plugins
+run in it (`run_hooks`: each called with the projection, its answer merged and folded into the value), and the plugins of another kind on the same call (NRI's CreateContainer,
 UpdateContainer; hooks.lifecycle) record into the same record before it is finished once. What every plugin kind's step shares (toggle, shadow, timing,
 statistics, trace, failure and ownership rules) is hooks.step's, with this kind's row of hooks.kinds. A plugin in shadow (its config's `"shadow": true`, or
 `runtimeproxyctl shadow`) is called in its place in the chain, its answer validated alone, merged privately,
@@ -28,12 +29,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.hooks.chain import ChainRecord, Refusal
+from runtimeproxy.hooks.chain_value import ChainValue, RequestValue
 from runtimeproxy.hooks.changes import describe, dropped_env_names, field_changes
 from runtimeproxy.hooks.kinds import HOOK
 from runtimeproxy.hooks.stats import CallStats
@@ -118,28 +120,6 @@ def failure_fields(plugin: PluginRef, point: PointRef, code: grpc.StatusCode) ->
 
 # Pre-hooks whose merged request the frontend does not write back: the start call carries nothing to change.
 _NOT_WRITTEN_BACK = frozenset({names.PRE_START_CONTAINER})
-
-
-class ChainValue(Protocol[Req]):
-    """What a chain carries from plugin to plugin: the call's subject as the plugins so far left it, and its
-    hook-protocol projection (`request`), which a hook plugin is called with and its answer merged into. A
-    container's is the core's model (hooks.container_value.ContainerValue); a pod's, the request itself."""
-
-    @property
-    def request(self) -> Req: ...
-
-    def with_request(self, request: Req) -> ChainValue[Req]:
-        """The value a hook plugin's merged request leaves."""
-
-
-@dataclass(frozen=True)
-class RequestValue(Generic[Req]):
-    """A chain value that is its hook request (a pod's; a post-hook's, which folds nothing)."""
-
-    request: Req
-
-    def with_request(self, request: Req) -> RequestValue[Req]:
-        return RequestValue(request)
 
 
 @dataclass

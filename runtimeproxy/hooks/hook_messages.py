@@ -68,6 +68,15 @@ def pod_record(request: hooks.PodSandboxHookRequest, skip_hooks: bool = False,
         overhead=_optional(request, "overhead"), skip_hooks=skip_hooks, runtime_labels=dict(runtime_labels or {}))
 
 
+def pod_with_request(pod: PodRecord, request: hooks.PodSandboxHookRequest) -> PodRecord:
+    """The record with what a hook request says of the pod taken from `request` (as the plugins left it); the rest
+    (the skip rule's verdict, the runtime's own labels, readiness, a resize) is the record's."""
+    taken = pod_record(request)
+    return replace(pod, name=taken.name, namespace=taken.namespace, uid=taken.uid, attempt=taken.attempt,
+                   runtime_handler=taken.runtime_handler, labels=taken.labels, annotations=taken.annotations,
+                   cgroup_parent=taken.cgroup_parent, resources=taken.resources, overhead=taken.overhead)
+
+
 def pod_meta(pod: PodRecord) -> hooks.PodSandboxMetadata:
     return hooks.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace, attempt=pod.attempt)
 

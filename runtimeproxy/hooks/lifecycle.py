@@ -7,7 +7,7 @@ a call nobody hooks costs a lookup), running the chain, the cgroup-follow rule, 
 an update leaves, filling the pod part of a container's request, and what the store records.
 
 CreateContainer and UpdateContainerResources are one chain each (`_chain`) over the container in the core's
-model (hooks.container_value): the hook plugins, called with its hook projection made at the call, then the NRI
+model (hooks.chain_value): the hook plugins, called with its hook projection made at the call, then the NRI
 plugins on the value they left, recorded as one run (hooks.step): one trace entry, collisions across kinds. The
 store records the container as the chain's value left it.
 
@@ -30,13 +30,13 @@ from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.context import pod_of, request_of, tell_nri
-from runtimeproxy.hooks.dispatcher import ChainValue, HookFailed, HookPoint, RequestValue, failure_fields
+from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
 from runtimeproxy.hooks.hook_messages import container_record, fill_pod_part, with_request
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ChainValue, ContainerValue, PodValue, RequestValue
 from runtimeproxy.hooks.model import ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
@@ -53,10 +53,17 @@ V = TypeVar("V", bound="ChainValue[Any]")  # of either request type
 class PodSandboxRun:
     """The outcome of PreRunPodSandbox: the pod as the runtime is to create it."""
 
-    request: hooks.PodSandboxHookRequest  # as the plugins left it
+    value: PodValue  # as the plugins left it (its record says whether the pod has the skip label)
     changed: bool  # the plugins changed it: the frontend writes it back into its request
-    skip_hooks: bool  # the pod has the skip label
     missed: tuple[str, ...] = ()  # plugins that failed under Ignore: the pod is created without their answer
+
+    @property
+    def request(self) -> hooks.PodSandboxHookRequest:
+        return self.value.request
+
+    @property
+    def skip_hooks(self) -> bool:
+        return self.value.pod.skip_hooks
 
 
 class CreateWriter(Protocol):
@@ -225,15 +232,15 @@ class HookPoints:
 
     async def pre_run_pod_sandbox(self, pod: hooks.PodSandboxHookRequest,
                                   time_remaining: float | None) -> PodSandboxRun:
-        skip = self.context.skip.applies(pod.labels)
+        start = PodValue(self.context.pod_record(pod), pod)  # the skip rule reads the kubelet's labels
+        skip = start.pod.skip_hooks
         if skip or not self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
             if skip and self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
                 self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, pod)
-            return PodSandboxRun(pod, False, skip)
+            return PodSandboxRun(start, False)
         ignored: list[str] = []
-        changed = (await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, RequestValue(pod), time_remaining, None,
-                                     ignored)).request
-        return PodSandboxRun(changed, changed != pod, skip, tuple(ignored))
+        left = await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, start, time_remaining, None, ignored)
+        return PodSandboxRun(left, left.request != pod, tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
         """The runtime created the pod: record it as created. An NRI plugin failing RunPodSandbox raises
@@ -241,9 +248,7 @@ class HookPoints:
         store forgets it (its trace stays: it says why), and the runtime's `remove_sandbox` (the frontend's
         stop and remove) takes away the sandbox just created."""
         if pod_id:
-            record = self.context.pod_record(run.request)
-            record.skip_hooks = run.skip_hooks
-            self.store.put_pod(pod_id, record)
+            self.store.put_pod(pod_id, run.value.pod)
             self.dispatcher.trace.learn_sandbox(run.request, pod_id)
             meta = run.request.pod_meta
             self.missed.note(pod_id, pod_id, f"{meta.namespace}/{meta.name}", "", dispatcher.PRE_RUN_POD_SANDBOX.name,

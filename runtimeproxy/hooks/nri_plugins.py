@@ -6,7 +6,7 @@ HookService; without it `NO_NRI_PLUGINS` costs one attribute read per call. The 
 call it after the hook-protocol chain, so the NRI plugins see the request as the hook plugins left it. Events are named as NRI names them; `adjust` is for those whose answers change the call (the
 table's `adjusts`: CreateContainer, UpdateContainer), `notify` for the others. Both raise
 hooks.dispatcher.HookFailed to fail the call (`notify` only for the table's `fails_call`: RunPodSandbox,
-StartContainer, UpdatePodSandbox). `adjust` folds into the chain's value (hooks.container_value): the
+StartContainer, UpdatePodSandbox). `adjust` folds into the chain's value (hooks.chain_value): the
 container in the core's model, at CreateContainer with what the hook model lacks (hooks.edits.ContainerEdits:
 argv, bind mounts, devices, RDT class, as the frontend's request says), returned as the plugins left it.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from runtimeproxy.hooks.chain import ChainRecord
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 
 

@@ -2,7 +2,7 @@
 
 A ContainerAdjustment (CreateContainer) and a ContainerUpdate's resources (UpdateContainer, or an update of
 another container) are folded into the container as the core's model has it (hooks.model.ContainerRecord), which
-the chain's value takes (hooks.container_value) and the frontend writes back into its request.
+the chain's value takes (hooks.chain_value) and the frontend writes back into its request.
 Applied: annotations and environment (a key "-name" removes,
 NRI's removal marker), CPU shares/quota/period, cpuset cpus/mems, memory limit and swap, hugepage limits,
 unified (cgroup v2) keys, and at creation the OOM score adjustment. At creation, what the hook model lacks

@@ -27,7 +27,7 @@ import grpc
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.chain import Refusal
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.hook_messages import container_answer
 from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.nri_plugins import Subject

@@ -51,7 +51,7 @@ from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
 from runtimeproxy.hooks.chain import ChainRecord
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.kinds import NRI
 from runtimeproxy.hooks.nri_events import EVENTS
 from runtimeproxy.hooks.runtime import PluginAsks

@@ -14,7 +14,7 @@ import pytest
 from tests.kits.hooks import PluginBench, ScriptedPlugin, container_request, pod_request, resources
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookFailed, HookPoint
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.model import ContainerState, Resources

@@ -26,7 +26,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from runtimeproxy.hooks.edits import ContainerEdits, ImageFacts
 from runtimeproxy.hooks.hook_messages import fill_pod_part, pod_record
 from runtimeproxy.hooks.chain import ChainRecord
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.dispatcher import Dispatcher, HookPoint
 from runtimeproxy.hooks.nri_plugins import NriPluginStatus, Subject
 from rplab.example_plugin import ScriptedPlugin, registration  # noqa: F401  (ScriptedPlugin: the tests use it from here)

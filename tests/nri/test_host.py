@@ -15,7 +15,7 @@ from google.protobuf.message import Message
 from runtimeproxy import __version__
 from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.dispatcher import HookFailed
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.nri_plugins import PodResize, Subject
 from runtimeproxy.hooks.model import ContainerState, Resources
 from runtimeproxy.hooks.hook_messages import container_record, pod_record, with_request

@@ -1,10 +1,10 @@
-"""A container call's chain value: the model and its hook projection always describe one container."""
+"""A chain's values: the model and its hook projection always describe one pod or container."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from runtimeproxy.hooks.container_value import ContainerValue
+from runtimeproxy.hooks.chain_value import ContainerValue, PodValue, RequestValue
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.hook_messages import container_record, pod_record
 from runtimeproxy.hooks.model import Resources
@@ -51,3 +51,24 @@ def test_a_record_without_resources_projects_none() -> None:
     start = value()
     bare = start.with_container(replace(start.container, resources=None))
     assert not bare.request.HasField("container_resources") and bare.container.resources is None
+
+
+def test_a_pod_s_record_takes_what_its_merged_request_says_and_keeps_the_skip_verdict_and_runtime_labels() -> None:
+    record = pod_record(pod_info(), skip_hooks=True, runtime_labels={"io.cri-containerd.kind": "sandbox"})
+    start = PodValue(record, pod_info())
+    merged = hooks.PodSandboxHookRequest()
+    merged.CopyFrom(start.request)
+    merged.labels["from-hook"] = "1"
+    merged.cgroup_parent = "/kubepods/besteffort/poduid-web"
+    merged.resources.cpu_shares = 2
+    moved = start.with_request(merged)
+    assert moved.pod.labels == {"app": "web", "from-hook": "1"} and moved.pod.cgroup_parent == merged.cgroup_parent
+    assert moved.pod.resources == Resources(cpu_shares=2)
+    assert moved.pod.skip_hooks and moved.pod.runtime_labels == {"io.cri-containerd.kind": "sandbox"}
+    assert start.pod.labels == {"app": "web"}  # the value it came from is unchanged
+    assert start.with_request(start.request) is start
+
+
+def test_a_request_value_is_its_request() -> None:
+    start = RequestValue(pod_info())
+    assert start.with_request(start.request) is start and start.with_request(pod_info("db")).request == pod_info("db")
