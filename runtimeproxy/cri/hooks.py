@@ -29,16 +29,16 @@ from runtimeproxy.cri.messages import (
     apply_to_container_config,
     apply_to_pod_config,
     apply_to_update_request,
-    container_hook_request,
-    container_labels,
+    container_model,
     convert,
-    pod_hook_request,
+    pod_model,
 )
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import PodResize
 from runtimeproxy.hooks.lifecycle import HookPoints
 from runtimeproxy.hooks.hook_messages import resources_of
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
@@ -55,8 +55,8 @@ class _CreateRequest:
         self._env_order = [kv.key for kv in request.config.envs]  # as the kubelet sent them
         self._write_profile = write_profile  # a seccomp policy's profile file (cri.seccomp)
 
-    async def container(self, request: hooks.ContainerResourceHookRequest) -> None:
-        apply_to_container_config(self._request, request, self._env_order)
+    async def container(self, container: ContainerRecord) -> None:
+        apply_to_container_config(self._request, container, self._env_order)
 
     def edits(self, edits: ContainerEdits, kinds: frozenset[str]) -> None:
         apply_edits(self._request, edits, kinds, self._write_profile)
@@ -150,11 +150,11 @@ class CriHooks:
 
     async def run_pod_sandbox(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         request = await decode(cri.RunPodSandboxRequest, data, context)
-        pod = pod_hook_request(request.config, request.runtime_handler)
+        pod = pod_model(request.config, request.runtime_handler)
         async with failing_the_call(context):
             run = await self.points.pre_run_pod_sandbox(pod, context.time_remaining())
         if run.changed:
-            apply_to_pod_config(request.config, run.request)
+            apply_to_pod_config(request.config, run.value.pod)
             data = request.SerializeToString()
         response = await relay(data, context)
         pod_id = response_field(cri.RunPodSandboxResponse, response, "pod_sandbox_id")
@@ -183,11 +183,8 @@ class CriHooks:
         (containerd before 2.2: UNIMPLEMENTED, which the kubelet takes as nothing to do) leaves the proxy to do
         containerd's part."""
         request = await decode(cri.UpdatePodSandboxResourcesRequest, data, context)
-        resize = PodResize(
-            resources_of(convert(request.overhead, hooks.LinuxContainerResources))
-            if request.HasField("overhead") else None,
-            resources_of(convert(request.resources, hooks.LinuxContainerResources))
-            if request.HasField("resources") else None)
+        resize = PodResize(resources_of(request.overhead) if request.HasField("overhead") else None,
+                           resources_of(request.resources) if request.HasField("resources") else None)
         pod_id = request.pod_sandbox_id
         async with failing_the_call(context):
             await self.points.pre_update_pod_sandbox_resources(pod_id, resize)
@@ -205,20 +202,20 @@ class CriHooks:
     async def create_container(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         request = await decode(cri.CreateContainerRequest, data, context)
         # The kubelet sends the pod's config along: the pod's context when the proxy does not know the pod.
-        def sandbox() -> hooks.PodSandboxHookRequest:
-            return pod_hook_request(request.sandbox_config, "")
+        def sandbox() -> PodRecord:
+            return pod_model(request.sandbox_config, "")
 
-        edits = await self._edits(request, self.points.edits_want_image())
+        container = container_model(request.pod_sandbox_id, request.config)
+        container.edits = await self._edits(request, self.points.edits_want_image())
         async with failing_the_call(context):
             creation = await self.points.pre_create_container(
-                request.pod_sandbox_id, container_hook_request(request.config), context.time_remaining(), sandbox,
-                edits, container_labels(request.config.labels))
+                request.pod_sandbox_id, container, context.time_remaining(), sandbox)
         # A seccomp policy's profile file lives until containerd has read it: the create's end.
         with ProfileFiles(self._profile_dir or Path()) as profiles:
             if await creation.write_back(_CreateRequest(request, profiles.write)):
                 data = request.SerializeToString()
             # Journaled until the answer is about to go back: a crash meanwhile is the next proxy's (hooks.reconcile).
-            with self.points.creating(request.pod_sandbox_id, creation.request):
+            with self.points.creating(creation):
                 response = await relay(data, context)
                 await self.points.container_created(
                     response_field(cri.CreateContainerResponse, response, "container_id"), creation)

@@ -1,7 +1,8 @@
-"""CRI <-> hook-protocol message conversions: one function per hooked CRI request.
+"""CRI <-> the hook core's model (hooks.model): one function per hooked CRI request.
 
 The merge rules (what a plugin's answer changes) are the hook core's (hooks.merge);
-this module only reads CRI requests into hook requests and writes the result back.
+this module only reads CRI requests into the core's records and writes the result back
+(an update's sparse resources still travel as the hook protocol's LinuxContainerResources).
 
 The hooked CRI requests are decoded with runtime.v1 classes whatever version the
 kubelet spoke: v1alpha2 has the same field numbers for everything used here, and
@@ -18,10 +19,11 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.envvalues import shown_value, written_value
+from runtimeproxy.hooks.hook_messages import resources_of, set_resources
 from runtimeproxy.hooks.merge import ordered_env_names, replace_map
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 M = TypeVar("M", bound=Message)
 
@@ -41,69 +43,59 @@ def convert(message: Message, target: type[M]) -> M:
     return target.FromString(message.SerializeToString())
 
 
-# --- CRI -> hook requests -------------------------------------------------------------
+# --- CRI -> the core's model -----------------------------------------------------------
 
 
-def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hooks.PodSandboxHookRequest:
-    linux = config.linux
-    request = hooks.PodSandboxHookRequest(
-        pod_meta=convert(config.metadata, hooks.PodSandboxMetadata),
-        runtime_handler=runtime_handler,
-        labels=dict(config.labels),
+def _resources(parent: Message, name: str) -> Resources | None:
+    return resources_of(getattr(parent, name)) if parent.HasField(name) else None
+
+
+def pod_model(config: cri.PodSandboxConfig, runtime_handler: str) -> PodRecord:
+    """The pod a RunPodSandbox (or a container's sandbox_config, a runtime's status) says (the core decides the
+    rest: hooks.context.HookContext.admitted)."""
+    meta, linux = config.metadata, config.linux
+    return PodRecord(name=meta.name, namespace=meta.namespace, uid=meta.uid, attempt=meta.attempt,
+                     runtime_handler=runtime_handler, labels=dict(config.labels),
+                     annotations=dict(config.annotations), cgroup_parent=linux.cgroup_parent,
+                     resources=_resources(linux, "resources"), overhead=_resources(linux, "overhead"))
+
+
+def container_model(pod_id: str, config: cri.ContainerConfig, container_id: str = "") -> ContainerRecord:
+    """The container a CreateContainer (or a runtime's status) says: its labels as containerd keeps them; its
+    edits (argv, mounts, devices, ...) are the caller's (cri.edits)."""
+    return ContainerRecord(
+        pod_id, id=container_id, name=config.metadata.name, attempt=config.metadata.attempt,
         annotations=dict(config.annotations),
-        cgroup_parent=linux.cgroup_parent,
-    )
-    if linux.HasField("overhead"):
-        request.overhead.CopyFrom(convert(linux.overhead, hooks.LinuxContainerResources))
-    if linux.HasField("resources"):
-        request.resources.CopyFrom(convert(linux.resources, hooks.LinuxContainerResources))
-    return request
-
-
-def container_hook_request(config: cri.ContainerConfig, container_id: str = "") -> hooks.ContainerResourceHookRequest:
-    """The container part of the hook request (the core fills the pod part: hooks.hook_messages.fill_pod_part)."""
-    request = hooks.ContainerResourceHookRequest(
-        container_meta=hooks.ContainerMetadata(
-            name=config.metadata.name, attempt=config.metadata.attempt, id=container_id
-        ),
-        container_annotations=dict(config.annotations),
         # A name sent twice is one entry with its last value, the one runtimes use.
-        container_envs={kv.key: shown_value(kv.value) for kv in config.envs},
-    )
-    if config.linux.HasField("resources"):
-        request.container_resources.CopyFrom(
-            convert(config.linux.resources, hooks.LinuxContainerResources)
-        )
-    return request
+        env={kv.key: shown_value(kv.value) for kv in config.envs},
+        resources=_resources(config.linux, "resources"), labels=container_labels(config.labels))
 
 
-# --- hook result -> CRI request -------------------------------------------------------
+# --- the plugins' result -> CRI request -----------------------------------------------------
 
 
-def apply_to_pod_config(config: cri.PodSandboxConfig, pod: hooks.PodSandboxHookRequest) -> None:
+def apply_to_pod_config(config: cri.PodSandboxConfig, pod: PodRecord) -> None:
     replace_map(config.labels, pod.labels)
     replace_map(config.annotations, pod.annotations)
     config.linux.cgroup_parent = pod.cgroup_parent
-    if pod.HasField("resources"):
-        config.linux.resources.CopyFrom(convert(pod.resources, cri.LinuxContainerResources))
+    if pod.resources is not None:
+        set_resources(config.linux.resources, pod.resources)
 
 
 def apply_to_container_config(
-    request: cri.CreateContainerRequest, container: hooks.ContainerResourceHookRequest, env_order: list[str]
+    request: cri.CreateContainerRequest, container: ContainerRecord, env_order: list[str]
 ) -> None:
-    """Write the hooks' result into the request; env values the plugins left as shown keep the kubelet's bytes."""
+    """Write the plugins' result into the request; env values the plugins left as shown keep the kubelet's bytes.
+    (The cgroup parent the container goes under is the pod's: align_sandbox_cgroup_parent.)"""
     config = request.config
-    replace_map(config.annotations, container.container_annotations)
-    if container.HasField("container_resources"):
-        config.linux.resources.CopyFrom(
-            convert(container.container_resources, cri.LinuxContainerResources)
-        )
-    envs = container.container_envs
+    replace_map(config.annotations, container.annotations)
+    if container.resources is not None:
+        set_resources(config.linux.resources, container.resources)
+    envs = container.env
     originals = {entry.key: entry for entry in config.envs}  # a name listed twice: its last entry, as runtimes use
     entries = [env_entry(originals.get(name), name, envs[name]) for name in ordered_env_names(envs, env_order)]
     del config.envs[:]
     config.envs.extend(entries)
-    align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
 
 
 def env_entry(original: cri.KeyValue | None, name: str, value: str) -> cri.KeyValue:

@@ -20,6 +20,7 @@ runtime lists gets a record, so its post-hooks run after a restart, without what
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 import binascii
 import logging
 from typing import Any, TypeVar
@@ -31,13 +32,12 @@ from google.protobuf.message import DecodeError, Message
 
 from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri.edits import container_edits
-from runtimeproxy.cri.messages import container_hook_request, container_labels, convert, pod_hook_request
+from runtimeproxy.cri.messages import container_labels, container_model, pod_model
 from runtimeproxy.gotext import go_text
-from runtimeproxy.hooks import hook_messages
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState
+from runtimeproxy.hooks.hook_messages import resources_of
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.hooks.rebuild import Listing
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
@@ -79,7 +79,7 @@ class BackendRecords:
                 raise BackendReadError(f"{method}: undecodable answer: {error}", None) from None
         raise AssertionError("unreachable")
 
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+    async def load_pod(self, pod_id: str) -> PodRecord | None:
         """The pod as the backend has it; None (logged) when it cannot be had."""
         try:
             return await self._load_pod(pod_id)
@@ -123,7 +123,7 @@ class BackendRecords:
             return ""
         return found.containers[0].pod_sandbox_id if found.containers else ""
 
-    async def _load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+    async def _load_pod(self, pod_id: str) -> PodRecord | None:
         try:
             status = await self._status(
                 "pod", pod_id, "PodSandboxStatus",
@@ -142,7 +142,7 @@ class BackendRecords:
                 annotations=status.status.annotations,
             )
         handler = info.get("runtimeHandler") or status.status.runtime_handler
-        return pod_hook_request(config, handler)
+        return pod_model(config, handler)
 
     async def _load_container(self, container_id: str, pod_id: str) -> ContainerRecord | None:
         try:
@@ -158,12 +158,10 @@ class BackendRecords:
         config = _container_config(info)
         plain = cri.ContainerConfig(metadata=status.status.metadata, annotations=status.status.annotations)
         pod_id = info.get("sandboxID") or pod_id or await self._pod_of(container_id)
-        request = container_hook_request(config or plain, container_id)
+        container = container_model(pod_id, config or plain, container_id)
         if status.status.resources.HasField("linux"):  # current values, after any update
-            request.container_resources.CopyFrom(
-                convert(status.status.resources.linux, hooks.LinuxContainerResources)
-            )
-        return container_record(pod_id, request, config, status.status, info)
+            container.resources = resources_of(status.status.resources.linux)
+        return recorded_container(container, config, status.status, info)
 
     async def list_objects(self) -> Listing:
         """Every pod and container the runtime lists, once it is reachable."""
@@ -177,10 +175,11 @@ _STATES = {cri.CONTAINER_CREATED: ContainerState.CREATED, cri.CONTAINER_RUNNING:
            cri.CONTAINER_EXITED: ContainerState.STOPPED}
 
 
-def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest, config: cri.ContainerConfig | None,
-                     status: cri.ContainerStatus, info: dict[str, Any]) -> ContainerRecord:
-    """The model of a container: labels, state and times from its status; from the verbose info (when there is
-    one) the argv and pid (the OCI spec's process, the task's) and the bind mounts and devices of its CRI config."""
+def recorded_container(container: ContainerRecord, config: cri.ContainerConfig | None, status: cri.ContainerStatus,
+                       info: dict[str, Any]) -> ContainerRecord:
+    """The model of a container as its config says it, with its labels (the status's when there is no config),
+    state and times from its status; from the verbose info (when there is one) the argv and pid (the OCI spec's
+    process, the task's) and the bind mounts and devices of its CRI config."""
     edits = None
     if config is not None:
         spec = info.get("runtimeSpec")
@@ -189,10 +188,10 @@ def container_record(pod_id: str, request: hooks.ContainerResourceHookRequest, c
         edits = container_edits(cri.CreateContainerRequest(config=config),
                                 tuple(str(arg) for arg in argv) if isinstance(argv, list) else ())
     pid = info.get("pid")
-    return hook_messages.container_record(
-        pod_id, request, container_labels(config.labels if config is not None else status.labels), edits,
-        _STATES.get(status.state, ContainerState.UNKNOWN), pid if isinstance(pid, int) and pid > 0 else 0,
-        status.created_at, status.started_at, status.finished_at)
+    return replace(
+        container, labels=container_labels(config.labels if config is not None else status.labels), edits=edits,
+        state=_STATES.get(status.state, ContainerState.UNKNOWN), pid=pid if isinstance(pid, int) and pid > 0 else 0,
+        created_ns=status.created_at, started_ns=status.started_at, finished_ns=status.finished_at)
 
 
 def _verbose_info(status: Message) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from runtimeproxy.docker.edits import apply_edits, container_edits, process_argv
 from runtimeproxy.docker.interception import ErrorReply, InterceptedCall, UpstreamAnswer
 from runtimeproxy.docker.messages import (
     CONTAINER_TYPE,
-    SANDBOX_ID_LABEL,
     SANDBOX_TYPE,
     Body,
     BodyError,
@@ -40,13 +39,12 @@ from runtimeproxy.docker.messages import (
     apply_to_container_body,
     apply_to_sandbox_body,
     apply_to_update_body,
-    container_create_request,
-    container_labels_of,
+    container_of_create,
     create_name,
     docker_type,
     parse_kube_name,
     pod_of_container,
-    sandbox_create_request,
+    sandbox_of_create,
     update_resources,
 )
 from runtimeproxy.docker.routes import HookedRoute
@@ -54,6 +52,7 @@ from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.lifecycle import ContainerCreation, HookPoints, PodSandboxRun
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -186,23 +185,22 @@ class DockerHooks:
         return await self._before_container_create(exchange, name, body, data)
 
     async def _before_sandbox_create(self, exchange: _Exchange, name: KubeName, body: Body, data: bytes) -> bytes:
-        request = await convert_large(len(data), sandbox_create_request, name, body)
-        run = exchange.created = await self.points.pre_run_pod_sandbox(request, NO_DEADLINE)
+        pod = await convert_large(len(data), sandbox_of_create, name, body)
+        run = exchange.created = await self.points.pre_run_pod_sandbox(pod, NO_DEADLINE)
         if not run.changed:
             return data
-        await convert_large(len(data), apply_to_sandbox_body, body, run.request)
+        await convert_large(len(data), apply_to_sandbox_body, body, run.value.pod)
         return await serialize_body(body, len(data))
 
     async def _before_container_create(self, exchange: _Exchange, name: KubeName, body: Body, data: bytes) -> bytes:
-        def sandbox() -> hooks.PodSandboxHookRequest:
+        def sandbox() -> PodRecord:
             return pod_of_container(name, body)
 
-        request = await convert_large(len(data), container_create_request, name, body)
-        edits = await self._edits(body, self.points.edits_want_image())
+        container = await convert_large(len(data), container_of_create, name, body)
+        container.edits = await self._edits(body, self.points.edits_want_image())
         creation = exchange.created = await self.points.pre_create_container(
-            body["Labels"].get(SANDBOX_ID_LABEL, ""), request, NO_DEADLINE, sandbox, edits,
-            container_labels_of(body["Labels"]))
-        exchange.journal(self.points.creating(creation.pod_id, creation.request))
+            container.pod_id, container, NO_DEADLINE, sandbox)
+        exchange.journal(self.points.creating(creation))
         rewritten = await creation.write_back(_CreateBody(body, len(data)))
         return await serialize_body(body, len(data)) if rewritten else data
 
@@ -262,8 +260,8 @@ class _CreateBody:
         self._body = body
         self._size = size  # the body's bytes: a large one is converted off the event loop
 
-    async def container(self, request: hooks.ContainerResourceHookRequest) -> None:
-        await convert_large(self._size, apply_to_container_body, self._body, request)
+    async def container(self, container: ContainerRecord) -> None:
+        await convert_large(self._size, apply_to_container_body, self._body, container)
 
     def edits(self, edits: ContainerEdits, kinds: frozenset[str]) -> None:
         apply_edits(self._body, edits, kinds)

@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtimeproxy.hooks.hook_messages import resources_message
 from runtimeproxy.hooks.merge import ordered_env_names
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 TYPE_LABEL = "io.kubernetes.docker.type"
@@ -32,7 +34,7 @@ _SANDBOX_OWN_LABELS = frozenset({TYPE_LABEL, "io.kubernetes.container.name"})
 _CONTAINER_OWN_LABELS = frozenset({TYPE_LABEL, SANDBOX_ID_LABEL, "io.kubernetes.container.logpath"})
 _NAME_PREFIX = "k8s"
 
-# Docker HostConfig / UpdateConfig field -> hook LinuxContainerResources field.
+# Docker HostConfig / UpdateConfig field -> the model's (hooks.model.Resources; CRI's names).
 RESOURCE_FIELDS: tuple[tuple[str, str], ...] = (
     ("CpuPeriod", "cpu_period"),
     ("CpuQuota", "cpu_quota"),
@@ -129,67 +131,65 @@ def envs_of(env: Any) -> dict[str, str]:
     return {name: value for name, sep, value in pairs if sep}
 
 
-def resources_of(fields: Mapping[str, Any]) -> hooks.LinuxContainerResources:
+def resources_of(fields: Mapping[str, Any]) -> Resources:
     """The resources a HostConfig (or an UpdateConfig) sets; absent or zero fields stay unset."""
-    resources = hooks.LinuxContainerResources()
-    for docker_name, hook_name in RESOURCE_FIELDS:
+    settings: dict[str, Any] = {}
+    for docker_name, model_name in RESOURCE_FIELDS:
         value = fields.get(docker_name)
         if value:
-            try:
-                setattr(resources, hook_name, value)
-            except (TypeError, ValueError):
-                raise BodyError(f"{docker_name} has the wrong type: {value!r}") from None
-    return resources
+            if not _fits(model_name, value):
+                raise BodyError(f"{docker_name} has the wrong type: {value!r}")
+            settings[model_name] = value
+    return Resources(**settings)
 
 
-def pod_hook_request(name: KubeName, labels: Mapping[str, str], host_config: Mapping[str, Any]) -> hooks.PodSandboxHookRequest:
-    request = hooks.PodSandboxHookRequest(
-        pod_meta=hooks.PodSandboxMetadata(name=name.pod, namespace=name.namespace, uid=name.uid, attempt=name.attempt),
-        labels=pod_labels_of(labels),
-        annotations=annotations_of(labels),
-        cgroup_parent=host_config.get("CgroupParent") or "",
-    )
-    request.resources.CopyFrom(resources_of(host_config))
-    return request
+_INT64 = range(-(1 << 63), 1 << 63)  # the wire's int64 (CRI's and the hook protocol's fields)
 
 
-def container_hook_request(
-    name: KubeName, labels: Mapping[str, str], env: Any, host_config: Mapping[str, Any], container_id: str = "",
-) -> hooks.ContainerResourceHookRequest:
-    """The container part of the hook request (the core fills the pod part: hooks.hook_messages.fill_pod_part)."""
-    request = hooks.ContainerResourceHookRequest(
-        container_meta=hooks.ContainerMetadata(name=name.container, attempt=name.attempt, id=container_id),
-        container_annotations=annotations_of(labels),
-        container_envs=envs_of(env),
-    )
-    request.container_resources.CopyFrom(resources_of(host_config))
-    return request
+def _fits(model_name: str, value: object) -> bool:
+    if model_name.startswith("cpuset"):
+        return isinstance(value, str)
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
+
+
+def pod_model(name: KubeName, labels: Mapping[str, str], host_config: Mapping[str, Any]) -> PodRecord:
+    """The pod a sandbox's create (or inspect) says (the core decides the rest: hooks.context's `admitted`)."""
+    return PodRecord(name=name.pod, namespace=name.namespace, uid=name.uid, attempt=name.attempt,
+                     labels=pod_labels_of(labels), annotations=annotations_of(labels),
+                     cgroup_parent=host_config.get("CgroupParent") or "", resources=resources_of(host_config))
+
+
+def container_model(name: KubeName, labels: Mapping[str, str], env: Any, host_config: Mapping[str, Any],
+                    container_id: str = "") -> ContainerRecord:
+    """The container a create (or inspect) says, of the sandbox its labels name; its edits (argv, mounts,
+    devices, ...) are the caller's (docker.edits)."""
+    return ContainerRecord(labels.get(SANDBOX_ID_LABEL, ""), id=container_id, name=name.container,
+                           attempt=name.attempt, annotations=annotations_of(labels), env=envs_of(env),
+                           resources=resources_of(host_config), labels=container_labels_of(labels))
 
 
 # --- create: the body as dockerd receives it ------------------------------------------------------
 
 
-def sandbox_create_request(name: KubeName, body: Body) -> hooks.PodSandboxHookRequest:
-    return pod_hook_request(name, _map(body.get("Labels"), "Labels"), _host_config(body))
+def sandbox_of_create(name: KubeName, body: Body) -> PodRecord:
+    return pod_model(name, _map(body.get("Labels"), "Labels"), _host_config(body))
 
 
-def container_create_request(name: KubeName, body: Body) -> hooks.ContainerResourceHookRequest:
-    return container_hook_request(name, _map(body.get("Labels"), "Labels"), body.get("Env"), _host_config(body))
+def container_of_create(name: KubeName, body: Body) -> ContainerRecord:
+    return container_model(name, _map(body.get("Labels"), "Labels"), body.get("Env"), _host_config(body))
 
 
-def pod_of_container(name: KubeName, body: Body) -> hooks.PodSandboxHookRequest:
+def pod_of_container(name: KubeName, body: Body) -> PodRecord:
     """What a container's create says of its pod, for a pod the proxy does not know: its metadata (from the
     name) and its cgroup parent (cri-dockerd creates a container under its pod's). Pod labels are not there."""
-    return hooks.PodSandboxHookRequest(
-        pod_meta=hooks.PodSandboxMetadata(name=name.pod, namespace=name.namespace, uid=name.uid),
-        cgroup_parent=_host_config(body).get("CgroupParent") or "",
-    )
+    return PodRecord(name=name.pod, namespace=name.namespace, uid=name.uid,
+                     cgroup_parent=_host_config(body).get("CgroupParent") or "")
 
 
-def apply_resources(host_config: dict[str, Any], resources: hooks.LinuxContainerResources) -> None:
-    """Write the resources the hooks left non-zero; a zero or empty value never overwrites one."""
-    for docker_name, hook_name in RESOURCE_FIELDS:
-        value = getattr(resources, hook_name)
+def apply_resources(host_config: dict[str, Any], resources: Resources | None) -> None:
+    """Write the resources the plugins left non-zero; a zero or empty value never overwrites one."""
+    for docker_name, model_name in RESOURCE_FIELDS:
+        value = getattr(resources, model_name) if resources is not None else None
         if value and host_config.get(docker_name) != value:
             host_config[docker_name] = value
 
@@ -200,7 +200,7 @@ def _labels_with_annotations(labels: Mapping[str, str], annotations: Mapping[str
     return kept
 
 
-def apply_to_sandbox_body(body: Body, pod: hooks.PodSandboxHookRequest) -> None:
+def apply_to_sandbox_body(body: Body, pod: PodRecord) -> None:
     labels = {key: value for key, value in _map(body.get("Labels"), "Labels").items() if key in _SANDBOX_OWN_LABELS}
     labels.update(pod.labels)
     body["Labels"] = _labels_with_annotations(labels, pod.annotations)
@@ -210,16 +210,14 @@ def apply_to_sandbox_body(body: Body, pod: hooks.PodSandboxHookRequest) -> None:
     apply_resources(host_config, pod.resources)
 
 
-def apply_to_container_body(body: Body, container: hooks.ContainerResourceHookRequest) -> None:
-    body["Labels"] = _labels_with_annotations(_map(body.get("Labels"), "Labels"), container.container_annotations)
+def apply_to_container_body(body: Body, container: ContainerRecord) -> None:
+    """(The cgroup parent the container goes under is its pod's: apply_cgroup_parent.)"""
+    body["Labels"] = _labels_with_annotations(_map(body.get("Labels"), "Labels"), container.annotations)
     original = body.get("Env") or []
-    envs = container.container_envs
+    envs = container.env
     names = ordered_env_names(envs, [entry.partition("=")[0] for entry in original if "=" in entry])
     body["Env"] = [f"{name}={envs[name]}" for name in names] + [entry for entry in original if "=" not in entry]
-    host_config = body.setdefault("HostConfig", {})
-    if container.pod_cgroup_parent:
-        host_config["CgroupParent"] = container.pod_cgroup_parent
-    apply_resources(host_config, container.container_resources)
+    apply_resources(body.setdefault("HostConfig", {}), container.resources)
 
 
 def apply_cgroup_parent(body: Body, cgroup_parent: str) -> bool:
@@ -239,7 +237,7 @@ def apply_cgroup_parent(body: Body, cgroup_parent: str) -> bool:
 
 def update_resources(body: Body) -> hooks.LinuxContainerResources:
     """What a `POST /containers/{id}/update` asks for (zero = unchanged, as in CRI)."""
-    return resources_of(body)
+    return resources_message(resources_of(body))
 
 
 # What `POST /containers/{id}/update` can change (dockerd cannot update the OOM score).
@@ -313,9 +311,9 @@ def inspected(data: Any) -> Inspected | None:
                      str(data.get("Created") or ""))
 
 
-def pod_from_inspect(found: Inspected) -> hooks.PodSandboxHookRequest:
-    return pod_hook_request(found.name, found.labels, found.host_config)
+def pod_from_inspect(found: Inspected) -> PodRecord:
+    return pod_model(found.name, found.labels, found.host_config)
 
 
-def container_from_inspect(found: Inspected) -> hooks.ContainerResourceHookRequest:
-    return container_hook_request(found.name, found.labels, found.env, found.host_config, found.container_id)
+def container_from_inspect(found: Inspected) -> ContainerRecord:
+    return container_model(found.name, found.labels, found.env, found.host_config, found.container_id)

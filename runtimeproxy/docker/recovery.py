@@ -10,6 +10,7 @@ rest of a container's model (hooks.model): labels, argv, bind mounts, devices, s
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 import logging
 import re
 import urllib.parse
@@ -23,15 +24,12 @@ from runtimeproxy.docker.messages import (
     TYPE_LABEL,
     Inspected,
     container_from_inspect,
-    container_labels_of,
     inspected,
     pod_from_inspect,
 )
 from runtimeproxy.hooks.edits import ImageFacts, ImageIdentity
-from runtimeproxy.hooks import hook_messages
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord
 from runtimeproxy.hooks.rebuild import Listing
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +78,7 @@ class DockerRecords:
                 listing.containers[container_id] = labels.get(SANDBOX_ID_LABEL, "")
         return listing
 
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+    async def load_pod(self, pod_id: str) -> PodRecord | None:
         found = await self.find(pod_id)
         return pod_from_inspect(found) if found is not None and found.kind == SANDBOX_TYPE else None
 
@@ -102,12 +100,11 @@ def container_record(found: Inspected) -> ContainerRecord:
     (HostConfig), state, pid and times (State, Created)."""
     state = found.state
     pid = state.get("Pid")
-    return hook_messages.container_record(
-        found.sandbox_id, container_from_inspect(found), container_labels_of(found.labels),
-        container_edits({"HostConfig": found.host_config}, found.argv),
-        _STATES.get(str(state.get("Status", "")), ContainerState.UNKNOWN),
-        pid if isinstance(pid, int) and pid > 0 else 0, unix_ns(found.created),
-        unix_ns(str(state.get("StartedAt") or "")), unix_ns(str(state.get("FinishedAt") or "")))
+    return replace(
+        container_from_inspect(found), edits=container_edits({"HostConfig": found.host_config}, found.argv),
+        state=_STATES.get(str(state.get("Status", "")), ContainerState.UNKNOWN),
+        pid=pid if isinstance(pid, int) and pid > 0 else 0, created_ns=unix_ns(found.created),
+        started_ns=unix_ns(str(state.get("StartedAt") or "")), finished_ns=unix_ns(str(state.get("FinishedAt") or "")))
 
 
 def unix_ns(text: str) -> int:

@@ -18,12 +18,13 @@ records the value's model (hooks.lifecycle).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from runtimeproxy.hooks.hook_messages import container_request, pod_with_request, set_container_part, with_request
+from runtimeproxy.hooks.hook_messages import (container_request, pod_request, pod_with_request, set_container_part,
+                                              with_request)
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -50,31 +51,56 @@ class RequestValue(Generic[Req]):
 @dataclass(frozen=True)
 class PodValue:
     pod: PodRecord
-    request: hooks.PodSandboxHookRequest
+    # The projection, made when first read (a call no hook plugin takes never makes it: a pod of 100,000 labels
+    # costs no protobuf map); once made, the one a hook plugin's answer was merged into.
+    projected: hooks.PodSandboxHookRequest | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def request(self) -> hooks.PodSandboxHookRequest:
+        if self.projected is None:
+            object.__setattr__(self, "projected", pod_request(self.pod))
+        assert self.projected is not None
+        return self.projected
 
     def with_request(self, request: hooks.PodSandboxHookRequest) -> PodValue:
         """The record takes what the request says of the pod; what it does not say (the skip rule's verdict on the
         kubelet's labels, the runtime's own labels) is kept."""
-        return self if request is self.request else PodValue(pod_with_request(self.pod, request), request)
+        if request is self.projected:
+            return self
+        return PodValue(pod_with_request(self.pod, request), request)
 
 
 @dataclass(frozen=True)
 class ContainerValue:
     container: ContainerRecord
-    request: hooks.ContainerResourceHookRequest
+    pod: PodRecord | None = None  # what the projection's pod part is made from (None: the container part only)
+    # The projection, made when first read; once made, its pod part is the pod as the hook plugins left it (one
+    # may move the pod's cgroup parent).
+    projected: hooks.ContainerResourceHookRequest | None = field(default=None, compare=False, repr=False)
 
-    @classmethod
-    def of(cls, container: ContainerRecord, pod: PodRecord | None) -> ContainerValue:
-        """A recorded container's value, its pod's part from `pod` (None: the container part only)."""
-        return cls(container, container_request(container, pod))
+    @property
+    def request(self) -> hooks.ContainerResourceHookRequest:
+        if self.projected is None:
+            object.__setattr__(self, "projected", container_request(self.container, self.pod))
+        assert self.projected is not None
+        return self.projected
+
+    @property
+    def pod_cgroup_parent(self) -> str:
+        """The cgroup parent of the container's pod, as the hook plugins left it."""
+        if self.projected is not None:
+            return self.projected.pod_cgroup_parent
+        return self.pod.cgroup_parent if self.pod is not None else ""
 
     def with_request(self, request: hooks.ContainerResourceHookRequest) -> ContainerValue:
         """The rest of the record (labels, edits, state, ...) is kept."""
-        return self if request is self.request else ContainerValue(with_request(self.container, request), request)
+        if request is self.projected:
+            return self
+        return ContainerValue(with_request(self.container, request), self.pod, request)
 
     def with_container(self, container: ContainerRecord) -> ContainerValue:
         """The value an NRI plugin's folded record leaves (the projection's pod part kept)."""
         request = hooks.ContainerResourceHookRequest()
         request.CopyFrom(self.request)
         set_container_part(request, container)
-        return ContainerValue(container, request)
+        return ContainerValue(container, self.pod, request)

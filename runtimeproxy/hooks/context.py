@@ -9,6 +9,7 @@ hear of a recorded pod or container, the one flow for the hook points and for th
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks import hook_messages
@@ -27,16 +28,17 @@ class HookContext:
         self.skip = skip
         self.pod_labels = dict(pod_labels or {})
 
-    def pod_record(self, info: hooks.PodSandboxHookRequest) -> PodRecord:
-        """The record of a pod as its hook request has it, and whether the skip rule spares it hooks."""
-        return hook_messages.pod_record(info, self.skip.applies(info.labels), self.pod_labels)
+    def admitted(self, pod: PodRecord) -> PodRecord:
+        """A pod as a frontend decoded it (from a request, or read back from its runtime), with what the core
+        decides of it: whether the skip rule spares it hooks, the labels the runtime gives every pod itself."""
+        return replace(pod, skip_hooks=self.skip.applies(pod.labels), runtime_labels=dict(self.pod_labels))
 
     async def pod(self, pod_id: str) -> PodRecord | None:
         record = self.store.pod(pod_id)
         if record is None and pod_id:
-            info = await self.source.load_pod(pod_id)
-            if info is not None:
-                record = self.pod_record(info)
+            loaded = await self.source.load_pod(pod_id)
+            if loaded is not None:
+                record = self.admitted(loaded)
                 self.store.put_pod(pod_id, record)
         return record
 

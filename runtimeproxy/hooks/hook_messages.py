@@ -19,7 +19,12 @@ from runtimeproxy.hooks.model import ContainerRecord, ContainerState, HugepageLi
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
-def resources_of(message: hooks.LinuxContainerResources) -> Resources:
+# A LinuxContainerResources of either protocol: CRI's and the hook protocol's have one layout and one set of
+# field names, so a frontend reads and writes its own with the same two functions (typed Any: two message types).
+ResourcesMessage = Any
+
+
+def resources_of(message: ResourcesMessage) -> Resources:
     return Resources(
         cpu_period=message.cpu_period, cpu_quota=message.cpu_quota, cpu_shares=message.cpu_shares,
         memory_limit_in_bytes=message.memory_limit_in_bytes, oom_score_adj=message.oom_score_adj,
@@ -28,16 +33,20 @@ def resources_of(message: hooks.LinuxContainerResources) -> Resources:
         unified=dict(message.unified), memory_swap_limit_in_bytes=message.memory_swap_limit_in_bytes)
 
 
-def set_resources(message: hooks.LinuxContainerResources, resources: Resources) -> None:
-    """`message` holds `resources` (every field set; the message's field is present afterwards)."""
+def set_resources(message: ResourcesMessage, resources: Resources) -> None:
+    """`message` holds `resources` (every field set; the message's field is present afterwards; fields it has
+    that the model does not know are kept)."""
     message.SetInParent()
     message.cpu_period, message.cpu_quota, message.cpu_shares = \
         resources.cpu_period, resources.cpu_quota, resources.cpu_shares
     message.memory_limit_in_bytes, message.oom_score_adj = resources.memory_limit_in_bytes, resources.oom_score_adj
     message.cpuset_cpus, message.cpuset_mems = resources.cpuset_cpus, resources.cpuset_mems
-    del message.hugepage_limits[:]
-    message.hugepage_limits.extend(hooks.HugepageLimit(page_size=limit.page_size, limit=limit.limit)
-                                   for limit in resources.hugepage_limits)
+    # Rewritten only when they differ: an entry keeps the fields the proxy does not know (a newer CRI's).
+    if [(limit.page_size, limit.limit) for limit in message.hugepage_limits] != \
+            [(limit.page_size, limit.limit) for limit in resources.hugepage_limits]:
+        del message.hugepage_limits[:]
+        for limit in resources.hugepage_limits:
+            message.hugepage_limits.add(page_size=limit.page_size, limit=limit.limit)
     message.unified.clear()
     message.unified.update(resources.unified)
     message.memory_swap_limit_in_bytes = resources.memory_swap_limit_in_bytes

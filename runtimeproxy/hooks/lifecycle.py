@@ -18,6 +18,7 @@ backend. Post-hooks never change a call's outcome. `time_remaining` is the calle
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -35,11 +36,12 @@ from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
-from runtimeproxy.hooks.hook_messages import container_record, fill_pod_part, with_request
+from runtimeproxy.hooks.hook_messages import pod_request, with_request
 from runtimeproxy.hooks.chain_value import ChainValue, ContainerValue, PodValue, RequestValue
-from runtimeproxy.hooks.model import ContainerState, PodRecord, now_ns
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
+from runtimeproxy.hooks.trace import model_key
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,7 @@ class PodSandboxRun:
 class CreateWriter(Protocol):
     """A frontend's create request (its wire's translator), as a creation's outcome is written back into it."""
 
-    async def container(self, request: hooks.ContainerResourceHookRequest) -> None:
+    async def container(self, container: ContainerRecord) -> None:
         """The container as the plugins left it (annotations, environment, resources)."""
 
     def edits(self, edits: ContainerEdits, kinds: frozenset[str]) -> None:
@@ -112,7 +114,7 @@ class ContainerCreation:
         """What the plugins changed, written into the frontend's request; True if it changed (re-encode it)."""
         rewritten = False
         if self.changed:
-            await writer.container(self.request)
+            await writer.container(self.value.container)
             rewritten = True
         edited = self.changed_edits()
         if edited:
@@ -126,7 +128,7 @@ class ContainerCreation:
         """The cgroup parent the container must be created under: its pod's, as the hooks left it (a pod moved
         by PreRunPodSandbox takes its containers along, with or without PreCreateContainer plugins).
         "" leaves the frontend's request as it is."""
-        return self.request.pod_cgroup_parent if self.hooked else ""
+        return self.value.pod_cgroup_parent if self.hooked else ""
 
 
 @dataclass
@@ -152,6 +154,18 @@ class ResourceUpdate:
         return {key: value for key, value in self.request.container_annotations.items() if before.get(key) != value}
 
 
+# A value of more entries (labels, annotations, variables) has its hook projection made on a worker thread: one of
+# 100,000 labels takes ~100 ms of Python putting them into protobuf maps, which on the event loop would stall every
+# other caller (as dockerd's huge creates did: docs/failure-modes.md).
+PROJECTED_OFF_LOOP_ENTRIES = 10_000
+
+
+async def projected(value: ChainValue[Any], entries: int) -> None:
+    """The value's projection made before the chain reads it, off the event loop when it is large."""
+    if entries > PROJECTED_OFF_LOOP_ENTRIES:
+        await asyncio.to_thread(lambda: value.request)
+
+
 class HookPoints:
     def __init__(self, service: HookService, runtime: Runtime, pod_labels: Mapping[str, str] | None = None) -> None:
         """`runtime`: the frontend's backend (hooks.runtime), given to the core once here; `pod_labels`: the
@@ -164,11 +178,12 @@ class HookPoints:
         service.resumer = self  # a restart's reconciliation runs the post-starts and removals it finishes here
         self.missed = service.missed
 
-    def creating(self, pod_id: str, container: hooks.ContainerResourceHookRequest) -> AbstractContextManager[None]:
+    def creating(self, creation: ContainerCreation) -> AbstractContextManager[None]:
         """Held by a frontend around the runtime's CreateContainer and the store write, until the answer is about to
         go back: a crash meanwhile leaves the call in the journal for the next proxy (hooks.reconcile)."""
-        meta = container.container_meta
-        return self._service.journal.in_flight(InFlight(CREATE_CONTAINER, pod_id, meta.name, meta.attempt))
+        container = creation.value.container
+        return self._service.journal.in_flight(InFlight(CREATE_CONTAINER, creation.pod_id, container.name,
+                                                        container.attempt))
 
     def starting(self, container_id: str) -> AbstractContextManager[None]:
         """As `creating`, around the whole StartContainer: its pre-hooks, the runtime's start, the post-start hooks."""
@@ -230,17 +245,19 @@ class HookPoints:
 
     # -- pods ------------------------------------------------------------------------------------------
 
-    async def pre_run_pod_sandbox(self, pod: hooks.PodSandboxHookRequest,
-                                  time_remaining: float | None) -> PodSandboxRun:
-        start = PodValue(self.context.pod_record(pod), pod)  # the skip rule reads the kubelet's labels
-        skip = start.pod.skip_hooks
-        if skip or not self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
-            if skip and self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX):
-                self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, pod)
+    async def pre_run_pod_sandbox(self, pod: PodRecord, time_remaining: float | None) -> PodSandboxRun:
+        """`pod`: as the frontend decoded the kubelet's request (the skip rule reads its labels)."""
+        admitted = self.context.admitted(pod)
+        start = PodValue(admitted)
+        hooked = self.dispatcher.has_plugins(dispatcher.PRE_RUN_POD_SANDBOX)
+        if admitted.skip_hooks or not hooked:
+            if hooked:
+                self.dispatcher.trace_skipped(dispatcher.PRE_RUN_POD_SANDBOX, start.request)
             return PodSandboxRun(start, False)
         ignored: list[str] = []
+        await projected(start, len(admitted.labels) + len(admitted.annotations))
         left = await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, start, time_remaining, None, ignored)
-        return PodSandboxRun(left, left.request != pod, tuple(ignored))
+        return PodSandboxRun(left, left is not start and left.request != start.request, tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
         """The runtime created the pod: record it as created. An NRI plugin failing RunPodSandbox raises
@@ -248,10 +265,10 @@ class HookPoints:
         store forgets it (its trace stays: it says why), and the runtime's `remove_sandbox` (the frontend's
         stop and remove) takes away the sandbox just created."""
         if pod_id:
-            self.store.put_pod(pod_id, run.value.pod)
-            self.dispatcher.trace.learn_sandbox(run.request, pod_id)
-            meta = run.request.pod_meta
-            self.missed.note(pod_id, pod_id, f"{meta.namespace}/{meta.name}", "", dispatcher.PRE_RUN_POD_SANDBOX.name,
+            pod = run.value.pod
+            self.store.put_pod(pod_id, pod)
+            self.dispatcher.trace.learn_sandbox(model_key(pod), pod_id)
+            self.missed.note(pod_id, pod_id, f"{pod.namespace}/{pod.name}", "", dispatcher.PRE_RUN_POD_SANDBOX.name,
                              run.missed)
             try:
                 await self._notify_nri(nri_events.RUN_POD_SANDBOX, pod_id)
@@ -292,28 +309,24 @@ class HookPoints:
     # -- containers ------------------------------------------------------------------------------------
 
     async def pre_create_container(
-        self, pod_id: str, container: hooks.ContainerResourceHookRequest, time_remaining: float | None,
-        sandbox: Callable[[], hooks.PodSandboxHookRequest] | None = None,
-        edits: ContainerEdits | None = None, labels: Mapping[str, str] | None = None,
+        self, pod_id: str, container: ContainerRecord, time_remaining: float | None,
+        sandbox: Callable[[], PodRecord] | None = None,
     ) -> ContainerCreation:
-        """`container` has only its container part; the pod part is filled here from the recorded pod (read
-        from the backend on a miss), else from `sandbox()`: what the frontend's request says of the pod. A pod
-        the proxy does not know still gets its containers' hooks (the skip rule reads `sandbox()`'s labels).
-        `edits`: what the hook model lacks, as the frontend decoded its request (the image read when
-        `edits_want_image()`): shown to the NRI plugins subscribed to CreateContainer; the model records them (as
-        those plugins left them) once the container is created.
-        `labels`: the container's labels as its runtime keeps them (the CRI labels and the runtime's own)."""
-        shown = dict(labels or {})
+        """`container`: as the frontend decoded the kubelet's request: its name, attempt, annotations,
+        environment, resources, its labels as its runtime keeps them (the CRI labels and the runtime's own), and
+        its edits: what the hook model lacks (the image read when `edits_want_image()`), shown to the NRI plugins
+        subscribed to CreateContainer and recorded as those plugins left them once the container is created.
+        Its pod is the recorded one (read from the backend on a miss), else `sandbox()`: what the frontend's
+        request says of the pod. A pod the proxy does not know still gets its containers' hooks (the skip rule
+        reads `sandbox()`'s labels)."""
         pod = await self.context.pod(pod_id)
-        unrecorded = self.context.pod_record(sandbox()) if pod is None and sandbox is not None else None
+        unrecorded = self.context.admitted(sandbox()) if pod is None and sandbox is not None else None
         pod = pod or unrecorded
-        if pod is not None:
-            fill_pod_part(container, pod)
-        # Not created yet: its state is unknown.
-        start = ContainerValue(container_record(pod_id, container, shown, edits), container)
+        start = ContainerValue(container, pod)  # not created yet: its state is unknown
+        edits = container.edits
         if pod is not None and pod.skip_hooks:
             if self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER):
-                self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, container)
+                self.dispatcher.trace_skipped(dispatcher.PRE_CREATE_CONTAINER, start.request)
             return ContainerCreation(pod_id, start, False, False, edits, unrecorded_pod=unrecorded)
         ignored: list[str] = []
 
@@ -322,10 +335,13 @@ class HookPoints:
                                          time_remaining, chain, value)
 
         wants_nri = self.nri.wants(nri_events.CREATE_CONTAINER)
+        await projected(start, len(container.env) + len(container.annotations) +
+                        (len(pod.labels) + len(pod.annotations) if pod is not None else 0))
         left = await self._chain(dispatcher.PRE_CREATE_CONTAINER, start, time_remaining,
                                  nri_part if wants_nri else None, ignored,
                                  self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
-        return ContainerCreation(pod_id, left, left.request != container, True, edits, tuple(ignored), unrecorded)
+        changed = left is not start and left.request != start.request
+        return ContainerCreation(pod_id, left, changed, True, edits, tuple(ignored), unrecorded)
 
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an NRI plugin is
@@ -338,14 +354,13 @@ class HookPoints:
     async def container_created(self, container_id: str, creation: ContainerCreation) -> None:
         """The runtime created the container: record it as created, under its new ID."""
         if container_id:
-            creation.request.container_meta.id = container_id
-            record = replace(creation.value.container, id=container_id, state=ContainerState.CREATED,
-                             created_ns=now_ns(), pod_from_create=creation.unrecorded_pod)
+            record = replace(creation.value.container, pod_id=creation.pod_id, id=container_id,
+                             state=ContainerState.CREATED, created_ns=now_ns(), pod_from_create=creation.unrecorded_pod)
             self.store.put_container(container_id, record)
-            self.dispatcher.trace.learn_container(creation.request, container_id, creation.pod_id)
-            request = creation.request
-            self.missed.note(container_id, creation.pod_id, f"{request.pod_meta.namespace}/{request.pod_meta.name}",
-                             request.container_meta.name, dispatcher.PRE_CREATE_CONTAINER.name, creation.missed)
+            pod = creation.value.pod or PodRecord()
+            self.dispatcher.trace.learn_container(model_key(pod, record), container_id, creation.pod_id)
+            self.missed.note(container_id, creation.pod_id, f"{pod.namespace}/{pod.name}", record.name,
+                             dispatcher.PRE_CREATE_CONTAINER.name, creation.missed)
             await self._notify_nri(nri_events.POST_CREATE_CONTAINER, container_id=container_id)
 
     async def pre_start_container(self, container_id: str, time_remaining: float | None) -> None:
@@ -392,7 +407,7 @@ class HookPoints:
             return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain, value)
 
         left = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES,
-                                 ContainerValue(with_request(record, seen), seen), time_remaining,
+                                 ContainerValue(with_request(record, seen), projected=seen), time_remaining,
                                  nri_part if nri_wants else None, [], hooked)
         return ResourceUpdate(seen, left.request)
 

@@ -50,7 +50,7 @@ class Subject:
     def value(self) -> ContainerValue:
         """The container as an adjusting event starts from when no hook plugin ran before: as recorded."""
         assert self.container is not None
-        return ContainerValue.of(self.container, self.pod)
+        return ContainerValue(self.container, self.pod)
 
 
 @dataclass(frozen=True)

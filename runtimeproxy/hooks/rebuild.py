@@ -30,9 +30,9 @@ async def rebuild(context: HookContext, state: Runtime) -> None:
 
     async def load_pod(pod_id: str) -> None:
         async with limit:
-            info = await state.load_pod(pod_id)
-        if info is not None and store.pod(pod_id) is None:
-            store.put_pod(pod_id, context.pod_record(info))
+            loaded = await state.load_pod(pod_id)
+        if loaded is not None and store.pod(pod_id) is None:
+            store.put_pod(pod_id, context.admitted(loaded))
 
     async def load_container(container_id: str, pod_id: str) -> None:
         async with limit:

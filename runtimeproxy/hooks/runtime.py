@@ -43,8 +43,9 @@ class Runtime(Protocol):
     async def list_objects(self) -> Listing:
         """Every pod and container the backend has (raises when it cannot be asked)."""
 
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
-        """The pod as the backend has it; None when it is unknown or cannot be read (logged)."""
+    async def load_pod(self, pod_id: str) -> PodRecord | None:
+        """The pod as the backend has it (what the core decides of it, the skip verdict and its own labels, left
+        unset); None when it is unknown or cannot be read (logged)."""
 
     async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
         """The container as the backend has it (its container_* fields; the pod part is filled when a hook

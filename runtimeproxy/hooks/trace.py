@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.changes import UNSET, FieldChange, show
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.options import DEFAULT_HOOK_TRACE_ENTRIES
 
 # A ring of this many entries per pod (--hook-trace-entries; 0: no trace).
@@ -177,7 +178,7 @@ def _compact(message: Message) -> str:
 
 @dataclass(frozen=True)
 class PodKey:
-    """Who a call is about, read from its hook request."""
+    """Who a call is about (read from its hook request: pod_key, or from the records: model_key)."""
 
     uid: str
     namespace: str
@@ -203,6 +204,13 @@ def pod_key(request: Message) -> PodKey:
     container = getattr(request, "container_meta", None)
     return PodKey(meta.uid, meta.namespace, meta.name,
                   container.id if container is not None else "", container.name if container is not None else "")
+
+
+def model_key(pod: PodRecord, container: ContainerRecord | None = None) -> PodKey:
+    """Who a pod or a container is, read from the core's records."""
+    if container is None:
+        return PodKey(pod.uid, pod.namespace, pod.name)
+    return PodKey(pod.uid, pod.namespace, pod.name, container.id, container.name)
 
 
 @dataclass
@@ -253,17 +261,15 @@ class TraceRecorder:
         if who.container_id:
             self._learn_container(pod, who.key, who.container_id, who.container_name)
 
-    def learn_sandbox(self, request: Message, sandbox_id: str) -> None:
+    def learn_sandbox(self, who: PodKey, sandbox_id: str) -> None:
         """The runtime created the pod under this ID (only pods already traced are followed)."""
-        who = pod_key(request)
         pod = self._pods.get(who.key)
         if pod is not None and sandbox_id and sandbox_id not in pod.sandbox_ids:
             pod.sandbox_ids.append(sandbox_id)
             self._aliases[sandbox_id] = who.key
 
-    def learn_container(self, request: Message, container_id: str, sandbox_id: str = "") -> None:
+    def learn_container(self, who: PodKey, container_id: str, sandbox_id: str = "") -> None:
         """The runtime created a container of a traced pod (whose sandbox ID is learned too, if new)."""
-        who = pod_key(request)
         pod = self._pods.get(who.key)
         if pod is None:
             return

@@ -1,4 +1,4 @@
-"""Conversions between CRI requests and hook messages (cri.messages), field by field."""
+"""Conversions between CRI requests and the core's model (cri.messages), field by field."""
 
 from __future__ import annotations
 
@@ -8,16 +8,42 @@ from tests.kits.hooks import container_request, fill, full_resources, pod_reques
 from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.cri.messages import (
+    align_sandbox_cgroup_parent,
     apply_to_container_config,
     apply_to_pod_config,
     apply_to_update_request,
-    container_hook_request,
+    container_model,
     convert,
-    pod_hook_request,
+    pod_model,
 )
+from runtimeproxy.hooks import hook_messages
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+
+# The frontend decodes into the core's model and writes back from it; these tests hold the conversions field by
+# field through the model's hook projection (hooks.hook_messages), the message a hook plugin sees.
+
+
+def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hooks.PodSandboxHookRequest:
+    return hook_messages.pod_request(pod_model(config, runtime_handler))
+
+
+def container_hook_request(config: cri.ContainerConfig, container_id: str = "") -> hooks.ContainerResourceHookRequest:
+    return hook_messages.container_request(container_model("", config, container_id), None)
+
+
+def apply_pod(config: cri.PodSandboxConfig, pod: hooks.PodSandboxHookRequest) -> None:
+    apply_to_pod_config(config, hook_messages.pod_record(pod))
+
+
+def apply_container(request: cri.CreateContainerRequest, container: hooks.ContainerResourceHookRequest,
+                    env_order: list[str]) -> None:
+    """As a creation's write-back does: the container, and its pod's cgroup parent (ContainerCreation.write_back)."""
+    apply_to_container_config(request, hook_messages.container_record("", container), env_order)
+    align_sandbox_cgroup_parent(request, container.pod_cgroup_parent)
+
 
 # --- applying the result to CRI requests ------------------------------------------------------
 
@@ -39,7 +65,7 @@ def test_apply_envs_keeps_original_order_appends_new_sorted_drops_removed() -> N
     info = with_pod(container_hook_request(request.config), pod_request())
     response = hooks.ContainerResourceHookResponse(container_envs={"M": "30", "Z": "1", "A": "2", "NEW2": "b", "NEW1": "a"})
     changed = merge_container_response(info, response)
-    apply_to_container_config(request, changed, [kv.key for kv in request.config.envs])
+    apply_container(request, changed, [kv.key for kv in request.config.envs])
     assert [(kv.key, kv.value) for kv in request.config.envs] == [
         ("Z", b"1"), ("A", b"2"), ("M", b"30"), ("NEW1", b"a"), ("NEW2", b"b"),
     ]
@@ -49,7 +75,7 @@ def test_apply_envs_without_env_change_keeps_the_list() -> None:
     request = create_request([("Z", "1"), ("A", "2")])
     info = with_pod(container_hook_request(request.config), pod_request())
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(container_annotations={"x": "y"}))
-    apply_to_container_config(request, changed, ["Z", "A"])
+    apply_container(request, changed, ["Z", "A"])
     assert [(kv.key, kv.value) for kv in request.config.envs] == [("Z", b"1"), ("A", b"2")]
     assert dict(request.config.annotations) == {"c": "1", "x": "y"}
 
@@ -59,7 +85,7 @@ def test_apply_container_resources_and_pod_cgroup_parent() -> None:
     info = with_pod(container_hook_request(request.config), pod_request())
     response = hooks.ContainerResourceHookResponse(container_resources=resources(cpu_shares=512), pod_cgroup_parent="/koord/be")
     changed = merge_container_response(info, response)
-    apply_to_container_config(request, changed, [])
+    apply_container(request, changed, [])
     assert request.config.linux.resources.cpu_shares == 512
     assert request.sandbox_config.linux.cgroup_parent == "/koord/be"
 
@@ -69,7 +95,7 @@ def test_apply_container_does_not_invent_a_sandbox_config() -> None:
     request.ClearField("sandbox_config")
     info = with_pod(container_hook_request(request.config), pod_request())
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(pod_cgroup_parent="/koord/be"))
-    apply_to_container_config(request, changed, [])
+    apply_container(request, changed, [])
     assert not request.HasField("sandbox_config")
 
 
@@ -78,7 +104,7 @@ def test_apply_to_pod_config() -> None:
                                   linux=cri.LinuxPodSandboxConfig(cgroup_parent="/old", sysctls={"k": "v"}))
     info = pod_hook_request(config, "runc")
     response = hooks.PodSandboxHookResponse(annotations={"b": "2"}, cgroup_parent="/new", resources=resources(cpu_shares=7))
-    apply_to_pod_config(config, merge_pod_response(info, response))
+    apply_pod(config, merge_pod_response(info, response))
     assert dict(config.labels) == {"app": "web"}
     assert dict(config.annotations) == {"a": "1", "b": "2"}
     assert config.linux.cgroup_parent == "/new"
@@ -239,7 +265,7 @@ def test_v1alpha2_run_pod_sandbox_survives_v1_decode_change_encode() -> None:
     request = cri.RunPodSandboxRequest.FromString(original.SerializeToString())
     info = pod_hook_request(request.config, request.runtime_handler)
     changed = merge_pod_response(info, hooks.PodSandboxHookResponse(annotations={"added": "yes"}))
-    apply_to_pod_config(request.config, changed)
+    apply_pod(request.config, changed)
     again = v1alpha2.RunPodSandboxRequest.FromString(request.SerializeToString())
     expected = v1alpha2.RunPodSandboxRequest()
     expected.CopyFrom(original)
@@ -256,7 +282,7 @@ def test_v1alpha2_run_pod_sandbox_echo_reencodes_to_an_equal_message() -> None:
                                         cgroup_parent=info.cgroup_parent, resources=info.resources)
     changed = merge_pod_response(info, echo)
     assert changed == info
-    apply_to_pod_config(request.config, changed)
+    apply_pod(request.config, changed)
     assert v1alpha2.RunPodSandboxRequest.FromString(request.SerializeToString()) == original
 
 
@@ -269,7 +295,7 @@ def test_v1alpha2_create_container_survives_v1_decode_change_encode() -> None:
     response = hooks.ContainerResourceHookResponse(container_annotations={"added": "yes"},
                                                    container_resources=resources(cpu_shares=4321))
     changed = merge_container_response(info, response)
-    apply_to_container_config(request, changed, [kv.key for kv in request.config.envs])
+    apply_container(request, changed, [kv.key for kv in request.config.envs])
     again = v1alpha2.CreateContainerRequest.FromString(request.SerializeToString())
     expected = v1alpha2.CreateContainerRequest()
     expected.CopyFrom(original)

@@ -13,7 +13,7 @@ import pytest
 
 from runtimeproxy.cri.backend import BackendChannel
 from runtimeproxy.cri import messages as cri_messages
-from runtimeproxy.cri.recovery import BackendRecords, _recorded_env_value, container_record
+from runtimeproxy.cri.recovery import BackendRecords, _recorded_env_value, recorded_container
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.model import ContainerState
 from runtimeproxy.hooks.rebuild import rebuild
@@ -138,7 +138,7 @@ def test_a_container_s_model_comes_from_its_status_and_verbose_info() -> None:
         devices=[cri.Device(container_path="/dev/fuse", host_path="/dev/fuse", permissions="rw")])
     status = cri.ContainerStatus(state=cri.CONTAINER_RUNNING, created_at=10, started_at=20, labels={"x": "y"})
     info = {"pid": 4242, "runtimeSpec": {"process": {"args": ["/bin/app", "-v"]}}}
-    record = container_record(POD, cri_messages.container_hook_request(config), config, status, info)
+    record = recorded_container(cri_messages.container_model(POD, config), config, status, info)
     assert (record.pod_id, record.labels, record.state, record.pid) == \
         (POD, {"io.kubernetes.container.name": "app", "io.cri-containerd.kind": "container"},
          ContainerState.RUNNING, 4242)
@@ -147,7 +147,7 @@ def test_a_container_s_model_comes_from_its_status_and_verbose_info() -> None:
     assert [(m.destination, m.readonly) for m in record.edits.mounts] == [("/data", True)]
     assert [(d.path, d.permissions) for d in record.edits.devices] == [("/dev/fuse", "rw")]
     exited = cri.ContainerStatus(state=cri.CONTAINER_EXITED, finished_at=30, labels={"x": "y"})
-    plain = container_record(POD, cri_messages.container_hook_request(config), None, exited, {})
+    plain = recorded_container(cri_messages.container_model(POD, config), None, exited, {})
     # Without the verbose config (too large to be sent): the status's labels, the edits not known.
     assert (plain.labels, plain.state, plain.edits, plain.pid, plain.finished_ns) == \
         ({"x": "y", "io.cri-containerd.kind": "container"}, ContainerState.STOPPED, None, 0, 30)

@@ -82,7 +82,7 @@ async def _answering_dockerd(reader: asyncio.StreamReader, writer: asyncio.Strea
 
 @pytest.mark.parametrize("module, step, labels", [
     (bodies, "decode_body", 0),
-    (docker_hooks, "sandbox_create_request", 2_000),  # a large body's hook request is built off the loop too
+    (docker_hooks, "sandbox_of_create", 2_000),  # a large body's pod is decoded off the loop too
 ], ids=["decode", "hook-request"])
 def test_other_clients_are_served_while_a_hooked_body_is_converted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: object, step: str, labels: int) -> None:

@@ -8,27 +8,53 @@ import json
 import pytest
 
 from runtimeproxy.docker.messages import (
+    Body,
     BodyError,
     KubeName,
     apply_resources,
+    apply_cgroup_parent,
     apply_to_container_body,
     apply_to_sandbox_body,
     apply_to_update_body,
-    container_create_request,
     container_from_inspect,
+    container_of_create,
     create_name,
     envs_of,
     inspected,
     parse_kube_name,
     pod_from_inspect,
-    sandbox_create_request,
+    sandbox_of_create,
     update_config,
     update_resources,
 )
 from runtimeproxy.hooks.merge import merge_container_response, merge_pod_response
 from tests.kits.hooks import with_pod
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
+from runtimeproxy.hooks import hook_messages
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+
+
+# The frontend decodes into the core's model and writes back from it; these tests hold the conversions through
+# the model's hook projection (hooks.hook_messages), the message a hook plugin sees.
+
+
+def sandbox_create_request(name: KubeName, body: Body) -> hooks.PodSandboxHookRequest:
+    return hook_messages.pod_request(sandbox_of_create(name, body))
+
+
+def container_create_request(name: KubeName, body: Body) -> hooks.ContainerResourceHookRequest:
+    return hook_messages.container_request(container_of_create(name, body), None)
+
+
+def apply_sandbox(body: Body, pod: hooks.PodSandboxHookRequest) -> None:
+    apply_to_sandbox_body(body, hook_messages.pod_record(pod))
+
+
+def apply_container(body: Body, container: hooks.ContainerResourceHookRequest) -> None:
+    """As a creation's write-back does: the container, and its pod's cgroup parent (ContainerCreation.write_back)."""
+    apply_to_container_body(body, hook_messages.container_record("", container))
+    apply_cgroup_parent(body, container.pod_cgroup_parent)
 
 SANDBOX_NAME = KubeName("POD", "web", "ns", "u-1", 2)
 CONTAINER_NAME = KubeName("app", "web", "ns", "u-1", 1)
@@ -121,7 +147,7 @@ def test_apply_to_sandbox_body() -> None:
     request = sandbox_create_request(SANDBOX_NAME, body)
     changed = merge_pod_response(request, hooks.PodSandboxHookResponse(
         labels={"tier": "be"}, annotations={"hooked": "yes"}, cgroup_parent="/kubepods/be/pod-u-1"))
-    apply_to_sandbox_body(body, changed)
+    apply_sandbox(body, changed)
     assert body["Labels"] == {"io.kubernetes.docker.type": "podsandbox", "io.kubernetes.container.name": "POD",
                               "app": "web", "tier": "be", "annotation.team": "a", "annotation.hooked": "yes"}
     assert body["HostConfig"]["CgroupParent"] == "/kubepods/be/pod-u-1"
@@ -134,7 +160,7 @@ def test_apply_to_container_body_keeps_env_order_and_bare_names() -> None:
     changed = merge_container_response(request, hooks.ContainerResourceHookResponse(
         container_envs={"KEEP": "me", "PATH": "/usr/bin", "NEW": "1"}, container_annotations={"hooked": "yes"},
         container_resources=hooks.LinuxContainerResources(cpu_shares=512), pod_cgroup_parent="/kubepods/be"))
-    apply_to_container_body(body, changed)
+    apply_container(body, changed)
     assert body["Env"] == ["PATH=/usr/bin", "KEEP=me", "NEW=1", "BARE"]
     assert body["Labels"]["annotation.hooked"] == "yes" and body["Labels"]["annotation.c"] == "1"
     assert body["Labels"]["io.kubernetes.sandbox.id"] == "s-1"
@@ -146,7 +172,7 @@ def test_apply_to_container_body_keeps_env_order_and_bare_names() -> None:
 
 def test_apply_resources_never_writes_a_zero_or_an_empty_value() -> None:
     host_config = {"Memory": 64 * MiB, "CpusetCpus": "0-1", "OomScoreAdj": 500}
-    apply_resources(host_config, hooks.LinuxContainerResources(cpu_quota=-1))
+    apply_resources(host_config, Resources(cpu_quota=-1))
     assert host_config == {"Memory": 64 * MiB, "CpusetCpus": "0-1", "OomScoreAdj": 500, "CpuQuota": -1}
 
 
@@ -194,11 +220,11 @@ def test_the_proxys_own_update_refuses_what_dockerd_cannot_update(changes: hooks
 def test_inspect_reads_back_what_create_sent() -> None:
     sandbox = inspected(_inspect(sandbox_body(), "s-1", "/k8s_POD_web_ns_u-1_2"))
     assert sandbox is not None and sandbox.kind == "podsandbox"
-    pod = pod_from_inspect(sandbox)
+    pod = hook_messages.pod_request(pod_from_inspect(sandbox))
     assert pod == sandbox_create_request(SANDBOX_NAME, sandbox_body())
     container = inspected(json.loads(json.dumps(_inspect(container_body(), "c-1", "/k8s_app_web_ns_u-1_1"))))
     assert container is not None and container.sandbox_id == "s-1"
-    request = with_pod(container_from_inspect(container), pod)
+    request = with_pod(hook_messages.container_request(container_from_inspect(container), None), pod)
     expected = with_pod(container_create_request(CONTAINER_NAME, container_body()), pod)
     expected.container_meta.id = "c-1"
     assert request == expected
@@ -222,6 +248,6 @@ def test_a_plugin_raising_the_memory_limit_takes_cri_dockerds_no_swap_along() ->
     raised.CopyFrom(request.container_resources)
     raised.memory_limit_in_bytes = 128 * MiB
     changed = merge_container_response(request, hooks.ContainerResourceHookResponse(container_resources=raised))
-    apply_to_container_body(body, changed)
+    apply_container(body, changed)
     assert (body["HostConfig"]["Memory"], body["HostConfig"]["MemorySwap"]) == (128 * MiB, 128 * MiB)
     assert changed.container_resources.memory_swap_limit_in_bytes == 128 * MiB  # what the store records

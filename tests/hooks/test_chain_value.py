@@ -15,7 +15,7 @@ from tests.kits.nrihost import container_info, pod_info
 
 def value() -> ContainerValue:
     record = container_record("pod-1", container_info(), {"l": "1"}, ContainerEdits(("/bin/app",)))
-    return ContainerValue.of(record, pod_record(pod_info()))
+    return ContainerValue(record, pod_record(pod_info()))
 
 
 def test_a_hook_answer_s_request_becomes_the_model_and_the_rest_of_the_record_stays() -> None:
@@ -55,7 +55,7 @@ def test_a_record_without_resources_projects_none() -> None:
 
 def test_a_pod_s_record_takes_what_its_merged_request_says_and_keeps_the_skip_verdict_and_runtime_labels() -> None:
     record = pod_record(pod_info(), skip_hooks=True, runtime_labels={"io.cri-containerd.kind": "sandbox"})
-    start = PodValue(record, pod_info())
+    start = PodValue(record, projected=pod_info())
     merged = hooks.PodSandboxHookRequest()
     merged.CopyFrom(start.request)
     merged.labels["from-hook"] = "1"

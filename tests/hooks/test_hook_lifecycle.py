@@ -4,6 +4,8 @@ both frontends share, so where CRI and Docker mode once disagreed, this is where
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,10 +19,11 @@ from runtimeproxy.hooks import nri_events
 from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks.context import HookContext
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.model import ContainerState, Resources
+from runtimeproxy.hooks.model import ContainerState, PodRecord, Resources
 from runtimeproxy.hooks.nri_plugins import NO_NRI_PLUGINS, NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CallJournal
-from runtimeproxy.hooks.lifecycle import HookPoints, ResourceUpdate
+from runtimeproxy.hooks import chain_value
+from runtimeproxy.hooks.lifecycle import PROJECTED_OFF_LOOP_ENTRIES, HookPoints, ResourceUpdate, projected
 from runtimeproxy.hooks.missed import MissedPlugins
 from runtimeproxy.hooks.rebuild import Listing, rebuild
 from runtimeproxy.hooks.skip import SkipRule
@@ -52,9 +55,10 @@ class Backend:
     async def list_objects(self) -> Listing:
         return Listing(list(self.pods), {cid: record.pod_id for cid, record in self.containers.items()})
 
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+    async def load_pod(self, pod_id: str) -> PodRecord | None:
         self.reads.append(pod_id)
-        return self.pods.get(pod_id)
+        pod = self.pods.get(pod_id)
+        return pod_record(pod) if pod is not None else None
 
     async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:
         self.reads.append(container_id)
@@ -100,12 +104,17 @@ def core(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Points]:
     points.bench.close()
 
 
-def bare_container() -> hooks.ContainerResourceHookRequest:
-    """The container part only, as a frontend builds it."""
+def bare_request() -> hooks.ContainerResourceHookRequest:
+    """The container part of a hook request only (no pod part)."""
     request = container_request()
     for name in ("pod_meta", "pod_resources", "pod_annotations", "pod_labels", "pod_cgroup_parent"):
         request.ClearField(name)
     return request
+
+
+def bare_container(edits: ContainerEdits | None = None, labels: Mapping[str, str] | None = None) -> ContainerRecord:
+    """The container as a frontend decodes it: its own part, its labels and edits (no pod part)."""
+    return container_record("", bare_request(), labels, edits)
 
 
 def move_pod(_: hooks.PodSandboxHookRequest, __: object) -> hooks.PodSandboxHookResponse:
@@ -117,7 +126,7 @@ def move_pod(_: hooks.PodSandboxHookRequest, __: object) -> hooks.PodSandboxHook
 
 def test_a_pod_the_plugins_changed_is_recorded_as_changed(core: Points) -> None:
     core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox"])
-    run = core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
+    run = core.run(core.points.pre_run_pod_sandbox(pod_record(pod_request()), None))
     assert run.changed and run.request.cgroup_parent == "/kubepods/koord-be"
     core.run(core.points.pod_sandbox_ran("p1", run))
     record = core.core.store.pod("p1")
@@ -128,7 +137,7 @@ def test_a_pod_with_the_skip_label_gets_no_hooks_and_is_recorded_so(core: Points
     plugin = core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox", "PreCreateContainer"], "Fail")
     pod = pod_request()
     pod.labels["skip-hooks"] = "true"
-    run = core.run(core.points.pre_run_pod_sandbox(pod, None))
+    run = core.run(core.points.pre_run_pod_sandbox(pod_record(pod), None))
     assert not run.changed and run.skip_hooks
     core.run(core.points.pod_sandbox_ran("p1", run))
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
@@ -138,7 +147,7 @@ def test_a_pod_with_the_skip_label_gets_no_hooks_and_is_recorded_so(core: Points
 def test_a_fail_policy_failure_raises_the_one_core_exception(core: Points) -> None:
     core.bench.register("10-dead.json", core.bench.socket("nobody"), ["PreRunPodSandbox"], "Fail")
     with pytest.raises(HookFailed) as raised:
-        core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
+        core.run(core.points.pre_run_pod_sandbox(pod_record(pod_request()), None))
     assert raised.value.plugin.name == "10-dead.json" and raised.value.code is grpc.StatusCode.UNAVAILABLE
     assert len(core.core.store) == 0
 
@@ -164,7 +173,7 @@ def test_a_pod_the_proxy_does_not_know_still_gets_its_containers_hooks(core: Poi
     plugin = core.plugin({}, ["PreCreateContainer"])
     sandbox = hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web", uid="u-1"),
                                           cgroup_parent="/kubepods/pod-u-1")
-    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: sandbox))
+    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: pod_record(sandbox)))
     (seen,) = plugin.seen_by("PreCreateContainer")
     assert seen.pod_meta.uid == "u-1" and seen.pod_cgroup_parent == "/kubepods/pod-u-1"
     assert creation.cgroup_parent == "/kubepods/pod-u-1" and core.backend.reads == ["p-unknown"]
@@ -176,7 +185,7 @@ def test_the_later_hooks_of_a_container_of_a_pod_the_proxy_does_not_know_carry_i
     plugin = core.plugin({}, ["PreStartContainer"])
     sandbox = hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(name="web", uid="u-1"),
                                           cgroup_parent="/kubepods/pod-u-1")
-    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: sandbox))
+    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: pod_record(sandbox)))
     core.run(core.points.container_created("c-9", creation))
     core.run(core.points.pre_start_container("c-9", None))
     (seen,) = plugin.seen_by("PreStartContainer")
@@ -189,13 +198,13 @@ def test_the_later_hooks_of_a_container_of_a_pod_the_proxy_does_not_know_carry_i
 def test_an_unknown_pod_with_the_skip_label_in_its_request_gets_no_hooks(core: Points) -> None:
     plugin = core.plugin({}, ["PreCreateContainer"], "Fail")
     sandbox = hooks.PodSandboxHookRequest(labels={"skip-hooks": "true"}, cgroup_parent="/kubepods/x")
-    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: sandbox))
+    creation = core.run(core.points.pre_create_container("p-unknown", bare_container(), None, lambda: pod_record(sandbox)))
     assert plugin.seen == [] and creation.cgroup_parent == ""
 
 
 def test_a_pod_moved_by_pre_run_pod_sandbox_takes_its_containers_along_without_create_plugins(core: Points) -> None:
     core.plugin({"PreRunPodSandbox": move_pod}, ["PreRunPodSandbox"])
-    core.run(core.points.pod_sandbox_ran("p1", core.run(core.points.pre_run_pod_sandbox(pod_request(), None))))
+    core.run(core.points.pod_sandbox_ran("p1", core.run(core.points.pre_run_pod_sandbox(pod_record(pod_request()), None))))
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
     assert not creation.changed and creation.cgroup_parent == "/kubepods/koord-be"
 
@@ -231,7 +240,7 @@ def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Point
         return hooks.ContainerResourceHookResponse(container_resources=changed, container_annotations={"v": "2"})
 
     plugin = core.plugin({"PreUpdateContainerResources": add_period}, ["PreUpdateContainerResources"])
-    recorded = bare_container()
+    recorded = bare_request()
     recorded.container_resources.CopyFrom(resources(cpu_shares=2, memory_limit_in_bytes=96 << 20))
     core.core.store.put_container("c1", container_record("p1", recorded))
     update = core.run(core.points.pre_update_container_resources("c1", resources(cpu_shares=300), {"u": "1"}, None))
@@ -250,7 +259,7 @@ def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Point
 def test_a_stop_of_a_shared_id_runs_the_hook_of_what_it_is(core: Points) -> None:
     plugin = core.plugin({}, ["PostStopContainer", "PostStopPodSandbox"])
     core.core.store.put_pod("p1", pod_record(pod_request()))
-    core.core.store.put_container("c1", container_record("p1", bare_container()))
+    core.core.store.put_container("c1", container_record("p1", bare_request()))
     core.run(core.points.post_stop("c1", None))
     core.run(core.points.post_stop("p1", None))
     assert [name for name, _ in plugin.seen] == ["PostStopContainer", "PostStopPodSandbox"]
@@ -259,7 +268,7 @@ def test_a_stop_of_a_shared_id_runs_the_hook_of_what_it_is(core: Points) -> None
 
 def test_a_removed_pod_takes_its_containers_along(core: Points) -> None:
     core.core.store.put_pod("p1", pod_record(pod_request()))
-    core.core.store.put_container("c1", container_record("p1", bare_container()))
+    core.core.store.put_container("c1", container_record("p1", bare_request()))
     core.run(core.points.pod_sandbox_removed("p1"))
     assert len(core.core.store) == 0
 
@@ -271,7 +280,7 @@ def test_the_rebuild_records_what_the_backend_runs_with_the_skip_rule(core: Poin
     skipped = pod_request()
     skipped.labels["skip-hooks"] = "true"
     core.backend.pods.update({"p1": pod_request(), "p2": skipped})
-    core.backend.containers["c1"] = container_record("p1", bare_container())
+    core.backend.containers["c1"] = container_record("p1", bare_request())
     core.run(rebuild(core.points.context, core.backend))
     p1, p2 = core.core.store.pod("p1"), core.core.store.pod("p2")
     assert p1 is not None and not p1.skip_hooks and p2 is not None and p2.skip_hooks
@@ -281,10 +290,10 @@ def test_the_rebuild_records_what_the_backend_runs_with_the_skip_rule(core: Poin
 def test_the_rebuild_never_overwrites_what_a_call_recorded_meanwhile(core: Points) -> None:
     """Both modes (Docker mode used to overwrite): a record put by a live call is at least as new."""
     core.backend.pods["p1"] = pod_request()
-    core.backend.containers["c1"] = container_record("p1", bare_container())
+    core.backend.containers["c1"] = container_record("p1", bare_request())
     newer_pod = pod_request()
     newer_pod.cgroup_parent = "/kubepods/new"
-    newer_container = bare_container()
+    newer_container = bare_request()
     newer_container.container_resources.cpu_shares = 4242
     core.core.store.put_pod("p1", pod_record(newer_pod))
     core.core.store.put_container("c1", container_record("p1", newer_container))
@@ -325,7 +334,7 @@ def test_nri_plugins_see_every_event_after_the_hook_chain_and_only_recorded_remo
         container_annotations={"hooked": "yes"})}, ["PreCreateContainer"])
     recorder = core.core.nri = RecordingNri()
     points = core.points
-    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_record(pod_request()), None))))
     creation = core.run(points.pre_create_container("p1", bare_container(), None))
     assert creation.changed and creation.request.container_annotations["extra"] == nri_events.CREATE_CONTAINER
     assert creation.request.container_annotations["hooked"] == "yes"  # the hook chain ran first
@@ -355,7 +364,7 @@ def test_nri_plugins_see_every_event_after_the_hook_chain_and_only_recorded_remo
 def test_the_decoded_edits_are_shown_to_an_nri_plugin_and_come_back_as_it_left_them(core: Points) -> None:
     seen = ContainerEdits(args=("/bin/sh",), rdt_class="gold")
     points = core.points
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=seen))
+    creation = core.run(points.pre_create_container("p1", bare_container(seen), None))
     assert creation.edits == seen and creation.changed_edits() == frozenset()  # no NRI plugin: nothing to write
     assert creation.decoded_edits == seen
 
@@ -367,7 +376,7 @@ def test_the_decoded_edits_are_shown_to_an_nri_plugin_and_come_back_as_it_left_t
             return await super().adjust(event, subject, time_remaining, chain, value)
 
     core.core.nri = EditingNri()
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=seen))
+    creation = core.run(points.pre_create_container("p1", bare_container(seen), None))
     assert creation.decoded_edits == seen and creation.edits is not None and creation.edits.args == ("/bin/true",)
     assert creation.changed_edits() == frozenset({"args"})
 
@@ -411,7 +420,7 @@ def test_an_nri_plugin_failing_run_pod_sandbox_fails_it_and_the_pod_is_stopped_r
         core: Points) -> None:
     recorder = core.core.nri = FailingNri()
     points = core.points
-    run = core.run(points.pre_run_pod_sandbox(pod_request(), None))
+    run = core.run(points.pre_run_pod_sandbox(pod_record(pod_request()), None))
     with pytest.raises(HookFailed) as failed:
         core.run(points.pod_sandbox_ran("p1", run))
     assert "10-refuser" in str(failed.value) and failed.value.code is grpc.StatusCode.UNKNOWN
@@ -477,10 +486,10 @@ def test_an_nri_plugin_failing_update_pod_sandbox_fails_the_resize(core: Points)
 def test_the_model_records_labels_edits_and_state_from_create_to_stop(core: Points) -> None:
     told: list[tuple[str, ContainerState]] = []
     points, store = core.points, core.core.store
-    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_record(pod_request()), None))))
     labels = {"io.kubernetes.container.name": "app"}
     decoded = ContainerEdits(rdt_class="gold")  # no NRI plugin attached: decoded without the image's argv
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=decoded, labels=labels))
+    creation = core.run(points.pre_create_container("p1", bare_container(decoded, labels), None))
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
     assert record is not None and record.labels == labels and record.state is ContainerState.CREATED
@@ -518,7 +527,7 @@ def test_the_model_records_the_edits_the_nri_plugins_left(core: Points) -> None:
     points, store = core.points, core.core.store
     core.core.nri = EditingNri()
     decoded = ContainerEdits(args=("/entry", "cmd"))
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=decoded, labels={"l": "1"}))
+    creation = core.run(points.pre_create_container("p1", bare_container(decoded, {"l": "1"}), None))
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
     assert record is not None and record.edits == ContainerEdits(args=("/bin/true",))
@@ -532,9 +541,9 @@ def test_the_model_records_the_decoded_edits_when_no_nri_plugin_took_part_in_the
     if skip:
         pod.labels["skip-hooks"] = "true"
     points, store = core.points, core.core.store
-    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod, None))))
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_record(pod), None))))
     decoded = ContainerEdits(args=("/entry", "cmd"), rdt_class="gold")
-    creation = core.run(points.pre_create_container("p1", bare_container(), None, edits=decoded))
+    creation = core.run(points.pre_create_container("p1", bare_container(decoded), None))
     assert creation.edits == decoded and creation.changed_edits() == frozenset()
     core.run(points.container_created("c1", creation))
     record = store.container("c1")
@@ -566,7 +575,7 @@ def test_a_started_container_s_pid_is_read_back_only_while_an_nri_plugin_is_atta
 
 def test_records_of_pods_carry_the_labels_the_frontend_s_runtime_adds(core: Points) -> None:
     points = HookPoints(core.core, core.backend, {"io.cri-containerd.kind": "sandbox"})  # type: ignore[arg-type]
-    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_request(), None))))
+    core.run(points.pod_sandbox_ran("p1", core.run(points.pre_run_pod_sandbox(pod_record(pod_request()), None))))
     core.backend.pods["p2"] = pod_request()
     for pod_id in ("p1", "p2"):  # recorded at RunPodSandbox, and read back from the runtime
         record = core.run(points.context.pod(pod_id))
@@ -582,7 +591,7 @@ def test_a_pod_and_a_container_created_while_a_plugin_is_down_are_noted_until_re
     status and the metrics), with the hook and the plugin, and forgotten with the object."""
     core.bench.register("10-down.json", core.bench.socket("nobody"), ["PreRunPodSandbox", "PreCreateContainer"])
     core.plugin({}, ["PreCreateContainer"])  # 11-p.json answers: it is not missed
-    run = core.run(core.points.pre_run_pod_sandbox(pod_request(), None))
+    run = core.run(core.points.pre_run_pod_sandbox(pod_record(pod_request()), None))
     assert run.missed == ("10-down.json",)
     core.run(core.points.pod_sandbox_ran("p1", run))
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
@@ -607,3 +616,22 @@ def test_a_failing_plugin_in_shadow_is_never_noted_as_missed(core: Points) -> No
     creation = core.run(core.points.pre_create_container("p1", bare_container(), None))
     core.run(core.points.container_created("c1", creation))
     assert creation.missed == () and len(core.core.missed) == 0
+
+
+def test_a_large_value_s_projection_is_made_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod of many labels costs ~1 us a label in protobuf maps: made on a worker, never on the loop; a small one
+    is left to be made when read (a call no hook plugin takes never makes it)."""
+    made_on: list[threading.Thread] = []
+    original = chain_value.pod_request
+
+    def recording(pod: PodRecord) -> hooks.PodSandboxHookRequest:
+        made_on.append(threading.current_thread())
+        return original(pod)
+
+    monkeypatch.setattr(chain_value, "pod_request", recording)
+    large = chain_value.PodValue(PodRecord(labels={f"k{i}": "v" for i in range(PROJECTED_OFF_LOOP_ENTRIES + 1)}))
+    asyncio.run(projected(large, len(large.pod.labels)))
+    assert made_on and made_on[0] is not threading.main_thread() and large.projected is not None
+    small = chain_value.PodValue(PodRecord(labels={"a": "b"}))
+    asyncio.run(projected(small, 1))
+    assert small.projected is None and len(made_on) == 1

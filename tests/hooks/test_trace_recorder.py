@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks.trace import (
-    MAX_CHANGES_PER_STEP, OK, PodKey, TraceEntry, TraceRecorder, bounded_changes, compact, field_family,
+    MAX_CHANGES_PER_STEP, OK, PodKey, TraceEntry, TraceRecorder, bounded_changes, compact, field_family, pod_key,
 )
 from runtimeproxy.hooks.changes import field_changes
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
@@ -53,7 +53,7 @@ def test_the_least_recently_traced_pod_is_evicted_past_the_cap() -> None:
 def test_a_pod_is_found_by_uid_name_sandbox_container_and_id_prefix() -> None:
     recorder = TraceRecorder()
     recorder.record(who("u-1", cid="c0ffee00112233"), entry())
-    recorder.learn_sandbox(hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(uid="u-1")), "5a4db0x")
+    recorder.learn_sandbox(PodKey("u-1", "", ""), "5a4db0x")
     recorder.record(who("u-2"), entry())
     for query in ["u-1", "ns/web-u-1", "web-u-1", "5a4db0x", "c0ffee00112233", "c0ffee", "5a4d"]:
         pod = recorder.find(query)
@@ -65,7 +65,7 @@ def test_a_pod_is_found_by_uid_name_sandbox_container_and_id_prefix() -> None:
 def test_removing_the_pod_drops_its_trace_and_aliases() -> None:
     recorder = TraceRecorder()
     recorder.record(who("u-1", cid="c1"), entry())
-    recorder.learn_container(container(cid="c2"), "c2", sandbox_id="sb1")
+    recorder.learn_container(pod_key(container(cid="c2")), "c2", sandbox_id="sb1")
     assert recorder.find("sb1") is not None and recorder.find("c2") is not None
     recorder.forget_pod("sb1")
     assert recorder.find("u-1") is None and recorder.find("c1") is None and recorder.pod_count == 0
@@ -73,7 +73,7 @@ def test_removing_the_pod_drops_its_trace_and_aliases() -> None:
 
 def test_an_untraced_pods_ids_are_not_remembered() -> None:
     recorder = TraceRecorder()
-    recorder.learn_sandbox(hooks.PodSandboxHookRequest(pod_meta=hooks.PodSandboxMetadata(uid="u-9")), "sb9")
+    recorder.learn_sandbox(PodKey("u-9", "", ""), "sb9")
     assert recorder.find("sb9") is None and recorder.pod_count == 0
 
 

@@ -35,7 +35,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.runtime import Listing, NoRuntime
-from runtimeproxy.hooks.store import ContainerRecord
+from runtimeproxy.hooks.store import ContainerRecord, PodRecord
 
 # --- filling messages -------------------------------------------------------------------
 
@@ -293,7 +293,7 @@ class StubRuntime:
     async def list_objects(self) -> Listing:
         return Listing()
 
-    async def load_pod(self, pod_id: str) -> hooks.PodSandboxHookRequest | None:
+    async def load_pod(self, pod_id: str) -> PodRecord | None:
         return None
 
     async def load_container(self, container_id: str, pod_id: str = "") -> ContainerRecord | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runtimeproxy.docker.messages import container_create_request, create_name, parse_kube_name, sandbox_create_request
+from runtimeproxy.docker.messages import container_of_create, create_name, parse_kube_name, sandbox_of_create
 from runtimeproxy.docker.routes import HookedRoute, hooked_route
 from rplab import cridockerd_requests as shapes
 
@@ -27,15 +27,15 @@ def test_the_bodies_read_as_the_pod_and_container_they_describe() -> None:
     sandbox = json.loads(shapes.go_json(shapes.fill(shapes.sandbox_create_body(POD), POD.placeholders())))
     name = parse_kube_name(create_name(shapes.create_target(shapes.sandbox_name(POD)).partition("?")[2]))
     assert name is not None and (name.container, name.pod, name.uid) == ("POD", "web", "u-1")
-    pod = sandbox_create_request(name, sandbox)
+    pod = sandbox_of_create(name, sandbox)
     assert pod.labels["app"] == "a" and pod.annotations == {"kubernetes.io/config.source": "api", "team": "t"}
-    assert pod.cgroup_parent == "/rp-replay" and pod.resources.cpu_shares == 2
+    assert pod.cgroup_parent == "/rp-replay" and pod.resources is not None and pod.resources.cpu_shares == 2
     body = json.loads(shapes.go_json(shapes.fill(shapes.container_create_body(POD), POD.placeholders("s-1"))))
     container_name = parse_kube_name(shapes.container_name(POD))
     assert container_name is not None
-    container = container_create_request(container_name, body)
-    assert dict(container.container_envs) == {"KEEP": "me", "ALSO": "kept"}
-    assert container.container_resources.memory_swap_limit_in_bytes == POD.memory  # cri-dockerd's "no swap"
+    container = container_of_create(container_name, body)
+    assert container.env == {"KEEP": "me", "ALSO": "kept"} and container.resources is not None
+    assert container.resources.memory_swap_limit_in_bytes == POD.memory  # cri-dockerd's "no swap"
     assert body["Labels"]["io.kubernetes.sandbox.id"] == "s-1" and body["HostConfig"]["PidMode"] == "container:s-1"
 
 

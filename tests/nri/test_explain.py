@@ -23,8 +23,8 @@ from runtimeproxy.nri.ttrpc import Code, TtrpcError
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
-from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, created, creation, host_on, plugin, pod_info,
-                               pod_model, run, StubRuntime)
+from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, created, creation, host_on, plugin,
+                                pod_model, run, StubRuntime)
 from tests.kits.nri import NriPlugin
 
 CREATE = event_mask(nri.CREATE_CONTAINER)

@@ -290,7 +290,7 @@ def test_update_container_shows_the_current_resources_and_the_update_apart(socke
             await attached(host, kit)
             subject = Subject("pod-1", pod_model(), "ctr-1", current)
             await host.adjust(nri_events.UPDATE_CONTAINER, subject, None, None,
-                              ContainerValue(with_request(current, asked), asked))
+                              ContainerValue(with_request(current, asked), projected=asked))
             request, = kit.requests("UpdateContainer")
             assert request.container.linux.resources.cpu.shares.value == 512  # type: ignore[attr-defined]
             assert request.linux_resources.cpu.shares.value == 1024  # type: ignore[attr-defined]

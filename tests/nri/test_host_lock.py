@@ -10,7 +10,6 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.nri_plugins import Subject
 from runtimeproxy.hooks.hook_messages import container_record, pod_record
 from runtimeproxy.hooks.store import ContainerRecord, Store
 from runtimeproxy.hooks.syncgate import SyncGate
@@ -18,7 +17,7 @@ from runtimeproxy.nri.session import event_mask
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from tests.kits.nrihost import (attached, connected, container_info, created, creation, host_on, plugin, pod_info,
-                               pod_model, registered, run)
+                                registered, run)
 from tests.kits.nri import NriPlugin
 
 

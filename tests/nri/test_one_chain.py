@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 from rplab.example_plugin import ScriptedPlugin
 from runtimeproxy.hooks import chain
 from runtimeproxy.hooks.dispatcher import HookFailed
+from runtimeproxy.hooks.hook_messages import container_record, pod_record
 from runtimeproxy.hooks.lifecycle import ContainerCreation, HookPoints
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.trace import OK, REFUSED, Collision, TraceEntry
@@ -74,9 +75,10 @@ def create_through_both_kinds(tmp_path: Path, socket_path: Path, *nri_plugins: N
                 service.nri = host
                 points = HookPoints(service, StubRuntime())
                 await attached(host, *nri_plugins)
-                await points.pod_sandbox_ran("pod-1", await points.pre_run_pod_sandbox(pod_info(), None))
+                await points.pod_sandbox_ran("pod-1", await points.pre_run_pod_sandbox(pod_record(pod_info()), None))
                 try:
-                    return service, await points.pre_create_container("pod-1", container_info(), None)
+                    return service, await points.pre_create_container(
+                        "pod-1", container_record("pod-1", container_info()), None)
                 except HookFailed as failure:
                     return service, failure
         finally:
