@@ -30,7 +30,6 @@ from runtimeproxy.cri.messages import (
     apply_to_pod_config,
     apply_to_update_request,
     container_model,
-    convert,
     pod_model,
 )
 from runtimeproxy.hooks.dispatcher import HookFailed
@@ -42,7 +41,6 @@ from runtimeproxy.hooks.model import ContainerRecord, PodRecord
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -233,14 +231,14 @@ class CriHooks:
 
     async def update_container_resources(self, data: bytes, context: Context, relay: UnaryRelay) -> bytes:
         request = await decode(cri.UpdateContainerResourcesRequest, data, context)
-        resources = convert(request.linux, hooks.LinuxContainerResources) if request.HasField("linux") else None
+        resources = resources_of(request.linux) if request.HasField("linux") else None
         async with failing_the_call(context):
             update = await self.points.pre_update_container_resources(
                 request.container_id, resources, request.annotations, context.time_remaining())
         if update is not None and update.changed:
             apply_to_update_request(request, update)
             data = request.SerializeToString()
-            resources = convert(request.linux, hooks.LinuxContainerResources) if request.HasField("linux") else None
+            resources = resources_of(request.linux) if request.HasField("linux") else None
         response = await relay(data, context)
         await self.points.container_resources_updated(request.container_id, resources, request.annotations)
         return response

@@ -1,31 +1,28 @@
 """CRI <-> the hook core's model (hooks.model): one function per hooked CRI request.
 
 The merge rules (what a plugin's answer changes) are the hook core's (hooks.merge);
-this module only reads CRI requests into the core's records and writes the result back
-(an update's sparse resources still travel as the hook protocol's LinuxContainerResources).
+this module only reads CRI requests into the core's records and writes the result back.
 
 The hooked CRI requests are decoded with runtime.v1 classes whatever version the
 kubelet spoke: v1alpha2 has the same field numbers for everything used here, and
 fields v1 does not know are kept as unknown fields and written back unchanged.
-The CRI and hook LinuxContainerResources/PodSandboxMetadata/ContainerMetadata
-share their wire layout, so they convert by re-parsing bytes, field-exact.
+CRI's LinuxContainerResources and the hook protocol's have one layout and one set of field names: the core's
+hooks.hook_messages reads and writes either (resources_of, set_resources, merge_sparse); a write leaves the
+fields the proxy does not know (a newer CRI's) as they were.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
 
 from google.protobuf.message import Message
 
 from runtimeproxy.hooks.envvalues import shown_value, written_value
-from runtimeproxy.hooks.hook_messages import resources_of, set_resources
-from runtimeproxy.hooks.merge import ordered_env_names, replace_map
+from runtimeproxy.hooks.hook_messages import merge_sparse, resources_of, set_resources
+from runtimeproxy.hooks.merge import is_empty, ordered_env_names, replace_map
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-
-M = TypeVar("M", bound=Message)
 
 
 # containerd labels each pod sandbox and container with its kind (its NRI shows the label beside the CRI labels).
@@ -36,11 +33,6 @@ SANDBOX_LABELS = {KIND_LABEL: "sandbox"}
 def container_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """A container's labels as containerd keeps them: the CRI labels, and its kind label."""
     return {KIND_LABEL: "container", **labels}
-
-
-def convert(message: Message, target: type[M]) -> M:
-    """Re-read a message as a wire-compatible type of the other protocol."""
-    return target.FromString(message.SerializeToString())
 
 
 # --- CRI -> the core's model -----------------------------------------------------------
@@ -124,6 +116,6 @@ def align_sandbox_cgroup_parent(request: cri.CreateContainerRequest, cgroup_pare
 def apply_to_update_request(request: cri.UpdateContainerResourcesRequest, update: ResourceUpdate) -> None:
     """The kubelet's update plus only what the plugins changed (the core's ResourceUpdate decides what)."""
     changes = update.resource_changes()
-    if changes.ByteSize():
-        request.linux.MergeFrom(convert(changes, cri.LinuxContainerResources))
+    if not is_empty(changes):
+        merge_sparse(request.linux, changes)
     request.annotations.update(update.annotation_changes())

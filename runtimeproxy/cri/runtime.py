@@ -18,11 +18,11 @@ from google.protobuf.message import Message
 
 from runtimeproxy.cri.backend import Backend
 from runtimeproxy.cri.images import ImageProcess
-from runtimeproxy.cri.messages import convert
 from runtimeproxy.cri.recovery import BackendReadError, BackendRecords
 from runtimeproxy.hooks.edits import ImageFacts
+from runtimeproxy.hooks.hook_messages import merge_sparse
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +51,12 @@ class CriRuntime(BackendRecords):
             self._cdi = cdi_in_status(dict(status.info))
         return self._cdi
 
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
-        """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers)."""
-        request = cri.UpdateContainerResourcesRequest(container_id=container_id,
-                                                      linux=convert(resources, cri.LinuxContainerResources))
+    async def update_container_resources(self, container_id: str, resources: Resources) -> None:
+        """The proxy's own UpdateContainerResources on the runtime (NRI plugins' updates of other containers: a
+        sparse update, zero meaning unchanged)."""
+        request = cri.UpdateContainerResourcesRequest(container_id=container_id)
+        request.linux.SetInParent()
+        merge_sparse(request.linux, resources)
         await self._own_call("UpdateContainerResources", request)
 
     async def evict_container(self, container_id: str) -> None:

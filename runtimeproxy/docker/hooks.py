@@ -52,9 +52,8 @@ from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.dispatcher import HookFailed
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.lifecycle import ContainerCreation, HookPoints, PodSandboxRun
-from runtimeproxy.hooks.model import ContainerRecord, PodRecord
+from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
 from runtimeproxy.hooks.service import HookService
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class _Exchange:
     """What a hooked request's before() leaves for its after()."""
 
     created: PodSandboxRun | ContainerCreation | None = None  # a create: the core's run or creation
-    resources: hooks.LinuxContainerResources | None = None  # an update: the resources sent to dockerd
+    resources: Resources | None = None  # an update: the resources sent to dockerd
     # A container's create or start: its entry in the journal of calls in flight (hooks.journal), ended in
     # after(), before the answer goes back; an exchange after() never sees (dockerd unreachable or broken) leaves
     # it open, for the next proxy to reconcile after a restart, as a crash would.

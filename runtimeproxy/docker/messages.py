@@ -18,11 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtimeproxy.hooks.hook_messages import resources_message
 from runtimeproxy.hooks.merge import ordered_env_names
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 TYPE_LABEL = "io.kubernetes.docker.type"
 SANDBOX_TYPE = "podsandbox"
@@ -235,19 +233,19 @@ def apply_cgroup_parent(body: Body, cgroup_parent: str) -> bool:
 # --- update ---------------------------------------------------------------------------------------
 
 
-def update_resources(body: Body) -> hooks.LinuxContainerResources:
+def update_resources(body: Body) -> Resources:
     """What a `POST /containers/{id}/update` asks for (zero = unchanged, as in CRI)."""
-    return resources_message(resources_of(body))
+    return resources_of(body)
 
 
 # What `POST /containers/{id}/update` can change (dockerd cannot update the OOM score).
 _UPDATABLE_FIELDS = tuple(field for field in RESOURCE_FIELDS if field[0] != "OomScoreAdj")
 
 
-def _updatable(resources: hooks.LinuxContainerResources) -> Body:
+def _updatable(resources: Resources) -> Body:
     """The non-zero updatable resources, by dockerd's names (a zero means "unchanged" to dockerd)."""
-    return {docker_name: value for docker_name, hook_name in _UPDATABLE_FIELDS
-            if (value := getattr(resources, hook_name))}
+    return {docker_name: value for docker_name, model_name in _UPDATABLE_FIELDS
+            if (value := getattr(resources, model_name))}
 
 
 def apply_to_update_body(body: Body, update: ResourceUpdate) -> None:
@@ -255,13 +253,13 @@ def apply_to_update_body(body: Body, update: ResourceUpdate) -> None:
     body.update(_updatable(update.resource_changes()))
 
 
-def update_config(resources: hooks.LinuxContainerResources) -> Body:
+def update_config(resources: Resources) -> Body:
     """The body of the proxy's own `POST /containers/{id}/update` (NRI plugins' updates of other containers):
     the non-zero resources. Raises BodyError for what dockerd's update cannot take (hugepages, unified keys,
     the OOM score)."""
-    for hook_name in ("hugepage_limits", "unified", "oom_score_adj"):
-        if getattr(resources, hook_name):
-            raise BodyError(f"dockerd cannot update {hook_name} of a container")
+    for model_name in ("hugepage_limits", "unified", "oom_score_adj"):
+        if getattr(resources, model_name):
+            raise BodyError(f"dockerd cannot update {model_name} of a container")
     return _updatable(resources)
 
 

@@ -13,7 +13,7 @@ import logging
 from runtimeproxy.docker.engine import EngineError
 from runtimeproxy.docker.messages import BodyError, update_config
 from runtimeproxy.docker.recovery import DockerRecords
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.hooks.model import Resources
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class DockerRuntime(DockerRecords):
             self._cdi = isinstance(info, dict) and bool(info.get("CDISpecDirs"))
         return self._cdi
 
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def update_container_resources(self, container_id: str, resources: Resources) -> None:
         """The proxy's own update on dockerd (NRI plugins' updates of other containers): only the changed,
         non-zero resources, as cri-dockerd's UpdateContainerResources sends them."""
         try:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from runtimeproxy.hooks.edits import ContainerEdits
-from runtimeproxy.hooks.merge import replace_map
+from runtimeproxy.hooks.merge import RESOURCE_SCALARS, replace_map
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, HugepageLimit, PodRecord, Resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -50,6 +50,18 @@ def set_resources(message: ResourcesMessage, resources: Resources) -> None:
     message.unified.clear()
     message.unified.update(resources.unified)
     message.memory_swap_limit_in_bytes = resources.memory_swap_limit_in_bytes
+
+
+def merge_sparse(message: ResourcesMessage, changes: Resources) -> None:
+    """A sparse update (zero: unchanged; hooks.merge.changed_resources) merged into `message` as protobuf's
+    MergeFrom merges one: its non-zero values set, its unified keys and hugepage limits added."""
+    for name in RESOURCE_SCALARS:
+        value = getattr(changes, name)
+        if value:
+            setattr(message, name, value)
+    message.unified.update(changes.unified)
+    for limit in changes.hugepage_limits:
+        message.hugepage_limits.add(page_size=limit.page_size, limit=limit.limit)
 
 
 def resources_message(resources: Resources) -> hooks.LinuxContainerResources:

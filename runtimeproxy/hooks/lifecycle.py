@@ -30,15 +30,14 @@ from google.protobuf.message import Message
 from runtimeproxy.hooks import dispatcher
 from runtimeproxy.hooks.chain import ChainRecord
 from runtimeproxy.hooks import nri_events
-from runtimeproxy.hooks.context import pod_of, request_of, tell_nri
+from runtimeproxy.hooks.context import pod_of, tell_nri
 from runtimeproxy.hooks.dispatcher import HookFailed, HookPoint, failure_fields
 from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
-from runtimeproxy.hooks.hook_messages import pod_request, with_request
 from runtimeproxy.hooks.chain_value import ChainValue, ContainerValue, PodValue, RequestValue
-from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, now_ns
+from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, Resources, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
 from runtimeproxy.hooks.trace import model_key
@@ -135,23 +134,23 @@ class ContainerCreation:
 class ResourceUpdate:
     """The outcome of PreUpdateContainerResources: what the plugins saw and what they left."""
 
-    seen: hooks.ContainerResourceHookRequest  # the container's effective resources with the update applied
-    request: hooks.ContainerResourceHookRequest
+    seen: ContainerValue  # the container with the update applied: its effective resources, the update's annotations
+    left: ContainerValue
 
     @property
     def changed(self) -> bool:
-        return self.request != self.seen
+        return self.left is not self.seen and self.left.request != self.seen.request
 
-    def resource_changes(self) -> hooks.LinuxContainerResources:
+    def resource_changes(self) -> Resources:
         """Only what the plugins changed, to add to the kubelet's sparse update. The plugins saw the effective
         resources, so what they echoed must not be sent as if the kubelet had asked for it; a zero or empty
         value is never sent: to the runtimes it means "unchanged", it cannot clear a field, and it must not
         cancel what the kubelet asked for. hugepage_limits: the merge keeps the request's."""
-        return changed_resources(self.seen.container_resources, self.request.container_resources)
+        return changed_resources(self.seen.container.resources, self.left.container.resources)
 
     def annotation_changes(self) -> dict[str, str]:
-        before = self.seen.container_annotations
-        return {key: value for key, value in self.request.container_annotations.items() if before.get(key) != value}
+        before = self.seen.container.annotations
+        return {key: value for key, value in self.left.container.annotations.items() if before.get(key) != value}
 
 
 # A value of more entries (labels, annotations, variables) has its hook projection made on a worker thread: one of
@@ -384,7 +383,7 @@ class HookPoints:
         await self._notify_nri(nri_events.POST_START_CONTAINER, container_id=container_id)
 
     async def pre_update_container_resources(
-        self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: Mapping[str, str],
+        self, container_id: str, update: Resources | None, annotations: Mapping[str, str],
         time_remaining: float | None,
     ) -> ResourceUpdate | None:
         """Plugins see the container as it will be: the recorded resources with the sparse `update` applied
@@ -394,24 +393,25 @@ class HookPoints:
         if not hooked and not nri_wants:
             return None
         found = await self.context.container(container_id)
-        seen = request_of(*found) if found is not None else None
-        if found is None or seen is None:
+        if found is None:
             return None
-        if update is not None:
-            seen.container_resources.CopyFrom(apply_resource_update(seen.container_resources, update))
-        seen.container_annotations.update(annotations)
-        record, pod = found
-        subject = Subject(record.pod_id, pod_of(record, pod), container_id, record)
+        record, recorded_pod = found
+        pod = pod_of(record, recorded_pod)
+        if pod is not None and pod.skip_hooks:
+            return None
+        resources = apply_resource_update(record.resources, update) if update is not None else record.resources
+        seen = ContainerValue(replace(record, resources=resources, annotations={**record.annotations, **annotations}),
+                              pod)
+        subject = Subject(record.pod_id, pod, container_id, record)
 
         async def nri_part(value: ContainerValue, chain: ChainRecord | None) -> ContainerValue:
             return await self.nri.adjust(nri_events.UPDATE_CONTAINER, subject, time_remaining, chain, value)
 
-        left = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES,
-                                 ContainerValue(with_request(record, seen), projected=seen), time_remaining,
+        left = await self._chain(dispatcher.PRE_UPDATE_CONTAINER_RESOURCES, seen, time_remaining,
                                  nri_part if nri_wants else None, [], hooked)
-        return ResourceUpdate(seen, left.request)
+        return ResourceUpdate(seen, left)
 
-    async def container_resources_updated(self, container_id: str, sent: hooks.LinuxContainerResources | None,
+    async def container_resources_updated(self, container_id: str, sent: Resources | None,
                                           annotations: Mapping[str, str]) -> None:
         """The runtime applied the update as sent: the recorded resources follow it."""
         self.store.update_container(container_id, sent, dict(annotations))

@@ -1,14 +1,16 @@
 """The merge rules of the hook protocol, in one place for both frontends.
 
 What a plugin's answer changes in a hook request (koordlet's semantics: it echoes the
-request back and edits fields) and what a resource update leaves of a container's resources (a container's
-request takes its pod's current context in hooks.hook_messages). Knows hook
-messages only: no CRI, no Docker, no transport.
+request back and edits fields), and what a resource update leaves of a container's resources and what it
+changes, over the core's model (hooks.model.Resources). No CRI, no Docker, no transport.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from dataclasses import fields, replace
+
+from runtimeproxy.hooks.model import HugepageLimit, Resources
 
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -139,10 +141,8 @@ _UPDATED_WHEN_NONZERO = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_
                          "cpuset_cpus", "cpuset_mems")
 
 
-def apply_resource_update(
-    current: hooks.LinuxContainerResources, update: hooks.LinuxContainerResources
-) -> hooks.LinuxContainerResources:
-    """The container's resources after containerd applied `update` to `current`.
+def apply_resource_update(current: Resources | None, update: Resources) -> Resources:
+    """The container's resources after containerd applied `update` to `current` (None: none recorded).
 
     containerd 1.6 (CRI UpdateContainerResources -> opts.WithResources on the container's spec)
     applies field by field, zero or empty meaning "unchanged": CPU period, quota and shares,
@@ -152,38 +152,38 @@ def apply_resource_update(
     never updated (it belongs to the process, set at creation). dockerd keeps swap on a memory-only
     update (and refuses memory above it), but cri-dockerd always sends MemorySwap with Memory.
     """
-    result = hooks.LinuxContainerResources()
-    result.CopyFrom(current)
-    for name in _UPDATED_WHEN_NONZERO:
-        value = getattr(update, name)
-        if value:
-            setattr(result, name, value)
+    current = current or Resources()
+    settings: dict[str, object] = {name: getattr(update, name) for name in _UPDATED_WHEN_NONZERO
+                                   if getattr(update, name)}
     if update.memory_swap_limit_in_bytes:
-        result.memory_swap_limit_in_bytes = update.memory_swap_limit_in_bytes
+        settings["memory_swap_limit_in_bytes"] = update.memory_swap_limit_in_bytes
     elif update.memory_limit_in_bytes:
-        result.memory_swap_limit_in_bytes = update.memory_limit_in_bytes
-    result.unified.update(update.unified)
+        settings["memory_swap_limit_in_bytes"] = update.memory_limit_in_bytes
     pages = {limit.page_size: limit.limit for limit in current.hugepage_limits}
     pages.update((limit.page_size, limit.limit) for limit in update.hugepage_limits)
-    del result.hugepage_limits[:]
-    result.hugepage_limits.extend(hooks.HugepageLimit(page_size=size, limit=limit) for size, limit in pages.items())
-    return result
+    return replace(current, **settings, unified={**current.unified, **update.unified},  # type: ignore[arg-type]
+                   hugepage_limits=tuple(HugepageLimit(size, limit) for size, limit in pages.items()))
 
 
-def changed_resources(before: hooks.LinuxContainerResources, after: hooks.LinuxContainerResources,
-                      with_hugepages: bool = False) -> hooks.LinuxContainerResources:
+# The resources' single values (all but the hugepage limits and the unified keys), by the model's names.
+RESOURCE_SCALARS = tuple(f.name for f in fields(Resources) if f.name not in ("hugepage_limits", "unified"))
+
+
+def changed_resources(before: Resources | None, after: Resources | None, with_hugepages: bool = False) -> Resources:
     """Only the resources `after` changes over `before`, as a sparse update: a zero or empty value is never
     included (to the runtimes it means "unchanged": it cannot clear a field). Hugepage limits only when asked
     (a hook answer's are not taken: the merge keeps the request's)."""
-    changes = hooks.LinuxContainerResources()
-    for field in after.DESCRIPTOR.fields:
-        if field.message_type is None and not field.is_repeated:
-            value = getattr(after, field.name)
-            if value and value != getattr(before, field.name):
-                setattr(changes, field.name, value)
-    changes.unified.update((key, value) for key, value in after.unified.items() if before.unified.get(key) != value)
+    before, after = before or Resources(), after or Resources()
+    settings = {name: getattr(after, name) for name in RESOURCE_SCALARS
+                if getattr(after, name) and getattr(after, name) != getattr(before, name)}
+    unified = {key: value for key, value in after.unified.items() if before.unified.get(key) != value}
+    pages: tuple[HugepageLimit, ...] = ()
     if with_hugepages:
         before_pages = {limit.page_size: limit.limit for limit in before.hugepage_limits}
-        changes.hugepage_limits.extend(limit for limit in after.hugepage_limits
-                                       if before_pages.get(limit.page_size) != limit.limit)
-    return changes
+        pages = tuple(limit for limit in after.hugepage_limits if before_pages.get(limit.page_size) != limit.limit)
+    return Resources(**settings, unified=unified, hugepage_limits=pages)
+
+
+def is_empty(resources: Resources) -> bool:
+    """A sparse update that changes nothing."""
+    return resources == Resources()

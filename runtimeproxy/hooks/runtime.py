@@ -23,8 +23,8 @@ from typing import Protocol
 
 from runtimeproxy.hooks.edits import ImageFacts
 from runtimeproxy.hooks.nri_plugins import Subject
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Runtime(Protocol):
         """Remove a container an interrupted call left Created (hooks.reconcile); raises RuntimeError or OSError
         when the backend refuses it."""
 
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def update_container_resources(self, container_id: str, resources: Resources) -> None:
         """The proxy's own update of a container's resources (only the changed, non-zero ones); raises
         RuntimeError or OSError when the backend refuses it."""
 
@@ -102,7 +102,7 @@ class PluginAsks:
     def container(self, container_id: str) -> ContainerRecord | None:
         return self.store.container(container_id)
 
-    async def update(self, container_id: str, changes: hooks.LinuxContainerResources) -> None:
+    async def update(self, container_id: str, changes: Resources) -> None:
         """The runtime updates the container, then the store follows (raises NoRuntime, RuntimeError, OSError)."""
         if self.runtime is None:
             raise NoRuntime("this frontend takes no updates")

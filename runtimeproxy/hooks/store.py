@@ -20,9 +20,7 @@ from collections import OrderedDict
 from typing import TypeVar
 
 from runtimeproxy.hooks.merge import apply_resource_update
-from runtimeproxy.hooks.hook_messages import resources_message, resources_of
 from runtimeproxy.hooks.model import ContainerRecord, PodRecord, Resources
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 DEFAULT_MAX_PODS = 16_384
 DEFAULT_MAX_CONTAINERS = 65_536
@@ -82,7 +80,7 @@ class Store:
             return list(self._pods.items()), list(self._containers.items())
 
     def update_container(
-        self, container_id: str, update: hooks.LinuxContainerResources | None, annotations: dict[str, str]
+        self, container_id: str, update: Resources | None, annotations: dict[str, str]
     ) -> None:
         """After a successful UpdateContainerResources that sent `update`: the container's resources
         are the recorded ones with the update applied the way the runtime applies it (field by
@@ -92,9 +90,7 @@ class Store:
             if record is None:
                 return
             if update is not None:
-                current = resources_message(record.resources) if record.resources is not None else \
-                    hooks.LinuxContainerResources()
-                record.resources = resources_of(apply_resource_update(current, update))
+                record.resources = apply_resource_update(record.resources, update)
             record.annotations.update(annotations)
 
     def container_started(self, container_id: str, pid: int = 0) -> None:

@@ -15,8 +15,6 @@ import logging
 from dataclasses import dataclass
 
 from runtimeproxy.hooks.merge import changed_resources
-from runtimeproxy.hooks.hook_messages import resources_message
-from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.runtime import NoRuntime, PluginAsks
 from runtimeproxy.hooks.stats import OK, KindStats
 from runtimeproxy.nri.adjust import AdjustmentError, Adjustments
@@ -128,9 +126,7 @@ class Results:
             adjustments = Adjustments(record)
             try:
                 adjustments.apply_update(plugin_id, update, "an UpdateContainerResources")
-                changes = changed_resources(resources_message(record.resources or Resources()),
-                                            resources_message(adjustments.container.resources or Resources()),
-                                            with_hugepages=True)
+                changes = changed_resources(record.resources, adjustments.container.resources, with_hugepages=True)
                 await self.asks.update(update.container_id, changes)
             except (AdjustmentError, OSError, RuntimeError) as error:
                 log.warning("NRI plugin %s: update of container %s failed: %s", plugin_id,

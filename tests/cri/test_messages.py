@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import pytest
+from google.protobuf.message import Message
 
 from tests.kits.hooks import container_request, fill, full_resources, pod_request, resources, unset_fields, with_pod
 from runtimeproxy.hooks.merge import apply_resource_update, merge_container_response, merge_pod_response
+from runtimeproxy.hooks.hook_messages import resources_message, resources_of
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.cri.messages import (
     align_sandbox_cgroup_parent,
@@ -13,17 +17,30 @@ from runtimeproxy.cri.messages import (
     apply_to_pod_config,
     apply_to_update_request,
     container_model,
-    convert,
     pod_model,
 )
+from runtimeproxy.hooks.chain_value import ContainerValue
 from runtimeproxy.hooks import hook_messages
 from runtimeproxy.pb.cri.runtime.v1 import api_pb2 as cri
 from runtimeproxy.pb.cri.runtime.v1alpha2 import api_pb2 as v1alpha2
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
+M = TypeVar("M", bound=Message)
+
 
 # The frontend decodes into the core's model and writes back from it; these tests hold the conversions field by
 # field through the model's hook projection (hooks.hook_messages), the message a hook plugin sees.
+
+
+def convert(message: Message, target: type[M]) -> M:
+    """Re-read a message as a wire-compatible type of the other protocol."""
+    return target.FromString(message.SerializeToString())
+
+
+def update_of(seen: hooks.ContainerResourceHookRequest, left: hooks.ContainerResourceHookRequest) -> ResourceUpdate:
+    """PreUpdateContainerResources' outcome: the container the plugins saw and the one they left (as projections)."""
+    return ResourceUpdate(ContainerValue(hook_messages.container_record("", seen), projected=seen),
+                          ContainerValue(hook_messages.container_record("", left), projected=left))
 
 
 def pod_hook_request(config: cri.PodSandboxConfig, runtime_handler: str) -> hooks.PodSandboxHookRequest:
@@ -117,7 +134,7 @@ def update_hook_request(request: cri.UpdateContainerResourcesRequest,
     """What PreUpdateContainerResources plugins see: the recorded resources with the update applied."""
     info = container_request()
     info.container_resources.CopyFrom(
-        apply_resource_update(recorded, convert(request.linux, hooks.LinuxContainerResources)))
+        resources_message(apply_resource_update(resources_of(recorded), resources_of(request.linux))))
     info.container_annotations.update(request.annotations)
     return info
 
@@ -130,7 +147,7 @@ def test_apply_to_update_request_sends_only_the_plugins_changes() -> None:
         container_resources=resources(cpu_shares=4, memory_limit_in_bytes=64 << 20, cpuset_cpus="0-3",
                                       oom_score_adj=500, unified={"memory.high": "300M"}),
         container_annotations={"v": "2"}))
-    apply_to_update_request(request, ResourceUpdate(info, changed))
+    apply_to_update_request(request, update_of(info, changed))
     # cpuset and oom_score_adj were echoed, cpu.weight not answered: none of them is sent. Swap followed the
     # new memory limit (256 MiB of allowance kept) and is sent with it.
     assert request.linux == cri.LinuxContainerResources(
@@ -144,7 +161,7 @@ def test_apply_to_update_request_echo_changes_nothing() -> None:
     info = update_hook_request(request, full_resources())
     echo = hooks.ContainerResourceHookResponse(container_resources=info.container_resources,
                                                container_annotations=info.container_annotations)
-    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(info, echo)))
+    apply_to_update_request(request, update_of(info, merge_container_response(info, echo)))
     assert request == cri.UpdateContainerResourcesRequest(container_id="c-1",
                                                           linux=cri.LinuxContainerResources(cpu_shares=2))
 
@@ -157,17 +174,17 @@ def test_a_plugins_zero_does_not_cancel_the_kubelets_value() -> None:
     changed = merge_container_response(info, hooks.ContainerResourceHookResponse(
         container_resources=resources(cpu_shares=8)))
     assert changed.container_resources.cpuset_cpus == ""
-    apply_to_update_request(request, ResourceUpdate(info, changed))
+    apply_to_update_request(request, update_of(info, changed))
     assert request.linux == cri.LinuxContainerResources(cpuset_cpus="4-7", cpu_shares=8)
 
 
 def test_apply_to_update_request_adds_linux_only_when_a_plugin_changed_resources() -> None:
     request = cri.UpdateContainerResourcesRequest(container_id="c-1", annotations={"u": "1"})
     info = update_hook_request(request, full_resources())
-    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(
+    apply_to_update_request(request, update_of(info, merge_container_response(
         info, hooks.ContainerResourceHookResponse(container_annotations={"v": "2"}))))
     assert not request.HasField("linux")
-    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(
+    apply_to_update_request(request, update_of(info, merge_container_response(
         info, hooks.ContainerResourceHookResponse(container_resources=resources(cpu_quota=-1, cpuset_cpus="0-3")))))
     assert request.linux == cri.LinuxContainerResources(cpu_quota=-1)
 
@@ -315,7 +332,7 @@ def test_v1alpha2_update_container_resources_survives_v1_decode_change_encode() 
                                               container_annotations=request.annotations)
     echo = hooks.ContainerResourceHookResponse(container_resources=info.container_resources,
                                                container_annotations={**info.container_annotations, "added": "yes"})
-    apply_to_update_request(request, ResourceUpdate(info, merge_container_response(info, echo)))
+    apply_to_update_request(request, update_of(info, merge_container_response(info, echo)))
     again = v1alpha2.UpdateContainerResourcesRequest.FromString(request.SerializeToString())
     expected = v1alpha2.UpdateContainerResourcesRequest()
     expected.CopyFrom(original)

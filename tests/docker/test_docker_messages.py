@@ -31,7 +31,8 @@ from runtimeproxy.hooks.merge import merge_container_response, merge_pod_respons
 from tests.kits.hooks import with_pod
 from runtimeproxy.hooks.lifecycle import ResourceUpdate
 from runtimeproxy.hooks import hook_messages
-from runtimeproxy.hooks.model import Resources
+from runtimeproxy.hooks.chain_value import ContainerValue
+from runtimeproxy.hooks.model import ContainerRecord, HugepageLimit, Resources
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
 
@@ -181,15 +182,15 @@ def test_apply_resources_never_writes_a_zero_or_an_empty_value() -> None:
 
 def test_update_resources_reads_the_update_config() -> None:
     body = {"CpuShares": 0, "Memory": 64 * MiB, "CpusetCpus": "", "RestartPolicy": {"Name": ""}}
-    assert update_resources(body) == hooks.LinuxContainerResources(memory_limit_in_bytes=64 * MiB)
+    assert update_resources(body) == Resources(memory_limit_in_bytes=64 * MiB)
 
 
 def test_apply_to_update_body_sends_only_what_plugins_changed_and_never_a_zero() -> None:
     body = {"CpuShares": 0, "Memory": 64 * MiB}
-    seen = hooks.ContainerResourceHookRequest(container_resources=hooks.LinuxContainerResources(
-        cpu_shares=1024, memory_limit_in_bytes=64 * MiB, cpuset_cpus="0-1", oom_score_adj=500))
-    changed = hooks.ContainerResourceHookRequest(container_resources=hooks.LinuxContainerResources(
-        cpu_shares=700, memory_limit_in_bytes=64 * MiB, oom_score_adj=-1))
+    seen = ContainerValue(ContainerRecord("s-1", resources=Resources(
+        cpu_shares=1024, memory_limit_in_bytes=64 * MiB, cpuset_cpus="0-1", oom_score_adj=500)))
+    changed = ContainerValue(ContainerRecord("s-1", resources=Resources(
+        cpu_shares=700, memory_limit_in_bytes=64 * MiB, oom_score_adj=-1)))
     apply_to_update_body(body, ResourceUpdate(seen, changed))
     assert body == {"CpuShares": 700, "Memory": 64 * MiB}  # no OomScoreAdj: dockerd cannot update it
 
@@ -203,16 +204,16 @@ def _inspect(body: dict, container_id: str, name: str) -> dict:
 
 
 def test_the_proxys_own_update_sends_only_the_non_zero_docker_fields() -> None:
-    changes = hooks.LinuxContainerResources(cpu_shares=300, memory_limit_in_bytes=64 << 20, cpuset_cpus="0")
+    changes = Resources(cpu_shares=300, memory_limit_in_bytes=64 << 20, cpuset_cpus="0")
     assert update_config(changes) == {"CpuShares": 300, "Memory": 64 << 20, "CpusetCpus": "0"}
 
 
 @pytest.mark.parametrize("changes", [
-    hooks.LinuxContainerResources(unified={"memory.high": "1"}),
-    hooks.LinuxContainerResources(hugepage_limits=[hooks.HugepageLimit(page_size="2MB", limit=1)]),
-    hooks.LinuxContainerResources(oom_score_adj=5),
+    Resources(unified={"memory.high": "1"}),
+    Resources(hugepage_limits=(HugepageLimit("2MB", 1),)),
+    Resources(oom_score_adj=5),
 ])
-def test_the_proxys_own_update_refuses_what_dockerd_cannot_update(changes: hooks.LinuxContainerResources) -> None:
+def test_the_proxys_own_update_refuses_what_dockerd_cannot_update(changes: Resources) -> None:
     with pytest.raises(BodyError, match="dockerd cannot update"):
         update_config(changes)
 

@@ -243,14 +243,15 @@ def test_an_update_hook_sees_the_effective_resources_and_annotations(core: Point
     recorded = bare_request()
     recorded.container_resources.CopyFrom(resources(cpu_shares=2, memory_limit_in_bytes=96 << 20))
     core.core.store.put_container("c1", container_record("p1", recorded))
-    update = core.run(core.points.pre_update_container_resources("c1", resources(cpu_shares=300), {"u": "1"}, None))
+    update = core.run(core.points.pre_update_container_resources("c1", resources_of(resources(cpu_shares=300)),
+                                                                 {"u": "1"}, None))
     (seen,) = plugin.seen_by("PreUpdateContainerResources")
     assert seen.container_resources == resources(cpu_shares=300, memory_limit_in_bytes=96 << 20)
     assert seen.container_annotations["u"] == "1" and seen.container_annotations["c"] == "1"
     assert isinstance(update, ResourceUpdate) and update.changed
-    assert update.resource_changes() == resources(cpu_period=50_000)  # the echoed values are not sent
+    assert update.resource_changes() == Resources(cpu_period=50_000)  # the echoed values are not sent
     assert update.annotation_changes() == {"v": "2"}
-    core.run(core.points.container_resources_updated("c1", resources(cpu_shares=300, cpu_period=50_000), {"u": "1"}))
+    core.run(core.points.container_resources_updated("c1", Resources(cpu_shares=300, cpu_period=50_000), {"u": "1"}))
     record = core.core.store.container("c1")
     assert record is not None and record.resources == resources_of(resources(
         cpu_shares=300, cpu_period=50_000, memory_limit_in_bytes=96 << 20))

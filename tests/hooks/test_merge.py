@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from runtimeproxy.hooks import merge
+from runtimeproxy.hooks.hook_messages import resources_message, resources_of
 from runtimeproxy.hooks.merge import (
-    apply_resource_update,
     merge_container_response,
     merge_pod_response,
     merge_resources,
@@ -236,6 +237,12 @@ def test_merged_envs_keeps_existing_order_and_appends_new_sorted() -> None:
 
 
 # --- apply_resource_update: containerd's field-by-field update --------------------------------
+
+
+def apply_resource_update(current: hooks.LinuxContainerResources,
+                          update: hooks.LinuxContainerResources) -> hooks.LinuxContainerResources:
+    """hooks.merge's, over the model, read and shown as the hook protocol's messages (field-exact both ways)."""
+    return resources_message(merge.apply_resource_update(resources_of(current), resources_of(update)))
 
 
 def _with(base: hooks.LinuxContainerResources, **fields: object) -> hooks.LinuxContainerResources:

@@ -6,6 +6,7 @@ import random
 import threading
 
 from runtimeproxy.hooks.hook_messages import container_record, container_request, pod_record
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord, Store
 from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 
@@ -68,7 +69,7 @@ def test_remove_pod_also_drops_containers_of_a_pod_it_never_recorded() -> None:
 def test_update_container_resources_and_annotations() -> None:
     store = Store()
     store.put_container("c1", container("p1"))
-    update = hooks.LinuxContainerResources(cpu_shares=512, cpuset_cpus="1")
+    update = Resources(cpu_shares=512, cpuset_cpus="1")
     store.update_container("c1", update, {"b": "2", "a": "10"})
     info = container_request(store.container("c1"), None)
     # Applied as the runtime applies it: the memory limit the update did not name stays.
@@ -89,7 +90,7 @@ def test_update_container_without_resources_keeps_them() -> None:
 
 def test_update_of_an_unknown_container_records_nothing() -> None:
     store = Store()
-    store.update_container("c1", hooks.LinuxContainerResources(cpu_shares=1), {"a": "b"})
+    store.update_container("c1", Resources(cpu_shares=1), {"a": "b"})
     assert store.container("c1") is None and len(store) == 0
 
 
@@ -150,7 +151,7 @@ def test_threads_hammering_the_store() -> None:
                 elif action == 3:
                     store.remove_container(cid)
                 elif action == 4:
-                    store.update_container(cid, hooks.LinuxContainerResources(cpu_shares=seed + 2), {"w": str(seed)})
+                    store.update_container(cid, Resources(cpu_shares=seed + 2), {"w": str(seed)})
                 elif action == 5:
                     record = store.pod(pid)
                     assert record is None or record.name == pid

@@ -35,6 +35,7 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.hooks.names import HOOK_NAMES
 from runtimeproxy.hooks.registry import PluginRegistry
 from runtimeproxy.hooks.runtime import Listing, NoRuntime
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.hooks.store import ContainerRecord, PodRecord
 
 # --- filling messages -------------------------------------------------------------------
@@ -273,7 +274,7 @@ def unknown_marks(message: Any, path: str = "") -> list[str]:
     return sorted(found)
 
 
-Updater = Callable[[str, hooks.LinuxContainerResources], Awaitable[None]]
+Updater = Callable[[str, Resources], Awaitable[None]]
 Evictor = Callable[[str], Awaitable[None]]
 
 
@@ -305,7 +306,7 @@ class StubRuntime:
     async def remove_container(self, container_id: str) -> None:
         return None
 
-    async def update_container_resources(self, container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def update_container_resources(self, container_id: str, resources: Resources) -> None:
         if self._update is None:
             raise NoRuntime("this frontend takes no updates")
         await self._update(container_id, resources)

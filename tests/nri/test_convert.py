@@ -11,7 +11,6 @@ from runtimeproxy.hooks.hook_messages import container_record, pod_record
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, Resources
 from runtimeproxy.nri import convert
 from runtimeproxy.nri.events import WIRE
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from tests.kits.nrihost import container_info, pod_info, pod_model
@@ -85,9 +84,8 @@ def test_linux_resources_leave_zero_unset_as_cri_means_it() -> None:
 
 
 def test_an_update_shows_cpu_and_memory_as_containerd_sends_them_zero_too() -> None:
-    shown = convert.update_resources(hooks.LinuxContainerResources(cpu_shares=1024, memory_limit_in_bytes=1 << 28,
-                                                                   memory_swap_limit_in_bytes=1 << 29,
-                                                                   cpuset_cpus="0-1"))
+    shown = convert.update_resources(Resources(cpu_shares=1024, memory_limit_in_bytes=1 << 28,
+                                               memory_swap_limit_in_bytes=1 << 29, cpuset_cpus="0-1"))
     assert shown.cpu.HasField("quota") and shown.cpu.quota.value == 0 and shown.cpu.HasField("period")
     assert (shown.cpu.shares.value, shown.memory.limit.value, shown.cpu.cpus) == (1024, 1 << 28, "0-1")
     assert not shown.memory.HasField("swap")  # containerd's conversion of a CRI update has none

@@ -20,7 +20,7 @@ from runtimeproxy.hooks.trace import FAILED, OK, REFUSED, TraceEntry, TraceRecor
 from runtimeproxy.nri.explain import edit_changes
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
+from runtimeproxy.hooks.model import Resources
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from tests.kits.nrihost import (adjusting, attached, container_info, cpu_update, created, creation, host_on, plugin,
@@ -96,7 +96,7 @@ def test_notifications_are_traced_with_failures_and_what_a_plugin_asks_of_others
     async def stopped(kit: NriPlugin, request: Message) -> Message:
         return nri.StopContainerResponse(update=[cpu_update("ctr-other", 64)])
 
-    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def updater(container_id: str, resources: Resources) -> None:
         return None
 
     async def empty(kit: NriPlugin, request: Message) -> Message:
@@ -129,7 +129,7 @@ def test_a_plugin_in_shadow_is_traced_but_nothing_of_it_is_carried_out(socket_pa
     store.put_container("ctr-other", container_record("pod-1", container_info("other")))
     done: list[str] = []
 
-    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def updater(container_id: str, resources: Resources) -> None:
         done.append(f"update {container_id}")
 
     async def evictor(container_id: str) -> None:

@@ -24,7 +24,6 @@ from runtimeproxy.hooks.toggles import Toggles
 from runtimeproxy.hooks.trace import OK, SKIPPED_TOGGLE, TraceRecorder
 from runtimeproxy.nri.session import event_mask
 from runtimeproxy.nri.ttrpc import Code, TtrpcError
-from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 from runtimeproxy.pb.nri.pkg.api.v1alpha1 import api_pb2 as nri
 
 from tests.kits.nrihost import (adjusting, attached, connected, container_info, cpu_update, created, creation, host_on,
@@ -227,9 +226,9 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
         socket_path: Path) -> None:
     store = Store()
     store.put_container("ctr-other", container_record("pod-1", container_info("other")))
-    sent: list[tuple[str, hooks.LinuxContainerResources]] = []
+    sent: list[tuple[str, Resources]] = []
 
-    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def updater(container_id: str, resources: Resources) -> None:
         sent.append((container_id, resources))
 
     async def stopped(kit: NriPlugin, request: Message) -> Message:
@@ -249,13 +248,13 @@ def test_notifications_go_only_to_subscribers_and_stop_container_updates_reach_t
                 ["StartContainer"]
             assert [name for name, _ in stops.received if name not in ("Configure", "Synchronize")] == \
                 ["StopContainer"]
-            assert sent == [("ctr-other", hooks.LinuxContainerResources(cpu_shares=2048))]
+            assert sent == [("ctr-other", Resources(cpu_shares=2048))]
             record = store.container("ctr-other")
             assert record is not None and record.resources is not None and record.resources.cpu_shares == 2048
             # An unsolicited update, while nothing waits on the plugin.
             answer = await stops.update_containers(cpu_update("ctr-other", 300), cpu_update("ctr-gone", 5))
             assert [update.container_id for update in answer.failed] == ["ctr-gone"]
-            assert sent[-1] == ("ctr-other", hooks.LinuxContainerResources(cpu_shares=300))
+            assert sent[-1] == ("ctr-other", Resources(cpu_shares=300))
     run(scenario())
 
 
@@ -410,7 +409,7 @@ def test_an_event_the_toggles_turn_off_is_not_sent_to_that_plugin_and_the_trace_
     sent: list[str] = []
     store.put_container("ctr-other", container_record("pod-1", container_info("other")))
 
-    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def updater(container_id: str, resources: Resources) -> None:
         sent.append(container_id)
 
     async def scenario() -> None:
@@ -449,7 +448,7 @@ def test_an_update_naming_100000_unknown_containers_takes_one_log_line_each_way(
     """Before: one warning per ID on the event loop (every CRI call waited up to 1.1 s, the log grew 26 MB)."""
     unknown = [f"g{n}" for n in range(100_000)]  # short: the whole request fits one ttrpc message
 
-    async def updater(container_id: str, resources: hooks.LinuxContainerResources) -> None:
+    async def updater(container_id: str, resources: Resources) -> None:
         raise AssertionError("no known container was named")
 
     async def scenario() -> None:
