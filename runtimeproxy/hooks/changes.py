@@ -112,7 +112,16 @@ def dropped_env_names(request_envs: Mapping[str, str], answered_envs: Mapping[st
 
 
 def is_map(field: FieldDescriptor | Any) -> bool:  # Any: upb's descriptor class, which has no public name
-    return field.message_type is not None and field.message_type.GetOptions().map_entry
+    entry = field.message_type
+    if entry is None:
+        return False
+    known = _MAP_ENTRIES.get(entry.full_name)
+    if known is None:  # GetOptions builds a Python message each time (~0.1 ms): asked once per type
+        known = _MAP_ENTRIES[entry.full_name] = entry.GetOptions().map_entry
+    return known
+
+
+_MAP_ENTRIES: dict[str, bool] = {}  # message type -> it is a map's entry
 
 
 def _map_changes(name: str, old: Mapping[str, object], new: Mapping[str, object]) -> list[FieldChange]:
