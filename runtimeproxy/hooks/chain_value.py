@@ -31,6 +31,11 @@ from runtimeproxy.pb.hooks.runtime.v1alpha1 import api_pb2 as hooks
 Req = TypeVar("Req", bound=Message)
 
 
+def differs(start: ChainValue[Req], left: ChainValue[Req]) -> bool:
+    """The plugins left `start` otherwise (its projection differs: what a frontend writes back)."""
+    return left is not start and left.request != start.request
+
+
 class ChainValue(Protocol[Req]):
     @property
     def request(self) -> Req:
@@ -99,7 +104,10 @@ class ContainerValue:
         return ContainerValue(with_request(self.container, request), self.pod, request)
 
     def with_container(self, container: ContainerRecord) -> ContainerValue:
-        """The value an NRI plugin's folded record leaves (the projection's pod part kept)."""
+        """The value an NRI plugin's folded record leaves (the projection's pod part kept; the same value when the
+        record is unchanged: a plugin that changed nothing costs no projection)."""
+        if container == self.container:
+            return self
         request = hooks.ContainerResourceHookRequest()
         request.CopyFrom(self.request)
         set_container_part(request, container)

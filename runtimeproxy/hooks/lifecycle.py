@@ -36,7 +36,7 @@ from runtimeproxy.hooks.edits import ContainerEdits
 from runtimeproxy.hooks.nri_plugins import NriPlugins, PodResize, Subject
 from runtimeproxy.hooks.journal import CREATE_CONTAINER, START_CONTAINER, InFlight
 from runtimeproxy.hooks.merge import apply_resource_update, changed_resources
-from runtimeproxy.hooks.chain_value import ChainValue, ContainerValue, PodValue, RequestValue
+from runtimeproxy.hooks.chain_value import ChainValue, ContainerValue, PodValue, RequestValue, differs
 from runtimeproxy.hooks.model import ContainerRecord, ContainerState, PodRecord, Resources, now_ns
 from runtimeproxy.hooks.runtime import Runtime
 from runtimeproxy.hooks.service import HookService
@@ -139,7 +139,7 @@ class ResourceUpdate:
 
     @property
     def changed(self) -> bool:
-        return self.left is not self.seen and self.left.request != self.seen.request
+        return differs(self.seen, self.left)
 
     def resource_changes(self) -> Resources:
         """Only what the plugins changed, to add to the kubelet's sparse update. The plugins saw the effective
@@ -256,7 +256,7 @@ class HookPoints:
         ignored: list[str] = []
         await projected(start, len(admitted.labels) + len(admitted.annotations))
         left = await self._chain(dispatcher.PRE_RUN_POD_SANDBOX, start, time_remaining, None, ignored)
-        return PodSandboxRun(left, left is not start and left.request != start.request, tuple(ignored))
+        return PodSandboxRun(left, differs(start, left), tuple(ignored))
 
     async def pod_sandbox_ran(self, pod_id: str, run: PodSandboxRun) -> None:
         """The runtime created the pod: record it as created. An NRI plugin failing RunPodSandbox raises
@@ -339,8 +339,7 @@ class HookPoints:
         left = await self._chain(dispatcher.PRE_CREATE_CONTAINER, start, time_remaining,
                                  nri_part if wants_nri else None, ignored,
                                  self.dispatcher.has_plugins(dispatcher.PRE_CREATE_CONTAINER))
-        changed = left is not start and left.request != start.request
-        return ContainerCreation(pod_id, left, changed, True, edits, tuple(ignored), unrecorded)
+        return ContainerCreation(pod_id, left, differs(start, left), True, edits, tuple(ignored), unrecorded)
 
     async def _pid_of(self, container_id: str) -> int:
         """The started container's pid for the model, read back from the runtime only while an NRI plugin is

@@ -242,18 +242,18 @@ class Adjustments:
         if cpu.mems:
             self._claim(plugin, "cpuset mems")
             settings["cpuset_mems"] = cpu.mems
-        target = self._resources() if settings or resources.hugepage_limits or resources.unified else None
+        if not (settings or resources.hugepage_limits or resources.unified):
+            return  # a record without resources keeps none
+        target = self._resources()
         for field, value in settings.items():
             setattr(target, field, value)
         if resources.hugepage_limits:
-            assert target is not None
             pages = {limit.page_size: limit.limit for limit in target.hugepage_limits}
             for limit in resources.hugepage_limits:
                 self._claim(plugin, f"hugepage limit {limit.page_size!r}")
                 pages[limit.page_size] = limit.limit
             target.hugepage_limits = tuple(HugepageLimit(size, limit) for size, limit in pages.items())
         for key, setting in resources.unified.items():
-            assert target is not None
             self._claim(plugin, f"unified resource {key!r}")
             target.unified[key] = setting
 

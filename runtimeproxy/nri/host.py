@@ -399,8 +399,7 @@ class NriHost:
                 answer = await self.call.adjust_by(plugin, wire, pod, subject, start, adjustments, record, collected)
                 if answer is not None:
                     asked.append(answer)
-            adjusted = start.with_container(adjustments.container) if adjustments.container != start.container \
-                else start
+            adjusted = start.with_container(adjustments.container)
             # Before validators see it, or it is sent (a hook plugin's answer may be folded out of it: the value
             # follows the request the chain settled on).
             adjusted = adjusted.with_request(record.settle(adjusted.request))
